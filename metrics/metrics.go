@@ -1,0 +1,170 @@
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Handshake rejection reasons (the reason label of handshake_rejected_total).
+const (
+	RejectMaxConnections = "max_connections"
+	RejectMaxConcurrent  = "max_concurrent"
+	RejectQueueTimeout   = "queue_timeout"
+	RejectPerIP          = "per_ip"
+	RejectOrigin         = "origin"
+	RejectAuth           = "auth"
+	RejectDraining       = "draining"
+)
+
+// HandshakeRejectReasons lists every reason label, pre-created at zero so
+// dashboards and alerts see the series before the first rejection.
+var HandshakeRejectReasons = []string{
+	RejectMaxConnections, RejectMaxConcurrent, RejectQueueTimeout,
+	RejectPerIP, RejectOrigin, RejectAuth, RejectDraining,
+}
+
+// Metrics holds every collector. A nil *Metrics is not valid; use
+// NewDiscard in tests that do not look at metrics.
+type Metrics struct {
+	Registry prometheus.Gatherer
+
+	AdmissionAccepted *prometheus.CounterVec // class
+	AdmissionRejected *prometheus.CounterVec // class, reason
+	AdmissionErrors   *prometheus.CounterVec // class: rules that errored or panicked (decided by failPolicy)
+
+	HandshakeAccepted   prometheus.Counter
+	HandshakeRejected   *prometheus.CounterVec // reason
+	HandshakeInflight   prometheus.Gauge
+	HandshakeQueueDepth prometheus.Gauge
+	ConnectionsOpen     prometheus.Gauge
+
+	PressureReason      *prometheus.GaugeVec // reason
+	PressurePublishRate prometheus.Gauge
+	PressureMemoryRatio prometheus.Gauge
+	TopicPublishRate    *TopN // ws_topic_publish_rate{topic}
+
+	ClusterBroadcasts  prometheus.Counter
+	ClusterReceived    prometheus.Counter
+	ClusterParseErrors prometheus.Counter
+	ClusterInstances   prometheus.Gauge
+	ClusterTopicRate   *TopN // cluster_topic_publish_rate{topic}
+	ClusterTopicBytes  *TopN // cluster_topic_publish_bytes{topic}
+
+	BusPublished prometheus.Counter
+	BusReceived  prometheus.Counter
+	BusDropped   *prometheus.CounterVec // reason
+	BusDegraded  prometheus.Gauge
+
+	MessagesSent            prometheus.Counter
+	SlowConsumerDisconnects prometheus.Counter
+	ProtocolErrors          *prometheus.CounterVec // code: bad input answered with an error or close code
+}
+
+// New creates every metric and registers it, with the Go and process
+// collectors, on reg. namespace prefixes every name ("" for none).
+func New(reg *prometheus.Registry, namespace string) *Metrics {
+	f := factory{reg: reg, ns: namespace}
+	m := &Metrics{
+		Registry: reg,
+
+		AdmissionAccepted: f.counterVec("admission_accepted_total", "Message-tier calls admitted, by class.", "class"),
+		AdmissionRejected: f.counterVec("admission_rejected_total", "Message-tier calls shed, by class and binding reason.", "class", "reason"),
+		AdmissionErrors:   f.counterVec("admission_rule_errors_total", "Rule predicates that errored or panicked and were decided by failPolicy, by class.", "class"),
+
+		HandshakeAccepted:   f.counter("handshake_accepted_total", "WebSocket upgrades admitted by the handshake tier."),
+		HandshakeRejected:   f.counterVec("handshake_rejected_total", "WebSocket upgrades rejected by the handshake tier, by reason.", "reason"),
+		HandshakeInflight:   f.gauge("handshake_inflight", "Upgrades in flight (arrived, handshake not finished)."),
+		HandshakeQueueDepth: f.gauge("handshake_queue_depth", "Upgrades waiting for a pacing tick."),
+		ConnectionsOpen:     f.gauge("connections_open", "Open WebSocket connections on this instance."),
+
+		PressureReason:      f.gaugeVec("pressure_reason", "1 for the active pressure reason, 0 for the others.", "reason"),
+		PressurePublishRate: f.gauge("pressure_publish_rate", "Messages published per second on this instance, over the last sample interval."),
+		PressureMemoryRatio: f.gauge("pressure_memory_ratio", "Go heap in use divided by the memory limit."),
+		TopicPublishRate:    f.topN("ws_topic_publish_rate", "Publish attempts per second for this instance's top-N topics."),
+
+		ClusterBroadcasts:  f.counter("cluster_publish_rate_broadcasts_total", "Top-publisher envelopes this instance broadcast."),
+		ClusterReceived:    f.counter("cluster_publish_rate_received_total", "Top-publisher envelopes received from sibling instances."),
+		ClusterParseErrors: f.counter("cluster_publish_rate_parse_errors_total", "Top-publisher envelopes dropped as malformed, oversize, unsigned or forged."),
+		ClusterInstances:   f.gauge("cluster_publish_rate_instances", "Sibling instances with a fresh envelope (self excluded)."),
+		ClusterTopicRate:   f.topN("cluster_topic_publish_rate", "Cluster-wide publish attempts per second for the merged top-N topics."),
+		ClusterTopicBytes:  f.topN("cluster_topic_publish_bytes", "Cluster-wide published bytes per second for the merged top-N topics."),
+
+		BusPublished: f.counter("bus_messages_published_total", "Messages handed to the cross-instance bus."),
+		BusReceived:  f.counter("bus_messages_received_total", "Messages received from other instances over the bus."),
+		BusDropped:   f.counterVec("bus_messages_dropped_total", "Bus messages dropped, by reason.", "reason"),
+		BusDegraded:  f.gauge("bus_degraded", "1 while cross-instance delivery is down."),
+
+		MessagesSent:            f.counter("messages_sent_total", "Messages (responses and notifications) queued to clients."),
+		SlowConsumerDisconnects: f.counter("slow_consumer_disconnects_total", "Clients closed with 1013 because their send queue overflowed."),
+		ProtocolErrors:          f.counterVec("protocol_errors_total", "Bad client input answered with an error or close code, by code.", "code"),
+	}
+	for _, r := range HandshakeRejectReasons {
+		m.HandshakeRejected.WithLabelValues(r)
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: namespace}))
+	return m
+}
+
+// NewDiscard returns metrics on a private registry, for tests and for
+// library users who do not export metrics.
+func NewDiscard() *Metrics { return New(prometheus.NewRegistry(), "") }
+
+type factory struct {
+	reg *prometheus.Registry
+	ns  string
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: f.ns, Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: f.ns, Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: f.ns, Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: f.ns, Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) topN(name, help string) *TopN {
+	return &TopN{vec: f.gaugeVec(name, help, "topic")}
+}
+
+// TopN is a gauge labelled by topic whose series are exactly the current
+// top-N: topics that leave the top-N leave the exposition.
+type TopN struct {
+	mu   sync.Mutex
+	vec  *prometheus.GaugeVec
+	prev map[string]struct{}
+}
+
+// Set replaces the whole label set with values (topic -> value).
+func (t *TopN) Set(values map[string]float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for topic := range t.prev {
+		if _, ok := values[topic]; !ok {
+			t.vec.DeleteLabelValues(topic)
+		}
+	}
+	next := make(map[string]struct{}, len(values))
+	for topic, v := range values {
+		t.vec.WithLabelValues(topic).Set(v)
+		next[topic] = struct{}{}
+	}
+	t.prev = next
+}

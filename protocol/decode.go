@@ -1,0 +1,157 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Request is one decoded JSON-RPC request or notification.
+type Request struct {
+	// ID is the raw id exactly as the client sent it (a number, a string or
+	// null). It is nil for a notification, which gets no response.
+	ID     json.RawMessage
+	Method string
+	// Params is the raw params value (an object or an array), or nil.
+	Params json.RawMessage
+	// Err is set when this element of the frame is not a valid request. The
+	// caller answers it with Err (using ID, which may be nil: then null).
+	Err *Error
+}
+
+// IsNotification reports whether the request carries no id.
+func (r *Request) IsNotification() bool { return r.ID == nil && r.Err == nil }
+
+// Frame is the result of decoding one text frame.
+type Frame struct {
+	Requests []Request
+	// Batch is true when the frame was a JSON array: responses then go back
+	// as one array (CONTRACT section 2, JSON-RPC 2.0 section 6).
+	Batch bool
+}
+
+// MaxBatch bounds the number of requests in one batch frame. The frame size
+// is already bounded by the read limit; this bounds the work one frame asks
+// for. Elements past it are answered -32600.
+const MaxBatch = 100
+
+// Decode parses one frame. It returns a non-nil *Error only when the frame
+// as a whole must be answered with a single error (parse error, an empty
+// batch); otherwise per-element problems are in Request.Err.
+func Decode(frame []byte) (Frame, *Error) {
+	data := bytes.TrimLeft(frame, " \t\r\n")
+	if len(data) == 0 {
+		return Frame{}, NewError(CodeParseError, "", nil)
+	}
+	switch data[0] {
+	case '{':
+		// Every field of wireRequest is raw, so Unmarshal fails only on
+		// syntax: one pass both validates and decodes.
+		var w wireRequest
+		if json.Unmarshal(data, &w) != nil {
+			return Frame{}, NewError(CodeParseError, "", nil)
+		}
+		return Frame{Requests: []Request{w.request()}}, nil
+	case '[':
+	default:
+		if !json.Valid(data) {
+			return Frame{}, NewError(CodeParseError, "", nil)
+		}
+		return Frame{Requests: []Request{invalid(nil, "request must be an object")}}, nil
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(data, &elems); err != nil {
+		return Frame{}, NewError(CodeParseError, "", nil)
+	}
+	if len(elems) == 0 {
+		return Frame{}, NewError(CodeInvalidRequest, "empty batch", nil)
+	}
+	reqs := make([]Request, len(elems))
+	for i, e := range elems {
+		if i >= MaxBatch {
+			reqs[i] = Request{ID: json.RawMessage("null"), Err: NewError(CodeInvalidRequest, "batch too large", nil)}
+			continue
+		}
+		var w wireRequest
+		if e[0] != '{' || json.Unmarshal(e, &w) != nil {
+			reqs[i] = invalid(nil, "request must be an object")
+			continue
+		}
+		reqs[i] = w.request()
+	}
+	return Frame{Requests: reqs, Batch: true}, nil
+}
+
+// wireRequest mirrors the request object. RawMessage fields keep an absent
+// member (nil) apart from an explicit null ("null").
+type wireRequest struct {
+	JSONRPC json.RawMessage `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  json.RawMessage `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+var version = []byte(`"2.0"`)
+
+// request validates the decoded members.
+func (w *wireRequest) request() Request {
+	id := w.ID
+	if id != nil && !validID(id) {
+		return invalid(nil, "id must be a string, a number or null")
+	}
+	if !bytes.Equal(w.JSONRPC, version) {
+		return invalid(id, `jsonrpc must be "2.0"`)
+	}
+	var method string
+	if len(w.Method) == 0 || w.Method[0] != '"' || json.Unmarshal(w.Method, &method) != nil || method == "" {
+		return invalid(id, "method must be a non-empty string")
+	}
+	if w.Params != nil {
+		if c := w.Params[0]; c != '{' && c != '[' {
+			return invalid(id, "params must be an object or an array")
+		}
+	}
+	return Request{ID: id, Method: method, Params: w.Params}
+}
+
+func invalid(id json.RawMessage, msg string) Request {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	return Request{ID: id, Err: NewError(CodeInvalidRequest, msg, nil)}
+}
+
+func validID(id json.RawMessage) bool {
+	switch c := id[0]; {
+	case c == '"', c == '-', c >= '0' && c <= '9':
+		return true
+	case bytes.Equal(id, []byte("null")):
+		return true
+	}
+	return false
+}
+
+// TopicParams are the params of subscribe, unsubscribe and publish.
+type TopicParams struct {
+	Topic string          `json:"topic"`
+	Data  json.RawMessage `json:"data"`
+}
+
+// DecodeTopicParams decodes built-in params and validates the topic. It
+// returns -32602 with a precise message on any problem. withData requires
+// the data member (publish).
+func DecodeTopicParams(params json.RawMessage, withData bool) (TopicParams, *Error) {
+	var p TopicParams
+	if len(params) == 0 || params[0] != '{' {
+		return p, NewError(CodeInvalidParams, "params must be an object", nil)
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return p, NewError(CodeInvalidParams, "params: "+err.Error(), nil)
+	}
+	if err := CheckTopic(p.Topic); err != "" {
+		return p, NewError(CodeInvalidParams, err, nil)
+	}
+	if withData && p.Data == nil {
+		return p, NewError(CodeInvalidParams, "missing data", nil)
+	}
+	return p, nil
+}
