@@ -1,13 +1,16 @@
 package pressure
 
-// STUB: the API other packages build against. The pressure helper replaces
-// the bodies (and adds doc.go, tests, benchmarks); signatures stay.
-
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rtserver/rtserver/metrics"
 )
@@ -22,6 +25,9 @@ const (
 	PublishRate
 	Subscribers
 )
+
+// numReasons is the number of Reason values, NONE included.
+const numReasons = 4
 
 func (r Reason) String() string {
 	switch r {
@@ -67,17 +73,23 @@ type Snapshot struct {
 	At              time.Time
 	Reason          Reason
 	MemoryRatio     float64 // heap in use / memory limit (0 when no limit is known)
-	HeapInUse       uint64
-	MemoryLimit     uint64
-	RSS             uint64
+	HeapInUse       uint64  // bytes in heap objects (live + not yet swept); see doc.go
+	MemoryLimit     uint64  // GOMEMLIMIT, else Config.MemoryLimitBytes, else cgroup memory.max; 0 = none
+	RSS             uint64  // resident set size (Linux /proc/self/statm; 0 elsewhere)
 	PublishRate     float64 // messages published per second (local + from the bus)
 	Connections     int64
 	Subscriptions   int64
-	SubscriberRatio float64 // subscriptions / connections
-	SchedLatencyP99 time.Duration
-	GCCPUFraction   float64
-	TopTopics       []TopicRate // by publish attempts, descending, at most topN
+	SubscriberRatio float64       // subscriptions / connections (0 with no connections)
+	SchedLatencyP99 time.Duration // p99 goroutine scheduling latency over the last interval
+	GCCPUFraction   float64       // share of available CPU spent in GC over the last interval
+	TopTopics       []TopicRate   // by publish attempts, descending, at most topN
 	TopUsers        []UserRate
+
+	// Publish attempts in the interval that could not be attributed to a
+	// topic (or user) because Config.MaxTrackedKeys distinct names had
+	// already been seen in that interval.
+	UntrackedTopicAttempts int64
+	UntrackedUserAttempts  int64
 }
 
 // RateOf is the topic's attempts per second if it is in TopTopics, else 0.
@@ -100,17 +112,27 @@ func (s *Snapshot) RateOfUser(user string) float64 {
 	return 0
 }
 
-// Config of the monitor. Thresholds of 0 switch that reason off.
+// Config of the monitor. Thresholds of 0 switch that reason (or, for the
+// topic thresholds, that hot-topic test) off.
 type Config struct {
-	SampleInterval          time.Duration
-	MemoryHeapUsedRatio     float64
-	MemoryLimitBytes        uint64
-	PublishRatePerSec       float64
-	SubscriberRatio         float64
-	TopicPublishRatePerSec  float64
-	TopicPublishBytesPerSec float64
-	TopN                    int
-	Hysteresis              float64 // a reason clears below threshold*(1-Hysteresis); 0 = none
+	SampleInterval          time.Duration // 0: 1s
+	MemoryHeapUsedRatio     float64       // MEMORY when heap in use / limit >= this
+	MemoryLimitBytes        uint64        // used when GOMEMLIMIT is unset; 0: cgroup memory.max
+	PublishRatePerSec       float64       // PUBLISH_RATE when published msgs/s >= this
+	SubscriberRatio         float64       // SUBSCRIBERS when subscriptions/connections >= this
+	TopicPublishRatePerSec  float64       // a topic is hot at >= this many attempts/s ...
+	TopicPublishBytesPerSec float64       // ... or >= this many bytes/s
+	TopN                    int           // top topics and users kept per sample; <= 0: 20
+	Hysteresis              float64       // a reason clears below threshold*(1-Hysteresis); 0 = none; clamped to [0, 1)
+
+	// MaxTrackedKeys bounds the distinct topics, and separately the
+	// distinct users, counted per sample interval; attempts on further
+	// names are counted only in Snapshot.Untracked*Attempts. 0: 10,000.
+	MaxTrackedKeys int
+
+	// Now is the clock used to stamp samples and measure the interval
+	// between them. nil: time.Now.
+	Now func() time.Time
 }
 
 // DefaultConfig is CONTRACT section 5's pressure block.
@@ -126,18 +148,105 @@ func DefaultConfig() Config {
 	}
 }
 
+// withDefaults fills the documented zero-value defaults.
+func (c Config) withDefaults() Config {
+	if c.SampleInterval <= 0 {
+		c.SampleInterval = time.Second
+	}
+	if c.TopN <= 0 {
+		c.TopN = 20
+	}
+	if c.MaxTrackedKeys <= 0 {
+		c.MaxTrackedKeys = DefaultMaxTrackedKeys
+	}
+	if c.Hysteresis < 0 || c.Hysteresis != c.Hysteresis {
+		c.Hysteresis = 0
+	}
+	if c.Hysteresis >= 1 {
+		c.Hysteresis = 0.99
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
 // Counts reports the live connection and subscription counts.
 type Counts func() (connections, subscriptions int64)
 
-// Monitor samples pressure.
+// Monitor samples pressure. Create it with New; the zero value is not
+// usable. Recording and Snapshot are safe from any goroutine.
 type Monitor struct {
-	snap atomic.Pointer[Snapshot]
+	snap      atomic.Pointer[Snapshot]
+	published atomic.Int64
+	topics    *table
+	users     *table
+
+	cfg    Config
+	counts Counts
+	log    *slog.Logger
+
+	// Metric handles, nil when New got nil metrics.
+	reasonGauges [numReasons]prometheus.Gauge
+	publishRate  prometheus.Gauge
+	memoryRatio  prometheus.Gauge
+	topicRate    *metrics.TopN
+
+	lmu       sync.Mutex // guards the listener slices (copy on write)
+	onReason  []func(old, new Reason)
+	onHot     []func(TopicRate, bool)
+	onSample  []func(*Snapshot)
+	listeners atomic.Pointer[listenerSet]
+
+	// Sampler state, guarded by smu: only one sample runs at a time.
+	smu         sync.Mutex
+	readRuntime func() runtimeStats // replaced by tests
+	last        time.Time
+	active      [numReasons]bool  // per reason, with hysteresis
+	hot         map[string]uint64 // topics currently hot -> gen of the sample that last saw them
+	gen         uint64
+	keepTopics  map[string]struct{}
+	keepUsers   map[string]struct{}
+	buf         []entry
 }
 
-// New returns a monitor; counts may be nil.
+type listenerSet struct {
+	reason []func(old, new Reason)
+	hot    []func(TopicRate, bool)
+	sample []func(*Snapshot)
+}
+
+// New returns a monitor; counts may be nil (0 connections and
+// subscriptions), m may be nil (no metrics), log may be nil (slog.Default).
+// It does not start sampling: call Run, or Sample.
 func New(cfg Config, counts Counts, m *metrics.Metrics, log *slog.Logger) *Monitor {
-	mon := &Monitor{}
-	mon.snap.Store(&Snapshot{})
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	mon := &Monitor{
+		topics:     newTable(cfg.MaxTrackedKeys),
+		users:      newTable(cfg.MaxTrackedKeys),
+		cfg:        cfg,
+		counts:     counts,
+		log:        log,
+		hot:        make(map[string]uint64),
+		keepTopics: make(map[string]struct{}),
+		keepUsers:  make(map[string]struct{}),
+	}
+	mon.readRuntime = newRuntimeReader(cfg.MemoryLimitBytes).read
+	if m != nil {
+		for r := range Reason(numReasons) {
+			mon.reasonGauges[r] = m.PressureReason.WithLabelValues(r.String())
+		}
+		mon.reasonGauges[None].Set(1)
+		mon.publishRate = m.PressurePublishRate
+		mon.memoryRatio = m.PressureMemoryRatio
+		mon.topicRate = m.TopicPublishRate
+	}
+	mon.last = cfg.Now()
+	mon.snap.Store(&Snapshot{At: mon.last})
+	mon.listeners.Store(&listenerSet{})
 	return mon
 }
 
@@ -145,25 +254,281 @@ func New(cfg Config, counts Counts, m *metrics.Metrics, log *slog.Logger) *Monit
 func (m *Monitor) Snapshot() *Snapshot { return m.snap.Load() }
 
 // RecordAttempt counts a publish attempt that reached the message tier
-// (admitted or not), for the top publishers by topic and by user.
-func (m *Monitor) RecordAttempt(topic, user string, bytes int) {}
+// (admitted or not), for the top publishers by topic and by user. An empty
+// user is counted by topic only. On a topic and user already seen this
+// interval it is two read-locked map lookups and four atomic adds, and
+// allocates nothing.
+func (m *Monitor) RecordAttempt(topic, user string, bytes int) {
+	b := int64(max(bytes, 0))
+	m.topics.record(topic, b)
+	if user != "" {
+		m.users.record(user, b)
+	}
+}
 
 // RecordPublished counts n messages actually published (locally, or
 // arriving from the bus), for PUBLISH_RATE.
-func (m *Monitor) RecordPublished(n int) {}
+func (m *Monitor) RecordPublished(n int) {
+	m.published.Add(int64(n))
+}
 
-// OnReasonChange registers a listener called after a sample changes the reason.
-func (m *Monitor) OnReasonChange(f func(old, new Reason)) {}
+// OnReasonChange registers a listener called after a sample changes the
+// reason. Listeners run on the sampling goroutine, must not block, and must
+// not call Sample.
+func (m *Monitor) OnReasonChange(f func(old, new Reason)) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	m.onReason = append(m.onReason[:len(m.onReason):len(m.onReason)], f)
+	m.publishListeners()
+}
 
 // OnTopicHot registers a listener called when a topic crosses (hot=true) or
-// falls back below (hot=false) a topic threshold.
-func (m *Monitor) OnTopicHot(f func(t TopicRate, hot bool)) {}
+// falls back below (hot=false) a topic threshold. A hot topic stays hot
+// until both its message and byte rates are below their thresholds times
+// (1-Hysteresis); a hot topic that stops publishing is reported with zero
+// rates.
+func (m *Monitor) OnTopicHot(f func(t TopicRate, hot bool)) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	m.onHot = append(m.onHot[:len(m.onHot):len(m.onHot)], f)
+	m.publishListeners()
+}
 
 // OnSample registers a listener called with every new snapshot.
-func (m *Monitor) OnSample(f func(*Snapshot)) {}
+func (m *Monitor) OnSample(f func(*Snapshot)) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	m.onSample = append(m.onSample[:len(m.onSample):len(m.onSample)], f)
+	m.publishListeners()
+}
 
-// Sample takes one sample now.
-func (m *Monitor) Sample() {}
+// publishListeners swaps in an immutable copy of the listener lists, so the
+// sampler reads them without a lock. Called with lmu held.
+func (m *Monitor) publishListeners() {
+	m.listeners.Store(&listenerSet{reason: m.onReason, hot: m.onHot, sample: m.onSample})
+}
 
-// Run samples every SampleInterval until ctx ends.
-func (m *Monitor) Run(ctx context.Context) { <-ctx.Done() }
+// Run samples every SampleInterval until ctx ends. The first sample is one
+// interval after Run starts, so the first rates cover a whole interval.
+func (m *Monitor) Run(ctx context.Context) {
+	t := time.NewTicker(m.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.Sample()
+		}
+	}
+}
+
+// hotEvent is one OnTopicHot notification, queued until after the snapshot
+// is stored.
+type hotEvent struct {
+	t   TopicRate
+	hot bool
+}
+
+// Sample takes one sample now: it reads the runtime and the counters,
+// stores the new snapshot, updates the metrics, then runs the listeners
+// (reason change, then topic hot/cold in topic order, then OnSample).
+func (m *Monitor) Sample() {
+	m.smu.Lock()
+	defer m.smu.Unlock()
+
+	now := m.cfg.Now()
+	elapsed := now.Sub(m.last).Seconds()
+	if elapsed <= 0 {
+		// A clock that stood still or stepped back: rate over the nominal
+		// interval rather than divide by zero.
+		elapsed = m.cfg.SampleInterval.Seconds()
+	}
+	m.last = now
+
+	rt := m.readRuntime()
+	var conns, subs int64
+	if m.counts != nil {
+		conns, subs = m.counts()
+	}
+	s := &Snapshot{
+		At:              now,
+		HeapInUse:       rt.HeapInUse,
+		MemoryLimit:     rt.MemoryLimit,
+		RSS:             rt.RSS,
+		PublishRate:     float64(m.published.Swap(0)) / elapsed,
+		Connections:     conns,
+		Subscriptions:   subs,
+		SchedLatencyP99: rt.SchedP99,
+		GCCPUFraction:   rt.GCCPUFraction,
+	}
+	if rt.MemoryLimit > 0 {
+		s.MemoryRatio = float64(rt.HeapInUse) / float64(rt.MemoryLimit)
+	}
+	if conns > 0 {
+		s.SubscriberRatio = float64(subs) / float64(conns)
+	}
+	s.Reason = m.reason(s)
+
+	var events []hotEvent
+	s.TopTopics, s.UntrackedTopicAttempts, events = m.sampleTopics(elapsed)
+	s.TopUsers, s.UntrackedUserAttempts = m.sampleUsers(elapsed)
+
+	old := m.snap.Swap(s).Reason
+	m.setMetrics(s)
+	m.notify(old, s, events)
+}
+
+// reason updates the per-reason active flags and returns the highest
+// priority active reason.
+func (m *Monitor) reason(s *Snapshot) Reason {
+	vals := [numReasons]float64{Memory: s.MemoryRatio, PublishRate: s.PublishRate, Subscribers: s.SubscriberRatio}
+	thrs := [numReasons]float64{Memory: m.cfg.MemoryHeapUsedRatio, PublishRate: m.cfg.PublishRatePerSec, Subscribers: m.cfg.SubscriberRatio}
+	reason := None
+	for r := Subscribers; r >= Memory; r-- {
+		m.active[r] = m.over(m.active[r], vals[r], thrs[r])
+		if m.active[r] {
+			reason = r
+		}
+	}
+	return reason
+}
+
+// over says whether a value is over its threshold, given whether it was
+// before: it turns on at >= thr and, once on, turns off only below
+// thr*(1-Hysteresis). A threshold <= 0 is off.
+func (m *Monitor) over(was bool, v, thr float64) bool {
+	if thr <= 0 {
+		return false
+	}
+	if was {
+		return v >= thr*(1-m.cfg.Hysteresis)
+	}
+	return v >= thr
+}
+
+// better orders entries by messages descending, then by key, so that the
+// top-N is deterministic.
+func better(a, b entry) int {
+	if c := cmp.Compare(b.msgs, a.msgs); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.key, b.key)
+}
+
+// topEntries sorts the best n of buf to its front and returns them.
+func topEntries(buf []entry, n int) []entry {
+	slices.SortFunc(buf, better)
+	return buf[:min(n, len(buf))]
+}
+
+func (m *Monitor) sampleTopics(elapsed float64) ([]TopicRate, int64, []hotEvent) {
+	var over int64
+	m.buf, over = m.topics.drain(m.buf, m.keepTopics)
+
+	// Hot topics: every topic seen this interval is checked, not only the
+	// top-N, since a topic can be hot by bytes with few messages.
+	var events []hotEvent
+	rateThr, bytesThr := m.cfg.TopicPublishRatePerSec, m.cfg.TopicPublishBytesPerSec
+	m.gen++
+	for _, e := range m.buf {
+		tr := TopicRate{Topic: e.key, MessagesPerSec: float64(e.msgs) / elapsed, BytesPerSec: float64(e.bytes) / elapsed}
+		_, was := m.hot[e.key]
+		is := m.over(was, tr.MessagesPerSec, rateThr) || m.over(was, tr.BytesPerSec, bytesThr)
+		switch {
+		case is:
+			m.hot[e.key] = m.gen
+			if !was {
+				events = append(events, hotEvent{t: tr, hot: true})
+			}
+		case was:
+			delete(m.hot, e.key)
+			events = append(events, hotEvent{t: tr, hot: false})
+		}
+	}
+	for k, g := range m.hot {
+		if g != m.gen {
+			// Hot, but published nothing this interval: it has cooled.
+			delete(m.hot, k)
+			events = append(events, hotEvent{t: TopicRate{Topic: k}, hot: false})
+		}
+	}
+	slices.SortFunc(events, func(a, b hotEvent) int { return cmp.Compare(a.t.Topic, b.t.Topic) })
+
+	top := topEntries(m.buf, m.cfg.TopN)
+	out := make([]TopicRate, len(top))
+	clear(m.keepTopics)
+	for i, e := range top {
+		out[i] = TopicRate{Topic: e.key, MessagesPerSec: float64(e.msgs) / elapsed, BytesPerSec: float64(e.bytes) / elapsed}
+		m.keepTopics[e.key] = struct{}{}
+	}
+	// Hot topics keep their counters too, so they stay tracked however
+	// many new names arrive.
+	for k := range m.hot {
+		m.keepTopics[k] = struct{}{}
+	}
+	clear(m.buf) // drop key references held by the scratch buffer
+	return out, over, events
+}
+
+func (m *Monitor) sampleUsers(elapsed float64) ([]UserRate, int64) {
+	var over int64
+	m.buf, over = m.users.drain(m.buf, m.keepUsers)
+	top := topEntries(m.buf, m.cfg.TopN)
+	out := make([]UserRate, len(top))
+	clear(m.keepUsers)
+	for i, e := range top {
+		out[i] = UserRate{User: e.key, MessagesPerSec: float64(e.msgs) / elapsed, BytesPerSec: float64(e.bytes) / elapsed}
+		m.keepUsers[e.key] = struct{}{}
+	}
+	clear(m.buf)
+	return out, over
+}
+
+func (m *Monitor) setMetrics(s *Snapshot) {
+	if m.publishRate == nil {
+		return
+	}
+	for r, g := range m.reasonGauges {
+		if Reason(r) == s.Reason {
+			g.Set(1)
+		} else {
+			g.Set(0)
+		}
+	}
+	m.publishRate.Set(s.PublishRate)
+	m.memoryRatio.Set(s.MemoryRatio)
+	top := make(map[string]float64, len(s.TopTopics))
+	for _, t := range s.TopTopics {
+		top[t.Topic] = t.MessagesPerSec
+	}
+	m.topicRate.Set(top)
+}
+
+func (m *Monitor) notify(old Reason, s *Snapshot, events []hotEvent) {
+	ls := m.listeners.Load()
+	if old != s.Reason {
+		for _, f := range ls.reason {
+			m.safely("OnReasonChange", func() { f(old, s.Reason) })
+		}
+	}
+	for _, e := range events {
+		for _, f := range ls.hot {
+			m.safely("OnTopicHot", func() { f(e.t, e.hot) })
+		}
+	}
+	for _, f := range ls.sample {
+		m.safely("OnSample", func() { f(s) })
+	}
+}
+
+// safely runs one listener; a panic is logged and does not stop the other
+// listeners or the monitor.
+func (m *Monitor) safely(kind string, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			m.log.Error("pressure: listener panicked", "listener", kind, "panic", fmt.Sprint(v))
+		}
+	}()
+	f()
+}

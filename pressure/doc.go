@@ -1,0 +1,80 @@
+// Package pressure samples this instance's load into an immutable Snapshot
+// that the message tier reads on every call with one atomic load.
+//
+// # What it owns
+//
+// A Monitor samples every Config.SampleInterval (Run) or on demand
+// (Sample) and publishes one *Snapshot with a single atomic pointer store:
+//
+//   - MEMORY: Go heap in use divided by the memory limit. "Heap in use" is
+//     runtime/metrics /memory/classes/heap/objects:bytes (live objects and
+//     dead ones not yet swept; MemStats.HeapAlloc). Not committed heap: free
+//     and unused spans the runtime holds do not count. The limit is
+//     GOMEMLIMIT when set, else Config.MemoryLimitBytes, else the tightest
+//     cgroup v2 memory.max on the path from this process's cgroup to the
+//     root; with none of these the ratio is 0 and MEMORY never fires. RSS
+//     (from /proc/self/statm, 0 off Linux) is reported for dashboards only.
+//   - PUBLISH_RATE: messages actually published per second over the
+//     interval, counted by RecordPublished (local publishes and messages
+//     from the bus).
+//   - SUBSCRIBERS: subscriptions / connections from the Counts callback
+//     (0 with no connections).
+//   - Top publishers by topic and by user: RecordAttempt counts publish
+//     attempts that reached the message tier, admitted or not. Each sample
+//     turns the interval's counts into messages/s and bytes/s, keeps the top
+//     Config.TopN by messages/s (descending, ties by name ascending) and
+//     resets the counts.
+//   - SchedLatencyP99: the p99 of /sched/latencies:seconds over the interval
+//     (the delta of the cumulative histogram since the previous sample),
+//     reported as the upper bound of the bucket that holds it.
+//   - GCCPUFraction: /cpu/classes/gc/total:cpu-seconds over
+//     /cpu/classes/total:cpu-seconds, both as deltas over the interval. The
+//     total is GOMAXPROCS × wall time, so this is the share of available CPU,
+//     like MemStats.GCCPUFraction, and the runtime refreshes it at GC time.
+//
+// The reason is the highest-priority active one: MEMORY > PUBLISH_RATE >
+// SUBSCRIBERS > NONE. A reason activates when its value is >= its
+// threshold; a threshold of 0 switches it off. With Config.Hysteresis h, an
+// active reason clears only when its value drops below threshold*(1-h), so
+// a value hovering at the threshold does not flap. Each reason keeps its
+// own state: when MEMORY clears, an active PUBLISH_RATE shows through.
+// Topic hotness (OnTopicHot) follows the same rule against
+// TopicPublishRatePerSec or TopicPublishBytesPerSec (hot when either is
+// reached; cold when both are below).
+//
+// # Bounds
+//
+// Topic and user names come from clients. At most Config.MaxTrackedKeys
+// (default 10,000) distinct topics, and separately users, are counted per
+// interval; an attempt on a further name is counted only in
+// Snapshot.UntrackedTopicAttempts / UntrackedUserAttempts. At each sample
+// every name is dropped except the previous top-N and the hot topics, which
+// keep their counters: a heavy publisher never loses its slot to a flood of
+// new names. Empty users are counted by topic only. The hot-topic set is
+// bounded by the tracked keys.
+//
+// # Must never
+//
+// Block or allocate on the recording path for a name already seen this
+// interval: RecordAttempt is a read-locked lookup in one of 64 shards
+// (picked by a hash of the name) plus two atomic adds per table;
+// RecordPublished is one atomic add. New names take that shard's write
+// lock. The sampler takes each shard's write lock once per interval to read
+// and reset it; since adds happen under the read lock, no count is lost.
+//
+// # Listeners
+//
+// OnReasonChange, OnTopicHot and OnSample listeners run on the sampling
+// goroutine after the snapshot is stored and the metrics updated, in that
+// order (hot/cold events sorted by topic). A listener that panics is
+// logged and does not stop the others or the monitor. Listeners must not
+// block and must not call Sample (samples are serialised by a mutex held
+// while listeners run, so that they observe samples in order).
+//
+// # Metrics
+//
+// pressure_reason{reason} is set for all four reasons (NONE included) at
+// every sample: 1 for the active one, 0 for the others.
+// pressure_publish_rate, pressure_memory_ratio, and ws_topic_publish_rate
+// {topic} for exactly the current top-N topics.
+package pressure
