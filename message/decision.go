@@ -1,0 +1,116 @@
+package message
+
+import (
+	"math"
+	"time"
+)
+
+// Reason words of a denied Decision (CONTRACT section 2, the reason field of
+// -32001; RATE is answered as -32002 instead). The first three are the
+// pressure reasons' own text.
+const (
+	ReasonMemory              = "MEMORY"
+	ReasonPublishRate         = "PUBLISH_RATE"
+	ReasonSubscribers         = "SUBSCRIBERS"
+	ReasonClusterTopPublisher = "CLUSTER_TOP_PUBLISHER"
+	ReasonPredicate           = "PREDICATE"
+	ReasonConcurrency         = "CONCURRENCY"
+	ReasonRate                = "RATE"
+)
+
+// Decision is a combined admission decision.
+//
+// A well-formed Decision (every one Check returns, and AllowFull) is either
+// allowed with RetryAfter 0 and Reason "", or denied with RetryAfter > 0 and
+// a Reason word. Combine keeps decisions well-formed, and its laws are
+// stated over well-formed decisions.
+type Decision struct {
+	Allowed    bool
+	Limit      int64 // binding limit (math.MaxInt64 when no part limits)
+	Remaining  int64
+	RetryAfter time.Duration // > 0 when denied
+	Reason     string        // binding part when denied: MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, CONCURRENCY, RATE
+}
+
+// AllowFull is the identity of Combine: allowed, no limit, nothing to wait
+// for. Treat it as a constant.
+var AllowFull = Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64}
+
+// Combine joins two decisions about the same call (the seed's algebra):
+// Allowed is the AND, Limit and Remaining the minimum, RetryAfter the
+// maximum (never under-state the wait). Reason is the binding part's: a
+// denial binds over an allowance; between two denials the one with the
+// larger RetryAfter binds, and equal waits are broken by a fixed priority
+// (MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE,
+// CONCURRENCY, RATE, then any other word in byte order), so that Combine is
+// commutative and the binding reason does not depend on evaluation order.
+//
+// Over well-formed decisions Combine is associative, commutative and
+// idempotent, and AllowFull is its identity: N parts reduce flat, in any
+// order, and a part that is not configured is simply AllowFull.
+func Combine(a, b Decision) Decision {
+	out := Decision{
+		Allowed:    a.Allowed && b.Allowed,
+		Limit:      min(a.Limit, b.Limit),
+		Remaining:  min(a.Remaining, b.Remaining),
+		RetryAfter: max(a.RetryAfter, b.RetryAfter),
+		Reason:     a.Reason,
+	}
+	if binds(b, a) {
+		out.Reason = b.Reason
+	}
+	return out
+}
+
+// binds reports whether b's reason takes precedence over a's. It is a strict
+// total order on (denied, RetryAfter, priority, reason), so picking the
+// larger is a semilattice join.
+func binds(b, a Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !b.Allowed
+	}
+	if a.RetryAfter != b.RetryAfter {
+		return b.RetryAfter > a.RetryAfter
+	}
+	ra, rb := reasonRank(a.Reason), reasonRank(b.Reason)
+	if ra != rb {
+		return rb > ra
+	}
+	return b.Reason > a.Reason
+}
+
+// reasonRank orders reasons for ties: higher binds. Pressure first (the
+// instance itself is in trouble), then the cluster view, the application's
+// predicate, and last the per-class budgets, whose hint is the most exact.
+func reasonRank(r string) int {
+	switch r {
+	case "":
+		return 0
+	case ReasonMemory:
+		return 8
+	case ReasonPublishRate:
+		return 7
+	case ReasonSubscribers:
+		return 6
+	case ReasonClusterTopPublisher:
+		return 5
+	case ReasonPredicate:
+		return 4
+	case ReasonConcurrency:
+		return 3
+	case ReasonRate:
+		return 2
+	}
+	return 1
+}
+
+// RetryAfterMillis is RetryAfter in whole milliseconds, rounded up, for the
+// retryAfterMs field: at least 1 when denied (CONTRACT: a positive integer),
+// 0 when allowed.
+func (d Decision) RetryAfterMillis() int64 {
+	if d.Allowed {
+		return 0
+	}
+	ms := int64((d.RetryAfter + time.Millisecond - 1) / time.Millisecond)
+	return max(ms, 1)
+}
