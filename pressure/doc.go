@@ -48,10 +48,11 @@
 // (default 10,000) distinct topics, and separately users, are counted per
 // interval; an attempt on a further name is counted only in
 // Snapshot.UntrackedTopicAttempts / UntrackedUserAttempts. At each sample
-// every name is dropped except the previous top-N and the hot topics, which
-// keep their counters: a heavy publisher never loses its slot to a flood of
-// new names. Empty users are counted by topic only. The hot-topic set is
-// bounded by the tracked keys.
+// the counts are read and zeroed, then every name is dropped except this
+// sample's top-N, the hot topics, and names recorded in between (whose
+// counts belong to the next interval): a heavy publisher keeps its counter
+// and never loses its slot to a flood of new names. Empty users are
+// counted by topic only. The hot-topic set is bounded by the tracked keys.
 //
 // # Must never
 //
@@ -59,8 +60,9 @@
 // interval: RecordAttempt is a read-locked lookup in one of 64 shards
 // (picked by a hash of the name) plus two atomic adds per table;
 // RecordPublished is one atomic add. New names take that shard's write
-// lock. The sampler takes each shard's write lock once per interval to read
-// and reset it; since adds happen under the read lock, no count is lost.
+// lock. The sampler takes each shard's write lock twice per interval (read
+// and zero, then prune idle names); since adds happen under the read lock
+// and only names with a zero count are pruned, no count is lost.
 //
 // # Listeners
 //

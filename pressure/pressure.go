@@ -424,7 +424,7 @@ func topEntries(buf []entry, n int) []entry {
 
 func (m *Monitor) sampleTopics(elapsed float64) ([]TopicRate, int64, []hotEvent) {
 	var over int64
-	m.buf, over = m.topics.drain(m.buf, m.keepTopics)
+	m.buf, over = m.topics.drain(m.buf)
 
 	// Hot topics: every topic seen this interval is checked, not only the
 	// top-N, since a topic can be hot by bytes with few messages.
@@ -467,13 +467,14 @@ func (m *Monitor) sampleTopics(elapsed float64) ([]TopicRate, int64, []hotEvent)
 	for k := range m.hot {
 		m.keepTopics[k] = struct{}{}
 	}
+	m.topics.prune(m.keepTopics)
 	clear(m.buf) // drop key references held by the scratch buffer
 	return out, over, events
 }
 
 func (m *Monitor) sampleUsers(elapsed float64) ([]UserRate, int64) {
 	var over int64
-	m.buf, over = m.users.drain(m.buf, m.keepUsers)
+	m.buf, over = m.users.drain(m.buf)
 	top := topEntries(m.buf, m.cfg.TopN)
 	out := make([]UserRate, len(top))
 	clear(m.keepUsers)
@@ -481,6 +482,7 @@ func (m *Monitor) sampleUsers(elapsed float64) ([]UserRate, int64) {
 		out[i] = UserRate{User: e.key, MessagesPerSec: float64(e.msgs) / elapsed, BytesPerSec: float64(e.bytes) / elapsed}
 		m.keepUsers[e.key] = struct{}{}
 	}
+	m.users.prune(m.keepUsers)
 	clear(m.buf)
 	return out, over
 }

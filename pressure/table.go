@@ -35,8 +35,9 @@ type shard struct {
 //
 // Recording on a key already present is a read-locked map lookup plus two
 // atomic adds, done while holding the read lock: the sampler takes each
-// shard's write lock to read and reset it, so an add can never land on a
-// counter that the sampler has already read and dropped. Counts are exact.
+// shard's write lock to read and zero the counts (drain) and to delete idle
+// names (prune), so an add can never land on a counter that has been read
+// and dropped. Counts are exact.
 //
 // The number of keys is bounded by max; an attempt on a new key past the
 // bound is counted in the overflow counters instead, so client-chosen names
@@ -100,23 +101,40 @@ type entry struct {
 }
 
 // drain reads every key's counts for the interval that just ended into buf
-// (reused by the caller) and resets the table: keys in keep get their
-// counters zeroed and stay (so a heavy publisher never loses its slot to a
-// flood of new names), all others are deleted. It also returns and resets
-// the count of attempts that overflowed the key bound.
-func (t *table) drain(buf []entry, keep map[string]struct{}) (_ []entry, overflow int64) {
+// (reused by the caller), zeroes them, and returns them with the count of
+// attempts that overflowed the key bound. Keys stay in the table until
+// prune.
+func (t *table) drain(buf []entry) (_ []entry, overflow int64) {
 	buf = buf[:0]
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for k, c := range s.m {
-			msgs, bytes := c.msgs.Load(), c.bytes.Load()
-			if msgs > 0 {
-				buf = append(buf, entry{key: k, msgs: msgs, bytes: bytes})
-			}
-			if _, ok := keep[k]; ok {
+			if msgs := c.msgs.Load(); msgs > 0 {
+				buf = append(buf, entry{key: k, msgs: msgs, bytes: c.bytes.Load()})
 				c.msgs.Store(0)
 				c.bytes.Store(0)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return buf, t.overN.Swap(0)
+}
+
+// prune deletes every key that is not in keep and has had no attempt since
+// drain. The sampler keeps this interval's top-N (and hot topics) so that a
+// heavy publisher never loses its slot to a flood of new names; a key that
+// was recorded between drain and prune keeps its counts for the next
+// interval, so no attempt is lost.
+func (t *table) prune(keep map[string]struct{}) {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for k, c := range s.m {
+			if c.msgs.Load() != 0 {
+				continue
+			}
+			if _, ok := keep[k]; ok {
 				continue
 			}
 			delete(s.m, k)
@@ -124,5 +142,4 @@ func (t *table) drain(buf []entry, keep map[string]struct{}) (_ []entry, overflo
 		}
 		s.mu.Unlock()
 	}
-	return buf, t.overN.Swap(0)
 }
