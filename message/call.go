@@ -20,7 +20,8 @@ import (
 // a late Release from the previous call would give back the new lease.
 //
 // The exported fields are read by Check only; set them before Check, on the
-// goroutine that calls it.
+// goroutine that calls it. A Call must not be copied after first use (go vet
+// reports copies): a copy of a held lease would be released twice.
 type Call struct {
 	Method string
 	Topic  string // publish/subscribe topic, or ""
