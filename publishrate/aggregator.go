@@ -1,0 +1,541 @@
+package publishrate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// Receive-loop retry pacing while Redis is unreachable.
+const (
+	retryMin = 100 * time.Millisecond
+	retryMax = 2 * time.Second
+	logEvery = 10 * time.Second // at most one log line per kind of trouble
+)
+
+// Aggregator is one instance's view of the cluster's top publishers. See
+// the package documentation.
+type Aggregator struct {
+	opts    Options
+	id      string
+	client  redis.UniversalClient
+	local   Local
+	m       *metrics.Metrics
+	log     *slog.Logger
+	maxList int // bound on each list of a received envelope
+
+	view atomic.Pointer[view]
+
+	// mu guards the merge state. Lock order: life, then mu.
+	mu        sync.Mutex
+	active    bool
+	remotes   map[string]*remote
+	fresh     []*remote // scratch for mergeLocked
+	latest    *pressure.Snapshot
+	win       *window
+	localSubs []SubjectCount // Subjects() of the last tick
+
+	// life serialises Activate and Deactivate.
+	life   sync.Mutex
+	cancel context.CancelFunc
+	ps     *redis.PubSub
+	wg     sync.WaitGroup
+
+	broadcasts, publishErrors, breakerSkips      atomic.Uint64
+	received, parseErrors, outdated, instIgnored atomic.Uint64
+
+	logParse, logPublish, logSkip, logInstances, logRecv logLimit
+}
+
+// Stats are counters kept beside the Prometheus metrics, for things the
+// contract has no metric for, and for tests.
+type Stats struct {
+	Broadcasts       uint64 // envelopes published (cluster_publish_rate_broadcasts_total)
+	PublishErrors    uint64 // publish calls that failed
+	BreakerSkips     uint64 // broadcasts skipped while the breaker was open
+	Received         uint64 // sibling envelopes accepted (cluster_publish_rate_received_total)
+	ParseErrors      uint64 // envelopes dropped: oversize, malformed, unsigned, forged
+	Outdated         uint64 // sibling envelopes not newer (by sender ts) than the one held
+	InstancesIgnored uint64 // envelopes from new instances past MaxInstances
+	Instances        int    // fresh siblings in the current view
+}
+
+// New returns an inactive aggregator. It registers an OnSample listener on
+// local at once, so RateOf answers this instance's own rates before
+// Activate and after Deactivate.
+func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, error) {
+	if client == nil || local == nil {
+		return nil, errors.New("publishrate: nil client or local")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	now := opts.Now()
+	a := &Aggregator{
+		opts:    opts,
+		id:      opts.InstanceID,
+		client:  client,
+		local:   local,
+		m:       opts.Metrics,
+		log:     opts.Logger.With("component", "publishrate", "instanceId", opts.InstanceID),
+		maxList: max(2*opts.TopN, 64),
+		remotes: map[string]*remote{},
+		latest:  local.Snapshot(),
+		win:     newWindow(max(8*opts.TopN, 256), now),
+	}
+	a.view.Store(emptyView)
+	a.mu.Lock()
+	a.mergeLocked(now)
+	a.mu.Unlock()
+	local.OnSample(a.onSample)
+	return a, nil
+}
+
+// InstanceID is the id this instance tags its envelopes with.
+func (a *Aggregator) InstanceID() string { return a.id }
+
+// Activate subscribes to the channel and starts the broadcast timer. It
+// returns once Redis confirmed the subscription, retrying while Redis is
+// unreachable until ctx ends (then it returns the error and stays
+// inactive). Once active, the aggregator runs until Deactivate, whatever
+// becomes of ctx, and rides out Redis outages on its own. Calling it while
+// active does nothing.
+func (a *Aggregator) Activate(ctx context.Context) error {
+	a.life.Lock()
+	defer a.life.Unlock()
+	if a.ps != nil {
+		return nil
+	}
+	ps := a.client.Subscribe(ctx, a.opts.Channel)
+	if err := awaitSubscribed(ctx, ps); err != nil {
+		_ = ps.Close()
+		return fmt.Errorf("publishrate: subscribe %q: %w", a.opts.Channel, err)
+	}
+	subs := a.subjects()
+	now := a.opts.Now()
+	a.mu.Lock()
+	a.active = true
+	a.win.reset(now)
+	a.localSubs = subs
+	a.mergeLocked(now)
+	a.mu.Unlock()
+
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancel, a.ps = cancel, ps
+	a.wg.Add(2)
+	go a.receiveLoop(lctx, ps)
+	go a.tickLoop(lctx)
+	return nil
+}
+
+// awaitSubscribed waits for Redis to confirm the subscription.
+func awaitSubscribed(ctx context.Context, ps *redis.PubSub) error {
+	backoff := retryMin
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, time.Second)
+		if err == nil {
+			if _, ok := msg.(*redis.Subscription); ok {
+				return nil
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return errors.Join(ctx.Err(), err)
+		}
+		if isTimeout(err) {
+			continue
+		}
+		if !sleepCtx(ctx, backoff) {
+			return errors.Join(ctx.Err(), err)
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// Deactivate stops the broadcast timer and the subscriber, waits for both
+// goroutines, and forgets every sibling's slice: the view falls back to
+// this instance's own rates. Calling it while inactive does nothing.
+func (a *Aggregator) Deactivate() {
+	a.life.Lock()
+	defer a.life.Unlock()
+	if a.ps == nil {
+		return
+	}
+	a.cancel()
+	_ = a.ps.Close() // unblocks the receive loop's read
+	a.wg.Wait()
+	a.cancel, a.ps = nil, nil
+
+	now := a.opts.Now()
+	a.mu.Lock()
+	a.active = false
+	clear(a.remotes)
+	a.localSubs = nil
+	a.win.reset(now)
+	a.mergeLocked(now)
+	a.mu.Unlock()
+}
+
+// TopPublishers returns the merged cluster-wide top-N topics, by messages
+// per second descending (ties: bytes per second descending, then topic).
+// The slice is the caller's.
+func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(a.view.Load().top) }
+
+// RateOf is the cluster-wide messages per second of topic: the sum over
+// this instance's latest sample and every fresh sibling slice that carries
+// it, whether or not it made the merged top-N; 0 when none does. A map
+// read, no allocation: safe on the admission path.
+func (a *Aggregator) RateOf(topic string) float64 { return a.view.Load().topics[topic].msgs }
+
+// RateOfUser is RateOf for a user's publish attempts.
+func (a *Aggregator) RateOfUser(user string) float64 { return a.view.Load().users[user] }
+
+// SubscribersOf is the cluster-wide subscriber count of topic: the local
+// count (LocalSubscribers live when set, else the list Subjects returned on
+// the last tick) plus the "subs" of every fresh sibling.
+func (a *Aggregator) SubscribersOf(topic string) int {
+	n := a.view.Load().subs[topic]
+	if f := a.opts.LocalSubscribers; f != nil {
+		n += f(topic)
+	}
+	return n
+}
+
+// Stats returns the aggregator's counters.
+func (a *Aggregator) Stats() Stats {
+	return Stats{
+		Broadcasts:       a.broadcasts.Load(),
+		PublishErrors:    a.publishErrors.Load(),
+		BreakerSkips:     a.breakerSkips.Load(),
+		Received:         a.received.Load(),
+		ParseErrors:      a.parseErrors.Load(),
+		Outdated:         a.outdated.Load(),
+		InstancesIgnored: a.instIgnored.Load(),
+		Instances:        a.view.Load().siblings,
+	}
+}
+
+// onSample runs on the pressure monitor's sampling goroutine.
+func (a *Aggregator) onSample(s *pressure.Snapshot) {
+	if s == nil {
+		return
+	}
+	now := a.opts.Now()
+	a.mu.Lock()
+	a.latest = s
+	if a.active {
+		a.win.add(s, now)
+	}
+	a.mergeLocked(now)
+	a.mu.Unlock()
+}
+
+// mergeLocked forgets stale siblings, rebuilds the view and publishes it
+// and the cluster metrics. a.mu is held.
+func (a *Aggregator) mergeLocked(now time.Time) {
+	a.fresh = a.fresh[:0]
+	for id, r := range a.remotes {
+		if now.Sub(r.arrived) >= a.opts.StaleAfter {
+			delete(a.remotes, id)
+			continue
+		}
+		a.fresh = append(a.fresh, r)
+	}
+	localSubs := a.localSubs
+	if a.opts.LocalSubscribers != nil {
+		localSubs = nil
+	}
+	v := mergeView(a.latest, localSubs, a.fresh, a.opts.TopN)
+	clear(a.fresh) // keep no references to forgotten siblings
+	a.view.Store(v)
+
+	rates := make(map[string]float64, len(v.top))
+	bytes := make(map[string]float64, len(v.top))
+	for _, e := range v.top {
+		rates[e.Topic] = e.MessagesPerSec
+		bytes[e.Topic] = e.BytesPerSec
+	}
+	a.m.ClusterTopicRate.Set(rates)
+	a.m.ClusterTopicBytes.Set(bytes)
+	a.m.ClusterInstances.Set(float64(v.siblings))
+}
+
+// receive handles one payload from the channel.
+func (a *Aggregator) receive(payload []byte) {
+	now := a.opts.Now()
+	e, err := decodeEnvelope(payload, a.opts.HMACSecret, a.opts.MaxEnvelopeBytes, a.maxList)
+	if err != nil {
+		a.parseErrors.Add(1)
+		a.m.ClusterParseErrors.Inc()
+		if a.logParse.allow(now) {
+			a.log.Warn("dropped cluster rate envelope", "err", err, "bytes", len(payload))
+		}
+		return
+	}
+	if e.InstanceID == a.id {
+		return // our own broadcast, echoed by Redis
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.active {
+		return
+	}
+	if r, ok := a.remotes[e.InstanceID]; ok {
+		if e.TS <= r.ts && now.Sub(r.arrived) < a.opts.StaleAfter {
+			a.outdated.Add(1)
+			return
+		}
+	} else if len(a.remotes) >= a.opts.MaxInstances {
+		a.mergeLocked(now) // forgets stale siblings, freeing room
+		if len(a.remotes) >= a.opts.MaxInstances {
+			a.instIgnored.Add(1)
+			if a.logInstances.allow(now) {
+				a.log.Warn("ignoring envelope from a new instance: MaxInstances siblings tracked",
+					"from", e.InstanceID, "maxInstances", a.opts.MaxInstances)
+			}
+			return
+		}
+	}
+	a.remotes[e.InstanceID] = &remote{ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs}
+	a.received.Add(1)
+	a.m.ClusterReceived.Inc()
+	a.mergeLocked(now)
+}
+
+func (a *Aggregator) receiveLoop(ctx context.Context, ps *redis.PubSub) {
+	defer a.wg.Done()
+	// We hear our own broadcast every PublishInterval, so a read that stays
+	// idle this long means a dead connection: ping it (a failed ping makes
+	// go-redis reconnect and resubscribe).
+	idle := a.opts.StaleAfter + a.opts.PublishInterval
+	backoff := retryMin
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, idle)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if isTimeout(err) {
+				_ = ps.Ping(ctx)
+				continue
+			}
+			if a.logRecv.allow(a.opts.Now()) {
+				a.log.Warn("cluster rate subscriber: retrying", "err", err, "after", backoff)
+			}
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, retryMax)
+			continue
+		}
+		backoff = retryMin
+		if m, ok := msg.(*redis.Message); ok {
+			a.receive([]byte(m.Payload))
+		}
+	}
+}
+
+func (a *Aggregator) tickLoop(ctx context.Context) {
+	defer a.wg.Done()
+	t := time.NewTicker(a.opts.PublishInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.broadcast(ctx)
+		}
+	}
+}
+
+// broadcast closes the current averaging window, expires stale siblings
+// and publishes this instance's envelope, through the breaker.
+func (a *Aggregator) broadcast(ctx context.Context) {
+	now := a.opts.Now()
+	payload, err := a.collect(now)
+	if err != nil {
+		a.publishErrors.Add(1)
+		if a.logPublish.allow(now) {
+			a.log.Error("cannot build cluster rate envelope", "err", err)
+		}
+		return
+	}
+	if !a.opts.Breaker.Allow() {
+		a.breakerSkips.Add(1)
+		if a.logSkip.allow(now) {
+			a.log.Warn("cluster rate broadcast skipped: breaker open")
+		}
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, a.opts.PublishInterval)
+	err = a.client.Publish(pctx, a.opts.Channel, payload).Err()
+	cancel()
+	if ctx.Err() != nil {
+		return // Deactivate: neither a success nor a failure of Redis
+	}
+	if err != nil {
+		a.opts.Breaker.Failure()
+		a.publishErrors.Add(1)
+		if a.logPublish.allow(now) {
+			a.log.Warn("cluster rate broadcast failed", "err", err)
+		}
+		return
+	}
+	a.opts.Breaker.Success()
+	a.broadcasts.Add(1)
+	a.m.ClusterBroadcasts.Inc()
+}
+
+// collect closes the averaging window at now, refreshes the local
+// subscriber list, re-merges (expiring stale siblings) and encodes the
+// envelope to send.
+func (a *Aggregator) collect(now time.Time) ([]byte, error) {
+	subs := a.subjects()
+	a.mu.Lock()
+	topics, users := a.win.averages(a.latest)
+	a.win.reset(now)
+	a.localSubs = subs
+	a.mergeLocked(now)
+	a.mu.Unlock()
+	return a.encode(a.newEnvelope(now, topics, users, subs))
+}
+
+func (a *Aggregator) subjects() []SubjectCount {
+	if a.opts.Subjects == nil {
+		return nil
+	}
+	return a.opts.Subjects()
+}
+
+// newEnvelope builds this instance's envelope: each list deduplicated,
+// stripped of entries a receiver would reject, sorted descending and cut
+// to TopN. The inputs are only read.
+func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, users []pressure.UserRate, subs []SubjectCount) *envelope {
+	e := &envelope{V: envelopeVersion, InstanceID: a.id, TS: now.UnixMilli()}
+
+	tm := make(map[string]wireTopic, len(topics))
+	for _, t := range topics {
+		if !protocol.ValidTopic(t.Topic) {
+			continue
+		}
+		w := tm[t.Topic]
+		w.Topic, w.MessagesPerSec, w.BytesPerSec = t.Topic, w.MessagesPerSec+t.MessagesPerSec, w.BytesPerSec+t.BytesPerSec
+		tm[t.Topic] = w
+	}
+	e.Slice = make([]wireTopic, 0, len(tm))
+	for _, w := range tm {
+		if validRate(w.MessagesPerSec) && validRate(w.BytesPerSec) {
+			e.Slice = append(e.Slice, w)
+		}
+	}
+	slices.SortFunc(e.Slice, func(x, y wireTopic) int {
+		return cmp.Or(cmp.Compare(y.MessagesPerSec, x.MessagesPerSec), cmp.Compare(y.BytesPerSec, x.BytesPerSec), cmp.Compare(x.Topic, y.Topic))
+	})
+	e.Slice = e.Slice[:min(len(e.Slice), a.opts.TopN)]
+
+	type userSum struct{ msgs, bytes float64 }
+	um := make(map[string]userSum, len(users))
+	for _, u := range users {
+		if validUser(u.User) {
+			s := um[u.User]
+			um[u.User] = userSum{s.msgs + u.MessagesPerSec, s.bytes + u.BytesPerSec}
+		}
+	}
+	type userRow struct {
+		wireUser
+		bytes float64
+	}
+	rows := make([]userRow, 0, len(um))
+	for u, s := range um {
+		if validRate(s.msgs) {
+			rows = append(rows, userRow{wireUser{u, s.msgs}, s.bytes})
+		}
+	}
+	slices.SortFunc(rows, func(x, y userRow) int {
+		return cmp.Or(cmp.Compare(y.MessagesPerSec, x.MessagesPerSec), cmp.Compare(y.bytes, x.bytes), cmp.Compare(x.User, y.User))
+	})
+	e.Users = make([]wireUser, 0, min(len(rows), a.opts.TopN))
+	for _, r := range rows[:min(len(rows), a.opts.TopN)] {
+		e.Users = append(e.Users, r.wireUser)
+	}
+
+	if a.opts.Subjects != nil {
+		sm := make(map[string]int, len(subs))
+		for _, s := range subs {
+			if protocol.ValidTopic(s.Topic) && s.Count > 0 {
+				sm[s.Topic] = min(sm[s.Topic]+min(s.Count, maxCount), maxCount)
+			}
+		}
+		e.Subs = make([]wireSub, 0, len(sm))
+		for t, c := range sm {
+			e.Subs = append(e.Subs, wireSub{t, c})
+		}
+		slices.SortFunc(e.Subs, func(x, y wireSub) int {
+			return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Topic, y.Topic))
+		})
+		e.Subs = e.Subs[:min(len(e.Subs), a.opts.TopN)]
+	}
+	return e
+}
+
+// encode marshals and signs e, shortening its lists (lowest rates first)
+// until it fits MaxEnvelopeBytes.
+func (a *Aggregator) encode(e *envelope) ([]byte, error) {
+	for {
+		b, err := marshalEnvelope(e, a.opts.HMACSecret)
+		if err != nil || len(b) <= a.opts.MaxEnvelopeBytes {
+			return b, err
+		}
+		if len(e.Slice)+len(e.Users)+len(e.Subs) == 0 {
+			return nil, fmt.Errorf("empty envelope of %d bytes exceeds MaxEnvelopeBytes %d", len(b), a.opts.MaxEnvelopeBytes)
+		}
+		e.Slice = e.Slice[:len(e.Slice)*3/4]
+		e.Users = e.Users[:len(e.Users)*3/4]
+		if e.Subs != nil {
+			e.Subs = e.Subs[:len(e.Subs)*3/4]
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sleepCtx waits d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// logLimit lets one log line of a kind through per logEvery.
+type logLimit struct{ last atomic.Int64 }
+
+func (l *logLimit) allow(now time.Time) bool {
+	n, last := now.UnixNano(), l.last.Load()
+	if last != 0 && n-last < int64(logEvery) {
+		return false
+	}
+	return l.last.CompareAndSwap(last, n)
+}

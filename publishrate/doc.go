@@ -1,0 +1,94 @@
+// Package publishrate is the cluster-wide publish-rate aggregator: every
+// instance broadcasts its own top publishers over Redis pub/sub and merges
+// its siblings' broadcasts into a cluster view, with no leader.
+//
+// # What it owns
+//
+// An Aggregator broadcasts, every PublishInterval, the envelope of
+// CONTRACT.md section 7 on Options.Channel: this instance's top-N topics
+// (messages and bytes per second), top-N users (messages per second) and,
+// when Options.Subjects is wired, top-N local subscriber counts. The rates
+// are averaged over the whole interval: every pressure sample is weighted by
+// the time it covers (see window), not just the latest one.
+//
+// It subscribes to the same channel and keeps, per sibling instance, its
+// latest accepted envelope stamped with this instance's clock at arrival.
+// A sibling is fresh while its latest envelope arrived less than StaleAfter
+// ago by the receiver's clock; the sender's ts is used only to ignore
+// envelopes not newer than the one held (while that one is fresh), so
+// skewed clocks between instances do not matter.
+//
+// The merged view sums, per topic and per user, this instance's latest
+// pressure sample and every fresh sibling's lists, and counts contributing
+// instances per topic. It is rebuilt when an envelope is accepted, on every
+// local sample and on every broadcast tick (which also forgets stale
+// siblings, so a silent sibling leaves the view within StaleAfter plus one
+// PublishInterval) -- never on a reader's path. The view is immutable
+// behind an atomic pointer: RateOf, RateOfUser and SubscribersOf are one
+// atomic load and one map read, with no allocation, and implement
+// message.RateSource and the sharded bus's SubscribersOf.
+//
+// RateOf answers for every topic present in this instance's sample or in
+// any fresh sibling slice, not only the merged top-N: a topic that is hot
+// on one instance but not in the cluster's top-N still has a rate.
+// TopPublishers and the cluster_topic_publish_rate/bytes gauges carry the
+// merged top-N only; topics leaving it vanish from the exposition.
+//
+// Before Activate and after Deactivate the view is this instance's own
+// rates alone (the OnSample listener registered by New keeps it current).
+//
+// # Signature (Options.HMACSecret)
+//
+// The sender marshals the envelope without sig, giving the bytes B, which
+// are a JSON object `{...}`. sig is the lowercase hex of
+// HMAC-SHA256(secret, B). The bytes sent are B with its final `}` replaced
+// by `,"sig":"<64 hex digits>"}`: sig is always the last member, and
+// nothing (no whitespace) follows its closing `"}`.
+//
+// A receiver with a secret requires the payload to end in exactly
+// `,"sig":"` + 64 hex digits + `"}`; it cuts that suffix, appends `}` and
+// so recovers B byte for byte, checks the HMAC over B in constant time, and
+// parses B (not the payload). What is parsed is therefore exactly what was
+// signed. A payload without that suffix is unsigned; one whose MAC differs
+// is forged; both are dropped and counted in
+// cluster_publish_rate_parse_errors_total. Without a secret, receivers
+// parse the payload as is and ignore any sig.
+//
+// The signature authenticates but does not stop a replay: a recorded
+// envelope of a sibling that has since gone stale is accepted again once
+// (it is then newer than nothing). Rotate the secret with the instances.
+//
+// # What it must never do
+//
+// Read Redis on a caller's path: lookups are memory only. Block the pressure
+// monitor: the OnSample listener only merges in memory. Trust the wire:
+// every envelope is bounded (MaxEnvelopeBytes, at most max(2*TopN, 64)
+// entries per list, instance ids <= 128 bytes of the topic alphabet, user
+// ids <= 256 bytes of UTF-8, topics per protocol.ValidTopic without
+// duplicates, rates finite in [0, 1e15], counts in [0, 2^40]) and anything
+// else is dropped whole and counted. This instance's own envelopes, echoed
+// by Redis, are ignored and not counted as received.
+//
+// # Bounds
+//
+// At most MaxInstances siblings are tracked; envelopes from further new
+// instances are ignored (Stats.InstancesIgnored, logged) until a tracked one
+// goes stale. The averaging window tracks at most max(8*TopN, 256) topics
+// and as many users per interval. A sent envelope over MaxEnvelopeBytes is
+// shortened, lowest rates first, until it fits.
+//
+// # Failure
+//
+// Publishing goes through Options.Breaker (default: open after 3
+// consecutive failures, for 2*PublishInterval, then one probe); while it is
+// open, broadcasts are skipped, counted (Stats.BreakerSkips) and logged. The
+// subscriber reconnects and resubscribes on its own after a Redis outage;
+// siblings' slices simply go stale meanwhile. Log lines about trouble are
+// limited to one per kind per 10 seconds.
+//
+// # Concurrency
+//
+// Lock order: the lifecycle lock (Activate/Deactivate), then the merge
+// lock. Goroutines: one receive loop and one ticker per active aggregator,
+// both owned by Activate and stopped and awaited by Deactivate.
+package publishrate

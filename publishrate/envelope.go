@@ -1,0 +1,191 @@
+package publishrate
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// envelopeVersion is the "v" of CONTRACT.md section 7.
+const envelopeVersion = 1
+
+// Bounds on numbers read off the wire. Far above any real rate, low enough
+// that summing MaxInstances of them stays finite and exact enough.
+const (
+	maxRate  = 1e15
+	maxCount = 1 << 40
+)
+
+// sigPrefix starts the signature member, which is always the envelope's
+// last member: `,"sig":"` + 64 hex digits + `"}`.
+const (
+	sigPrefix  = `,"sig":"`
+	sigHexLen  = 2 * sha256.Size
+	sigTailLen = len(sigPrefix) + sigHexLen + len(`"}`)
+)
+
+type wireTopic struct {
+	Topic          string  `json:"topic"`
+	MessagesPerSec float64 `json:"messagesPerSec"`
+	BytesPerSec    float64 `json:"bytesPerSec"`
+}
+
+type wireUser struct {
+	User           string  `json:"user"`
+	MessagesPerSec float64 `json:"messagesPerSec"`
+}
+
+type wireSub struct {
+	Topic string `json:"topic"`
+	Count int    `json:"count"`
+}
+
+// envelope is the signed body, in the member order it is sent. Sig is not
+// a field: it is appended after the body (see sign).
+type envelope struct {
+	V          int         `json:"v"`
+	InstanceID string      `json:"instanceId"`
+	TS         int64       `json:"ts"`
+	Slice      []wireTopic `json:"slice"`
+	Users      []wireUser  `json:"users"`
+	Subs       []wireSub   `json:"subs,omitzero"` // nil: omitted (no Subjects); empty: []
+}
+
+// Errors of decodeEnvelope. Every one means: drop and count a parse error.
+var (
+	errOversize  = errors.New("envelope over MaxEnvelopeBytes")
+	errUnsigned  = errors.New("envelope unsigned")
+	errForged    = errors.New("envelope signature does not match")
+	errMalformed = errors.New("envelope malformed")
+)
+
+// marshalEnvelope encodes e, signed when secret is set.
+func marshalEnvelope(e *envelope, secret []byte) ([]byte, error) {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	if len(secret) == 0 {
+		return body, nil
+	}
+	return sign(secret, body), nil
+}
+
+// sign turns body (a JSON object, `{...}`) into
+// `{...,"sig":"<hex HMAC-SHA256(secret, body)>"}`: the MAC covers exactly
+// the bytes of body, which are the sent bytes with the sig member cut out.
+func sign(secret, body []byte) []byte {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	out := make([]byte, 0, len(body)+sigTailLen)
+	out = append(out, body[:len(body)-1]...)
+	out = append(out, sigPrefix...)
+	out = hex.AppendEncode(out, mac.Sum(nil))
+	return append(out, '"', '}')
+}
+
+// verify checks that wire ends with the sig member over the rest, and
+// returns the signed body (wire without the sig member).
+func verify(secret, wire []byte) ([]byte, error) {
+	if len(wire) < sigTailLen+2 {
+		return nil, errUnsigned
+	}
+	cut := len(wire) - sigTailLen
+	tail := wire[cut:]
+	if string(tail[:len(sigPrefix)]) != sigPrefix || string(tail[len(tail)-2:]) != `"}` {
+		return nil, errUnsigned
+	}
+	var got [sha256.Size]byte
+	if _, err := hex.Decode(got[:], tail[len(sigPrefix):len(sigPrefix)+sigHexLen]); err != nil {
+		return nil, errForged
+	}
+	body := make([]byte, cut+1)
+	copy(body, wire[:cut])
+	body[cut] = '}'
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	if !hmac.Equal(mac.Sum(nil), got[:]) {
+		return nil, errForged
+	}
+	return body, nil
+}
+
+// decodeEnvelope checks size and signature, parses and validates. maxList
+// bounds each of slice, users and subs.
+func decodeEnvelope(wire []byte, secret []byte, maxBytes, maxList int) (*envelope, error) {
+	if len(wire) > maxBytes {
+		return nil, errOversize
+	}
+	body := wire
+	if len(secret) > 0 {
+		var err error
+		if body, err = verify(secret, wire); err != nil {
+			return nil, err
+		}
+	}
+	var e envelope
+	if err := json.Unmarshal(body, &e); err != nil {
+		return nil, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if err := e.validate(maxList); err != nil {
+		return nil, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return &e, nil
+}
+
+func (e *envelope) validate(maxList int) error {
+	switch {
+	case e.V != envelopeVersion:
+		return fmt.Errorf("version %d", e.V)
+	case !validInstanceID(e.InstanceID):
+		return errors.New("bad instanceId")
+	case len(e.Slice) > maxList || len(e.Users) > maxList || len(e.Subs) > maxList:
+		return errors.New("list too long")
+	}
+	seen := make(map[string]struct{}, max(len(e.Slice), len(e.Users), len(e.Subs)))
+	for _, t := range e.Slice {
+		if !protocol.ValidTopic(t.Topic) || !validRate(t.MessagesPerSec) || !validRate(t.BytesPerSec) {
+			return fmt.Errorf("bad slice entry %q", t.Topic)
+		}
+		if _, dup := seen[t.Topic]; dup {
+			return fmt.Errorf("duplicate topic %q", t.Topic)
+		}
+		seen[t.Topic] = struct{}{}
+	}
+	clear(seen)
+	for _, u := range e.Users {
+		if !validUser(u.User) || !validRate(u.MessagesPerSec) {
+			return errors.New("bad users entry")
+		}
+		if _, dup := seen[u.User]; dup {
+			return errors.New("duplicate user")
+		}
+		seen[u.User] = struct{}{}
+	}
+	clear(seen)
+	for _, s := range e.Subs {
+		if !protocol.ValidTopic(s.Topic) || s.Count < 0 || s.Count > maxCount {
+			return fmt.Errorf("bad subs entry %q", s.Topic)
+		}
+		if _, dup := seen[s.Topic]; dup {
+			return fmt.Errorf("duplicate subs topic %q", s.Topic)
+		}
+		seen[s.Topic] = struct{}{}
+	}
+	return nil
+}
+
+func validRate(f float64) bool { return f >= 0 && f <= maxRate && !math.IsNaN(f) }
+
+func validUser(u string) bool { return u != "" && len(u) <= MaxUserLen && utf8.ValidString(u) }
+
+// validInstanceID: 1 to MaxInstanceIDLen bytes of the topic alphabet, so ids
+// are safe in logs and labels.
+func validInstanceID(id string) bool { return len(id) <= MaxInstanceIDLen && protocol.ValidTopic(id) }

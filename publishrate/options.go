@@ -1,0 +1,159 @@
+package publishrate
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
+)
+
+// Defaults of Options (CONTRACT.md section 5, publishRate block).
+const (
+	DefaultChannel          = "rt:pressure:rates"
+	DefaultPublishInterval  = 5 * time.Second
+	DefaultStaleAfter       = 12 * time.Second
+	DefaultTopN             = 20
+	DefaultMaxInstances     = 1024
+	DefaultMaxEnvelopeBytes = 64 << 10
+
+	// MaxInstanceIDLen bounds instance ids, ours and those read off the wire.
+	MaxInstanceIDLen = 128
+	// MaxUserLen bounds user ids read off the wire.
+	MaxUserLen = 256
+)
+
+// Local is this instance's own source of publish rates. *pressure.Monitor
+// satisfies it.
+type Local interface {
+	// Snapshot returns the latest sample; never nil.
+	Snapshot() *pressure.Snapshot
+	// OnSample registers a listener called with every new sample.
+	OnSample(func(*pressure.Snapshot))
+}
+
+// SubjectCount is this instance's live subscriber count for one topic.
+type SubjectCount struct {
+	Topic string
+	Count int
+}
+
+// Entry is one topic of the merged cluster-wide view.
+type Entry struct {
+	Topic                 string
+	MessagesPerSec        float64
+	BytesPerSec           float64
+	ContributingInstances int // instances (self included) whose slice carries the topic
+}
+
+// Breaker guards the publish call: while Allow is false the broadcast is
+// skipped (and counted in Stats.BreakerSkips). NewBreaker is the default.
+type Breaker interface {
+	Allow() bool
+	Success()
+	Failure()
+}
+
+// Options configure an Aggregator. The zero value of every field is the
+// documented default.
+type Options struct {
+	// Channel is the Redis pub/sub channel. Default "rt:pressure:rates".
+	Channel string
+	// PublishInterval is how often this instance broadcasts its slice, and
+	// how often stale sibling slices are expired. Default 5s.
+	PublishInterval time.Duration
+	// StaleAfter drops a sibling whose last envelope arrived longer ago
+	// than this, by this instance's clock. Must be >= PublishInterval
+	// (2x or more is advisable). Default 12s.
+	StaleAfter time.Duration
+	// TopN caps each list in the envelope and the merged TopPublishers.
+	// Default 20.
+	TopN int
+	// HMACSecret, when set, signs every envelope and makes receivers drop
+	// (and count) envelopes whose signature is missing or wrong.
+	HMACSecret []byte
+	// Subjects optionally reports this instance's subscriber counts per
+	// topic. It is called once per broadcast tick (and at Activate); its
+	// top-N by count is broadcast as "subs", and the whole list is the local
+	// part of SubscribersOf unless LocalSubscribers is set. Nil: no "subs"
+	// field and no local part.
+	Subjects func() []SubjectCount
+	// LocalSubscribers optionally answers the live local subscriber count
+	// of one topic. When set, SubscribersOf uses it for the local part
+	// instead of the list Subjects returned on the last tick. It runs on the
+	// caller's goroutine, so it must be cheap and must not call back into
+	// the Aggregator.
+	LocalSubscribers func(topic string) int
+	// Breaker guards the publish call. Nil: NewBreaker(3, 2*PublishInterval, Now).
+	Breaker Breaker
+	// Metrics receives the cluster_* metrics. Nil: metrics.NewDiscard().
+	Metrics *metrics.Metrics
+	// Logger for broadcast failures, breaker changes and dropped envelopes
+	// (rate limited). Nil: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for freshness and interval averaging. Nil: time.Now.
+	// The broadcast ticker is a time.Ticker (fake inside testing/synctest).
+	Now func() time.Time
+	// InstanceID tags this instance's envelopes: 1 to 128 bytes of the topic
+	// alphabet [A-Za-z0-9_.:/@-]. Default: 16 random hex digits.
+	InstanceID string
+	// MaxInstances bounds the siblings tracked at once; envelopes from new
+	// instances past it are ignored and counted (Stats.InstancesIgnored).
+	// Default 1024.
+	MaxInstances int
+	// MaxEnvelopeBytes bounds an envelope, sent or received. Default 64 KiB.
+	MaxEnvelopeBytes int
+}
+
+// withDefaults fills zero fields and validates the rest.
+func (o Options) withDefaults() (Options, error) {
+	if o.Channel == "" {
+		o.Channel = DefaultChannel
+	}
+	if o.PublishInterval < 0 || o.StaleAfter < 0 || o.TopN < 0 || o.MaxInstances < 0 || o.MaxEnvelopeBytes < 0 {
+		return o, errors.New("publishrate: negative option")
+	}
+	if o.PublishInterval == 0 {
+		o.PublishInterval = DefaultPublishInterval
+	}
+	if o.StaleAfter == 0 {
+		o.StaleAfter = max(DefaultStaleAfter, o.PublishInterval)
+	}
+	if o.StaleAfter < o.PublishInterval {
+		return o, fmt.Errorf("publishrate: staleAfter %v is shorter than publishInterval %v", o.StaleAfter, o.PublishInterval)
+	}
+	if o.TopN == 0 {
+		o.TopN = DefaultTopN
+	}
+	if o.MaxInstances == 0 {
+		o.MaxInstances = DefaultMaxInstances
+	}
+	if o.MaxEnvelopeBytes == 0 {
+		o.MaxEnvelopeBytes = DefaultMaxEnvelopeBytes
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.NewDiscard()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.InstanceID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+		o.InstanceID = hex.EncodeToString(b[:])
+	}
+	if !validInstanceID(o.InstanceID) {
+		return o, fmt.Errorf("publishrate: instanceId %q must be 1 to %d bytes of [A-Za-z0-9_.:/@-]", o.InstanceID, MaxInstanceIDLen)
+	}
+	if o.Breaker == nil {
+		o.Breaker = NewBreaker(3, 2*o.PublishInterval, o.Now)
+	}
+	return o, nil
+}
