@@ -1,15 +1,16 @@
 package handshake
 
-// STUB: the API other packages build against. The handshake helper replaces
-// the bodies (and adds doc.go, tests, benchmarks); signatures stay.
-
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/ratelimit"
 )
 
 // RejectMode is how a shed upgrade is answered.
@@ -23,22 +24,25 @@ const (
 // Config of the gate (CONTRACT section 4 and the handshake/auth keys of
 // section 5). Zero caps mean off.
 type Config struct {
-	MaxConnections int
-	MaxConcurrent  int
-	PerTickBudget  int
-	Tick           time.Duration
-	MaxQueueWait   time.Duration
+	MaxConnections int           // connection slots (in flight + open); 0 = off
+	MaxConcurrent  int           // upgrades in flight; 0 = off
+	PerTickBudget  int           // upgrades let through per Tick; 0 = no pacing
+	Tick           time.Duration // required (> 0) when PerTickBudget > 0
+	MaxQueueWait   time.Duration // longest wait for a pacing tick; 0 = never wait
 	Reject         RejectMode
-	RetryAfter     time.Duration // base of the jittered hint
+	RetryAfter     time.Duration // base of the jittered hint; 0 = 1s
 	PerIPLimit     int           // upgrades per PerIPPer per client IP; 0 = off
 	PerIPPer       time.Duration
 	PerIPMaxKeys   int // bound of the per-IP store; 0 = 65536
 	TrustedProxies []netip.Prefix
-	AllowedOrigins []string // glob patterns; empty = same host only
+	AllowedOrigins []string // glob patterns; empty = same host only (see originPolicy)
 	AllowNoOrigin  bool
 	JWTHMACSecret  []byte // HS256 key; empty and no public key = anonymous
-	JWTPublicKey   []byte // PEM of an RSA or EC public key (RS256 / ES256)
-	Now            func() time.Time
+	JWTPublicKey   []byte // PEM of an RSA or EC P-256 public key (RS256 / ES256)
+	// Now is the clock for the per-IP rate, pacing windows and the retry
+	// hint; nil = time.Now. Waits use real timers, so tests of pacing run
+	// in testing/synctest, where both are the bubble's fake clock.
+	Now func() time.Time
 }
 
 // DefaultConfig is CONTRACT section 5's handshake block.
@@ -61,45 +65,365 @@ type Identity struct {
 	User  string     // JWT sub; "" when anonymous
 }
 
+// Ticket state bits: which slots a ticket holds.
+const (
+	holdInflight uint32 = 1 << iota // a MaxConcurrent slot (and the inflight gauge)
+	holdSlot                        // a MaxConnections slot
+	holdOpen                        // counted in connections_open
+)
+
 // Ticket holds the slots of one admitted upgrade. The caller owns it (the
-// server embeds it in its connection) so admitting allocates nothing.
+// server embeds it in its connection) so admitting allocates nothing. It
+// must not be copied after Admit. Admitting with a ticket that still holds
+// slots first releases them (as Close).
 type Ticket struct {
 	Identity
-	g *Gate
+	g     *Gate
+	state atomic.Uint32
 }
 
 // HandshakeDone ends the in-flight part: it releases the maxConcurrent
 // slot. ok=false (the upgrade failed) also releases the connection slot.
 // Exactly once; later calls do nothing.
-func (t *Ticket) HandshakeDone(ok bool) {}
+func (t *Ticket) HandshakeDone(ok bool) {
+	var old uint32
+	for {
+		old = t.state.Load()
+		if old&holdInflight == 0 {
+			return
+		}
+		next := old &^ holdInflight
+		if ok {
+			next |= holdOpen
+		} else {
+			next &^= holdSlot
+		}
+		if t.state.CompareAndSwap(old, next) {
+			break
+		}
+	}
+	g := t.g
+	g.releaseInflight()
+	if ok {
+		g.m.HandshakeAccepted.Inc()
+		g.m.ConnectionsOpen.Inc()
+	} else if old&holdSlot != 0 {
+		g.releaseSlot()
+	}
+}
 
-// Close releases the connection slot when the connection ends. Idempotent.
-func (t *Ticket) Close() {}
+// Close releases the connection slot when the connection ends, and the
+// in-flight slot if HandshakeDone was never called. Idempotent; a no-op
+// on a Ticket that holds nothing.
+func (t *Ticket) Close() {
+	old := t.state.Swap(0)
+	if old == 0 {
+		return
+	}
+	g := t.g
+	if old&holdInflight != 0 {
+		g.releaseInflight()
+	}
+	if old&holdSlot != 0 {
+		g.releaseSlot()
+	}
+	if old&holdOpen != 0 {
+		g.m.ConnectionsOpen.Dec()
+	}
+}
+
+// reason indexes the rejection reasons of handshake_rejected_total.
+type reason uint8
+
+const (
+	rMaxConnections reason = iota
+	rMaxConcurrent
+	rQueueTimeout
+	rPerIP
+	rOrigin
+	rAuth
+	rDraining
+	nReasons
+)
+
+var reasonLabel = [nReasons]string{
+	rMaxConnections: metrics.RejectMaxConnections,
+	rMaxConcurrent:  metrics.RejectMaxConcurrent,
+	rQueueTimeout:   metrics.RejectQueueTimeout,
+	rPerIP:          metrics.RejectPerIP,
+	rOrigin:         metrics.RejectOrigin,
+	rAuth:           metrics.RejectAuth,
+	rDraining:       metrics.RejectDraining,
+}
+
+// reasonGone is the pacer's answer when the client went away while
+// waiting: not a rejection (nobody is left to answer), so not counted.
+const reasonGone = "gone"
+
+// nominalCapacity is the upgrades per second the retry hint assumes the
+// instance absorbs when pacing is off.
+const nominalCapacity = 1000.0
 
 // Gate is the handshake tier.
 type Gate struct {
 	cfg      Config
 	m        *metrics.Metrics
 	draining atomic.Bool
+
+	conns    atomic.Int64 // connection slots held
+	inflight atomic.Int64 // upgrades in flight
+
+	maxConns, maxConc int64
+	perIP             *ratelimit.Keyed
+	origin            originPolicy
+	auth              *verifier
+	pacer             *pacer
+	epoch             time.Time
+
+	base, maxHint time.Duration
+	capacity      float64 // upgrades per second, for the hint
+	shed          shedCounter
+	rejected      [nReasons]prometheus.Counter
 }
 
-// New validates cfg and returns a gate.
-func New(cfg Config, m *metrics.Metrics) (*Gate, error) { return &Gate{cfg: cfg, m: m}, nil }
+// New validates cfg and returns a gate. m nil means metrics.NewDiscard().
+func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
+	if err := validate(&cfg); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = metrics.NewDiscard()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.TrustedProxies = append([]netip.Prefix(nil), cfg.TrustedProxies...)
+	for i, p := range cfg.TrustedProxies {
+		cfg.TrustedProxies[i] = p.Masked()
+	}
+	g := &Gate{
+		cfg:      cfg,
+		m:        m,
+		maxConns: int64(cfg.MaxConnections),
+		maxConc:  int64(cfg.MaxConcurrent),
+		epoch:    cfg.Now(),
+		base:     cfg.RetryAfter,
+		maxHint:  60 * cfg.RetryAfter,
+		capacity: nominalCapacity,
+	}
+	var err error
+	if g.origin, err = newOriginPolicy(cfg.AllowedOrigins, cfg.AllowNoOrigin); err != nil {
+		return nil, err
+	}
+	if g.auth, err = newVerifier(cfg.JWTHMACSecret, cfg.JWTPublicKey); err != nil {
+		return nil, err
+	}
+	if cfg.PerIPLimit > 0 {
+		g.perIP = ratelimit.NewKeyed(cfg.PerIPLimit, cfg.PerIPPer, cfg.PerIPMaxKeys)
+	}
+	if cfg.PerTickBudget > 0 {
+		g.pacer = newPacer(&cfg, g.clock, m)
+		g.capacity = float64(cfg.PerTickBudget) / cfg.Tick.Seconds()
+	}
+	for i := range g.rejected {
+		g.rejected[i] = m.HandshakeRejected.WithLabelValues(reasonLabel[i])
+	}
+	return g, nil
+}
+
+func validate(cfg *Config) error {
+	var errs []error
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("handshake: %s: "+format, append([]any{key}, args...)...))
+	}
+	if cfg.MaxConnections < 0 {
+		bad("maxConnections", "%d < 0", cfg.MaxConnections)
+	}
+	if cfg.MaxConcurrent < 0 {
+		bad("maxConcurrent", "%d < 0", cfg.MaxConcurrent)
+	}
+	if cfg.PerTickBudget < 0 {
+		bad("perTickBudget", "%d < 0", cfg.PerTickBudget)
+	}
+	if cfg.PerTickBudget > 0 && cfg.Tick <= 0 {
+		bad("tick", "%v must be > 0 when perTickBudget is set", cfg.Tick)
+	}
+	if cfg.MaxQueueWait < 0 {
+		bad("maxQueueWait", "%v < 0", cfg.MaxQueueWait)
+	}
+	if cfg.Reject != RejectHTTP && cfg.Reject != RejectClose {
+		bad("reject", "unknown mode %d", cfg.Reject)
+	}
+	if cfg.RetryAfter < 0 {
+		bad("retryAfter", "%v < 0", cfg.RetryAfter)
+	} else if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = time.Second
+	}
+	if cfg.PerIPLimit < 0 {
+		bad("perIP.limit", "%d < 0", cfg.PerIPLimit)
+	}
+	if cfg.PerIPLimit > 0 && cfg.PerIPPer <= 0 {
+		bad("perIP.per", "%v must be > 0 when perIP.limit is set", cfg.PerIPPer)
+	}
+	if cfg.PerIPMaxKeys < 0 {
+		bad("perIP max keys", "%d < 0", cfg.PerIPMaxKeys)
+	}
+	for _, p := range cfg.TrustedProxies {
+		if !p.IsValid() {
+			bad("trustedProxies", "invalid prefix %v", p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// clock is Config.Now as nanoseconds since the gate was made.
+func (g *Gate) clock() int64 { return int64(g.cfg.Now().Sub(g.epoch)) }
 
 // Admit runs the checks of CONTRACT section 4 in order. When it returns
 // false the request has been answered (per Reject mode; 403/401 for origin
-// and auth) and nothing is held. When true, t holds the slots.
+// and auth) and nothing is held. When true, t holds the slots: the caller
+// must end them with t.HandshakeDone (after websocket.Accept, passing
+// InsecureSkipVerify since the gate checked Origin) and t.Close.
 func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
+	t.Close() // a reused ticket gives back what it still held, once
+
+	// 1. Caps: reserve a connection slot, then an in-flight slot.
+	if !incBelow(&g.conns, g.maxConns) {
+		g.shedOverload(w, r, rMaxConnections)
+		return false
+	}
+	if !incBelow(&g.inflight, g.maxConc) {
+		g.releaseSlot()
+		g.shedOverload(w, r, rMaxConcurrent)
+		return false
+	}
+	g.m.HandshakeInflight.Inc()
 	t.g = g
+	t.state.Store(holdInflight | holdSlot)
+	t.IP, t.IPKey = requestClientIP(r, g.cfg.TrustedProxies)
+	t.User = ""
+
+	// 2. Per-client-IP upgrade rate.
+	if g.perIP != nil {
+		if res := g.perIP.Allow(t.IPKey, g.cfg.Now()); !res.Allowed {
+			t.Close()
+			g.rejected[rPerIP].Inc()
+			ms := rateHint(res.RetryAfter)
+			if g.cfg.Reject == RejectClose {
+				closeShed(w, r, ms)
+			} else {
+				writeShed(w, http.StatusTooManyRequests, bodyRateLimited, ms)
+			}
+			return false
+		}
+	}
+
+	// 3. Origin: always plain 403.
+	if !g.origin.allowed(r) {
+		t.Close()
+		g.rejected[rOrigin].Inc()
+		plainError(w, http.StatusForbidden, "origin not allowed\n")
+		return false
+	}
+
+	// 4. Authentication: always plain 401.
+	if g.auth != nil {
+		user, err := g.auth.verify(r)
+		if err != nil {
+			t.Close()
+			g.rejected[rAuth].Inc()
+			plainError(w, http.StatusUnauthorized, "unauthorized\n")
+			return false
+		}
+		t.User = user
+	}
+
+	// 5. Pacing.
+	if g.pacer != nil {
+		switch why := g.pacer.wait(r.Context()); why {
+		case "":
+		case reasonGone:
+			t.Close() // nobody is left to answer
+			return false
+		case metrics.RejectDraining:
+			t.Close()
+			g.shedOverload(w, r, rDraining)
+			return false
+		default:
+			t.Close()
+			g.shedOverload(w, r, rQueueTimeout)
+			return false
+		}
+	}
+
+	// 6. Draining.
+	if g.draining.Load() {
+		t.Close()
+		g.shedOverload(w, r, rDraining)
+		return false
+	}
 	return true
+}
+
+// shedOverload counts and answers a 503-class rejection. The caller holds
+// no slot by now.
+func (g *Gate) shedOverload(w http.ResponseWriter, r *http.Request, why reason) {
+	g.rejected[why].Inc()
+	ms := g.overloadHint(g.clock())
+	if g.cfg.Reject == RejectClose {
+		closeShed(w, r, ms)
+		return
+	}
+	writeShed(w, http.StatusServiceUnavailable, bodyOverloaded, ms)
 }
 
 // SetDraining makes every later (and every waiting) upgrade be rejected
 // with reason draining.
-func (g *Gate) SetDraining(on bool) { g.draining.Store(on) }
+func (g *Gate) SetDraining(on bool) {
+	g.draining.Store(on)
+	if g.pacer != nil {
+		g.pacer.setDraining(on)
+	}
+}
+
+// Draining reports whether the gate is draining.
+func (g *Gate) Draining() bool { return g.draining.Load() }
 
 // Inflight is the number of upgrades in flight.
-func (g *Gate) Inflight() int64 { return 0 }
+func (g *Gate) Inflight() int64 { return g.inflight.Load() }
 
-// Open is the number of connection slots held (open connections).
-func (g *Gate) Open() int64 { return 0 }
+// Open is the number of connection slots held: open connections plus
+// upgrades in flight (each reserves its slot at arrival).
+func (g *Gate) Open() int64 { return g.conns.Load() }
+
+// QueueDepth is the number of upgrades waiting for a pacing tick.
+func (g *Gate) QueueDepth() int {
+	if g.pacer == nil {
+		return 0
+	}
+	return g.pacer.queueLen()
+}
+
+func (g *Gate) releaseInflight() {
+	g.inflight.Add(-1)
+	g.m.HandshakeInflight.Dec()
+}
+
+func (g *Gate) releaseSlot() { g.conns.Add(-1) }
+
+// incBelow increments c if it is below max (max <= 0: no cap).
+func incBelow(c *atomic.Int64, max int64) bool {
+	if max <= 0 {
+		c.Add(1)
+		return true
+	}
+	for {
+		n := c.Load()
+		if n >= max {
+			return false
+		}
+		if c.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}

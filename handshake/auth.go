@@ -1,0 +1,151 @@
+package handshake
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// maxTokenBytes bounds the work a forged token can cost: real tokens are a
+// few hundred bytes.
+const maxTokenBytes = 8 << 10
+
+var (
+	errNoToken   = errors.New("no token")
+	errBigToken  = errors.New("token too large")
+	errNoSubject = errors.New("token has no sub")
+	errAlg       = errors.New("signing method not configured")
+)
+
+// verifier checks JWTs (CONTRACT section 4, step 4). Each configured key
+// admits exactly one algorithm: the HMAC secret HS256, an RSA public key
+// RS256, a P-256 public key ES256. The parser refuses every other alg
+// (including "none"), and the key function hands out a key only for its
+// own algorithm, so a token cannot make the server verify an HMAC with the
+// public key (alg confusion). exp and nbf are enforced when present (a
+// token without exp does not expire, as in Centrifugo); sub is required.
+type verifier struct {
+	parser *jwt.Parser
+	hmac   []byte
+	rsa    *rsa.PublicKey
+	ec     *ecdsa.PublicKey
+}
+
+// newVerifier returns nil (anonymous connections) when neither key is set.
+func newVerifier(secret, publicPEM []byte) (*verifier, error) {
+	if len(secret) == 0 && len(publicPEM) == 0 {
+		return nil, nil
+	}
+	v := &verifier{}
+	var algs []string
+	if len(secret) > 0 {
+		v.hmac = append([]byte(nil), secret...)
+		algs = append(algs, "HS256")
+	}
+	if len(publicPEM) > 0 {
+		key, err := parsePublicKey(publicPEM)
+		if err != nil {
+			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: %w", err)
+		}
+		switch k := key.(type) {
+		case *rsa.PublicKey:
+			v.rsa = k
+			algs = append(algs, "RS256")
+		case *ecdsa.PublicKey:
+			if k.Curve != elliptic.P256() {
+				return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: EC key on %s, ES256 needs P-256", k.Curve.Params().Name)
+			}
+			v.ec = k
+			algs = append(algs, "ES256")
+		default:
+			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: unsupported key type %T (want RSA or EC P-256)", key)
+		}
+	}
+	v.parser = jwt.NewParser(jwt.WithValidMethods(algs))
+	return v, nil
+}
+
+func parsePublicKey(data []byte) (any, error) {
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	switch block.Type {
+	case "PUBLIC KEY":
+		return x509.ParsePKIXPublicKey(block.Bytes)
+	case "RSA PUBLIC KEY":
+		return x509.ParsePKCS1PublicKey(block.Bytes)
+	case "CERTIFICATE":
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		return c.PublicKey, nil
+	}
+	return nil, fmt.Errorf("PEM block %q is not a public key", block.Type)
+}
+
+func (v *verifier) key(t *jwt.Token) (any, error) {
+	switch t.Method.Alg() {
+	case "HS256":
+		if v.hmac != nil {
+			return v.hmac, nil
+		}
+	case "RS256":
+		if v.rsa != nil {
+			return v.rsa, nil
+		}
+	case "ES256":
+		if v.ec != nil {
+			return v.ec, nil
+		}
+	}
+	return nil, errAlg
+}
+
+// verify returns the token's subject.
+func (v *verifier) verify(r *http.Request) (string, error) {
+	tok := tokenOf(r)
+	if tok == "" {
+		return "", errNoToken
+	}
+	if len(tok) > maxTokenBytes {
+		return "", errBigToken
+	}
+	var claims jwt.RegisteredClaims
+	if _, err := v.parser.ParseWithClaims(tok, &claims, v.key); err != nil {
+		return "", err
+	}
+	if claims.Subject == "" {
+		return "", errNoSubject
+	}
+	return claims.Subject, nil
+}
+
+// tokenOf reads "Authorization: Bearer <t>", else the token query
+// parameter (browsers cannot set headers on a WebSocket upgrade).
+func tokenOf(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); a != "" {
+		if scheme, tok, ok := strings.Cut(a, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok)
+		}
+		return ""
+	}
+	if r.URL == nil || !strings.Contains(r.URL.RawQuery, "token=") {
+		return ""
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil && q == nil {
+		return ""
+	}
+	return q.Get("token")
+}

@@ -1,0 +1,48 @@
+// Package handshake is the upgrade gate (CONTRACT section 4): it decides,
+// before websocket.Accept does any work, whether a WebSocket upgrade may
+// proceed, and answers the ones it sheds.
+//
+// Gate.Admit checks, in this order: the connection and in-flight caps
+// (reserving a slot of each), the per-client-IP upgrade rate, the Origin,
+// the JWT, pacing (at most PerTickBudget upgrades per Tick, the excess
+// waiting FIFO up to MaxQueueWait), and draining. A shed upgrade gets 503
+// (429 for the per-IP rate) with Retry-After and a JSON body, or in close
+// mode a completed upgrade closed at once with 1013 retry_after_ms=N;
+// origin and auth failures are always plain 403 / 401. Retry hints are
+// jittered and grow with the recent shedding rate, so a rejected crowd
+// comes back spread out rather than in lockstep.
+//
+// It owns client-IP resolution (ClientIP: the socket peer, or the
+// right-most untrusted X-Forwarded-For entry behind trusted proxies; IPv6
+// keyed by /64) and the handshake_* and connections_open metrics.
+//
+// It must never import the server or know about JSON-RPC; it sees an
+// http.Request and a caller-owned Ticket, nothing more.
+//
+// # Invariants
+//
+//   - Exactly-once release. A Ticket's slots live in one atomic state word:
+//     HandshakeDone(ok) releases the in-flight slot once (ok=false the
+//     connection slot too); Close releases whatever is still held. Every
+//     extra call is a no-op, and every rejection inside Admit releases
+//     before it answers, so when Admit returns false nothing is held.
+//   - Caps are never exceeded, even in a storm: slots are taken with an
+//     increment-if-below CAS, the connection slot at arrival and held until
+//     Close, so in-flight plus open never exceed MaxConnections.
+//   - Open() counts slots even when MaxConnections is 0, and the
+//     connections_open gauge counts established connections (after
+//     HandshakeDone(true), until Close): the server relies on both.
+//   - The admit fast path (no pacing wait, no auth, IPv4 client) allocates
+//     nothing; shedding as HTTP allocates only what net/http does.
+//   - An idle gate runs nothing: pacing tokens are counted per tick window
+//     from the clock, and the one timer runs only while someone waits.
+//   - Bounded: the pacing queue by MaxConcurrent and by what could be
+//     served within MaxQueueWait; the per-IP store by PerIPMaxKeys (LRU,
+//     never failing open; see package ratelimit).
+//   - Lock order: the pacer mutex, then (inside it) only gauge updates.
+//     The ratelimit shard mutexes are never held together with it.
+//
+// A waiter whose client goes away is dropped and frees its slots without
+// an answer and without counting a rejection: the contract's reasons are
+// the gate's decisions, and nobody is left to receive one.
+package handshake
