@@ -1,97 +1,100 @@
 package pressure
 
 import (
-	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
 )
 
-// numShards spreads keys over independent locks so that recorders on
-// different topics do not share a cache line. A power of two so the shard
-// index is a mask. 64 is well above any core count we run on and keeps the
-// fixed cost (64 × 128 bytes per table) small.
-const numShards = 64
-
 // DefaultMaxTrackedKeys bounds the distinct topics (and, separately, users)
 // tracked per sample interval when Config.MaxTrackedKeys is 0.
 const DefaultMaxTrackedKeys = 10000
 
-// counter is one key's attempts in the current interval.
+// counter is one key's attempts in the current interval, padded to a
+// 64-byte cache line: counters of keys inserted one after the other would
+// otherwise share a line (16-byte size class) and two cores recording
+// different topics would still bounce it between them.
 type counter struct {
 	msgs  atomic.Int64
 	bytes atomic.Int64
+	_     [48]byte
 }
 
-// shard is one lock and its map, padded to two cache lines so neighbouring
-// shards never false-share (adjacent-line prefetch pulls pairs of lines).
-type shard struct {
-	mu sync.RWMutex
-	m  map[string]*counter
-	_  [128 - 24 - 8]byte
-}
-
-// table counts attempts per key (topic or user) for one sample interval.
+// table counts attempts per key (topic or user).
 //
-// Recording on a key already present is a read-locked map lookup plus two
-// atomic adds, done while holding the read lock: the sampler takes each
-// shard's write lock to read and zero the counts (drain) and to delete idle
-// names (prune), so an add can never land on a counter that has been read
-// and dropped. Counts are exact.
+// The hot path (a key already present) is a lock-free sync.Map lookup
+// plus two atomic adds on that key's counter: recorders share no written
+// cache line except the counter itself, so different keys never contend and
+// one hot key costs only its two adds. A read/write lock per shard was
+// measured first and abandoned: the lock's reader count is a second shared
+// line written twice per call, which made one hot topic recorded from two
+// cores several times slower than from one.
+//
+// The sampler (one goroutine at a time) swaps each counter to zero (drain),
+// then deletes idle keys (prune). A recorder may have looked a key up just
+// before prune deleted it and add afterwards, so deleted counters are kept
+// on a retired list for one more interval and anything added to them is
+// carried into the next drain. Counts are therefore exact unless a
+// recorder stalls between its lookup and its add for longer than a whole
+// sample interval; the only other skew is that an attempt racing a drain
+// may have its message counted in one interval and its bytes in the next.
 //
 // The number of keys is bounded by max; an attempt on a new key past the
-// bound is counted in the overflow counters instead, so client-chosen names
+// bound is counted in the overflow counter instead, so client-chosen names
 // can never grow memory without limit.
 type table struct {
-	seed   maphash.Seed
-	max    int64
-	n      atomic.Int64 // keys in all shards
-	overN  atomic.Int64 // attempts not attributed to a key (bound hit)
-	shards [numShards]shard
+	m    sync.Map // string -> *counter
+	max  int64
+	n    atomic.Int64 // keys in m
+	over atomic.Int64 // attempts not attributed to a key (bound hit)
+
+	retired []retiredCounter // sampler only
+}
+
+type retiredCounter struct {
+	key string
+	c   *counter
 }
 
 func newTable(max int) *table {
-	t := &table{seed: maphash.MakeSeed(), max: int64(max)}
-	for i := range t.shards {
-		t.shards[i].m = make(map[string]*counter)
-	}
-	return t
+	return &table{max: int64(max)}
 }
 
 func (t *table) record(key string, bytes int64) {
-	s := &t.shards[maphash.String(t.seed, key)&(numShards-1)]
-	s.mu.RLock()
-	if c := s.m[key]; c != nil {
+	if v, ok := t.m.Load(key); ok {
+		c := v.(*counter)
 		c.msgs.Add(1)
 		c.bytes.Add(bytes)
-		s.mu.RUnlock()
 		return
 	}
-	s.mu.RUnlock()
-	t.insert(s, key, bytes)
+	t.insert(key, 1, bytes)
 }
 
-// insert is the slow path for a key not yet seen this interval.
-func (t *table) insert(s *shard, key string, bytes int64) {
-	s.mu.Lock()
-	c := s.m[key]
-	if c == nil {
-		// Add-then-check keeps the bound exact when several shards insert
-		// at once.
-		if t.n.Add(1) > t.max {
-			t.n.Add(-1)
-			s.mu.Unlock()
-			t.overN.Add(1)
-			return
-		}
-		c = new(counter)
-		// Clone: the caller's string may alias a large decoded frame that
-		// we must not pin for the life of the entry.
-		s.m[strings.Clone(key)] = c
+// insert is the slow path for a key not yet in the table.
+func (t *table) insert(key string, msgs, bytes int64) {
+	// A plain load first, so a flood of new names past the bound costs
+	// one shared read and one add, not two writes to n.
+	if t.n.Load() >= t.max {
+		t.over.Add(msgs)
+		return
 	}
-	c.msgs.Add(1)
-	c.bytes.Add(bytes)
-	s.mu.Unlock()
+	// Add-then-check keeps the bound exact when several inserts race.
+	if t.n.Add(1) > t.max {
+		t.n.Add(-1)
+		t.over.Add(msgs)
+		return
+	}
+	c := new(counter)
+	c.msgs.Store(msgs)
+	c.bytes.Store(bytes)
+	// Clone: the caller's string may alias a large decoded frame that we
+	// must not pin for the life of the entry.
+	if v, loaded := t.m.LoadOrStore(strings.Clone(key), c); loaded {
+		t.n.Add(-1)
+		c = v.(*counter)
+		c.msgs.Add(msgs)
+		c.bytes.Add(bytes)
+	}
 }
 
 // entry is one key's counts as read by the sampler.
@@ -103,43 +106,47 @@ type entry struct {
 // drain reads every key's counts for the interval that just ended into buf
 // (reused by the caller), zeroes them, and returns them with the count of
 // attempts that overflowed the key bound. Keys stay in the table until
-// prune.
+// prune. Late adds to counters retired by the previous prune are carried
+// in first.
 func (t *table) drain(buf []entry) (_ []entry, overflow int64) {
-	buf = buf[:0]
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for k, c := range s.m {
-			if msgs := c.msgs.Load(); msgs > 0 {
-				buf = append(buf, entry{key: k, msgs: msgs, bytes: c.bytes.Load()})
-				c.msgs.Store(0)
-				c.bytes.Store(0)
-			}
+	for i, r := range t.retired {
+		if msgs, bytes := r.c.msgs.Swap(0), r.c.bytes.Swap(0); msgs > 0 || bytes > 0 {
+			t.insert(r.key, msgs, bytes)
 		}
-		s.mu.Unlock()
+		t.retired[i] = retiredCounter{}
 	}
-	return buf, t.overN.Swap(0)
+	t.retired = t.retired[:0]
+
+	buf = buf[:0]
+	t.m.Range(func(k, v any) bool {
+		c := v.(*counter)
+		if msgs := c.msgs.Swap(0); msgs > 0 {
+			buf = append(buf, entry{key: k.(string), msgs: msgs, bytes: c.bytes.Swap(0)})
+		}
+		return true
+	})
+	return buf, t.over.Swap(0)
 }
 
 // prune deletes every key that is not in keep and has had no attempt since
 // drain. The sampler keeps this interval's top-N (and hot topics) so that a
 // heavy publisher never loses its slot to a flood of new names; a key that
 // was recorded between drain and prune keeps its counts for the next
-// interval, so no attempt is lost.
+// interval.
 func (t *table) prune(keep map[string]struct{}) {
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for k, c := range s.m {
-			if c.msgs.Load() != 0 {
-				continue
-			}
-			if _, ok := keep[k]; ok {
-				continue
-			}
-			delete(s.m, k)
-			t.n.Add(-1)
+	t.m.Range(func(k, v any) bool {
+		c := v.(*counter)
+		if c.msgs.Load() != 0 {
+			return true
 		}
-		s.mu.Unlock()
-	}
+		key := k.(string)
+		if _, ok := keep[key]; ok {
+			return true
+		}
+		if t.m.CompareAndDelete(key, c) {
+			t.n.Add(-1)
+			t.retired = append(t.retired, retiredCounter{key: key, c: c})
+		}
+		return true
+	})
 }
