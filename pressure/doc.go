@@ -56,13 +56,15 @@
 //
 // # Must never
 //
-// Block or allocate on the recording path for a name already seen this
-// interval: RecordAttempt is a read-locked lookup in one of 64 shards
-// (picked by a hash of the name) plus two atomic adds per table;
-// RecordPublished is one atomic add. New names take that shard's write
-// lock. The sampler takes each shard's write lock twice per interval (read
-// and zero, then prune idle names); since adds happen under the read lock
-// and only names with a zero count are pruned, no count is lost.
+// Block or allocate on the recording path for a name already tracked:
+// RecordAttempt is a lock-free sync.Map lookup plus two atomic adds on that
+// name's own cache-line-sized counter, per table (topic, user);
+// RecordPublished is one atomic add. Only a new name takes the slow path
+// (bound check, allocation, LoadOrStore). The sampler swaps every counter to
+// zero, then deletes idle names; a deleted counter stays on a retired list
+// for one more interval so that a recorder which looked it up just before
+// the delete still has its add counted. Counts are exact unless a recorder
+// stalls between lookup and add for longer than a whole interval.
 //
 // # Listeners
 //

@@ -34,3 +34,42 @@ func TestTableRecordBetweenDrainAndPrune(t *testing.T) {
 		t.Fatalf("idle key not pruned: %d keys", n)
 	}
 }
+
+// A recorder that looked a key up just before prune deleted it, and adds
+// afterwards, is not lost: the retired counter is carried into the next
+// drain.
+func TestTableLateAddToRetiredCounter(t *testing.T) {
+	tb := newTable(10)
+	tb.record("a", 1)
+	tb.drain(nil)
+	v, _ := tb.m.Load("a") // the recorder's lookup...
+	tb.prune(nil)          // ...races prune, which deletes "a"
+	if _, ok := tb.m.Load("a"); ok || tb.n.Load() != 0 {
+		t.Fatal("idle key not pruned")
+	}
+	c := v.(*counter) // ...and the recorder adds to the deleted counter
+	c.msgs.Add(1)
+	c.bytes.Add(9)
+	tb.record("a", 1) // a new recorder gets a fresh counter
+	buf, _ := tb.drain(nil)
+	if want := []entry{{"a", 2, 10}}; !slices.Equal(buf, want) {
+		t.Fatalf("drain = %v, want %v", buf, want)
+	}
+	if n := tb.n.Load(); n != 1 {
+		t.Fatalf("keys = %d, want 1", n)
+	}
+}
+
+// Past the bound, new keys are counted as overflow and the table does not
+// grow; existing keys keep counting.
+func TestTableBound(t *testing.T) {
+	tb := newTable(3)
+	for _, k := range []string{"a", "b", "c", "d", "e", "a"} {
+		tb.record(k, 1)
+	}
+	buf, over := tb.drain(nil)
+	slices.SortFunc(buf, better)
+	if want := []entry{{"a", 2, 2}, {"b", 1, 1}, {"c", 1, 1}}; !slices.Equal(buf, want) || over != 2 {
+		t.Fatalf("drain = %v, overflow %d; want %v, 2", buf, over, want)
+	}
+}
