@@ -208,6 +208,7 @@ type Monitor struct {
 	keepTopics  map[string]struct{}
 	keepUsers   map[string]struct{}
 	buf         []entry
+	overflowing bool // the key bound was hit in the last sample
 }
 
 type listenerSet struct {
@@ -374,6 +375,7 @@ func (m *Monitor) Sample() {
 	s.TopTopics, s.UntrackedTopicAttempts, events = m.sampleTopics(elapsed)
 	s.TopUsers, s.UntrackedUserAttempts = m.sampleUsers(elapsed)
 
+	m.logOverflow(s)
 	old := m.snap.Swap(s).Reason
 	m.setMetrics(s)
 	m.notify(old, s, events)
@@ -485,6 +487,22 @@ func (m *Monitor) sampleUsers(elapsed float64) ([]UserRate, int64) {
 	m.users.prune(m.keepUsers)
 	clear(m.buf)
 	return out, over
+}
+
+// logOverflow says, once per episode rather than once per sample, that the
+// key bound is dropping names: top publishers are then incomplete.
+func (m *Monitor) logOverflow(s *Snapshot) {
+	over := s.UntrackedTopicAttempts > 0 || s.UntrackedUserAttempts > 0
+	switch {
+	case over && !m.overflowing:
+		m.log.Warn("pressure: too many distinct publishers, some are not tracked",
+			"maxTrackedKeys", m.cfg.MaxTrackedKeys,
+			"untrackedTopicAttempts", s.UntrackedTopicAttempts,
+			"untrackedUserAttempts", s.UntrackedUserAttempts)
+	case !over && m.overflowing:
+		m.log.Info("pressure: every publisher is tracked again")
+	}
+	m.overflowing = over
 }
 
 func (m *Monitor) setMetrics(s *Snapshot) {

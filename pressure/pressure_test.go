@@ -454,6 +454,9 @@ func TestKeyBound(t *testing.T) {
 	if want := []TopicRate{{"t0", 8, 8}, {"t1", 7, 7}}; !slices.Equal(s.TopTopics, want) {
 		t.Fatalf("TopTopics = %v", s.TopTopics)
 	}
+	if logs := h.logs.String(); strings.Count(logs, "not tracked") != 1 {
+		t.Fatalf("overflow not logged once:\n%s", logs)
+	}
 	// The top-2 keep their slots: a flood of new names cannot push them
 	// out, and only 3 of the flood fit.
 	for i := range 100 {
@@ -482,6 +485,9 @@ func TestKeyBound(t *testing.T) {
 	h.step(time.Second)
 	if n := h.mon.topics.n.Load(); n != 0 {
 		t.Fatalf("tracked topics after idle intervals = %d, want 0", n)
+	}
+	if logs := h.logs.String(); strings.Count(logs, "not tracked") != 1 || !strings.Contains(logs, "tracked again") {
+		t.Fatalf("overflow episode logged wrongly:\n%s", logs)
 	}
 }
 
