@@ -1,0 +1,281 @@
+package rtserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
+	"github.com/rtserver/rtserver/rpcproxy"
+	"github.com/rtserver/rtserver/server"
+)
+
+// Config is a node's whole configuration in library types. The zero value
+// of each part is that package's documented default where it has one; use
+// DefaultConfig for CONTRACT section 5's defaults.
+type Config struct {
+	Listen      string // default 127.0.0.1:8080
+	AdminListen string // empty: /metrics on Listen
+
+	Handshake handshake.Config
+	Limits    server.Config
+	Pressure  pressure.Config
+
+	// Classes and Methods are the message tier (admission.classes and
+	// admission.methods). A method mapped to a missing class is an error.
+	Classes    map[string]message.Rule
+	Methods    map[string]string
+	FailPolicy message.FailPolicy
+
+	Redis Redis
+
+	// RPCProxy forwards methods with no Go handler to an HTTP backend;
+	// an empty URL turns it off (-32601).
+	RPCProxy rpcproxy.Options
+
+	DrainDuration time.Duration // default 10s
+
+	// Registry receives every metric (default: a new registry);
+	// MetricsNamespace prefixes their names.
+	Registry         *prometheus.Registry
+	MetricsNamespace string
+	Logger           *slog.Logger
+}
+
+// DefaultConfig returns CONTRACT section 5's defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:        "127.0.0.1:8080",
+		Handshake:     handshake.DefaultConfig(),
+		Pressure:      pressure.DefaultConfig(),
+		Redis:         DefaultRedis(),
+		DrainDuration: 10 * time.Second,
+	}
+}
+
+// Node is one running rtserver instance.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	Metrics  *metrics.Metrics
+	Gate     *handshake.Gate
+	Pressure *pressure.Monitor
+	Admit    *message.Admission
+	Server   *server.Server
+	cluster  *cluster // nil without Redis
+
+	mux      *http.ServeMux
+	adminMux *http.ServeMux
+}
+
+// New builds a node; nothing listens until Run (or until Handler is
+// served by the caller).
+func New(cfg Config) (*Node, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8080"
+	}
+	if cfg.DrainDuration < 0 {
+		return nil, errors.New("rtserver: negative drain duration")
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	n := &Node{cfg: cfg, log: log}
+	n.Metrics = metrics.New(cfg.Registry, cfg.MetricsNamespace)
+
+	gate, err := handshake.New(cfg.Handshake, n.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("rtserver: handshake: %w", err)
+	}
+	n.Gate = gate
+
+	// The monitor reads connection and subscription counts from the
+	// server, which is created below: the closure resolves it late.
+	n.Pressure = pressure.New(cfg.Pressure, func() (int64, int64) { return n.Server.Counts() }, n.Metrics, log)
+
+	n.Admit = message.New(message.Options{
+		Snapshot:   n.Pressure.Snapshot,
+		Rates:      snapshotRates{n.Pressure},
+		FailPolicy: cfg.FailPolicy,
+		RetryAfter: cfg.Handshake.RetryAfter,
+		Metrics:    n.Metrics,
+	})
+	for name, rule := range cfg.Classes {
+		if err := n.Admit.Register(name, rule); err != nil {
+			return nil, fmt.Errorf("rtserver: admission class %q: %w", name, err)
+		}
+	}
+	router, err := message.NewRouter(n.Admit, cfg.Methods)
+	if err != nil {
+		return nil, fmt.Errorf("rtserver: admission methods: %w", err)
+	}
+
+	var fallback server.Handler
+	if cfg.RPCProxy.URL != "" {
+		if cfg.RPCProxy.Logger == nil {
+			cfg.RPCProxy.Logger = log
+		}
+		fallback, err = rpcproxy.New(cfg.RPCProxy)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	var b bus.Bus
+	if cfg.Redis.URL != "" {
+		n.cluster, err = newCluster(cfg.Redis, n.Metrics, log, n.Pressure)
+		if err != nil {
+			return nil, err
+		}
+		b = n.cluster.bus
+		// The cluster-wide view replaces the local top publishers.
+		n.Admit.SetRates(n.cluster.rates)
+	}
+
+	n.Server = server.New(server.Options{
+		Config:   cfg.Limits,
+		Gate:     gate,
+		Router:   router,
+		Pressure: n.Pressure,
+		Bus:      b,
+		Metrics:  n.Metrics,
+		Logger:   log,
+		Fallback: fallback,
+		DrainRetryAfter: cfg.Handshake.RetryAfter,
+	})
+	if n.cluster != nil {
+		n.cluster.wireSubjects(n.Server)
+	}
+
+	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
+	n.mux = http.NewServeMux()
+	n.mux.Handle("GET /ws", n.Server)
+	n.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	n.mux.HandleFunc("GET /readyz", n.readyz)
+	if cfg.AdminListen == "" {
+		n.mux.Handle("GET /metrics", metricsHandler)
+	} else {
+		n.adminMux = http.NewServeMux()
+		n.adminMux.Handle("GET /metrics", metricsHandler)
+	}
+	return n, nil
+}
+
+// snapshotRates serves the cluster rule from the local monitor's latest
+// top publishers when there is no cluster view (no Redis).
+type snapshotRates struct{ m *pressure.Monitor }
+
+func (s snapshotRates) RateOf(topic string) float64    { return s.m.Snapshot().RateOf(topic) }
+func (s snapshotRates) RateOfUser(user string) float64 { return s.m.Snapshot().RateOfUser(user) }
+
+// Handle registers an application RPC handler.
+func (n *Node) Handle(method string, h server.Handler) { n.Server.Handle(method, h) }
+
+// Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
+// /metrics unless AdminListen is set).
+func (n *Node) Handler() http.Handler { return n.mux }
+
+func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !n.Server.Ready() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("not ready\n"))
+		return
+	}
+	w.Write([]byte("ready\n"))
+}
+
+// Run listens and serves until ctx ends, then drains: new upgrades are
+// refused, /readyz turns 503, every client is told and closed with 1012
+// spread over DrainDuration. Cancelling hardStop (may be nil) during the
+// drain closes every remaining connection at once.
+func (n *Node) Run(ctx context.Context, hardStop <-chan struct{}) error {
+	ln, err := net.Listen("tcp", n.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("rtserver: listen: %w", err)
+	}
+	return n.Serve(ctx, ln, hardStop)
+}
+
+// Serve is Run on a listener the caller opened.
+func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struct{}) error {
+	bg, stopBg := context.WithCancel(context.Background())
+	defer stopBg()
+	if err := n.Server.Start(bg); err != nil {
+		ln.Close()
+		return err
+	}
+	go n.Pressure.Run(bg)
+	if n.cluster != nil {
+		if err := n.cluster.start(bg); err != nil {
+			ln.Close()
+			return err
+		}
+		defer n.cluster.stop()
+	}
+
+	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	var admin *http.Server
+	if n.adminMux != nil {
+		admin = &http.Server{Addr: n.cfg.AdminListen, Handler: n.adminMux, ReadHeaderTimeout: 10 * time.Second}
+		aln, err := net.Listen("tcp", n.cfg.AdminListen)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("rtserver: admin listen: %w", err)
+		}
+		go func() { errc <- admin.Serve(aln) }()
+	}
+	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)
+
+	select {
+	case err := <-errc:
+		srv.Close()
+		if admin != nil {
+			admin.Close()
+		}
+		return err
+	case <-ctx.Done():
+	}
+
+	n.log.Info("draining", "duration", n.cfg.DrainDuration)
+	drainCtx, cancelDrain := context.WithCancel(context.Background())
+	if hardStop != nil {
+		go func() {
+			select {
+			case <-hardStop:
+				cancelDrain()
+			case <-drainCtx.Done():
+			}
+		}()
+	}
+	n.Server.Drain(drainCtx, n.cfg.DrainDuration)
+	cancelDrain()
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := n.Server.Shutdown(shutdownCtx)
+	srv.Close()
+	if admin != nil {
+		admin.Close()
+	}
+	n.log.Info("stopped")
+	return err
+}

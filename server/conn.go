@@ -1,0 +1,415 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// conn is one WebSocket connection.
+type conn struct {
+	s      *Server
+	ticket handshake.Ticket // embedded: admitting allocates nothing
+	ws     *websocket.Conn
+	id     uint64
+	batch  bool // the client offered rt.batch: queued frames may be sent as one array
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Send queue. Frames are shared between subscribers and never modified.
+	mu      sync.Mutex
+	idle    *sync.Cond // signalled when the writer goroutine exits
+	queue   [][]byte
+	queued  int  // bytes queued and not yet written to the socket
+	writing bool // a writer goroutine owns the queue
+	closed  bool // nothing more is queued
+
+	closing   atomic.Bool // a close with a status code is under way
+	pingTimer *time.Timer
+
+	// Read-goroutine state.
+	subs    map[string]struct{}
+	builtin message.Call // reused for built-ins, which run inline
+	calls   atomic.Int32 // application RPC goroutines in flight
+
+	callsMu  sync.Mutex
+	inflight map[*message.Call]struct{} // leases to release if the connection dies
+}
+
+func (c *conn) start(ws *websocket.Conn) {
+	s := c.s
+	c.ws = ws
+	c.id = s.nextID.Add(1)
+	c.batch = ws.Subprotocol() == BatchSubprotocol
+	c.idle = sync.NewCond(&c.mu)
+	ws.SetReadLimit(s.cfg.MaxMessageBytes)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.builtin = message.Call{User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
+	if !s.addConn(c) {
+		ws.Close(websocket.StatusGoingAway, "")
+		c.cancel()
+		c.ticket.Close()
+		return
+	}
+	s.wg.Add(1)
+	c.pingTimer = time.AfterFunc(s.cfg.PingInterval, c.ping)
+	go c.readLoop()
+}
+
+// readLoop reads frames until the connection ends, then cleans up.
+func (c *conn) readLoop() {
+	defer c.cleanup()
+	s := c.s
+	for {
+		typ, r, err := c.ws.Reader(c.ctx)
+		if err != nil {
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				s.m.ProtocolErrors.WithLabelValues("1009").Inc()
+			}
+			return
+		}
+		if typ == websocket.MessageBinary {
+			s.m.ProtocolErrors.WithLabelValues("1003").Inc()
+			c.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false)
+			return
+		}
+		buf := getBuffer()
+		_, err = buf.ReadFrom(r)
+		if err != nil {
+			putBuffer(buf)
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				s.m.ProtocolErrors.WithLabelValues("1009").Inc()
+			}
+			return
+		}
+		c.handleFrame(buf.Bytes())
+		putBuffer(buf)
+	}
+}
+
+// handleFrame decodes and answers one frame. Frames of built-ins only run
+// inline; a frame with an application RPC runs in its own goroutine (the
+// frame is copied: buf goes back to the pool).
+func (c *conn) handleFrame(frame []byte) {
+	f, ferr := protocol.Decode(frame)
+	if ferr != nil {
+		c.s.m.ProtocolErrors.WithLabelValues(strconv.Itoa(ferr.Code)).Inc()
+		c.enqueue(protocol.AppendError(nil, nil, ferr))
+		return
+	}
+	async := false
+	for i := range f.Requests {
+		if r := &f.Requests[i]; r.Err == nil && !isBuiltin(r.Method) {
+			async = true
+			break
+		}
+	}
+	if !async {
+		c.runFrame(f, frame)
+		return
+	}
+	own := append([]byte(nil), frame...)
+	f, _ = protocol.Decode(own)
+	if c.calls.Add(1) > int32(c.s.cfg.MaxCallsPerConn) {
+		// Too many calls in flight: run this one here, which stops reading
+		// from this client until it is done (backpressure, not a drop).
+		c.runFrame(f, own)
+		c.calls.Add(-1)
+		return
+	}
+	c.s.wg.Add(1)
+	go func() {
+		defer c.s.wg.Done()
+		defer c.calls.Add(-1)
+		c.runFrame(f, own)
+	}()
+}
+
+// runFrame answers every request of a frame: one response, or one array
+// for a batch, or nothing when all were notifications.
+func (c *conn) runFrame(f protocol.Frame, raw []byte) {
+	var out []byte
+	n := 0
+	for i := range f.Requests {
+		r := &f.Requests[i]
+		var whole []byte
+		if !f.Batch {
+			whole = raw
+		}
+		resp := c.handle(r, whole)
+		if resp == nil {
+			continue
+		}
+		switch {
+		case !f.Batch:
+			out = resp
+		case n == 0:
+			out = append(append(out, '['), resp...)
+		default:
+			out = append(append(out, ','), resp...)
+		}
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	if f.Batch {
+		out = append(out, ']')
+	}
+	c.enqueue(out)
+}
+
+// handle runs one request and returns its encoded response, or nil.
+func (c *conn) handle(r *protocol.Request, raw []byte) []byte {
+	if r.Err != nil {
+		c.s.m.ProtocolErrors.WithLabelValues(strconv.Itoa(r.Err.Code)).Inc()
+		return protocol.AppendError(nil, r.ID, r.Err)
+	}
+	result, perr := c.dispatch(r, raw)
+	if r.IsNotification() {
+		return nil
+	}
+	if perr != nil {
+		return protocol.AppendError(nil, r.ID, perr)
+	}
+	return protocol.AppendResult(nil, r.ID, result)
+}
+
+// enqueue queues a frame for the client. A client whose backlog would pass
+// SendQueueBytes is closed with 1013: it is too slow to read, and holding
+// more for it would let one client cost the server unbounded memory.
+func (c *conn) enqueue(frame []byte) {
+	s := c.s
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if c.queued+len(frame) > s.cfg.SendQueueBytes {
+		c.closed = true
+		c.queue = nil
+		c.mu.Unlock()
+		s.m.SlowConsumerDisconnects.Inc()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			c.closeWith(websocket.StatusTryAgainLater, retryReason(s.jitter(time.Second)), false)
+		}()
+		return
+	}
+	c.queue = append(c.queue, frame)
+	c.queued += len(frame)
+	start := !c.writing
+	if start {
+		c.writing = true
+		s.wg.Add(1)
+	}
+	c.mu.Unlock()
+	s.m.MessagesSent.Inc()
+	if start {
+		go c.writeLoop()
+	}
+}
+
+// writeLoop writes queued frames until the queue is empty, then exits: an
+// idle connection has no writer goroutine.
+func (c *conn) writeLoop() {
+	defer c.s.wg.Done()
+	var spare [][]byte
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 || c.ws == nil {
+			c.writing = false
+			c.idle.Broadcast()
+			c.mu.Unlock()
+			return
+		}
+		frames := c.queue
+		c.queue = spare[:0]
+		c.mu.Unlock()
+
+		n, err := c.write(frames)
+		clear(frames)
+		spare = frames
+
+		c.mu.Lock()
+		c.queued -= n
+		if err != nil {
+			c.closed = true
+			c.queue = nil
+			c.writing = false
+			c.idle.Broadcast()
+			c.mu.Unlock()
+			c.abort()
+			return
+		}
+		c.mu.Unlock()
+	}
+}
+
+// maxCoalesced bounds one coalesced batch frame, so a client's read limit
+// is not surprised by a huge array.
+const maxCoalesced = 64 << 10
+
+// write sends frames and returns the bytes written. With rt.batch, queued
+// frames go out as JSON arrays of up to maxCoalesced bytes.
+func (c *conn) write(frames [][]byte) (int, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
+	defer cancel()
+	written := 0
+	if !c.batch || len(frames) == 1 {
+		for _, f := range frames {
+			if err := c.ws.Write(ctx, websocket.MessageText, f); err != nil {
+				return written, err
+			}
+			written += len(f)
+		}
+		return written, nil
+	}
+	buf := getBuffer()
+	defer putBuffer(buf)
+	flush := func() error {
+		if buf.Len() == 0 {
+			return nil
+		}
+		buf.WriteByte(']')
+		err := c.ws.Write(ctx, websocket.MessageText, buf.Bytes())
+		buf.Reset()
+		return err
+	}
+	for _, f := range frames {
+		if buf.Len() > 0 && buf.Len()+len(f) > maxCoalesced {
+			if err := flush(); err != nil {
+				return written, err
+			}
+		}
+		if buf.Len() == 0 {
+			buf.WriteByte('[')
+		} else {
+			buf.WriteByte(',')
+		}
+		// A batch response is already an array: splice its elements.
+		if len(f) >= 2 && f[0] == '[' {
+			buf.Write(f[1 : len(f)-1])
+		} else {
+			buf.Write(f)
+		}
+		written += len(f)
+	}
+	return written, flush()
+}
+
+// closeWith closes the connection with a status code. With flush, frames
+// already queued (a draining notice) are written first, bounded by the
+// write timeout.
+func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
+	if !c.closing.CompareAndSwap(false, true) {
+		return
+	}
+	c.mu.Lock()
+	c.closed = true
+	if !flush {
+		c.queue = nil
+	}
+	if flush && c.writing {
+		deadline := time.AfterFunc(c.s.cfg.WriteTimeout, func() {
+			c.mu.Lock()
+			c.queue = nil
+			c.idle.Broadcast()
+			c.mu.Unlock()
+		})
+		for c.writing && len(c.queue) > 0 {
+			c.idle.Wait()
+		}
+		deadline.Stop()
+	}
+	c.mu.Unlock()
+	_ = c.ws.Close(code, reason)
+}
+
+// abort closes the connection at once, without a close handshake.
+func (c *conn) abort() {
+	c.mu.Lock()
+	c.closed = true
+	c.queue = nil
+	c.mu.Unlock()
+	_ = c.ws.CloseNow()
+}
+
+// ping checks the peer every PingInterval; a peer that does not answer in
+// time is dead and its connection is closed.
+func (c *conn) ping() {
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.PingInterval/2+c.s.cfg.WriteTimeout)
+	err := c.ws.Ping(ctx)
+	cancel()
+	if err != nil {
+		c.abort()
+		return
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if !closed {
+		c.pingTimer.Reset(c.s.cfg.PingInterval)
+	}
+}
+
+// cleanup runs once when the read loop ends.
+func (c *conn) cleanup() {
+	s := c.s
+	c.pingTimer.Stop()
+	c.mu.Lock()
+	c.closed = true
+	c.queue = nil
+	c.mu.Unlock()
+	c.cancel()
+	for topic := range c.subs {
+		s.hub.unsubscribe(c, topic)
+	}
+	s.subscriptions.Add(-int64(len(c.subs)))
+	c.subs = nil
+	c.callsMu.Lock()
+	for call := range c.inflight {
+		call.Release()
+	}
+	c.inflight = nil
+	c.callsMu.Unlock()
+	s.removeConn(c)
+	if !c.closing.Load() {
+		_ = c.ws.CloseNow()
+	}
+	c.ticket.Close()
+	s.wg.Done()
+}
+
+// track registers an application call's lease so that it is released if
+// the connection dies mid-call. It reports false when the connection is
+// already gone.
+func (c *conn) track(call *message.Call) bool {
+	c.callsMu.Lock()
+	defer c.callsMu.Unlock()
+	if c.ctx.Err() != nil {
+		return false
+	}
+	if c.inflight == nil {
+		c.inflight = map[*message.Call]struct{}{}
+	}
+	c.inflight[call] = struct{}{}
+	return true
+}
+
+func (c *conn) untrack(call *message.Call) {
+	c.callsMu.Lock()
+	delete(c.inflight, call)
+	c.callsMu.Unlock()
+}
+

@@ -1,0 +1,197 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// Built-in method names (CONTRACT section 2).
+const (
+	MethodSubscribe   = "subscribe"
+	MethodUnsubscribe = "unsubscribe"
+	MethodPublish     = "publish"
+)
+
+func isBuiltin(m string) bool {
+	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish
+}
+
+var emptyResult = json.RawMessage("{}")
+
+// dispatch runs one valid request: a built-in inline, or an application
+// handler. Every method is classified and checked by the message tier
+// first; raw is the whole request object for a single (non-batch) frame.
+func (c *conn) dispatch(r *protocol.Request, raw []byte) (json.RawMessage, *protocol.Error) {
+	switch r.Method {
+	case MethodSubscribe, MethodUnsubscribe, MethodPublish:
+		return c.builtinCall(r)
+	}
+	return c.appCall(r, raw)
+}
+
+func (c *conn) builtinCall(r *protocol.Request) (json.RawMessage, *protocol.Error) {
+	s := c.s
+	p, perr := protocol.DecodeTopicParams(r.Params, r.Method == MethodPublish)
+	if perr != nil {
+		return nil, perr
+	}
+	call := &c.builtin
+	call.Method, call.Topic = r.Method, p.Topic
+	if r.Method == MethodPublish && s.pressure != nil {
+		// Attempts count for top publishers whether admitted or not, so a
+		// publisher that keeps hammering stays shed until it slows down.
+		s.pressure.RecordAttempt(p.Topic, c.ticket.User, len(p.Data))
+	}
+	if perr := c.admit(call); perr != nil {
+		return nil, perr
+	}
+	defer call.Release()
+	switch r.Method {
+	case MethodSubscribe:
+		if _, ok := c.subs[p.Topic]; ok {
+			return emptyResult, nil
+		}
+		if len(c.subs) >= s.cfg.MaxSubscriptionsPerConn {
+			return nil, protocol.NewError(protocol.CodeLimitExceeded, "too many subscriptions", protocol.LimitData{Limit: s.cfg.MaxSubscriptionsPerConn})
+		}
+		if c.subs == nil {
+			c.subs = map[string]struct{}{}
+		}
+		c.subs[p.Topic] = struct{}{}
+		s.subscriptions.Add(1)
+		s.hub.subscribe(c, p.Topic)
+	case MethodUnsubscribe:
+		if _, ok := c.subs[p.Topic]; ok {
+			delete(c.subs, p.Topic)
+			s.subscriptions.Add(-1)
+			s.hub.unsubscribe(c, p.Topic)
+		}
+	case MethodPublish:
+		data := compactData(p.Data)
+		s.hub.publish(p.Topic, data)
+		if err := s.bus.Publish(p.Topic, data); err != nil {
+			// Local subscribers got it; other instances did not. The bus
+			// counted the drop; the publisher learns it was not fanned out.
+			s.log.Debug("bus publish dropped", "topic", p.Topic, "err", err)
+		}
+		if s.pressure != nil {
+			s.pressure.RecordPublished(1)
+		}
+	}
+	return emptyResult, nil
+}
+
+// compactData strips insignificant whitespace so every subscriber frame is
+// as small as it can be; data that is already compact is returned as is.
+func compactData(d json.RawMessage) json.RawMessage {
+	if bytes.IndexAny(d, " \t\r\n") < 0 {
+		return d
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, d) != nil {
+		return d
+	}
+	return b.Bytes()
+}
+
+// admit checks call against its method's class. A shed call answers -32001,
+// a rate-limited one -32002, with the data fields of CONTRACT section 2.
+func (c *conn) admit(call *message.Call) *protocol.Error {
+	if c.s.router == nil {
+		return nil
+	}
+	cls := c.s.router.ClassOf(call.Method)
+	if cls == nil {
+		return nil
+	}
+	d := cls.Check(call)
+	if d.Allowed {
+		return nil
+	}
+	retry := retryMs(d.RetryAfter)
+	if d.Reason == message.ReasonRate {
+		return protocol.NewError(protocol.CodeRateLimited, "", protocol.RateLimitedData{
+			Class: cls.Name(), RetryAfterMs: retry, Limit: d.Limit, Remaining: d.Remaining,
+		})
+	}
+	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
+		Class: cls.Name(), Reason: d.Reason, RetryAfterMs: retry,
+	})
+}
+
+func retryMs(d time.Duration) int64 {
+	if ms := d.Milliseconds(); ms > 0 {
+		return ms
+	}
+	return 1
+}
+
+// appCall runs an application RPC: a registered handler, else the
+// fallback (RPC proxy), else -32601.
+func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage, perr *protocol.Error) {
+	s := c.s
+	var h Handler
+	if v, ok := s.handlers.Load(r.Method); ok {
+		h = v.(Handler)
+	} else if s.fallback != nil {
+		h = s.fallback
+	} else {
+		return nil, protocol.NewError(protocol.CodeMethodNotFound, "", nil)
+	}
+	call := &message.Call{Method: r.Method, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
+	if perr := c.admit(call); perr != nil {
+		return nil, perr
+	}
+	// The lease is released exactly once: here when the handler returns or
+	// panics, or by cleanup if the connection dies first.
+	defer call.Release()
+	if !c.track(call) {
+		return nil, protocol.NewError(protocol.CodeInternal, "connection closed", nil)
+	}
+	defer c.untrack(call)
+
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("handler panicked", "method", r.Method, "panic", p)
+			result, perr = nil, protocol.NewError(protocol.CodeInternal, "", nil)
+		}
+	}()
+	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
+	v, err := h(c.ctx, req)
+	if err != nil {
+		return nil, protocol.AsError(err)
+	}
+	switch v := v.(type) {
+	case nil:
+		return emptyResult, nil
+	case json.RawMessage:
+		if !json.Valid(v) {
+			return nil, protocol.NewError(protocol.CodeInternal, "", nil)
+		}
+		return v, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, protocol.NewError(protocol.CodeInternal, "", nil)
+	}
+	return b, nil
+}
+
+var bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuffer() *bytes.Buffer { return bufferPool.Get().(*bytes.Buffer) }
+
+// putBuffer returns a buffer to the pool unless it grew past what a normal
+// frame needs: one huge message must not pin memory forever.
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() > 256<<10 {
+		return
+	}
+	b.Reset()
+	bufferPool.Put(b)
+}

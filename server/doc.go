@@ -1,0 +1,27 @@
+// Package server runs rtserver's WebSocket connections: the read loop, the
+// JSON-RPC dispatch with its admission step, the local hub of topic
+// subscriptions, per-connection send queues bounded in bytes, and drain.
+//
+// Data path: ServeHTTP asks the handshake.Gate, accepts the upgrade, and
+// starts one read goroutine per connection (the HTTP handler returns, so the
+// connection costs one small stack while idle). Each frame is decoded by
+// package protocol; every call is classified by the message.Router and
+// checked by its message.Class before it runs. Built-ins (subscribe,
+// unsubscribe, publish) run inline on the read goroutine, which keeps one
+// publisher's messages to one topic in order; application RPCs run in a
+// goroutine per call, bounded per connection.
+//
+// Outbound frames go to a per-connection queue bounded in bytes
+// (Config.SendQueueBytes). A writer goroutine exists only while the queue is
+// non-empty. A connection whose backlog passes the bound is closed with 1013
+// and counted; nobody else waits for it. A published message is encoded once
+// and the same bytes are queued to every subscriber.
+//
+// Invariants:
+//   - the handshake ticket of every connection is closed exactly once, when
+//     the connection ends (connections_open and maxConnections follow it);
+//   - every concurrency lease taken by admission is released exactly once:
+//     when the handler returns or panics, or when the connection dies;
+//   - lock order: Server.mu, then hub shard locks, then conn.mu; no lock is
+//     held while writing to a socket.
+package server

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"hash/maphash"
+	"sort"
+	"sync"
+
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// hubShards spreads topics over independently locked maps so publishes to
+// different topics on different cores do not contend.
+const hubShards = 32
+
+// hub maps topics to this instance's subscribers.
+type hub struct {
+	s      *Server
+	seed   maphash.Seed
+	shards [hubShards]hubShard
+}
+
+type hubShard struct {
+	mu     sync.RWMutex
+	topics map[string]map[*conn]struct{}
+}
+
+func (h *hub) init(s *Server) {
+	h.s = s
+	h.seed = maphash.MakeSeed()
+	for i := range h.shards {
+		h.shards[i].topics = map[string]map[*conn]struct{}{}
+	}
+}
+
+func (h *hub) shard(topic string) *hubShard {
+	return &h.shards[maphash.String(h.seed, topic)%hubShards]
+}
+
+// subscribe adds c to topic. The bus learns of a topic's first local
+// subscriber under the shard lock, so interest changes reach the bus in the
+// order they happened here.
+func (h *hub) subscribe(c *conn, topic string) {
+	sh := h.shard(topic)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	subs := sh.topics[topic]
+	if subs == nil {
+		subs = map[*conn]struct{}{}
+		sh.topics[topic] = subs
+		h.s.bus.Subscribe(topic)
+	}
+	subs[c] = struct{}{}
+}
+
+// unsubscribe removes c from topic.
+func (h *hub) unsubscribe(c *conn, topic string) {
+	sh := h.shard(topic)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	subs := sh.topics[topic]
+	if subs == nil {
+		return
+	}
+	delete(subs, c)
+	if len(subs) == 0 {
+		delete(sh.topics, topic)
+		h.s.bus.Unsubscribe(topic)
+	}
+}
+
+// publish delivers data to every local subscriber of topic. The frame is
+// encoded once and shared: queues hold references to the same bytes.
+func (h *hub) publish(topic string, data []byte) {
+	sh := h.shard(topic)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	subs := sh.topics[topic]
+	if len(subs) == 0 {
+		return
+	}
+	frame := protocol.AppendMessage(make([]byte, 0, 64+len(topic)+len(data)), topic, data)
+	for c := range subs {
+		c.enqueue(frame)
+	}
+}
+
+// TopicCount is a topic with its number of local subscribers.
+type TopicCount struct {
+	Topic string
+	Count int
+}
+
+// subjects lists topics with local subscribers, most subscribed first.
+func (h *hub) subjects() []TopicCount {
+	var out []TopicCount
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.RLock()
+		for t, subs := range sh.topics {
+			out = append(out, TopicCount{Topic: t, Count: len(subs)})
+		}
+		sh.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Topic < out[j].Topic
+	})
+	return out
+}

@@ -1,0 +1,371 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// Config holds the per-connection limits (CONTRACT section 5, limits.*).
+// Zero values mean the documented defaults.
+type Config struct {
+	MaxMessageBytes         int64         // read limit per message; default 65536; past it: close 1009
+	MaxSubscriptionsPerConn int           // default 128; past it: -32004
+	SendQueueBytes          int           // default 1 MiB; past it: close 1013
+	WriteTimeout            time.Duration // default 5s
+	PingInterval            time.Duration // default 25s; a peer that misses a pong is closed
+	MaxCallsPerConn         int           // application RPCs in flight per connection; default 16
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 65536
+	}
+	if c.MaxSubscriptionsPerConn <= 0 {
+		c.MaxSubscriptionsPerConn = 128
+	}
+	if c.SendQueueBytes <= 0 {
+		c.SendQueueBytes = 1 << 20
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 5 * time.Second
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = 25 * time.Second
+	}
+	if c.MaxCallsPerConn <= 0 {
+		c.MaxCallsPerConn = 16
+	}
+}
+
+// Request is an application RPC as a Handler sees it.
+type Request struct {
+	Method string
+	Params json.RawMessage // raw params, or nil
+	// Raw is the whole JSON-RPC request object as the client sent it (the
+	// RPC proxy forwards it as is). Nil for the elements of a batch that
+	// were re-encoded.
+	Raw    json.RawMessage
+	ID     json.RawMessage // nil for a notification
+	User   string          // JWT sub, or "" when anonymous
+	IP     string          // client IP key
+	ConnID uint64
+}
+
+// Handler serves one application RPC. The context ends when the connection
+// does. A result of type json.RawMessage is sent as is; anything else is
+// marshalled. An error of type *protocol.Error is sent as is; any other
+// error answers -32603 without its text. A panic answers -32603 and the
+// connection lives on.
+type Handler func(ctx context.Context, req *Request) (any, error)
+
+// Options wires a Server. Every field but Config may be nil: then the
+// server runs without that part (no gate: every upgrade is admitted; no
+// router: every call is admitted; no bus: a single instance).
+type Options struct {
+	Config   Config
+	Gate     *handshake.Gate
+	Router   *message.Router
+	Pressure *pressure.Monitor
+	Bus      bus.Bus
+	Metrics  *metrics.Metrics
+	Logger   *slog.Logger
+	// Fallback serves application methods with no registered handler (the
+	// standalone binary's HTTP RPC proxy). Nil: -32601.
+	Fallback Handler
+	// DrainRetryAfter is the base of the retry_after_ms hint sent with close
+	// code 1012 during a drain (jittered); default 1s.
+	DrainRetryAfter time.Duration
+}
+
+// Server serves WebSocket connections. Create it with New.
+type Server struct {
+	cfg      Config
+	gate     *handshake.Gate
+	router   *message.Router
+	pressure *pressure.Monitor
+	bus      bus.Bus
+	m        *metrics.Metrics
+	log      *slog.Logger
+	fallback Handler
+	drainHint time.Duration
+
+	handlers sync.Map // method -> Handler
+	hub      hub
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+
+	nextID        atomic.Uint64
+	subscriptions atomic.Int64
+	draining      atomic.Bool
+	closed        atomic.Bool
+	wg            sync.WaitGroup // connection goroutines
+
+	systemMu   sync.Mutex // serialises degraded/recovered broadcasts
+	busStarted bool
+}
+
+// New returns a server. Call Start before serving if it has a bus.
+func New(opts Options) *Server {
+	cfg := opts.Config
+	cfg.setDefaults()
+	s := &Server{
+		cfg:       cfg,
+		gate:      opts.Gate,
+		router:    opts.Router,
+		pressure:  opts.Pressure,
+		bus:       opts.Bus,
+		m:         opts.Metrics,
+		log:       opts.Logger,
+		fallback:  opts.Fallback,
+		drainHint: opts.DrainRetryAfter,
+		conns:     map[*conn]struct{}{},
+	}
+	if s.m == nil {
+		s.m = metrics.NewDiscard()
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.bus == nil {
+		s.bus = bus.NewMemory(nil, s.m)
+	}
+	if s.drainHint <= 0 {
+		s.drainHint = time.Second
+	}
+	s.hub.init(s)
+	return s
+}
+
+// Start connects the bus; messages from other instances reach local
+// subscribers from then on.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.bus.Start(ctx, (*busReceiver)(s)); err != nil {
+		return fmt.Errorf("server: start bus: %w", err)
+	}
+	return nil
+}
+
+// Handle registers the handler of an application method. Built-in names
+// (subscribe, unsubscribe, publish) cannot be taken.
+func (s *Server) Handle(method string, h Handler) {
+	if isBuiltin(method) {
+		panic("server: " + method + " is a built-in method")
+	}
+	s.handlers.Store(method, h)
+}
+
+// Counts reports open connections and subscriptions, for the pressure
+// monitor.
+func (s *Server) Counts() (connections, subscriptions int64) {
+	s.mu.Lock()
+	n := int64(len(s.conns))
+	s.mu.Unlock()
+	return n, s.subscriptions.Load()
+}
+
+// Subjects lists topics with local subscribers and their counts.
+func (s *Server) Subjects() []TopicCount { return s.hub.subjects() }
+
+// Ready reports whether this instance should receive new connections: not
+// draining and cross-instance delivery up.
+func (s *Server) Ready() bool { return !s.draining.Load() && !s.bus.Degraded() }
+
+// ServeHTTP serves GET /ws: the handshake tier, then the upgrade.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := &conn{s: s}
+	if s.gate != nil {
+		if !s.gate.Admit(w, r, &c.ticket) {
+			return
+		}
+	} else if s.draining.Load() {
+		http.Error(w, `{"error":"OVERLOADED","retryAfterMs":1000}`, http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:       []string{BatchSubprotocol},
+		InsecureSkipVerify: true, // the gate checked the origin
+	})
+	if err != nil {
+		c.ticket.HandshakeDone(false)
+		return
+	}
+	c.ticket.HandshakeDone(true)
+	c.start(ws)
+}
+
+// BatchSubprotocol is the subprotocol under which the server may send
+// several queued messages in one frame as a JSON array.
+const BatchSubprotocol = "rt.batch"
+
+// busReceiver adapts the server to bus.Receiver.
+type busReceiver Server
+
+func (r *busReceiver) Deliver(topic string, data []byte) {
+	s := (*Server)(r)
+	if s.pressure != nil {
+		s.pressure.RecordPublished(1)
+	}
+	s.hub.publish(topic, data)
+}
+
+func (r *busReceiver) BusState(degraded bool) {
+	s := (*Server)(r)
+	event := protocol.EventRecovered
+	if degraded {
+		event = protocol.EventDegraded
+		s.log.Warn("cross-instance delivery is down")
+	} else {
+		s.log.Info("cross-instance delivery recovered")
+	}
+	s.broadcast(protocol.AppendSystem(nil, event, 0))
+}
+
+// broadcast queues one frame to every connection.
+func (s *Server) broadcast(frame []byte) {
+	for _, c := range s.snapshotConns() {
+		c.enqueue(frame)
+	}
+}
+
+func (s *Server) snapshotConns() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (s *Server) addConn(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Drain refuses new upgrades, tells every client it is draining, and closes
+// the connections with 1012 spread evenly over d, so a restart does not turn
+// into a reconnect storm. It returns when every connection is closed or ctx
+// ends (then the rest are closed at once).
+func (s *Server) Drain(ctx context.Context, d time.Duration) {
+	s.draining.Store(true)
+	if s.gate != nil {
+		s.gate.SetDraining(true)
+	}
+	conns := s.snapshotConns()
+	n := len(conns)
+	if n == 0 {
+		return
+	}
+	rand.Shuffle(n, func(i, j int) { conns[i], conns[j] = conns[j], conns[i] })
+	at := drainSchedule(n, d)
+	// Each client learns when it will be closed, so one that reconnects on
+	// its own does so spread over the window too.
+	for i, c := range conns {
+		hint := at[i] + s.jitter(s.drainHint)
+		c.enqueue(protocol.AppendSystem(nil, protocol.EventDraining, hint.Milliseconds()))
+	}
+	start := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i, c := range conns {
+		if wait := time.Until(start.Add(at[i])); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				for _, rest := range conns[i:] {
+					s.drainClose(rest)
+				}
+				return
+			}
+		}
+		s.drainClose(c)
+	}
+}
+
+// drainSchedule spreads n closes evenly over d: the i-th at i*d/n.
+func drainSchedule(n int, d time.Duration) []time.Duration {
+	at := make([]time.Duration, n)
+	for i := range at {
+		at[i] = d * time.Duration(i) / time.Duration(n)
+	}
+	return at
+}
+
+// drainClose closes c with 1012 after its queued frames (the draining
+// notice) are written. The close handshake may wait on a slow peer, so it
+// runs in its own goroutine and the drain schedule does not slip.
+func (s *Server) drainClose(c *conn) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c.closeWith(websocket.StatusServiceRestart, retryReason(s.jitter(s.drainHint)), true)
+	}()
+}
+
+// Shutdown closes every connection at once and waits for their goroutines,
+// then stops the bus.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed.Store(true)
+	s.mu.Unlock()
+	for _, c := range s.snapshotConns() {
+		c.abort()
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if berr := s.bus.Close(); berr != nil && !errors.Is(berr, bus.ErrClosed) {
+		err = errors.Join(err, berr)
+	}
+	return err
+}
+
+// jitter spreads a hint uniformly over [base/2, 3*base/2).
+func (s *Server) jitter(base time.Duration) time.Duration {
+	return base/2 + rand.N(base)
+}
+
+// retryReason is the close reason text carrying a retry hint.
+func retryReason(d time.Duration) string {
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	return "retry_after_ms=" + strconv.FormatInt(ms, 10)
+}

@@ -1,0 +1,350 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+func TestPublishReachesSubscribersInOrder(t *testing.T) {
+	leakcheck.Check(t)
+	_, url := startServer(t, Options{})
+	sub, pub, other := dial(t, url), dial(t, url), dial(t, url)
+	mustOK(t, sub.call("subscribe", `{"topic":"room:1"}`))
+	mustOK(t, other.call("subscribe", `{"topic":"room:2"}`))
+
+	const n = 1000
+	for i := range n {
+		pub.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"room:1","data":{"i":%d}}}`, i))
+	}
+	for i := range n {
+		m := sub.recvMsg()
+		if m.Method != "message" || m.Params.Topic != "room:1" {
+			t.Fatalf("message %d: got %+v", i, m)
+		}
+		if want := fmt.Sprintf(`{"i":%d}`, i); string(m.Params.Data) != want {
+			t.Fatalf("message %d: data %s, want %s", i, m.Params.Data, want)
+		}
+	}
+	// room:2's subscriber got nothing of room:1: its next frame is the
+	// answer to its own call.
+	m := other.call("unsubscribe", `{"topic":"room:2"}`)
+	mustOK(t, m)
+	if string(m.ID) != "1" {
+		t.Fatalf("other received %+v", m)
+	}
+}
+
+func TestProtocolErrors(t *testing.T) {
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{Config: Config{MaxSubscriptionsPerConn: 1}})
+	s.Handle("boom", func(context.Context, *Request) (any, error) { panic("boom") })
+	s.Handle("deny", func(context.Context, *Request) (any, error) {
+		return nil, protocol.NewError(protocol.CodeForbidden, "", nil)
+	})
+	s.Handle("fail", func(context.Context, *Request) (any, error) { return nil, errors.New("secret detail") })
+	c := dial(t, url)
+	tests := []struct {
+		name  string
+		give  string
+		code  int
+		id    string
+		inMsg string
+	}{
+		{"not json", `{"jsonrpc":`, protocol.CodeParseError, "null", ""},
+		{"empty batch", `[]`, protocol.CodeInvalidRequest, "null", ""},
+		{"not an object", `42`, protocol.CodeInvalidRequest, "null", ""},
+		{"wrong version", `{"jsonrpc":"1.0","id":7,"method":"x"}`, protocol.CodeInvalidRequest, "7", ""},
+		{"method not string", `{"jsonrpc":"2.0","id":"a","method":5}`, protocol.CodeInvalidRequest, `"a"`, ""},
+		{"bad id", `{"jsonrpc":"2.0","id":{},"method":"x"}`, protocol.CodeInvalidRequest, "null", ""},
+		{"unknown method", `{"jsonrpc":"2.0","id":1,"method":"nope"}`, protocol.CodeMethodNotFound, "1", ""},
+		{"bad topic", `{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topic":"a b"}}`, protocol.CodeInvalidParams, "1", "topic"},
+		{"reserved topic", `{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"__sys","data":1}}`, protocol.CodeInvalidParams, "1", "reserved"},
+		{"long topic", `{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topic":"` + strings.Repeat("a", 257) + `"}}`, protocol.CodeInvalidParams, "1", "topic"},
+		{"missing topic", `{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{}}`, protocol.CodeInvalidParams, "1", "missing"},
+		{"missing data", `{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t"}}`, protocol.CodeInvalidParams, "1", "data"},
+		{"params not object", `{"jsonrpc":"2.0","id":1,"method":"publish","params":[1]}`, protocol.CodeInvalidParams, "1", ""},
+		{"handler panics", `{"jsonrpc":"2.0","id":2,"method":"boom"}`, protocol.CodeInternal, "2", ""},
+		{"handler error hidden", `{"jsonrpc":"2.0","id":3,"method":"fail"}`, protocol.CodeInternal, "3", ""},
+		{"handler protocol error", `{"jsonrpc":"2.0","id":4,"method":"deny"}`, protocol.CodeForbidden, "4", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c.t = t
+			c.send(tt.give)
+			m := c.recvMsg()
+			if m.Error == nil || m.Error.Code != tt.code {
+				t.Fatalf("got %+v, want error %d", m, tt.code)
+			}
+			if string(m.ID) != tt.id {
+				t.Errorf("id %s, want %s", m.ID, tt.id)
+			}
+			if !strings.Contains(m.Error.Message, tt.inMsg) {
+				t.Errorf("message %q does not mention %q", m.Error.Message, tt.inMsg)
+			}
+			if strings.Contains(m.Error.Message, "secret") {
+				t.Errorf("handler error text leaked: %q", m.Error.Message)
+			}
+		})
+	}
+	c.t = t
+	// The connection survived all of it; the subscription limit answers
+	// -32004 with the limit in data.
+	mustOK(t, c.call("subscribe", `{"topic":"a"}`))
+	m := c.call("subscribe", `{"topic":"b"}`)
+	if m.Error == nil || m.Error.Code != protocol.CodeLimitExceeded || string(m.Error.Data) != `{"limit":1}` {
+		t.Fatalf("second subscription: %+v", m.Error)
+	}
+	mustOK(t, c.call("subscribe", `{"topic":"a"}`)) // already subscribed: not a new one
+}
+
+func TestBatchAndNotifications(t *testing.T) {
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{})
+	var notified atomic.Int32
+	s.Handle("echo", func(_ context.Context, r *Request) (any, error) {
+		if r.ID == nil {
+			notified.Add(1)
+		}
+		return r.Params, nil
+	})
+	c := dial(t, url)
+	// A notification gets no response: the next frame answers the request.
+	c.send(`{"jsonrpc":"2.0","method":"echo","params":[1]}`)
+	m := c.call("echo", `{"x":2}`)
+	mustOK(t, m)
+	if string(m.Result) != `{"x":2}` {
+		t.Fatalf("echo result %s", m.Result)
+	}
+	if notified.Load() != 1 {
+		t.Fatalf("notification ran %d times", notified.Load())
+	}
+
+	c.send(`[{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topic":"t"}},` +
+		`{"jsonrpc":"2.0","method":"publish","params":{"topic":"t","data":"n"}},` +
+		`{"jsonrpc":"2.0","id":2,"method":"echo","params":[3]},` +
+		`{"bad":true}]`)
+	// The publish delivers to ourselves before the batch answer is queued.
+	first := c.recvMsg()
+	if first.Method != "message" || string(first.Params.Data) != `"n"` {
+		t.Fatalf("first frame %+v", first)
+	}
+	var resp []msg
+	if err := json.Unmarshal(c.recv(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if len(resp) != 3 {
+		t.Fatalf("batch answered %d responses, want 3 (no answer to the notification)", len(resp))
+	}
+	if string(resp[0].ID) != "1" || resp[0].Error != nil {
+		t.Errorf("resp[0] = %+v", resp[0])
+	}
+	if string(resp[1].ID) != "2" || string(resp[1].Result) != "[3]" {
+		t.Errorf("resp[1] = %+v", resp[1])
+	}
+	if resp[2].Error == nil || resp[2].Error.Code != protocol.CodeInvalidRequest {
+		t.Errorf("resp[2] = %+v", resp[2])
+	}
+	// A batch of notifications only gets no answer at all.
+	c.send(`[{"jsonrpc":"2.0","method":"echo","params":[1]}]`)
+	if m := c.call("echo", `[9]`); string(m.Result) != "[9]" {
+		t.Fatalf("after notification batch: %+v", m)
+	}
+}
+
+func TestBinaryFrameCloses1003(t *testing.T) {
+	leakcheck.Check(t)
+	_, url := startServer(t, Options{})
+	c := dial(t, url)
+	if err := c.ws.Write(context.Background(), websocket.MessageBinary, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := c.closeStatus(); code != websocket.StatusUnsupportedData {
+		t.Fatalf("close %d, want 1003", code)
+	}
+}
+
+func TestOversizeMessageCloses1009(t *testing.T) {
+	leakcheck.Check(t)
+	m := metrics.NewDiscard()
+	_, url := startServer(t, Options{Config: Config{MaxMessageBytes: 1024}, Metrics: m})
+	c := dial(t, url)
+	// Exactly at the limit is fine.
+	at := `{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":"`
+	at += strings.Repeat("x", 1024-len(at)-3) + `"}}`
+	if len(at) != 1024 {
+		t.Fatalf("frame is %d bytes", len(at))
+	}
+	c.send(at)
+	mustOK(t, c.recvMsg())
+	c.send(at + " ")
+	if code, _ := c.closeStatus(); code != websocket.StatusMessageTooBig {
+		t.Fatalf("close %d, want 1009", code)
+	}
+}
+
+// A subscriber that stops reading is cut off with 1013 once its backlog
+// passes SendQueueBytes; a healthy subscriber of the same topic receives
+// every message in order meanwhile.
+func TestSlowConsumerIsCutOffHealthyOneGetsEverything(t *testing.T) {
+	leakcheck.Check(t)
+	m := metrics.NewDiscard()
+	_, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: 256 << 10}})
+	stalled, healthy, pub := dial(t, url), dial(t, url), dial(t, url)
+	mustOK(t, stalled.call("subscribe", `{"topic":"feed"}`))
+	mustOK(t, healthy.call("subscribe", `{"topic":"feed"}`))
+
+	const n = 20000
+	payload := strings.Repeat("p", 1000)
+	var got atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		for i := range n {
+			b, err := healthy.read()
+			if err != nil {
+				errc <- fmt.Errorf("healthy read %d: %w", i, err)
+				return
+			}
+			var mm msg
+			if err := json.Unmarshal(b, &mm); err != nil {
+				errc <- err
+				return
+			}
+			var d struct{ I int }
+			if err := json.Unmarshal(mm.Params.Data, &d); err != nil || d.I != i {
+				errc <- fmt.Errorf("healthy got %s at %d", mm.Params.Data, i)
+				return
+			}
+			got.Add(1)
+		}
+		errc <- nil
+	}()
+	// Publish in windows no larger than the healthy client's queue bound,
+	// waiting for it to catch up: healthy means "reads as fast as it is
+	// sent", and this keeps the test about the stalled one.
+	// The stalled client starts reading again once the server has cut it
+	// off: it must then find every frame that was in flight, then 1013.
+	type closed struct {
+		code   websocket.StatusCode
+		reason string
+	}
+	stalledDone := make(chan closed, 1)
+	resumed := false
+	resume := func() {
+		if resumed || testutilValue(m.SlowConsumerDisconnects) == 0 {
+			return
+		}
+		resumed = true
+		go func() {
+			code, reason := stalled.closeStatus()
+			stalledDone <- closed{code, reason}
+		}()
+	}
+	const window = 100
+	var readerErr error
+	finished := false
+	for i := 0; i < n; i += window {
+		for j := i; j < i+window; j++ {
+			pub.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"feed","data":{"i":%d,"p":"%s"}}}`, j, payload))
+		}
+		for !finished && got.Load() < int64(i+window) {
+			select {
+			case readerErr = <-errc:
+				finished = true
+			case <-time.After(time.Millisecond):
+			}
+		}
+		resume()
+		if readerErr != nil {
+			t.Fatalf("healthy subscriber: %v", readerErr)
+		}
+	}
+	if !finished {
+		readerErr = <-errc
+	}
+	if readerErr != nil || got.Load() != n {
+		t.Fatalf("healthy subscriber got %d of %d: %v", got.Load(), n, readerErr)
+	}
+	resume()
+	if !resumed {
+		t.Fatal("the stalled subscriber was never cut off")
+	}
+	st := <-stalledDone
+	code, reason := st.code, st.reason
+	if code != websocket.StatusTryAgainLater || !strings.HasPrefix(reason, "retry_after_ms=") {
+		t.Fatalf("stalled close %d %q, want 1013 retry_after_ms=N", code, reason)
+	}
+	if ms, err := strconv.Atoi(strings.TrimPrefix(reason, "retry_after_ms=")); err != nil || ms <= 0 {
+		t.Fatalf("bad retry hint %q", reason)
+	}
+	if v := testutilValue(m.SlowConsumerDisconnects); v != 1 {
+		t.Fatalf("slow_consumer_disconnects_total = %v, want 1", v)
+	}
+}
+
+func TestDrainNotifiesThenCloses1012(t *testing.T) {
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{})
+	clients := []*client{dial(t, url), dial(t, url), dial(t, url)}
+	for _, c := range clients {
+		mustOK(t, c.call("subscribe", `{"topic":"t"}`))
+	}
+	if !s.Ready() {
+		t.Fatal("not ready before drain")
+	}
+	done := make(chan struct{})
+	go func() {
+		s.Drain(context.Background(), 300*time.Millisecond)
+		close(done)
+	}()
+	for _, c := range clients {
+		m := c.recvMsg()
+		if m.Method != "system" || m.Params.Event != "draining" || m.Params.ReconnectAfterMs <= 0 {
+			t.Fatalf("first frame during drain: %+v", m)
+		}
+		code, reason := c.closeStatus()
+		if code != websocket.StatusServiceRestart || !strings.HasPrefix(reason, "retry_after_ms=") {
+			t.Fatalf("close %d %q, want 1012 retry_after_ms=N", code, reason)
+		}
+	}
+	<-done
+	if s.Ready() {
+		t.Fatal("ready while draining")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, url, nil)
+	if err == nil || resp == nil || resp.StatusCode != 503 {
+		t.Fatalf("dial while draining: %v %v", resp, err)
+	}
+}
+
+func TestDrainScheduleSpreadsCloses(t *testing.T) {
+	tests := []struct {
+		n    int
+		d    time.Duration
+		want []time.Duration
+	}{
+		{1, time.Second, []time.Duration{0}},
+		{4, time.Second, []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond}},
+		{3, 0, []time.Duration{0, 0, 0}},
+	}
+	for _, tt := range tests {
+		got := drainSchedule(tt.n, tt.d)
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("drainSchedule(%d, %v) = %v, want %v", tt.n, tt.d, got, tt.want)
+		}
+	}
+}
