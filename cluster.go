@@ -41,5 +41,5 @@ func newCluster(cfg Redis, m *metrics.Metrics, log *slog.Logger, mon *pressure.M
 }
 
 func (c *cluster) wireSubjects(*server.Server) {}
-func (c *cluster) start(context.Context) error  { return nil }
-func (c *cluster) stop()                        {}
+func (c *cluster) start(context.Context) error { return nil }
+func (c *cluster) stop()                       {}

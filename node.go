@@ -148,14 +148,14 @@ func New(cfg Config) (*Node, error) {
 	}
 
 	n.Server = server.New(server.Options{
-		Config:   cfg.Limits,
-		Gate:     gate,
-		Router:   router,
-		Pressure: n.Pressure,
-		Bus:      b,
-		Metrics:  n.Metrics,
-		Logger:   log,
-		Fallback: fallback,
+		Config:          cfg.Limits,
+		Gate:            gate,
+		Router:          router,
+		Pressure:        n.Pressure,
+		Bus:             b,
+		Metrics:         n.Metrics,
+		Logger:          log,
+		Fallback:        fallback,
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
 	})
 	if n.cluster != nil {

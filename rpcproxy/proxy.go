@@ -135,4 +135,3 @@ func decode(data []byte) (any, error) {
 func upstream() *protocol.Error {
 	return protocol.NewError(protocol.CodeUpstream, "", nil)
 }
-

@@ -412,4 +412,3 @@ func (c *conn) untrack(call *message.Call) {
 	delete(c.inflight, call)
 	c.callsMu.Unlock()
 }
-

@@ -97,14 +97,14 @@ type Options struct {
 
 // Server serves WebSocket connections. Create it with New.
 type Server struct {
-	cfg      Config
-	gate     *handshake.Gate
-	router   *message.Router
-	pressure *pressure.Monitor
-	bus      bus.Bus
-	m        *metrics.Metrics
-	log      *slog.Logger
-	fallback Handler
+	cfg       Config
+	gate      *handshake.Gate
+	router    *message.Router
+	pressure  *pressure.Monitor
+	bus       bus.Bus
+	m         *metrics.Metrics
+	log       *slog.Logger
+	fallback  Handler
 	drainHint time.Duration
 
 	handlers sync.Map // method -> Handler
