@@ -157,11 +157,11 @@ func (a *Admission) SetRates(r RateSource) {
 // emptySnapshot stands in when there is no pressure source: reason NONE.
 var emptySnapshot = &pressure.Snapshot{}
 
-func (a *Admission) loadSnapshot() *pressure.Snapshot {
-	if a.snapshot == nil {
+func (c *Class) loadSnapshot() *pressure.Snapshot {
+	if c.snapshot == nil {
 		return emptySnapshot
 	}
-	if s := a.snapshot(); s != nil {
+	if s := c.snapshot(); s != nil {
 		return s
 	}
 	return emptySnapshot
@@ -201,8 +201,10 @@ type Class struct {
 	name string
 	a    *Admission
 
-	needSnap bool
-	reasons  []reasonPart
+	snapshot   func() *pressure.Snapshot // Options.Snapshot; nil: none
+	needSnap   bool
+	reasonMask uint64 // bit r is set when pressure.Reason r is listed
+	reasons    []reasonPart
 
 	cluster       bool
 	clusterByUser bool
@@ -272,11 +274,13 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		}
 		seen[pr] = true
 		c.reasons = append(c.reasons, reasonPart{r: pr, code: code})
+		c.reasonMask |= 1 << pr
 	}
 	if len(c.reasons) > 0 && a.snapshot == nil {
 		return nil, errors.New("reasons: Options.Snapshot is nil, so pressure would never be seen")
 	}
 	c.needSnap = len(c.reasons) > 0 || c.predicate != nil
+	c.snapshot = a.snapshot
 
 	if p := r.ClusterTopPublisher; p != nil {
 		if !(p.Threshold > 0) || math.IsInf(p.Threshold, 1) {
@@ -405,11 +409,9 @@ func (c *Class) Check(call *Call) Decision {
 	}
 	var snap *pressure.Snapshot
 	if c.needSnap {
-		snap = c.a.loadSnapshot()
-		for i := range c.reasons {
-			if c.reasons[i].r == snap.Reason {
-				return c.reject(c.reasons[i].code)
-			}
+		snap = c.loadSnapshot()
+		if c.reasonMask>>snap.Reason&1 != 0 {
+			return c.rejectPressure(snap.Reason)
 		}
 	}
 	if c.cluster && c.clusterHot(call) {
@@ -452,6 +454,16 @@ func (c *Class) Check(call *Call) Decision {
 	}
 	c.accepted.Inc()
 	return d
+}
+
+// rejectPressure is a denial by a listed pressure reason.
+func (c *Class) rejectPressure(r pressure.Reason) Decision {
+	for _, rp := range c.reasons {
+		if rp.r == r {
+			return c.reject(rp.code)
+		}
+	}
+	panic("message: reason mask and list disagree") // unreachable: built together
 }
 
 // reject is a denial by a part without a limit of its own (pressure,
