@@ -1,0 +1,81 @@
+package bus
+
+import "context"
+
+// Redis is the single-channel Redis bus (redis.bus: single): every topic
+// travels on one pub/sub channel, ChannelPrefix + "bus" (e.g. "rt:bus"),
+// with PUBLISH and SUBSCRIBE. Every instance receives every message and
+// hands the Receiver all but its own. Simple and fine while the fleet's
+// total publish rate fits one Redis connection per instance; past that,
+// use Sharded.
+//
+// Publish queues; one writer goroutine pipelines up to BatchSize PUBLISH
+// commands per round trip. Redis loss (a failed PING, publish or
+// subscription) makes the bus degraded until Redis answers again and the
+// subscription is confirmed again; go-redis redials and resubscribes.
+type Redis struct {
+	e       *engine
+	channel string
+	loop    *subLoop
+}
+
+var _ Bus = (*Redis)(nil)
+
+// NewRedis returns a single-channel Redis bus. It does no I/O: Start does.
+func NewRedis(opts RedisOptions) (*Redis, error) {
+	e, err := newEngine(opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return &Redis{e: e, channel: opts.ChannelPrefix + "bus"}, nil
+}
+
+// Start subscribes and starts the bus's goroutines. It waits, at most until
+// ctx ends, for Redis to confirm the subscription or for the first sign
+// that Redis is unreachable; either way the bus keeps running (retrying in
+// the background when degraded) until Close. ctx bounds only this wait.
+func (b *Redis) Start(ctx context.Context, r Receiver) error {
+	err := b.e.start(r, func() {
+		b.e.loops.Add(1)
+		b.loop = newSubLoop(b.e, b.channel, nil)
+	})
+	if err != nil {
+		return err
+	}
+	return b.e.waitFirst(ctx, b.loop.first)
+}
+
+// Publish queues data on topic for the other instances. It never blocks:
+// it returns ErrDegraded while Redis is unreachable and ErrQueueFull when
+// the queue is full (both dropped and counted), ErrBadTopic or ErrTooLarge
+// for messages no receiver would accept, ErrClosed after Close.
+func (b *Redis) Publish(topic string, data []byte) error {
+	return b.e.publish(b.channel, topic, data)
+}
+
+// Subscribe does nothing: every topic is on the one channel.
+func (b *Redis) Subscribe(string) {}
+
+// Unsubscribe does nothing: every topic is on the one channel.
+func (b *Redis) Unsubscribe(string) {}
+
+// Degraded reports whether cross-instance delivery is down now (what
+// /readyz reads).
+func (b *Redis) Degraded() bool { return b.e.degraded() }
+
+// InstanceID is the id this bus stamps on its envelopes.
+func (b *Redis) InstanceID() string { return b.e.id }
+
+// Channel is the Redis channel the bus uses.
+func (b *Redis) Channel() string { return b.channel }
+
+// Close unsubscribes, sends what is still queued (while Redis answers),
+// stops every goroutine and waits for them. The Receiver hears nothing
+// after Close returns.
+func (b *Redis) Close() error {
+	return b.e.close(func() {
+		if b.loop != nil {
+			b.loop.stop()
+		}
+	})
+}

@@ -1,0 +1,445 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/metrics"
+)
+
+// waitLimit only stops a broken test from hanging; every wait is for a
+// condition, never for time to pass.
+const waitLimit = 30 * time.Second
+
+type got struct{ topic, data string }
+
+// recorder is a Receiver that keeps everything it is given.
+type recorder struct {
+	mu     sync.Mutex
+	msgs   []got
+	states []bool
+	kick   chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{kick: make(chan struct{}, 1)} }
+
+func (r *recorder) Deliver(topic string, data []byte) {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, got{topic, string(data)})
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *recorder) BusState(degraded bool) {
+	r.mu.Lock()
+	r.states = append(r.states, degraded)
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *recorder) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) snapshot() ([]got, []bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]got(nil), r.msgs...), append([]bool(nil), r.states...)
+}
+
+// await waits until cond holds over what r has recorded.
+func (r *recorder) await(t testing.TB, what string, cond func(msgs []got, states []bool) bool) {
+	t.Helper()
+	limit := time.NewTimer(waitLimit)
+	defer limit.Stop()
+	for {
+		if cond(r.snapshot()) {
+			return
+		}
+		select {
+		case <-r.kick:
+		case <-limit.C:
+			msgs, states := r.snapshot()
+			t.Fatalf("waiting for %s: %d messages, states %v", what, len(msgs), states)
+		}
+	}
+}
+
+func (r *recorder) awaitMsgs(t testing.TB, n int) []got {
+	t.Helper()
+	r.await(t, fmt.Sprintf("%d messages", n), func(m []got, _ []bool) bool { return len(m) >= n })
+	m, _ := r.snapshot()
+	return m
+}
+
+// poll waits for a condition on something that cannot notify us (Redis
+// itself, or a state without a callback).
+func poll(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a process we do not control
+	}
+}
+
+func newClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry(), "") }
+
+func dropped(m *metrics.Metrics, reason string) float64 {
+	return testutil.ToFloat64(m.BusDropped.WithLabelValues(reason))
+}
+
+// testOptions are fast-ticking options for tests.
+func testOptions(c redis.UniversalClient, id string) RedisOptions {
+	return RedisOptions{
+		Client: c, InstanceID: id, ChannelPrefix: "test:", Metrics: newMetrics(),
+		PingInterval: 50 * time.Millisecond, PingTimeout: 2 * time.Second,
+		DeliverQueueSize: 1 << 15, QueueSize: 1 << 15,
+	}
+}
+
+func startRedis(t testing.TB, o RedisOptions) (*Redis, *recorder) {
+	t.Helper()
+	b, err := NewRedis(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Start(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, r
+}
+
+// noBusGoroutines fails when any goroutine of this package's buses is
+// still running. Close has waited for them all, but a goroutine that has
+// signalled its WaitGroup may still be returning: give those a moment.
+func noBusGoroutines(t testing.TB) {
+	t.Helper()
+	var left []string
+	for range 1000 {
+		left = left[:0]
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "rtserver/bus.(*engine)") || strings.Contains(g, "rtserver/bus.(*subLoop)") {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond) // let exiting goroutines finish returning
+	}
+	t.Errorf("goroutines left after Close:\n%s", strings.Join(left, "\n\n"))
+}
+
+func TestRedisDeliversInOrderWithoutEcho(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	a, ra := startRedis(t, testOptions(c, "a"))
+	b, rb := startRedis(t, testOptions(c, "b"))
+	if a.Channel() != "test:bus" {
+		t.Errorf("channel %q, want test:bus", a.Channel())
+	}
+
+	const n = 10000
+	for i := range n {
+		for {
+			err := a.Publish("room", fmt.Appendf(nil, `{"n":%d}`, i))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrQueueFull) {
+				t.Fatal(err)
+			}
+			runtime.Gosched() // the queue is sized for the test; this only guards
+		}
+	}
+	msgs := rb.awaitMsgs(t, n)
+	for i, m := range msgs {
+		if want := fmt.Sprintf(`{"n":%d}`, i); m.topic != "room" || m.data != want {
+			t.Fatalf("message %d: got %s %s, want room %s", i, m.topic, m.data, want)
+		}
+	}
+
+	// Redis sends a channel's messages in order, so once a's subscription
+	// has this fence from b, it has had every echo of its own.
+	if err := b.Publish("fence", []byte(`"end"`)); err != nil {
+		t.Fatal(err)
+	}
+	got := ra.awaitMsgs(t, 1)
+	if len(got) != 1 || got[0] != (struct{ topic, data string }{"fence", `"end"`}) {
+		t.Errorf("a received %v, want only the fence", got)
+	}
+	if msgs, _ := rb.snapshot(); len(msgs) != n {
+		t.Errorf("b received %d messages, want %d (its own fence echoed?)", len(msgs), n)
+	}
+	if v := testutil.ToFloat64(a.e.m.BusPublished); v != n {
+		t.Errorf("a published %v, want %d", v, n)
+	}
+	if v := testutil.ToFloat64(b.e.m.BusReceived); v != n {
+		t.Errorf("b received counter %v, want %d", v, n)
+	}
+	a.Close()
+	b.Close()
+	noBusGoroutines(t)
+}
+
+func TestRedisDropsHostileEnvelopes(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	a, _ := startRedis(t, testOptions(c, "a"))
+	ob := testOptions(c, "b")
+	ob.MaxEnvelopeBytes = 1024
+	b, rb := startRedis(t, ob)
+
+	env := func(inst, topic, data string) string {
+		return string(appendEnvelope(nil, inst, topic, []byte(data)))
+	}
+	tests := []struct {
+		name    string
+		payload string
+		reason  string
+	}{
+		{"garbage", "hello, world", DropMalformed},
+		{"empty", "", DropMalformed},
+		{"json envelope", `{"i":"x","t":"room","d":1}`, DropMalformed},
+		{"truncated header", env("x", "room", "1")[:4], DropMalformed},
+		{"instance too long", env(strings.Repeat("x", MaxInstanceIDLen+1), "room", "1"), DropMalformed},
+		{"oversize", env("x", "room", `"`+strings.Repeat("a", 1100)+`"`), DropOversize},
+		{"bad topic", env("x", "room 1", "1"), DropBadTopic},
+		{"empty topic", env("x", "", "1"), DropBadTopic},
+		{"reserved topic", env("x", "__system", "1"), DropBadTopic},
+		{"invalid json", env("x", "room", `{"a":`), DropMalformed},
+		{"no data", env("x", "room", ""), DropMalformed},
+		{"two values", env("x", "room", "1 2"), DropMalformed},
+	}
+	want := map[string]float64{}
+	for _, tt := range tests {
+		if err := c.Publish(context.Background(), b.Channel(), tt.payload).Err(); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		want[tt.reason]++
+	}
+	// Valid traffic still flows, and arrives after every hostile payload.
+	if err := a.Publish("room", []byte(`{"ok":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := rb.awaitMsgs(t, 1)
+	if len(msgs) != 1 || msgs[0].data != `{"ok":true}` {
+		t.Errorf("delivered %v, want only the valid message", msgs)
+	}
+	for _, reason := range []string{DropMalformed, DropOversize, DropBadTopic} {
+		if g := dropped(b.e.m, reason); g != want[reason] {
+			t.Errorf("dropped{%s} = %v, want %v", reason, g, want[reason])
+		}
+	}
+	if v := testutil.ToFloat64(b.e.m.BusReceived); v != 1 {
+		t.Errorf("received counter %v, want 1", v)
+	}
+}
+
+func TestRedisPublishRefusals(t *testing.T) {
+	s := redistest.Start(t)
+	o := testOptions(newClient(t, s.Addr), "a")
+	o.MaxEnvelopeBytes = 100
+	o.QueueSize = 1
+	b, err := NewRedis(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tests := []struct {
+		name   string
+		topic  string
+		data   string
+		want   error
+		reason string
+	}{
+		{"bad topic", "a b", "1", ErrBadTopic, DropBadTopic},
+		{"reserved", "__x", "1", ErrBadTopic, DropBadTopic},
+		{"too large", "t", strings.Repeat("1", 100), ErrTooLarge, DropOversize},
+		// Not started: the writer is not draining, so the queue of one fills.
+		{"queued", "t", "1", nil, ""},
+		{"queue full", "t", "2", ErrQueueFull, DropQueueFull},
+	}
+	for _, tt := range tests {
+		before := 0.0
+		if tt.reason != "" {
+			before = dropped(o.Metrics, tt.reason)
+		}
+		if err := b.Publish(tt.topic, []byte(tt.data)); !errors.Is(err, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, err, tt.want)
+		}
+		if tt.reason != "" && dropped(o.Metrics, tt.reason) != before+1 {
+			t.Errorf("%s: dropped{%s} not counted", tt.name, tt.reason)
+		}
+	}
+	b.Close()
+	if err := b.Publish("t", []byte("1")); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+	if _, err := NewRedis(RedisOptions{}); err == nil {
+		t.Error("NewRedis without Client or URL: no error")
+	}
+	if _, err := NewRedis(RedisOptions{URL: s.URL(), InstanceID: strings.Repeat("x", MaxInstanceIDLen+1)}); err == nil {
+		t.Error("NewRedis with a long instance id: no error")
+	}
+}
+
+func TestRedisURLOwnsClient(t *testing.T) {
+	s := redistest.Start(t)
+	o := testOptions(nil, "a")
+	o.Client, o.URL = nil, s.URL()
+	a, _ := startRedis(t, o)
+	b, rb := startRedis(t, testOptions(newClient(t, s.Addr), "b"))
+	if err := a.Publish("t", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	rb.awaitMsgs(t, 1)
+	a.Close()
+	b.Close()
+	if err := a.e.client.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
+		t.Errorf("client opened from URL after Close: ping %v, want ErrClosed", err)
+	}
+}
+
+func TestRedisDegradedAndRecovered(t *testing.T) {
+	s := redistest.Start(t)
+	ca, cb := newClient(t, s.Addr), newClient(t, s.Addr)
+	a, ra := startRedis(t, testOptions(ca, "a"))
+	b, rb := startRedis(t, testOptions(cb, "b"))
+	if a.Degraded() || b.Degraded() {
+		t.Fatal("degraded at start")
+	}
+
+	s.Stop()
+	for _, r := range []*recorder{ra, rb} {
+		r.await(t, "degraded", func(_ []got, st []bool) bool { return len(st) >= 1 })
+	}
+	if !a.Degraded() || testutil.ToFloat64(a.e.m.BusDegraded) != 1 {
+		t.Error("a: Degraded() or bus_degraded not set")
+	}
+	before := dropped(a.e.m, DropDegraded)
+	if err := a.Publish("t", []byte("1")); !errors.Is(err, ErrDegraded) {
+		t.Errorf("publish while degraded: %v, want ErrDegraded", err)
+	}
+	if dropped(a.e.m, DropDegraded) != before+1 {
+		t.Error("publish while degraded: not counted")
+	}
+
+	s.Restart()
+	for _, r := range []*recorder{ra, rb} {
+		r.await(t, "recovered", func(_ []got, st []bool) bool { return len(st) >= 2 })
+	}
+	for name, r := range map[string]*recorder{"a": ra, "b": rb} {
+		if _, st := r.snapshot(); fmt.Sprint(st) != "[true false]" {
+			t.Errorf("%s: BusState calls %v, want [true false]", name, st)
+		}
+	}
+	if a.Degraded() || testutil.ToFloat64(a.e.m.BusDegraded) != 0 {
+		t.Error("a: still degraded after recovery")
+	}
+	// Recovery waits for the resubscription, so the first message after
+	// it arrives.
+	if err := a.Publish("t", []byte(`"after"`)); err != nil {
+		t.Fatal(err)
+	}
+	if m := rb.awaitMsgs(t, 1); m[0].data != `"after"` {
+		t.Errorf("after recovery b got %v", m)
+	}
+	if err := b.Publish("t", []byte(`"back"`)); err != nil {
+		t.Fatal(err)
+	}
+	ra.awaitMsgs(t, 1)
+	a.Close()
+	b.Close()
+	noBusGoroutines(t)
+}
+
+func TestRedisStartWhileRedisDown(t *testing.T) {
+	s := redistest.Start(t)
+	s.Stop()
+	a, ra := startRedis(t, testOptions(newClient(t, s.Addr), "a"))
+	if !a.Degraded() {
+		t.Fatal("Start with Redis down: not degraded")
+	}
+	if _, st := ra.snapshot(); fmt.Sprint(st) != "[true]" {
+		t.Errorf("BusState calls %v, want [true]", st)
+	}
+	s.Restart()
+	ra.await(t, "recovered", func(_ []got, st []bool) bool { return len(st) == 2 })
+	b, _ := startRedis(t, testOptions(newClient(t, s.Addr), "b"))
+	if err := b.Publish("t", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	ra.awaitMsgs(t, 1)
+}
+
+func TestRedisBatchesConcurrentPublishers(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	oa := testOptions(c, "a")
+	oa.BatchSize = 128
+	a, _ := startRedis(t, oa)
+	b, rb := startRedis(t, testOptions(c, "b"))
+
+	const pubs, each = 8, 1000
+	var wg sync.WaitGroup
+	for p := range pubs {
+		wg.Go(func() {
+			for i := range each {
+				data := fmt.Appendf(nil, `{"p":%d,"i":%d}`, p, i)
+				for errors.Is(a.Publish("t", data), ErrQueueFull) {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	msgs := rb.awaitMsgs(t, pubs*each)
+	next := make([]int, pubs)
+	for _, m := range msgs {
+		var v struct{ P, I int }
+		if err := json.Unmarshal([]byte(m.data), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.I != next[v.P] {
+			t.Fatalf("publisher %d: got message %d, want %d", v.P, v.I, next[v.P])
+		}
+		next[v.P]++
+	}
+	if len(msgs) != pubs*each {
+		t.Errorf("got %d messages, want %d", len(msgs), pubs*each)
+	}
+	a.Close()
+	b.Close()
+	noBusGoroutines(t)
+}
