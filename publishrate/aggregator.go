@@ -423,8 +423,8 @@ func (a *Aggregator) subjects() []SubjectCount {
 }
 
 // newEnvelope builds this instance's envelope: each list deduplicated,
-// stripped of entries a receiver would reject, sorted descending and cut
-// to TopN. The inputs are only read.
+// stripped of idle entries and of entries a receiver would reject, sorted
+// descending and cut to TopN. The inputs are only read.
 func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, users []pressure.UserRate, subs []SubjectCount) *envelope {
 	e := &envelope{V: envelopeVersion, InstanceID: a.id, TS: now.UnixMilli()}
 
@@ -439,7 +439,7 @@ func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, use
 	}
 	e.Slice = make([]wireTopic, 0, len(tm))
 	for _, w := range tm {
-		if validRate(w.MessagesPerSec) && validRate(w.BytesPerSec) {
+		if validRate(w.MessagesPerSec) && validRate(w.BytesPerSec) && w.MessagesPerSec+w.BytesPerSec > 0 {
 			e.Slice = append(e.Slice, w)
 		}
 	}
@@ -462,7 +462,7 @@ func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, use
 	}
 	rows := make([]userRow, 0, len(um))
 	for u, s := range um {
-		if validRate(s.msgs) {
+		if validRate(s.msgs) && s.msgs > 0 {
 			rows = append(rows, userRow{wireUser{u, s.msgs}, s.bytes})
 		}
 	}

@@ -1,0 +1,163 @@
+package publishrate
+
+import (
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
+)
+
+// The aggregator is the admission tier's cluster rate source, and the
+// pressure monitor is its local source.
+var (
+	_ message.RateSource = (*Aggregator)(nil)
+	_ Local              = (*pressure.Monitor)(nil)
+)
+
+// fakeLocal is a pressure source the test drives by hand.
+type fakeLocal struct {
+	mu   sync.Mutex
+	snap *pressure.Snapshot
+	fns  []func(*pressure.Snapshot)
+}
+
+func newFakeLocal(topics ...pressure.TopicRate) *fakeLocal {
+	return &fakeLocal{snap: &pressure.Snapshot{TopTopics: topics}}
+}
+
+func (f *fakeLocal) Snapshot() *pressure.Snapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap
+}
+
+func (f *fakeLocal) OnSample(fn func(*pressure.Snapshot)) {
+	f.mu.Lock()
+	f.fns = append(f.fns, fn)
+	f.mu.Unlock()
+}
+
+// emit publishes a new sample to every listener, like Monitor.Sample.
+func (f *fakeLocal) emit(s *pressure.Snapshot) {
+	f.mu.Lock()
+	f.snap = s
+	fns := f.fns
+	f.mu.Unlock()
+	for _, fn := range fns {
+		fn(s)
+	}
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
+var discardLog = slog.New(slog.DiscardHandler)
+
+// deadClient points at a port nobody listens on: tests that never reach
+// Redis use it, and a publish through it fails fast.
+func deadClient(t testing.TB) redis.UniversalClient {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newOffline returns an aggregator that is marked active but has no Redis
+// goroutines: tests feed it payloads with receive and call collect.
+func newOffline(t testing.TB, local Local, opts Options) *Aggregator {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = discardLog
+	}
+	a, err := New(deadClient(t), local, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.active = true
+	a.win.reset(a.opts.Now())
+	a.mu.Unlock()
+	return a
+}
+
+// env marshals an unsigned envelope from id at ts with the given slice.
+func env(t testing.TB, id string, ts int64, slice ...wireTopic) []byte {
+	t.Helper()
+	b, err := marshalEnvelope(&envelope{V: 1, InstanceID: id, TS: ts, Slice: slice, Users: []wireUser{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func decodeSent(t testing.TB, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("sent envelope is not JSON: %v\n%s", err, b)
+	}
+	return m
+}
+
+// topicGauge reads a topic-labelled gauge family from the registry.
+func topicGauge(t testing.TB, m *metrics.Metrics, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "topic" {
+					out[l.GetValue()] = s.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling an external process (Redis) with a deadline
+	}
+}

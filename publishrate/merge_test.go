@@ -1,0 +1,318 @@
+package publishrate
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
+)
+
+func TestMergeSumsAcrossInstances(t *testing.T) {
+	clk := newFakeClock()
+	m := metrics.NewDiscard()
+	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 100, BytesPerSec: 1000})
+	a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, InstanceID: "self"})
+
+	a.receive(env(t, "A", 1, wireTopic{"hot", 600, 6000}, wireTopic{"cold", 1, 10}))
+	a.receive(env(t, "B", 1, wireTopic{"hot", 600, 6000}, wireTopic{"other", 5, 50}))
+	a.receive(env(t, "C", 1)) // an empty sibling still counts as an instance
+
+	if got := a.RateOf("hot"); got != 1300 {
+		t.Errorf("RateOf(hot) = %v, want 1300", got)
+	}
+	if got := a.RateOf("nowhere"); got != 0 {
+		t.Errorf("RateOf(nowhere) = %v, want 0", got)
+	}
+	want := []Entry{
+		{"hot", 1300, 13000, 3},
+		{"other", 5, 50, 1},
+		{"cold", 1, 10, 1},
+	}
+	if got := a.TopPublishers(); !slices.Equal(got, want) {
+		t.Errorf("TopPublishers =\n%v\nwant\n%v", got, want)
+	}
+	if got := value(m.ClusterInstances); got != 3 {
+		t.Errorf("cluster_publish_rate_instances = %v, want 3", got)
+	}
+	if got, want := value(m.ClusterReceived), 3.0; got != want {
+		t.Errorf("received = %v, want %v", got, want)
+	}
+	wantRates := map[string]float64{"hot": 1300, "other": 5, "cold": 1}
+	if got := topicGauge(t, m, "cluster_topic_publish_rate"); !maps.Equal(got, wantRates) {
+		t.Errorf("cluster_topic_publish_rate = %v, want %v", got, wantRates)
+	}
+	if got := topicGauge(t, m, "cluster_topic_publish_bytes"); got["hot"] != 13000 {
+		t.Errorf("cluster_topic_publish_bytes{hot} = %v, want 13000", got["hot"])
+	}
+
+	// The own contribution follows the latest local sample.
+	local.emit(&pressure.Snapshot{TopTopics: []pressure.TopicRate{{Topic: "hot", MessagesPerSec: 0.5}}})
+	if got := a.RateOf("hot"); got != 1200.5 {
+		t.Errorf("after a local sample RateOf(hot) = %v, want 1200.5", got)
+	}
+}
+
+func TestMergeUsersAndSubscribers(t *testing.T) {
+	clk := newFakeClock()
+	local := &fakeLocal{snap: &pressure.Snapshot{TopUsers: []pressure.UserRate{{User: "alice", MessagesPerSec: 7}}}}
+	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self",
+		Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
+	if _, err := a.collect(clk.Now()); err != nil { // takes the local subjects
+		t.Fatal(err)
+	}
+	b, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1,
+		Users: []wireUser{{"alice", 10}, {"bob", 2}},
+		Subs:  []wireSub{{"room", 4}, {"lobby", 1}},
+	}, nil)
+	a.receive(b)
+	for _, c := range []struct {
+		give string
+		want float64
+	}{{"alice", 17}, {"bob", 2}, {"carol", 0}} {
+		if got := a.RateOfUser(c.give); got != c.want {
+			t.Errorf("RateOfUser(%q) = %v, want %v", c.give, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		give string
+		want int
+	}{{"room", 7}, {"lobby", 1}, {"none", 0}} {
+		if got := a.SubscribersOf(c.give); got != c.want {
+			t.Errorf("SubscribersOf(%q) = %v, want %v", c.give, got, c.want)
+		}
+	}
+}
+
+func TestSubscribersOfLiveLocal(t *testing.T) {
+	live := map[string]int{"room": 5}
+	a := newOffline(t, newFakeLocal(), Options{InstanceID: "self",
+		Subjects:         func() []SubjectCount { return []SubjectCount{{"room", 1000}} }, // not used for the local part
+		LocalSubscribers: func(topic string) int { return live[topic] },
+	})
+	if _, err := a.collect(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1, Subs: []wireSub{{"room", 2}}}, nil)
+	a.receive(b)
+	if got := a.SubscribersOf("room"); got != 7 {
+		t.Errorf("SubscribersOf(room) = %d, want 5 live + 2 remote", got)
+	}
+}
+
+func TestStalenessByReceiverClock(t *testing.T) {
+	const stale = 12 * time.Second
+	tests := []struct {
+		name string
+		ts   func(now time.Time) int64
+	}{
+		{"sender clock in sync", func(now time.Time) int64 { return now.UnixMilli() }},
+		{"sender clock far in the past", func(time.Time) int64 { return 1 }},
+		{"sender clock far in the future", func(now time.Time) int64 { return now.Add(1000 * time.Hour).UnixMilli() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			m := metrics.NewDiscard()
+			local := newFakeLocal()
+			a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, StaleAfter: stale, PublishInterval: 5 * time.Second})
+			ts := tt.ts(clk.Now())
+			a.receive(env(t, "A", ts, wireTopic{"hot", 600, 1}))
+			if a.RateOf("hot") != 600 {
+				t.Fatalf("RateOf(hot) = %v after arrival, want 600", a.RateOf("hot"))
+			}
+
+			// A newer envelope (by sender ts) refreshes; an older or equal one does not.
+			clk.Advance(stale - time.Second)
+			a.receive(env(t, "A", ts+1, wireTopic{"hot", 700, 1}))
+			clk.Advance(stale - time.Millisecond)
+			a.receive(env(t, "A", ts, wireTopic{"hot", 1, 1}))
+			a.receive(env(t, "A", ts+1, wireTopic{"hot", 1, 1}))
+			if got := a.Stats().Outdated; got != 2 {
+				t.Errorf("Outdated = %d, want 2", got)
+			}
+			local.emit(&pressure.Snapshot{}) // any merge trigger
+			if got := a.RateOf("hot"); got != 700 {
+				t.Errorf("just under StaleAfter after the newer arrival: RateOf = %v, want 700", got)
+			}
+			if got := value(m.ClusterInstances); got != 1 {
+				t.Errorf("instances = %v, want 1", got)
+			}
+
+			clk.Advance(time.Millisecond)
+			local.emit(&pressure.Snapshot{})
+			if got := a.RateOf("hot"); got != 0 {
+				t.Errorf("StaleAfter after the last arrival: RateOf = %v, want 0", got)
+			}
+			if got := value(m.ClusterInstances); got != 0 {
+				t.Errorf("instances = %v, want 0", got)
+			}
+
+			// Once stale, even an envelope with an older ts is news again.
+			a.receive(env(t, "A", ts-5, wireTopic{"hot", 42, 1}))
+			if got := a.RateOf("hot"); got != 42 {
+				t.Errorf("after a stale sibling came back: RateOf = %v, want 42", got)
+			}
+		})
+	}
+}
+
+func TestBroadcastTickExpiresStale(t *testing.T) {
+	clk := newFakeClock()
+	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, StaleAfter: 3 * time.Second, PublishInterval: time.Second})
+	a.receive(env(t, "A", 1, wireTopic{"hot", 1, 1}))
+	clk.Advance(3 * time.Second)
+	if _, err := a.collect(clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Stats().Instances; got != 0 {
+		t.Errorf("instances after the tick = %d, want 0", got)
+	}
+	a.mu.Lock()
+	n := len(a.remotes)
+	a.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d stale siblings still held", n)
+	}
+}
+
+func TestTopNCapAndOrder(t *testing.T) {
+	m := metrics.NewDiscard()
+	a := newOffline(t, newFakeLocal(), Options{TopN: 5, Metrics: m})
+	var slice []wireTopic
+	for i := range 12 {
+		slice = append(slice, wireTopic{fmt.Sprintf("t%02d", i), float64(i), 0})
+	}
+	// Equal rates: ordered by bytes, then by topic.
+	slice = append(slice, wireTopic{"tie-b", 11, 5}, wireTopic{"tie-a", 11, 5}, wireTopic{"tie-c", 11, 9})
+	a.receive(env(t, "A", 1, slice...))
+
+	got := a.TopPublishers()
+	var names []string
+	for _, e := range got {
+		names = append(names, e.Topic)
+	}
+	want := []string{"tie-c", "tie-a", "tie-b", "t11", "t10"}
+	if !slices.Equal(names, want) {
+		t.Errorf("TopPublishers = %v, want %v", names, want)
+	}
+	if got := a.RateOf("t03"); got != 3 {
+		t.Errorf("RateOf(t03) outside the top-N = %v, want 3", got)
+	}
+	labels := slices.Sorted(maps.Keys(topicGauge(t, m, "cluster_topic_publish_rate")))
+	if !slices.Equal(labels, slices.Sorted(slices.Values(want))) {
+		t.Errorf("gauge labels = %v, want the top-N %v", labels, want)
+	}
+
+	// A newer slice without the ties: they leave the top-N and the exposition.
+	a.receive(env(t, "A", 2, slice[:12]...))
+	labels = slices.Sorted(maps.Keys(topicGauge(t, m, "cluster_topic_publish_rate")))
+	if want := []string{"t07", "t08", "t09", "t10", "t11"}; !slices.Equal(labels, want) {
+		t.Errorf("gauge labels = %v, want %v", labels, want)
+	}
+}
+
+func TestMaxInstances(t *testing.T) {
+	clk := newFakeClock()
+	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
+	a.receive(env(t, "A", 1, wireTopic{"x", 1, 0}))
+	clk.Advance(5 * time.Second)
+	a.receive(env(t, "B", 1, wireTopic{"x", 1, 0}))
+	a.receive(env(t, "C", 1, wireTopic{"x", 1, 0}))
+	if st := a.Stats(); st.InstancesIgnored != 1 || st.Instances != 2 || a.RateOf("x") != 2 {
+		t.Fatalf("stats %+v, RateOf(x) = %v: want C ignored", st, a.RateOf("x"))
+	}
+	// A known sibling still updates while the table is full.
+	a.receive(env(t, "B", 2, wireTopic{"x", 5, 0}))
+	if a.RateOf("x") != 6 {
+		t.Errorf("RateOf(x) = %v, want 6", a.RateOf("x"))
+	}
+	clk.Advance(5 * time.Second) // A goes stale and frees its slot
+	a.receive(env(t, "C", 1, wireTopic{"x", 10, 0}))
+	if st := a.Stats(); st.InstancesIgnored != 1 || st.Instances != 2 || a.RateOf("x") != 15 {
+		t.Errorf("stats %+v, RateOf(x) = %v: want B and C", st, a.RateOf("x"))
+	}
+}
+
+func TestOwnEnvelopeIgnored(t *testing.T) {
+	m := metrics.NewDiscard()
+	a := newOffline(t, newFakeLocal(), Options{InstanceID: "me", Metrics: m})
+	a.receive(env(t, "me", 1, wireTopic{"x", 1, 0}))
+	if a.RateOf("x") != 0 || value(m.ClusterReceived) != 0 || value(m.ClusterParseErrors) != 0 || a.Stats().Instances != 0 {
+		t.Errorf("own envelope counted: RateOf %v, received %v", a.RateOf("x"), value(m.ClusterReceived))
+	}
+}
+
+// TestMergeMatchesNaiveSum: whatever the slices, RateOf is the plain sum
+// over fresh instances and TopPublishers is the sorted head of all topics.
+func TestMergeMatchesNaiveSum(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		topN := rapid.IntRange(1, 8).Draw(rt, "topN")
+		topicGen := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"})
+		rateGen := rapid.SampledFrom([]float64{0, 0.5, 1, 2, 3, 10, 600})
+		n := rapid.IntRange(0, 6).Draw(rt, "instances")
+		local := &pressure.Snapshot{}
+		for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "localTopics") {
+			local.TopTopics = append(local.TopTopics, pressure.TopicRate{Topic: tp, MessagesPerSec: rateGen.Draw(rt, "r"), BytesPerSec: rateGen.Draw(rt, "b")})
+		}
+		want := map[string]topicAgg{}
+		for _, tr := range local.TopTopics {
+			w := want[tr.Topic]
+			want[tr.Topic] = topicAgg{w.msgs + tr.MessagesPerSec, w.bytes + tr.BytesPerSec, w.n + 1}
+		}
+		var remotes []*remote
+		for i := range n {
+			r := &remote{}
+			for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, fmt.Sprint("topics", i)) {
+				wt := wireTopic{tp, rateGen.Draw(rt, "r"), rateGen.Draw(rt, "b")}
+				r.slice = append(r.slice, wt)
+				w := want[tp]
+				want[tp] = topicAgg{w.msgs + wt.MessagesPerSec, w.bytes + wt.BytesPerSec, w.n + 1}
+			}
+			remotes = append(remotes, r)
+		}
+		v := mergeView(local, nil, remotes, topN)
+		if !maps.Equal(v.topics, want) {
+			rt.Fatalf("topics %v, want %v", v.topics, want)
+		}
+		var all []Entry
+		for k, a := range want {
+			all = append(all, Entry{k, a.msgs, a.bytes, a.n})
+		}
+		slices.SortFunc(all, func(x, y Entry) int {
+			if entryBefore(&x, &y) {
+				return -1
+			}
+			return 1
+		})
+		if wantTop := all[:min(topN, len(all))]; !slices.Equal(v.top, wantTop) {
+			rt.Fatalf("top %v, want %v", v.top, wantTop)
+		}
+		if v.siblings != n {
+			rt.Fatalf("siblings %d, want %d", v.siblings, n)
+		}
+	})
+}
+
+func TestLookupsDoNotAllocate(t *testing.T) {
+	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{
+		LocalSubscribers: func(string) int { return 1 },
+	})
+	a.receive(env(t, "A", 1, wireTopic{"hot", 1, 1}))
+	var sink float64
+	for name, f := range map[string]func(){
+		"RateOf":        func() { sink += a.RateOf("hot") },
+		"RateOfUser":    func() { sink += a.RateOfUser("u") },
+		"SubscribersOf": func() { sink += float64(a.SubscribersOf("hot")) },
+	} {
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s allocates %v per call", name, n)
+		}
+	}
+	_ = sink
+}

@@ -1,0 +1,151 @@
+package publishrate
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
+)
+
+// Short intervals so the real-Redis tests finish quickly; conditions are
+// awaited, never slept on.
+const (
+	testInterval = 100 * time.Millisecond
+	testStale    = 300 * time.Millisecond
+	awaitFor     = 15 * time.Second
+)
+
+type node struct {
+	agg *Aggregator
+	m   *metrics.Metrics
+}
+
+func newNode(t *testing.T, srv *redistest.Server, id string, local Local, secret []byte) node {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	m := metrics.NewDiscard()
+	a, err := New(c, local, Options{
+		InstanceID: id, PublishInterval: testInterval, StaleAfter: testStale,
+		HMACSecret: secret, Metrics: m, Logger: discardLog,
+		Breaker: NewBreaker(3, testInterval, nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Deactivate)
+	return node{a, m}
+}
+
+func activate(t *testing.T, a *Aggregator) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), awaitFor)
+	defer cancel()
+	if err := a.Activate(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClusterOfThreeOnRealRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	secret := []byte("cluster-secret")
+	hot := func() Local { return newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 600, BytesPerSec: 60}) }
+	a := newNode(t, srv, "A", hot(), secret)
+	b := newNode(t, srv, "B", hot(), secret)
+	c := newNode(t, srv, "C", newFakeLocal(), secret)
+	for _, n := range []node{c, a, b} {
+		activate(t, n.agg)
+	}
+
+	eventually(t, awaitFor, "C sees A and B: RateOf(hot) = 1200, 2 instances", func() bool {
+		return c.agg.RateOf("hot") == 1200 && value(c.m.ClusterInstances) == 2
+	})
+	if top := c.agg.TopPublishers(); len(top) != 1 || top[0] != (Entry{"hot", 1200, 120, 2}) {
+		t.Errorf("C TopPublishers = %v", top)
+	}
+	eventually(t, awaitFor, "A sees itself and B: RateOf(hot) = 1200, 2 instances", func() bool {
+		return a.agg.RateOf("hot") == 1200 && value(a.m.ClusterInstances) == 2
+	})
+	if value(c.m.ClusterParseErrors) != 0 || value(a.m.ClusterBroadcasts) == 0 {
+		t.Errorf("parse errors %v, A broadcasts %v", value(c.m.ClusterParseErrors), value(a.m.ClusterBroadcasts))
+	}
+
+	// B stops broadcasting: C forgets it within StaleAfter + one interval.
+	b.agg.Deactivate()
+	eventually(t, awaitFor, "C drops B", func() bool {
+		return c.agg.RateOf("hot") == 600 && value(c.m.ClusterInstances) == 1
+	})
+
+	// Redis restarts: the subscribers reconnect, broadcasts resume.
+	srv.Restart()
+	before := c.agg.Stats().Received
+	broadcasts := a.agg.Stats().Broadcasts
+	eventually(t, awaitFor, "C receives from A again after the restart", func() bool {
+		return c.agg.Stats().Received > before+2 && a.agg.Stats().Broadcasts > broadcasts
+	})
+	eventually(t, awaitFor, "C's view of A recovers", func() bool {
+		return c.agg.RateOf("hot") == 600 && value(c.m.ClusterInstances) == 1
+	})
+}
+
+func TestForgedSiblingOnRealRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newNode(t, srv, "C", newFakeLocal(), []byte("right"))
+	rogue := newNode(t, srv, "R", newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1e6}), []byte("wrong"))
+	activate(t, c.agg)
+	activate(t, rogue.agg)
+	eventually(t, awaitFor, "C counts the rogue's envelopes as parse errors", func() bool {
+		return value(c.m.ClusterParseErrors) >= 2
+	})
+	if c.agg.RateOf("hot") != 0 || value(c.m.ClusterReceived) != 0 {
+		t.Errorf("forged envelope accepted: RateOf %v received %v", c.agg.RateOf("hot"), value(c.m.ClusterReceived))
+	}
+}
+
+func TestActivateDeactivateIdempotentNoLeak(t *testing.T) {
+	srv := redistest.Start(t)
+	n := newNode(t, srv, "A", newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), nil)
+	peer := newNode(t, srv, "B", newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 2}), nil)
+	activate(t, peer.agg)
+
+	base := runtime.NumGoroutine()
+	n.agg.Deactivate() // inactive: nothing to stop
+	for range 3 {
+		activate(t, n.agg)
+		activate(t, n.agg) // already active: nothing more starts
+		eventually(t, awaitFor, "A hears B", func() bool { return n.agg.RateOf("hot") == 3 })
+		if got := runtime.NumGoroutine(); got > base+2 {
+			t.Errorf("%d goroutines while active, want at most %d", got, base+2)
+		}
+		n.agg.Deactivate()
+		n.agg.Deactivate()
+		if got := n.agg.RateOf("hot"); got != 1 {
+			t.Errorf("after Deactivate RateOf = %v, want the local 1 only", got)
+		}
+		if got := n.agg.Stats().Instances; got != 0 {
+			t.Errorf("after Deactivate %d siblings held", got)
+		}
+		eventually(t, awaitFor, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= base })
+	}
+}
+
+func TestActivateGivesUpWithContext(t *testing.T) {
+	srv := redistest.Start(t)
+	n := newNode(t, srv, "A", newFakeLocal(), nil)
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := n.agg.Activate(ctx); err == nil {
+		t.Fatal("Activate with Redis down returned nil")
+	}
+	// Still inactive: a later Activate really subscribes.
+	srv.Restart()
+	activate(t, n.agg)
+	n.agg.Deactivate()
+}
