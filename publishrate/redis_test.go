@@ -55,7 +55,9 @@ func activate(t *testing.T, a *Aggregator) {
 func TestClusterOfThreeOnRealRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	secret := []byte("cluster-secret")
-	hot := func() Local { return newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 600, BytesPerSec: 60}) }
+	hot := func() Local {
+		return newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 600, BytesPerSec: 60})
+	}
 	a := newNode(t, srv, "A", hot(), secret)
 	b := newNode(t, srv, "B", hot(), secret)
 	c := newNode(t, srv, "C", newFakeLocal(), secret)
