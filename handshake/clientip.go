@@ -86,11 +86,17 @@ func clientIP(remoteAddr string, xff []string, trusted []netip.Prefix) (netip.Ad
 }
 
 // parseHostPort parses "ip:port" or "[ip]:port" (and, leniently, a bare
-// ip) into a normalised address and the text it came from.
+// ip) into a normalised address and the text it came from. It picks the
+// parser by shape first because a failed parse allocates its error.
 func parseHostPort(s string) (netip.Addr, string, bool) {
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		host := s[:strings.LastIndexByte(s, ':')]
-		if len(host) > 1 && host[0] == '[' {
+	host := s
+	if len(s) > 0 && s[0] == '[' || strings.Count(s, ":") == 1 {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, "", false
+		}
+		host = s[:strings.LastIndexByte(s, ':')]
+		if host[0] == '[' {
 			host = host[1 : len(host)-1]
 		}
 		ip, ok := normalise(ap.Addr())
@@ -101,7 +107,7 @@ func parseHostPort(s string) (netip.Addr, string, bool) {
 		return netip.Addr{}, "", false
 	}
 	ip, ok := normalise(ip)
-	return ip, s, ok
+	return ip, host, ok
 }
 
 // parseEntry parses one X-Forwarded-For entry: an address, optionally

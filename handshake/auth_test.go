@@ -1,0 +1,132 @@
+package handshake
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+func pemOf(t testing.TB, pub any) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+func sign(t testing.TB, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(method, claims).SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	secret := []byte("s3cret-hmac-key-of-enough-length")
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherEC, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	rsaPEM, ecPEM := pemOf(t, &rsaKey.PublicKey), pemOf(t, &ecKey.PublicKey)
+	now := time.Now()
+	ok := jwt.MapClaims{"sub": "alice", "exp": now.Add(time.Hour).Unix()}
+	noneTok := sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, ok)
+
+	tests := []struct {
+		name     string
+		secret   []byte
+		pub      []byte
+		token    string
+		inQuery  bool
+		wantUser string // "" = 401
+	}{
+		{name: "HS256 valid", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), wantUser: "alice"},
+		{name: "HS256 in query", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), inQuery: true, wantUser: "alice"},
+		{name: "HS256 without exp", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob"}), wantUser: "bob"},
+		{name: "HS256 expired", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": now.Add(-time.Minute).Unix()})},
+		{name: "HS256 nbf in future", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": now.Add(time.Hour).Unix(), "nbf": now.Add(time.Hour).Unix()})},
+		{name: "HS256 wrong key", secret: secret, token: sign(t, jwt.SigningMethodHS256, []byte("another-secret-entirely-000000"), ok)},
+		{name: "HS256 without sub", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"exp": now.Add(time.Hour).Unix()})},
+		{name: "HS384 not accepted", secret: secret, token: sign(t, jwt.SigningMethodHS384, secret, ok)},
+		{name: "alg none", secret: secret, token: noneTok},
+		{name: "alg none with public key", pub: rsaPEM, token: noneTok},
+		{name: "no token", secret: secret},
+		{name: "garbage token", secret: secret, token: "a.b.c"},
+		{name: "RS256 valid", pub: rsaPEM, token: sign(t, jwt.SigningMethodRS256, rsaKey, ok), wantUser: "alice"},
+		{name: "RS256 expired", pub: rsaPEM, token: sign(t, jwt.SigningMethodRS256, rsaKey, jwt.MapClaims{"sub": "a", "exp": now.Add(-time.Minute).Unix()})},
+		{name: "alg confusion: HS256 keyed with the RSA public PEM", pub: rsaPEM, token: sign(t, jwt.SigningMethodHS256, rsaPEM, ok)},
+		{name: "ES256 valid", pub: ecPEM, token: sign(t, jwt.SigningMethodES256, ecKey, ok), wantUser: "alice"},
+		{name: "ES256 wrong key", pub: ecPEM, token: sign(t, jwt.SigningMethodES256, otherEC, ok)},
+		{name: "ES256 token against an RSA key", pub: rsaPEM, token: sign(t, jwt.SigningMethodES256, ecKey, ok)},
+		{name: "HS256 and RS256 both configured: HS256", secret: secret, pub: rsaPEM, token: sign(t, jwt.SigningMethodHS256, secret, ok), wantUser: "alice"},
+		{name: "HS256 and RS256 both configured: RS256", secret: secret, pub: rsaPEM, token: sign(t, jwt.SigningMethodRS256, rsaKey, ok), wantUser: "alice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := DefaultConfig()
+			cfg.JWTHMACSecret, cfg.JWTPublicKey = tt.secret, tt.pub
+			g, m := newGate(t, cfg)
+			r := upgradeReq("203.0.113.7:1")
+			if tt.token != "" {
+				if tt.inQuery {
+					r.URL.RawQuery = "v=1&token=" + tt.token
+				} else {
+					r.Header.Set("Authorization", "Bearer "+tt.token)
+				}
+			}
+			w := httptest.NewRecorder()
+			var tk Ticket
+			admitted := g.Admit(w, r, &tk)
+			if tt.wantUser == "" {
+				if admitted || w.Code != http.StatusUnauthorized || rejected(m, "auth") != 1 {
+					t.Fatalf("admitted=%v status %d auth rejections %v; want 401", admitted, w.Code, rejected(m, "auth"))
+				}
+				if w.Header().Get("WWW-Authenticate") != "Bearer" {
+					t.Errorf("401 without WWW-Authenticate: Bearer")
+				}
+			} else {
+				if !admitted || tk.User != tt.wantUser {
+					t.Fatalf("admitted=%v user %q (status %d); want %q", admitted, tk.User, w.Code, tt.wantUser)
+				}
+				tk.HandshakeDone(true)
+				tk.Close()
+			}
+			assertIdle(t, g, m)
+		})
+	}
+}
+
+func TestAuthConfigErrors(t *testing.T) {
+	t.Parallel()
+	p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	for name, pub := range map[string][]byte{
+		"not PEM":       []byte("hello"),
+		"private block": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{1}}),
+		"P-384 key":     pemOf(t, &p384.PublicKey),
+	} {
+		cfg := DefaultConfig()
+		cfg.JWTPublicKey = pub
+		if _, err := New(cfg, nil); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

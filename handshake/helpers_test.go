@@ -1,0 +1,52 @@
+package handshake
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rtserver/rtserver/metrics"
+)
+
+func newGate(t testing.TB, cfg Config) (*Gate, *metrics.Metrics) {
+	t.Helper()
+	m := metrics.NewDiscard()
+	g, err := New(cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, m
+}
+
+// upgradeReq is a WebSocket upgrade request from peer.
+func upgradeReq(peer string) *http.Request {
+	r := httptest.NewRequest("GET", "http://rt.example.com/ws", nil)
+	r.RemoteAddr = peer
+	r.Header.Set("Connection", "Upgrade")
+	r.Header.Set("Upgrade", "websocket")
+	r.Header.Set("Sec-WebSocket-Version", "13")
+	r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	return r
+}
+
+func rejected(m *metrics.Metrics, reason string) float64 {
+	return testutil.ToFloat64(m.HandshakeRejected.WithLabelValues(reason))
+}
+
+// assertIdle checks that nothing is held and every gauge is back at zero.
+func assertIdle(t testing.TB, g *Gate, m *metrics.Metrics) {
+	t.Helper()
+	if g.Inflight() != 0 || g.Open() != 0 || g.QueueDepth() != 0 {
+		t.Fatalf("held: inflight %d open %d queue %d", g.Inflight(), g.Open(), g.QueueDepth())
+	}
+	for name, v := range map[string]float64{
+		"handshake_inflight":    testutil.ToFloat64(m.HandshakeInflight),
+		"connections_open":      testutil.ToFloat64(m.ConnectionsOpen),
+		"handshake_queue_depth": testutil.ToFloat64(m.HandshakeQueueDepth),
+	} {
+		if v != 0 {
+			t.Fatalf("gauge %s = %v, want 0", name, v)
+		}
+	}
+}
