@@ -256,9 +256,9 @@ func (m *Monitor) Snapshot() *Snapshot { return m.snap.Load() }
 
 // RecordAttempt counts a publish attempt that reached the message tier
 // (admitted or not), for the top publishers by topic and by user. An empty
-// user is counted by topic only. On a topic and user already seen this
-// interval it is two read-locked map lookups and four atomic adds, and
-// allocates nothing.
+// user is counted by topic only. On a topic and user already tracked it is
+// two lock-free map lookups and four atomic adds, and allocates nothing;
+// bytes below 0 count as 0.
 func (m *Monitor) RecordAttempt(topic, user string, bytes int) {
 	b := int64(max(bytes, 0))
 	m.topics.record(topic, b)

@@ -109,10 +109,49 @@ func BenchmarkSample10kTopics(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
+		b.StopTimer()
 		for i, t := range topics {
 			mon.RecordAttempt(t, "", i)
 		}
 		now = now.Add(time.Second)
+		b.StartTimer()
 		mon.Sample()
+	}
+}
+
+// A new name each call (under the bound): the slow path.
+func BenchmarkRecordAttemptNewTopic(b *testing.B) {
+	mon := New(Config{MaxTrackedKeys: 1 << 30}, nil, nil, nil)
+	topics := make([]string, 1<<16)
+	for i := range topics {
+		topics[i] = fmt.Sprintf("topic:%d", i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i == len(topics) {
+			b.StopTimer()
+			mon.Sample() // prunes them all
+			i = 0
+			b.StartTimer()
+		}
+		mon.RecordAttempt(topics[i], "", 1)
+		i++
+	}
+}
+
+// A new name each call past the bound: what a flood of names costs.
+func BenchmarkRecordAttemptOverBound(b *testing.B) {
+	mon := New(Config{MaxTrackedKeys: 1}, nil, nil, nil)
+	mon.RecordAttempt("first", "", 1)
+	topics := make([]string, 1024)
+	for i := range topics {
+		topics[i] = fmt.Sprintf("topic:%d", i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		mon.RecordAttempt(topics[i&1023], "", 1)
+		i++
 	}
 }
