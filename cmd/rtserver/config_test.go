@@ -1,0 +1,856 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+	"pgregory.net/rapid"
+)
+
+// contractYAML is a verbatim copy of the YAML block of CONTRACT.md section
+// 5. Its admission block shows the shape, not defaults.
+const contractYAML = `listen: 127.0.0.1:8080
+adminListen: ""                  # empty: /metrics on the main listener
+redis:
+  url: ""                        # empty: single instance, in-memory bus
+  bus: single                    # single (one channel) | sharded (SSUBSCRIBE, Redis 7+, Redis Cluster)
+  partitions: 16                 # sharded bus: topics hashed into this many channels
+  channelPrefix: "rt:"           # multi-tenant isolation
+handshake:
+  maxConnections: 0
+  maxConcurrent: 1000
+  perTickBudget: 64
+  tick: 10ms
+  maxQueueWait: 2s
+  reject: http                   # http | close
+  retryAfter: 1s                 # base of the jittered hint
+  perIP: {limit: 0, per: 10s}    # 0 = off
+  trustedProxies: []
+  allowedOrigins: []             # empty: same-host only
+  allowNoOrigin: true
+auth:
+  jwt: {hmacSecret: "", publicKeyFile: ""}   # empty: anonymous connections
+limits:
+  maxMessageBytes: 65536
+  maxSubscriptionsPerConn: 128
+  sendQueueBytes: 1048576        # bytes queued in the server for one client, not yet written to its socket; past this: close 1013
+  writeTimeout: 5s
+  pingInterval: 25s
+pressure:
+  sampleInterval: 1s
+  memoryHeapUsedRatio: 0.85      # heap in use / memory limit (GOMEMLIMIT or memoryLimitBytes)
+  memoryLimitBytes: 0
+  publishRatePerSec: 10000
+  subscriberRatio: 50
+  topicPublishRatePerSec: 5000
+  topicPublishBytesPerSec: 10485760
+  topN: 20
+publishRate:                     # the cluster aggregator; active when redis.url is set
+  channel: "rt:pressure:rates"
+  publishInterval: 5s
+  staleAfter: 12s
+  topN: 20
+  hmacSecret: ""                 # when set, unsigned or badly signed envelopes are dropped
+admission:
+  classes:                       # class name -> rule
+    expensive-rpc: {reasons: [MEMORY, PUBLISH_RATE]}
+    cluster-broadcast: {clusterTopPublisher: {threshold: 1000, by: topic}}   # by: topic | user
+    chat: {rate: {limit: 20, per: 1s, by: user}, concurrency: {max: 8}}   # by: user | conn | ip; an anonymous connection's user key is its client IP
+  methods:                       # method name or glob -> class; unmatched methods are admitted
+    publish: cluster-broadcast
+    "report.*": expensive-rpc
+  failPolicy: open               # what a rule that errors or panics decides: open | closed
+rpc:
+  proxy: {url: "", timeout: 5s}  # POST the JSON-RPC request, relay the JSON-RPC response
+drain:
+  duration: 10s                  # connections are closed with 1012 spread over this window
+metrics:
+  namespace: ""                  # prefix for every metric name
+`
+
+// contractAdmission is what the contract's admission block means.
+func contractAdmission() AdmissionConfig {
+	return AdmissionConfig{
+		Classes: map[string]ClassRule{
+			"expensive-rpc":     {Reasons: []string{"MEMORY", "PUBLISH_RATE"}},
+			"cluster-broadcast": {ClusterTopPublisher: &ClusterTopPublisherRule{Threshold: 1000, By: "topic"}},
+			"chat": {
+				Rate:        &RateRule{Limit: 20, Per: Duration(time.Second), By: "user"},
+				Concurrency: &ConcurrencyRule{Max: 8},
+			},
+		},
+		Methods:    map[string]string{"publish": "cluster-broadcast", "report.*": "expensive-rpc"},
+		FailPolicy: "open",
+	}
+}
+
+func init() { usageOutput = io.Discard }
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "rtserver.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// errorKeys lists the Key of every KeyError in err (errors.Join trees included).
+func errorKeys(err error) []string {
+	var keys []string
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil {
+			return
+		}
+		if ke, ok := e.(*KeyError); ok {
+			keys = append(keys, ke.Key)
+			return
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		keys = append(keys, "<not a KeyError: "+e.Error()+">")
+	}
+	walk(err)
+	return keys
+}
+
+func TestDefaultMatchesContract(t *testing.T) {
+	t.Parallel()
+
+	// Independent of Load: yaml.v3's own strict decoder into a zero Config.
+	dec := yaml.NewDecoder(strings.NewReader(contractYAML))
+	dec.KnownFields(true)
+	var fromContract Config
+	if err := dec.Decode(&fromContract); err != nil {
+		t.Fatalf("the contract YAML does not decode strictly into Config: %v", err)
+	}
+	if !reflect.DeepEqual(fromContract.Admission, contractAdmission()) {
+		t.Errorf("contract admission decoded to %+v", fromContract.Admission)
+	}
+	fromContract.Admission = AdmissionConfig{FailPolicy: fromContract.Admission.FailPolicy}
+	fromContract.Log = LogConfig{Format: "text", Level: "info"} // the rtserver addition
+	fromContract.normalize()
+	if want := Default(); !reflect.DeepEqual(fromContract, want) {
+		t.Errorf("Default() differs from CONTRACT.md section 5:\n got: %+v\nwant: %+v", want, fromContract)
+	}
+
+	// Through Load: the contract block is a valid file, and loading it
+	// changes nothing but the admission maps.
+	cfg, action, err := Load([]string{"--config", writeFile(t, contractYAML)}, nil)
+	if err != nil || action != ActionRun {
+		t.Fatalf("Load(contract) = %v, %v", action, err)
+	}
+	want := Default()
+	want.Admission = contractAdmission()
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("Load(contract):\n got %+v\nwant %+v", cfg, want)
+	}
+}
+
+// TestKeysMatchContract: Config has exactly the contract's keys, plus log.*.
+func TestKeysMatchContract(t *testing.T) {
+	t.Parallel()
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(contractYAML), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var contractKeys []string
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		if n.Kind != yaml.MappingNode || prefix == "admission.classes" || prefix == "admission.methods" {
+			contractKeys = append(contractKeys, prefix)
+			return
+		}
+		for i := 0; i < len(n.Content); i += 2 {
+			walk(n.Content[i+1], join(prefix, n.Content[i].Value))
+		}
+	}
+	walk(doc.Content[0], "")
+	contractKeys = append(contractKeys, "log.format", "log.level")
+
+	var ours, envs []string
+	for _, l := range configLeaves {
+		ours = append(ours, l.path)
+		envs = append(envs, l.env)
+		if l.help == "" {
+			t.Errorf("%s has no help tag", l.path)
+		}
+	}
+	if !slices.Equal(ours, contractKeys) {
+		t.Errorf("Config keys differ from the contract's (in order):\n ours: %v\nthem: %v", ours, contractKeys)
+	}
+	slices.Sort(envs)
+	if len(slices.Compact(envs)) != len(configLeaves) {
+		t.Errorf("environment variable names collide: %v", envs)
+	}
+	for _, want := range []string{"RTSERVER_LISTEN", "RTSERVER_REDIS_URL", "RTSERVER_HANDSHAKE_MAXCONCURRENT",
+		"RTSERVER_HANDSHAKE_PERIP_LIMIT", "RTSERVER_AUTH_JWT_HMACSECRET", "RTSERVER_DRAIN_DURATION",
+		"RTSERVER_ADMISSION_CLASSES", "RTSERVER_ADMISSION_METHODS", "RTSERVER_LOG_LEVEL"} {
+		if _, ok := leafByEnv[want]; !ok {
+			t.Errorf("no environment variable %s", want)
+		}
+	}
+}
+
+func TestLoadPrecedence(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "listen: file:1\nredis: {url: redis://file:6379}\nlog: {level: debug}\nhandshake: {maxConcurrent: 7}\n")
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want func(c *Config)
+	}{
+		{
+			name: "defaults only",
+			want: func(c *Config) {},
+		},
+		{
+			name: "file over defaults",
+			args: []string{"--config", file},
+			want: func(c *Config) {
+				c.Listen, c.Redis.URL, c.Log.Level, c.Handshake.MaxConcurrent = "file:1", "redis://file:6379", "debug", 7
+			},
+		},
+		{
+			name: "env over file",
+			args: []string{"--config", file},
+			env:  []string{"RTSERVER_LISTEN=env:2", "RTSERVER_HANDSHAKE_MAXCONCURRENT=9", "PATH=/bin"},
+			want: func(c *Config) {
+				c.Listen, c.Redis.URL, c.Log.Level, c.Handshake.MaxConcurrent = "env:2", "redis://file:6379", "debug", 9
+			},
+		},
+		{
+			name: "flags over env over file",
+			args: []string{"--config", file, "--listen", "flag:3", "--redis-url=rediss://flag:1", "--log-level", "warn", "--log-format", "json", "--admin-listen", ":9090"},
+			env:  []string{"RTSERVER_LISTEN=env:2", "RTSERVER_REDIS_URL=redis://env", "RTSERVER_LOG_FORMAT=text", "RTSERVER_ADMINLISTEN=:1"},
+			want: func(c *Config) {
+				c.Listen, c.Redis.URL, c.Log.Level, c.Log.Format, c.AdminListen = "flag:3", "rediss://flag:1", "warn", "json", ":9090"
+				c.Handshake.MaxConcurrent = 7
+			},
+		},
+		{
+			name: "an explicit empty flag still overrides",
+			args: []string{"--config", file, "--redis-url", ""},
+			want: func(c *Config) {
+				c.Listen, c.Log.Level, c.Handshake.MaxConcurrent = "file:1", "debug", 7
+			},
+		},
+		{
+			name: "first of duplicated variables wins",
+			env:  []string{"RTSERVER_LISTEN=a:1", "RTSERVER_LISTEN=b:2"},
+			want: func(c *Config) { c.Listen = "a:1" },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, action, err := Load(tt.args, tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if action != ActionRun {
+				t.Errorf("action = %v", action)
+			}
+			want := Default()
+			tt.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestLoadEnvValues(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		give string
+		want func(c *Config)
+	}{
+		{"RTSERVER_HANDSHAKE_TICK=250ms", func(c *Config) { c.Handshake.Tick = Duration(250 * time.Millisecond) }},
+		{"RTSERVER_HANDSHAKE_PERIP_LIMIT=5", func(c *Config) { c.Handshake.PerIP.Limit = 5 }},
+		{"RTSERVER_HANDSHAKE_ALLOWNOORIGIN=false", func(c *Config) { c.Handshake.AllowNoOrigin = false }},
+		{"RTSERVER_PRESSURE_MEMORYHEAPUSEDRATIO= 0.5 ", func(c *Config) { c.Pressure.MemoryHeapUsedRatio = 0.5 }},
+		{"RTSERVER_HANDSHAKE_TRUSTEDPROXIES=10.0.0.0/8, fd00::/8,", func(c *Config) {
+			c.Handshake.TrustedProxies = []string{"10.0.0.0/8", "fd00::/8"}
+		}},
+		{"RTSERVER_HANDSHAKE_ALLOWEDORIGINS=", func(c *Config) {}},
+		{"RTSERVER_AUTH_JWT_HMACSECRET= s3cr#t ", func(c *Config) { c.Auth.JWT.HMACSecret = " s3cr#t " }},
+		{"RTSERVER_DRAIN_DURATION=0", func(c *Config) { c.Drain.Duration = 0 }},
+		{"RTSERVER_LIMITS_SENDQUEUEBYTES=2097152", func(c *Config) { c.Limits.SendQueueBytes = 2097152 }},
+		{"RTSERVER_ADMISSION_CLASSES={chat: {rate: {limit: 5, per: 2s}}, big: {reasons: [MEMORY]}}", func(c *Config) {
+			c.Admission.Classes = map[string]ClassRule{
+				"chat": {Rate: &RateRule{Limit: 5, Per: Duration(2 * time.Second), By: "user"}},
+				"big":  {Reasons: []string{"MEMORY"}},
+			}
+		}},
+		{"RTSERVER_ADMISSION_METHODS={}", func(c *Config) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			t.Parallel()
+			got, _, err := Load(nil, []string{tt.give})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Default()
+			tt.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestEnvMapReplacesFileMap: maps are replaced, never merged.
+func TestEnvMapReplacesFileMap(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, contractYAML)
+	got, _, err := Load([]string{"--config", file}, []string{
+		"RTSERVER_ADMISSION_CLASSES={solo: {concurrency: {max: 1}}}",
+		"RTSERVER_ADMISSION_METHODS={\"x.*\": solo}",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]ClassRule{"solo": {Concurrency: &ConcurrencyRule{Max: 1}}}
+	if !reflect.DeepEqual(got.Admission.Classes, want) || !reflect.DeepEqual(got.Admission.Methods, map[string]string{"x.*": "solo"}) {
+		t.Errorf("admission = %+v", got.Admission)
+	}
+}
+
+func TestLoadFileFeatures(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		give string
+		want func(c *Config)
+	}{
+		{"empty file", "", func(c *Config) {}},
+		{"comments only", "# nothing\n", func(c *Config) {}},
+		{"empty section keeps defaults", "redis:\nhandshake: {}\n", func(c *Config) {}},
+		{"null scalar is zero", "handshake: {maxConcurrent: ~, trustedProxies: ~}\n", func(c *Config) { c.Handshake.MaxConcurrent = 0 }},
+		{"file map replaces default", "admission: {classes: {a: {reasons: [SUBSCRIBERS]}}}\n", func(c *Config) {
+			c.Admission.Classes = map[string]ClassRule{"a": {Reasons: []string{"SUBSCRIBERS"}}}
+		}},
+		{"anchors and merge keys", `
+x-base: &base {limit: 3, per: 1s, by: conn}
+admission:
+  classes:
+    a: {rate: {<<: *base, limit: 9}}
+    b: {rate: *base}
+`[1:], nil}, // x-base is an unknown key: see below
+		{"merge keys at a known place", `
+handshake:
+  perIP: &p {limit: 4, per: 2s}
+admission:
+  classes:
+    a: {rate: {<<: [{limit: 1, by: ip}, {limit: 2, per: 3s}], limit: 9}}
+`[1:], func(c *Config) {
+			c.Handshake.PerIP = PerIPConfig{Limit: 4, Per: Duration(2 * time.Second)}
+			c.Admission.Classes = map[string]ClassRule{"a": {Rate: &RateRule{Limit: 9, Per: Duration(3 * time.Second), By: "ip"}}}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, _, err := Load([]string{"--config", writeFile(t, tt.give)}, nil)
+			if tt.want == nil {
+				if !slices.Equal(errorKeys(err), []string{"x-base"}) {
+					t.Fatalf("want only x-base unknown, got %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Default()
+			tt.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestUnknownKeys(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		file    string
+		env     []string
+		wantErr string
+	}{
+		{"file", "handshake:\n  maxConcurent: 5\n", nil, "config: handshake.maxConcurent: unknown key (FILE:2)"},
+		{"file top level", "listn: x\n", nil, "config: listn: unknown key (FILE:1)"},
+		{"file inside a class rule", "admission: {classes: {a: {rate: {limit: 1, per: 1s, bye: user}}}}\n", nil,
+			"config: admission.classes.a.rate.bye: unknown key (FILE:1)"},
+		{"env", "", []string{"RTSERVER_HANDSHAKE_MAXCONCURENT=5"}, "config: RTSERVER_HANDSHAKE_MAXCONCURENT: unknown environment variable"},
+		{"env map value", "", []string{"RTSERVER_ADMISSION_CLASSES={a: {reason: [MEMORY]}}"},
+			"config: admission.classes.a.reason: unknown key (RTSERVER_ADMISSION_CLASSES)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			file := writeFile(t, tt.file)
+			_, _, err := Load([]string{"--config", file}, tt.env)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if want := strings.ReplaceAll(tt.wantErr, "FILE", file); err.Error() != want {
+				t.Errorf("error = %q\n want %q", err, want)
+			}
+		})
+	}
+}
+
+// TestErrorsNameTheirKey: every invalid value stops Load with a KeyError
+// naming the key.
+func TestErrorsNameTheirKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "key.txt")
+	if err := os.WriteFile(notPEM, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		give    string // YAML file
+		env     string
+		args    []string
+		wantKey string
+	}{
+		// type errors in the file
+		{give: "handshake: {maxConcurrent: lots}", wantKey: "handshake.maxConcurrent"},
+		{give: "handshake: {tick: 10}", wantKey: "handshake.tick"},
+		{give: "handshake: {tick: [1s]}", wantKey: "handshake.tick"},
+		{give: "handshake: {allowNoOrigin: maybe}", wantKey: "handshake.allowNoOrigin"},
+		{give: "handshake: {trustedProxies: 10.0.0.0/8}", wantKey: "handshake.trustedProxies"},
+		{give: "handshake: 5", wantKey: "handshake"},
+		{give: "admission: {classes: [a]}", wantKey: "admission.classes"},
+		{give: "handshake: {tick: 1s, tick: 2s}", wantKey: "handshake.tick"},
+		{give: "- a\n- b", wantKey: "(top level)"},
+		// type errors in the environment
+		{env: "RTSERVER_HANDSHAKE_MAXCONCURRENT=lots", wantKey: "handshake.maxConcurrent"},
+		{env: "RTSERVER_HANDSHAKE_TICK=10", wantKey: "handshake.tick"},
+		{env: "RTSERVER_HANDSHAKE_ALLOWNOORIGIN=maybe", wantKey: "handshake.allowNoOrigin"},
+		{env: "RTSERVER_PRESSURE_SUBSCRIBERRATIO=x", wantKey: "pressure.subscriberRatio"},
+		{env: "RTSERVER_ADMISSION_METHODS=[a]", wantKey: "admission.methods"},
+		{env: "RTSERVER_ADMISSION_METHODS={a: {b: c}}", wantKey: "admission.methods.a"},
+		{env: "RTSERVER_ADMISSION_CLASSES={a: [", wantKey: "admission.classes"},
+		// validation
+		{give: "listen: nonsense", wantKey: "listen"},
+		{give: "adminListen: nonsense", wantKey: "adminListen"},
+		{args: []string{"--listen", ""}, wantKey: "listen"},
+		{give: "redis: {url: http://x}", wantKey: "redis.url"},
+		{args: []string{"--redis-url", "redis://"}, wantKey: "redis.url"},
+		{give: "redis: {bus: cluster}", wantKey: "redis.bus"},
+		{give: "redis: {partitions: 0}", wantKey: "redis.partitions"},
+		{give: "redis: {channelPrefix: ''}", wantKey: "redis.channelPrefix"},
+		{give: "handshake: {maxConnections: -1}", wantKey: "handshake.maxConnections"},
+		{give: "handshake: {maxConcurrent: -1}", wantKey: "handshake.maxConcurrent"},
+		{give: "handshake: {perTickBudget: -1}", wantKey: "handshake.perTickBudget"},
+		{give: "handshake: {tick: 0s}", wantKey: "handshake.tick"},
+		{give: "handshake: {perTickBudget: 0, tick: -1s}", wantKey: "handshake.tick"},
+		{give: "handshake: {maxQueueWait: -1s}", wantKey: "handshake.maxQueueWait"},
+		{give: "handshake: {reject: drop}", wantKey: "handshake.reject"},
+		{give: "handshake: {retryAfter: 0s}", wantKey: "handshake.retryAfter"},
+		{give: "handshake: {perIP: {limit: -1}}", wantKey: "handshake.perIP.limit"},
+		{give: "handshake: {perIP: {limit: 5, per: 0s}}", wantKey: "handshake.perIP.per"},
+		{give: "handshake: {trustedProxies: [10.0.0.0/8, 10.0.0.1]}", wantKey: "handshake.trustedProxies[1]"},
+		{give: "handshake: {allowedOrigins: ['https://[a']}", wantKey: "handshake.allowedOrigins[0]"},
+		{give: "handshake: {allowedOrigins: ['']}", wantKey: "handshake.allowedOrigins[0]"},
+		{give: "auth: {jwt: {hmacSecret: a, publicKeyFile: " + notPEM + "}}", wantKey: "auth.jwt"},
+		{give: "auth: {jwt: {publicKeyFile: " + filepath.Join(dir, "missing.pem") + "}}", wantKey: "auth.jwt.publicKeyFile"},
+		{give: "auth: {jwt: {publicKeyFile: " + notPEM + "}}", wantKey: "auth.jwt.publicKeyFile"},
+		{give: "limits: {maxMessageBytes: 0}", wantKey: "limits.maxMessageBytes"},
+		{give: "limits: {maxSubscriptionsPerConn: -5}", wantKey: "limits.maxSubscriptionsPerConn"},
+		{give: "limits: {sendQueueBytes: -1}", wantKey: "limits.sendQueueBytes"},
+		{give: "limits: {writeTimeout: 0s}", wantKey: "limits.writeTimeout"},
+		{give: "limits: {pingInterval: -1s}", wantKey: "limits.pingInterval"},
+		{give: "pressure: {sampleInterval: 0s}", wantKey: "pressure.sampleInterval"},
+		{give: "pressure: {memoryHeapUsedRatio: 1.5}", wantKey: "pressure.memoryHeapUsedRatio"},
+		{give: "pressure: {memoryHeapUsedRatio: -0.1}", wantKey: "pressure.memoryHeapUsedRatio"},
+		{give: "pressure: {memoryHeapUsedRatio: .nan}", wantKey: "pressure.memoryHeapUsedRatio"},
+		{give: "pressure: {memoryLimitBytes: -1}", wantKey: "pressure.memoryLimitBytes"},
+		{give: "pressure: {publishRatePerSec: -1}", wantKey: "pressure.publishRatePerSec"},
+		{give: "pressure: {subscriberRatio: .inf}", wantKey: "pressure.subscriberRatio"},
+		{give: "pressure: {topicPublishRatePerSec: -1}", wantKey: "pressure.topicPublishRatePerSec"},
+		{give: "pressure: {topicPublishBytesPerSec: .nan}", wantKey: "pressure.topicPublishBytesPerSec"},
+		{give: "pressure: {topN: 0}", wantKey: "pressure.topN"},
+		{give: "publishRate: {channel: ''}", wantKey: "publishRate.channel"},
+		{give: "publishRate: {publishInterval: 0s, staleAfter: 1s}", wantKey: "publishRate.publishInterval"},
+		{give: "publishRate: {publishInterval: 5s, staleAfter: 4s}", wantKey: "publishRate.staleAfter"},
+		{give: "publishRate: {topN: -1}", wantKey: "publishRate.topN"},
+		{give: "admission: {failPolicy: maybe}", wantKey: "admission.failPolicy"},
+		{give: "admission: {classes: {a: {}}}", wantKey: "admission.classes.a"},
+		{give: "admission: {classes: {a: ~}}", wantKey: "admission.classes.a"},
+		{give: "admission: {classes: {'': {reasons: [MEMORY]}}}", wantKey: "admission.classes."},
+		{give: "admission: {classes: {a: {reasons: [CPU]}}}", wantKey: "admission.classes.a.reasons"},
+		{give: "admission: {classes: {a: {clusterTopPublisher: {threshold: 0}}}}", wantKey: "admission.classes.a.clusterTopPublisher.threshold"},
+		{give: "admission: {classes: {a: {clusterTopPublisher: {threshold: 1, by: conn}}}}", wantKey: "admission.classes.a.clusterTopPublisher.by"},
+		{give: "admission: {classes: {a: {rate: {limit: 0, per: 1s}}}}", wantKey: "admission.classes.a.rate.limit"},
+		{give: "admission: {classes: {a: {rate: {limit: 1, per: 0s}}}}", wantKey: "admission.classes.a.rate.per"},
+		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, by: topic}}}}", wantKey: "admission.classes.a.rate.by"},
+		{give: "admission: {classes: {a: {concurrency: {max: 0}}}}", wantKey: "admission.classes.a.concurrency.max"},
+		{give: "admission: {methods: {publish: missing}}", wantKey: "admission.methods.publish"},
+		{give: "admission: {classes: {a: {reasons: [MEMORY]}}, methods: {'[x': a}}", wantKey: "admission.methods.[x"},
+		{give: "rpc: {proxy: {url: 'ftp://x'}}", wantKey: "rpc.proxy.url"},
+		{give: "rpc: {proxy: {url: 'http://'}}", wantKey: "rpc.proxy.url"},
+		{give: "rpc: {proxy: {timeout: 0s}}", wantKey: "rpc.proxy.timeout"},
+		{give: "drain: {duration: -1s}", wantKey: "drain.duration"},
+		{give: "metrics: {namespace: 'my-app'}", wantKey: "metrics.namespace"},
+		{give: "log: {format: xml}", wantKey: "log.format"},
+		{args: []string{"--log-level", "trace"}, wantKey: "log.level"},
+		// flags
+		{args: []string{"--nope"}, wantKey: "flags"},
+		{args: []string{"serve"}, wantKey: "flags"},
+		{args: []string{"--print-config", "--config-reference"}, wantKey: "flags"},
+		{args: []string{"--config", filepath.Join(dir, "missing.yaml")}, wantKey: "--config"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.wantKey+"/"+tt.give+tt.env+strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			args := tt.args
+			if tt.give != "" {
+				args = append([]string{"--config", writeFile(t, tt.give)}, args...)
+			}
+			var env []string
+			if tt.env != "" {
+				env = []string{tt.env}
+			}
+			_, _, err := Load(args, env)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			keys := errorKeys(err)
+			if !slices.Contains(keys, tt.wantKey) {
+				t.Errorf("error %q names keys %q, want %q", err, keys, tt.wantKey)
+			}
+			if !strings.Contains(err.Error(), "config: "+tt.wantKey+": ") {
+				t.Errorf("error %q does not start its line with the key", err)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryError(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.Redis.Bus = "x"
+	c.Limits.WriteTimeout = 0
+	c.Log.Level = "loud"
+	got := errorKeys(c.Validate())
+	want := []string{"redis.bus", "limits.writeTimeout", "log.level"}
+	if !slices.Equal(got, want) {
+		t.Errorf("keys = %v, want %v", got, want)
+	}
+	d := Default()
+	if err := d.Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v", err)
+	}
+}
+
+func TestValidateAccepts(t *testing.T) {
+	t.Parallel()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemFile := filepath.Join(t.TempDir(), "pub.pem")
+	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []string{
+		"auth: {jwt: {publicKeyFile: " + pemFile + "}}",
+		"auth: {jwt: {hmacSecret: s}}",
+		"redis: {url: 'rediss://user:pw@host:6380/2', bus: sharded, partitions: 1}",
+		"handshake: {perTickBudget: 0, tick: 0s, maxQueueWait: 0s, perIP: {limit: 0, per: 0s}}",
+		"handshake: {trustedProxies: [10.0.0.0/8, 'fd00::/8', 192.168.1.1/32], allowedOrigins: ['https://*.example.com', 'http://localhost:*']}",
+		"pressure: {memoryHeapUsedRatio: 0, publishRatePerSec: 0, subscriberRatio: 0, topicPublishRatePerSec: 0, topicPublishBytesPerSec: 0}",
+		"pressure: {memoryHeapUsedRatio: 1}",
+		"publishRate: {publishInterval: 5s, staleAfter: 5s}",
+		"drain: {duration: 0s}",
+		"rpc: {proxy: {url: 'https://backend.internal:8443/rpc'}}",
+		"metrics: {namespace: rt_server}",
+		"log: {format: json, level: debug}",
+		"adminListen: ':9090'",
+	}
+	for _, give := range tests {
+		t.Run(give, func(t *testing.T) {
+			t.Parallel()
+			if _, _, err := Load([]string{"--config", writeFile(t, give)}, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestClassRuleByDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, _, err := Load([]string{"--config", writeFile(t, "admission: {classes: {a: {clusterTopPublisher: {threshold: 5}, rate: {limit: 1, per: 1s}}}}")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Admission.Classes["a"]
+	if r.ClusterTopPublisher.By != "topic" || r.Rate.By != "user" {
+		t.Errorf("by defaults: %+v %+v", r.ClusterTopPublisher, r.Rate)
+	}
+}
+
+func TestFlagActions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want Action
+	}{
+		{nil, ActionRun},
+		{[]string{"--print-config"}, ActionPrintConfig},
+		{[]string{"-print-config", "--listen", ":1"}, ActionPrintConfig},
+		{[]string{"--config-reference"}, ActionPrintReference},
+		// the reference needs no valid configuration
+		{[]string{"--config-reference", "--config", "/does/not/exist"}, ActionPrintReference},
+	}
+	for _, tt := range tests {
+		_, got, err := Load(tt.args, nil)
+		if err != nil || got != tt.want {
+			t.Errorf("Load(%q) = %v, %v; want %v", tt.args, got, err, tt.want)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"-h", "--help"} {
+		if _, _, err := Load([]string{arg}, nil); !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("Load(%s) = %v, want flag.ErrHelp", arg, err)
+		}
+	}
+	var b bytes.Buffer
+	newConfigFlags().usage(&b)
+	for _, want := range []string{"--config", "-listen", "-redis-url", "-print-config", "-config-reference", "RTSERVER_"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestFileErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, give, want string }{
+		{"two documents", "listen: a:1\n---\nlisten: b:2\n", "want one YAML document"},
+		{"syntax", "handshake: {tick: 1s\n", "did not find expected"},
+		{"unknown anchor", "listen: *nope\n", "unknown anchor"},
+		{"merge of a scalar", "handshake: {<<: 5}\n", "<< wants a mapping"},
+		{"too complex", laughs(), "too complex"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := Load([]string{"--config", writeFile(t, tt.give)}, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want it to contain %q", err, tt.want)
+			}
+			if keys := errorKeys(err); slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, "<not") }) {
+				t.Errorf("not every error is a KeyError: %v", keys)
+			}
+		})
+	}
+}
+
+// laughs is a "billion laughs" document built from merge keys: each level
+// merges the previous one ten times.
+func laughs() string {
+	var b strings.Builder
+	b.WriteString("handshake:\n  perIP:\n    l0: &l0 {limit: 1}\n")
+	for i := 1; i <= 11; i++ {
+		fmt.Fprintf(&b, "    l%d: &l%d {<<: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 10), ", "))
+	}
+	b.WriteString("admission: {classes: {a: {rate: *l11}}}\n")
+	return b.String()
+}
+
+// ---- --print-config round trip --------------------------------------------
+
+// reload parses YAML() output as a config file on top of the defaults.
+func reload(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, y []byte) Config {
+	t.Helper()
+	got := Default()
+	if err := decodeFile(&got, y, "print-config.yaml"); err != nil {
+		t.Fatalf("reloading --print-config output: %v\n%s", err, y)
+	}
+	got.normalize()
+	return got
+}
+
+func TestPrintConfigRoundTrip(t *testing.T) {
+	t.Parallel()
+	contract := Default()
+	contract.Admission = contractAdmission()
+	odd := Default()
+	odd.Listen = "[::1]:80"
+	odd.Redis.ChannelPrefix = "#: '\"\n"
+	odd.Auth.JWT.HMACSecret = "yes"
+	odd.Pressure.TopicPublishBytesPerSec = 1e300
+	odd.Pressure.PublishRatePerSec = 1.5e-9
+	odd.Handshake.TrustedProxies = []string{"null", "~", "true"}
+	odd.Admission.Methods = map[string]string{"<<": "*", "a.*": "&x"}
+	tricky := Default()
+	tricky.Handshake.AllowedOrigins = []string{"true", "null", "~", "1", "0x1", "1e3", ".inf", ".NaN", "-", "? x", "- x", "*", "&x",
+		"!x", "!!int", "%x", "@x", "`x", "#x", "x #y", "x: y", "<<", "=", "'", "\"", "[", "{", "|", ">", "...", "---", "\ufeffx", "\x00"}
+	tricky.Admission.Methods = map[string]string{}
+	for i, s := range tricky.Handshake.AllowedOrigins {
+		tricky.Admission.Methods[s] = strconv.Itoa(i)
+	}
+	for name, cfg := range map[string]Config{"default": Default(), "contract": contract, "odd": odd, "tricky": tricky} {
+		y, err := cfg.YAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := reload(t, y); !reflect.DeepEqual(got, cfg) {
+			t.Errorf("%s: round trip changed the config\n got %+v\nwant %+v\n%s", name, got, cfg, y)
+		}
+	}
+	// Through Load end to end, as an operator would use it.
+	y, _ := contract.YAML()
+	got, action, err := Load([]string{"--print-config", "--config", writeFile(t, string(y))}, nil)
+	if err != nil || action != ActionPrintConfig || !reflect.DeepEqual(got, contract) {
+		t.Errorf("Load(print-config output) = %v, %v, equal=%v", action, err, reflect.DeepEqual(got, contract))
+	}
+	if y, _ := Default().YAML(); !strings.Contains(string(y), "topicPublishBytesPerSec: 10485760\n") {
+		t.Errorf("floats should print as plain decimals:\n%s", y)
+	}
+}
+
+// TestPrintConfigRoundTripProperty: any Config, valid or not, survives
+// YAML() and a reload unchanged.
+func TestPrintConfigRoundTripProperty(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := Default()
+		fill(rt, reflect.ValueOf(&cfg).Elem(), "cfg")
+		cfg.normalize()
+		y, err := cfg.YAML()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if got := reload(rt, y); !reflect.DeepEqual(got, cfg) {
+			rt.Fatalf("round trip changed the config\n got %+v\nwant %+v\n%s", got, cfg, y)
+		}
+	})
+}
+
+// fill sets every leaf of v to a random value (keeping some defaults).
+func fill(t *rapid.T, v reflect.Value, label string) {
+	typ := v.Type()
+	switch {
+	case typ == durationType:
+		v.SetInt(rapid.Int64().Draw(t, label))
+	case typ.Kind() == reflect.Struct:
+		for i := range typ.NumField() {
+			fill(t, v.Field(i), label+"."+typ.Field(i).Name)
+		}
+	case typ.Kind() == reflect.Pointer:
+		if rapid.Bool().Draw(t, label+"?") {
+			p := reflect.New(typ.Elem())
+			fill(t, p.Elem(), label)
+			v.Set(p)
+		} else {
+			v.SetZero()
+		}
+	case typ.Kind() == reflect.String:
+		v.SetString(rapid.String().Draw(t, label))
+	case typ.Kind() == reflect.Bool:
+		v.SetBool(rapid.Bool().Draw(t, label))
+	case typ.Kind() >= reflect.Int && typ.Kind() <= reflect.Int64:
+		v.SetInt(rapid.Int64Range(math.MinInt64>>(64-typ.Bits()), math.MaxInt64>>(64-typ.Bits())).Draw(t, label))
+	case typ.Kind() == reflect.Float64:
+		v.SetFloat(rapid.Float64().Filter(func(f float64) bool { return !math.IsNaN(f) }).Draw(t, label))
+	case typ.Kind() == reflect.Slice:
+		n := rapid.IntRange(0, 3).Draw(t, label+".len")
+		s := reflect.MakeSlice(typ, n, n)
+		for i := range n {
+			fill(t, s.Index(i), label+"[]")
+		}
+		v.Set(s)
+	case typ.Kind() == reflect.Map:
+		n := rapid.IntRange(0, 3).Draw(t, label+".len")
+		m := reflect.MakeMap(typ)
+		for range n {
+			k, e := reflect.New(typ.Key()).Elem(), reflect.New(typ.Elem()).Elem()
+			fill(t, k, label+".key")
+			fill(t, e, label+".value")
+			m.SetMapIndex(k, e)
+		}
+		v.Set(m)
+	default:
+		t.Fatalf("fill: unhandled %s", typ)
+	}
+}
+
+// ---- the generated reference ---------------------------------------------
+
+var updateReference = flag.Bool("update-config-reference", false, "rewrite docs/configuration.md")
+
+const referencePath = "../../docs/configuration.md"
+
+func TestConfigReferenceUpToDate(t *testing.T) {
+	want := ConfigReference()
+	if *updateReference {
+		if err := os.MkdirAll(filepath.Dir(referencePath), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(referencePath, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(referencePath)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("docs/configuration.md is out of date with cmd/rtserver/config.go (%v); regenerate it with: go generate ./cmd/rtserver", err)
+	}
+}
+
+func TestConfigReferenceCoversEveryKey(t *testing.T) {
+	t.Parallel()
+	ref := string(ConfigReference())
+	for _, l := range configLeaves {
+		if !strings.Contains(ref, "| `"+l.path+"` |") || !strings.Contains(ref, "`"+l.env+"`") {
+			t.Errorf("reference lacks %s / %s", l.path, l.env)
+		}
+	}
+	for _, k := range []string{"reasons", "clusterTopPublisher.threshold", "clusterTopPublisher.by", "rate.limit", "rate.per", "rate.by", "concurrency.max"} {
+		if !strings.Contains(ref, "| `"+k+"` |") {
+			t.Errorf("reference lacks class rule key %s", k)
+		}
+	}
+}
