@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
