@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/internal/leakcheck"
+)
+
+// SIGTERM drains: readiness turns 503, new upgrades are refused with reason
+// draining, every client is told and then closed with 1012 and a retry
+// hint, the closes spread over drain.duration, and the process exits 0.
+func TestDrainSpreadsClosesAndExitsZero(t *testing.T) {
+	leakcheck.Check(t)
+	const window = 2 * time.Second
+	p := start(t, "drain: {duration: 2s}\n")
+	const n = 10
+	clients := make([]*conn, n)
+	for i := range clients {
+		clients[i] = dial(t, p.WS())
+		mustOK(t, clients[i].call("subscribe", `{"topic":"t"}`))
+	}
+	type result struct {
+		at     time.Time
+		code   websocket.StatusCode
+		reason string
+		notice frame
+	}
+	results := make(chan result, n)
+	for _, c := range clients {
+		go func() {
+			f := c.recv()
+			code, reason := c.closeStatus()
+			results <- result{time.Now(), code, reason, f}
+		}()
+	}
+
+	p.signal(syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, resp, err := websocket.Dial(ctx, p.WS(), nil)
+	cancel()
+	if err == nil {
+		t.Fatal("an upgrade was admitted while draining")
+	}
+	checkRejection(t, resp, http.StatusServiceUnavailable, "OVERLOADED")
+	if v := p.metric(`handshake_rejected_total{reason="draining"}`); v != 1 {
+		t.Fatalf("handshake_rejected_total{draining} = %v", v)
+	}
+
+	var times []time.Time
+	for range n {
+		r := <-results
+		if r.notice.Method != "system" || r.notice.Params.Event != "draining" || r.notice.Params.ReconnectAfterMs <= 0 {
+			t.Fatalf("first frame while draining: %+v", r.notice)
+		}
+		if r.code != websocket.StatusServiceRestart {
+			t.Fatalf("close %d %q, want 1012", r.code, r.reason)
+		}
+		retryHint(t, r.reason)
+		times = append(times, r.at)
+	}
+	if code := p.exitCode(30 * time.Second); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	// Spread, not all at once: the closes span most of the window. A slow
+	// machine only widens the span, so this lower bound cannot flake.
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	if span := times[n-1].Sub(times[0]); span < window/2 {
+		t.Fatalf("closes spanned %v of a %v drain window: not spread", span, window)
+	}
+}
+
+// A second signal during a drain closes what is left at once.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	leakcheck.Check(t)
+	p := start(t, "drain: {duration: 1h}\n")
+	a, b := dial(t, p.WS()), dial(t, p.WS())
+	mustOK(t, a.call("subscribe", `{"topic":"t"}`))
+	mustOK(t, b.call("subscribe", `{"topic":"t"}`))
+	p.signal(syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	p.signal(syscall.SIGTERM)
+	if code := p.exitCode(30 * time.Second); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+}

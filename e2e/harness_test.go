@@ -1,0 +1,358 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// binary is the rtserver built once for the whole package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rtserver-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "rtserver")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "../cmd/rtserver")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building rtserver:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one running rtserver.
+type proc struct {
+	t    testing.TB
+	cmd  *exec.Cmd
+	Addr string // host:port of the main listener
+	log  *syncBuffer
+	done chan struct{}
+	err  error // the process's exit, once done is closed
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// start runs rtserver with config (YAML) on a free port and waits until
+// /readyz answers 200. env is added to the process environment.
+func start(t testing.TB, config string, env ...string) *proc {
+	t.Helper()
+	p := startNoWait(t, config, env...)
+	p.waitReady()
+	return p
+}
+
+func startNoWait(t testing.TB, config string, env ...string) *proc {
+	t.Helper()
+	cfgFile := filepath.Join(t.TempDir(), "rtserver.yaml")
+	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	p := &proc{t: t, Addr: addr, log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, "--config", cfgFile, "--listen", addr, "--log-level", "debug")
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("rtserver %s log:\n%s", p.Addr, p.log.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) waitReady() {
+	p.t.Helper()
+	waitFor(p.t, 30*time.Second, "rtserver ready", func() bool {
+		select {
+		case <-p.done:
+			p.t.Fatalf("rtserver exited: %v\n%s", p.err, p.log.String())
+		default:
+		}
+		return p.status("/readyz") == 200
+	})
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		p.cmd.Process.Kill()
+	}
+	<-p.done
+}
+
+// signal sends sig and returns the exit code once the process ends.
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// exitCode waits for the process to end (bounded) and returns its code.
+func (p *proc) exitCode(within time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		p.t.Fatalf("rtserver did not exit within %v", within)
+	}
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func (p *proc) url(path string) string { return "http://" + p.Addr + path }
+
+// WS is the WebSocket URL of the server.
+func (p *proc) WS() string { return "ws://" + p.Addr + "/ws" }
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+func (p *proc) status(path string) int {
+	resp, err := httpClient.Get(p.url(path))
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// metrics scrapes /metrics into series -> value, where a series is the
+// exposition's name with its labels as written, e.g.
+// `handshake_rejected_total{reason="max_connections"}`.
+func (p *proc) metrics() map[string]float64 {
+	p.t.Helper()
+	resp, err := httpClient.Get(p.url("/metrics"))
+	if err != nil {
+		p.t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func (p *proc) metric(series string) float64 { return p.metrics()[series] }
+
+// waitMetric waits until cond holds for the series' value.
+func (p *proc) waitMetric(series string, within time.Duration, cond func(float64) bool) float64 {
+	p.t.Helper()
+	var v float64
+	waitFor(p.t, within, series, func() bool {
+		v = p.metric(series)
+		return cond(v)
+	})
+	return v
+}
+
+// waitFor polls cond until it holds or the deadline passes. Polling is for
+// state in another process, which offers nothing to wait on.
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// conn is a raw WebSocket client.
+type conn struct {
+	t  testing.TB
+	ws *websocket.Conn
+}
+
+func dialOpts(ctx context.Context, url string, o *websocket.DialOptions) (*websocket.Conn, *http.Response, error) {
+	return websocket.Dial(ctx, url, o)
+}
+
+func dial(t testing.TB, url string) *conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	ws.SetReadLimit(1 << 24)
+	t.Cleanup(func() { ws.CloseNow() })
+	return &conn{t: t, ws: ws}
+}
+
+func (c *conn) send(frame string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+func (c *conn) read() ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, b, err := c.ws.Read(ctx)
+	return b, err
+}
+
+// frame is a decoded server frame.
+type frame struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Params struct {
+		Topic            string          `json:"topic"`
+		Data             json.RawMessage `json:"data"`
+		Event            string          `json:"event"`
+		ReconnectAfterMs int64           `json:"reconnectAfterMs"`
+	} `json:"params"`
+	Error *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+}
+
+func (c *conn) recv() frame {
+	c.t.Helper()
+	b, err := c.read()
+	if err != nil {
+		c.t.Fatalf("read: %v", err)
+	}
+	var f frame
+	if err := json.Unmarshal(b, &f); err != nil {
+		c.t.Fatalf("decode %s: %v", b, err)
+	}
+	return f
+}
+
+var nextID struct {
+	sync.Mutex
+	n int
+}
+
+// call sends a request and returns its response, skipping notifications.
+func (c *conn) call(method, params string) frame {
+	c.t.Helper()
+	nextID.Lock()
+	nextID.n++
+	id := strconv.Itoa(nextID.n)
+	nextID.Unlock()
+	c.send(`{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `","params":` + params + `}`)
+	for {
+		f := c.recv()
+		if string(f.ID) == id {
+			return f
+		}
+	}
+}
+
+func mustOK(t testing.TB, f frame) {
+	t.Helper()
+	if f.Error != nil {
+		t.Fatalf("error %d %s %s", f.Error.Code, f.Error.Message, f.Error.Data)
+	}
+}
+
+// closeStatus reads until the connection ends and returns the close code
+// and reason (-1 when it ended without a close frame).
+func (c *conn) closeStatus() (websocket.StatusCode, string) {
+	for {
+		_, err := c.read()
+		if err != nil {
+			if ce := (websocket.CloseError{}); asClose(err, &ce) {
+				return ce.Code, ce.Reason
+			}
+			return -1, err.Error()
+		}
+	}
+}
+
+// retryHint parses "retry_after_ms=N" and fails unless N > 0.
+func retryHint(t testing.TB, reason string) int {
+	t.Helper()
+	ms, err := strconv.Atoi(strings.TrimPrefix(reason, "retry_after_ms="))
+	if !strings.HasPrefix(reason, "retry_after_ms=") || err != nil || ms <= 0 {
+		t.Fatalf("close reason %q is not retry_after_ms=N with N > 0", reason)
+	}
+	return ms
+}

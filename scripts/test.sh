@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, property, short fuzz seeds, end-to-end (built
+# binary, real redis-server, real 3-node Redis Cluster), with the race
+# detector. Installs what the tests need from Debian's packages when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]} from Debian's packages"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# The Debian package starts a system redis on 6379; the tests start their
+# own on free ports and do not need it.
+
+go vet ./...
+exec go test -race -count=1 -timeout 30m "$@" ./...
