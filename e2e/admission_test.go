@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// flood publishes notifications to topic from its own connection until
+// stop is closed.
+func flood(t *testing.T, p *proc, topic string, stop <-chan struct{}, wg *sync.WaitGroup) {
+	c := dial(t, p.WS())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		frame := `{"jsonrpc":"2.0","method":"publish","params":{"topic":"` + topic + `","data":1}}`
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.send(frame)
+		}
+	}()
+}
+
+func overloaded(t *testing.T, f frame) protocol.OverloadedData {
+	t.Helper()
+	if f.Error == nil || f.Error.Code != protocol.CodeOverloaded {
+		t.Fatalf("got %+v, want -32001", f)
+	}
+	var d protocol.OverloadedData
+	if err := json.Unmarshal(f.Error.Data, &d); err != nil || d.RetryAfterMs <= 0 {
+		t.Fatalf("-32001 data %s", f.Error.Data)
+	}
+	return d
+}
+
+// Publish traffic above pressure.publishRatePerSec sheds a class listing
+// PUBLISH_RATE while a class without it still runs; when the traffic
+// stops the class is admitted again; a rate-limited class answers -32002;
+// the metrics move with each decision.
+func TestPublishRatePressureShedsExpensiveClass(t *testing.T) {
+	leakcheck.Check(t)
+	be := newBackend(t)
+	p := start(t, fmt.Sprintf(`
+pressure: {sampleInterval: 200ms, publishRatePerSec: 200}
+rpc: {proxy: {url: %q}}
+admission:
+  classes:
+    expensive: {reasons: [MEMORY, PUBLISH_RATE]}
+    cheap: {reasons: [MEMORY]}
+    chatty: {rate: {limit: 2, per: 1m, by: user}}
+  methods: {"report.*": expensive, lookup: cheap, chat.say: chatty}
+`, be.URL))
+	c := dial(t, p.WS())
+	mustOK(t, c.call("report.daily", `{}`))
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	flood(t, p, "firehose", stop, &wg)
+	p.waitMetric(`pressure_reason{reason="PUBLISH_RATE"}`, 30*time.Second, func(v float64) bool { return v == 1 })
+	if v := p.metric("pressure_publish_rate"); v < 200 {
+		t.Fatalf("pressure_publish_rate %v while PUBLISH_RATE is active", v)
+	}
+	d := overloaded(t, c.call("report.daily", `{}`))
+	if d.Class != "expensive" || d.Reason != "PUBLISH_RATE" {
+		t.Fatalf("shed with %+v, want class expensive, reason PUBLISH_RATE", d)
+	}
+	mustOK(t, c.call("lookup", `{}`))
+	close(stop)
+	wg.Wait()
+
+	p.waitMetric(`pressure_reason{reason="PUBLISH_RATE"}`, 30*time.Second, func(v float64) bool { return v == 0 })
+	mustOK(t, c.call("report.daily", `{}`))
+
+	mustOK(t, c.call("chat.say", `{}`))
+	mustOK(t, c.call("chat.say", `{}`))
+	f := c.call("chat.say", `{}`)
+	if f.Error == nil || f.Error.Code != protocol.CodeRateLimited {
+		t.Fatalf("third chat.say: %+v", f)
+	}
+	var rl protocol.RateLimitedData
+	if err := json.Unmarshal(f.Error.Data, &rl); err != nil || rl.RetryAfterMs <= 0 || rl.Class != "chatty" || rl.Limit != 2 {
+		t.Fatalf("-32002 data %s", f.Error.Data)
+	}
+
+	m := p.metrics()
+	for series, want := range map[string]float64{
+		`admission_accepted_total{class="expensive"}`:                       2,
+		`admission_rejected_total{class="expensive",reason="PUBLISH_RATE"}`: 1,
+		`admission_accepted_total{class="cheap"}`:                           1,
+		`admission_accepted_total{class="chatty"}`:                          2,
+		`admission_rejected_total{class="chatty",reason="RATE"}`:            1,
+	} {
+		if m[series] != want {
+			t.Errorf("%s = %v, want %v", series, m[series], want)
+		}
+	}
+}
+
+// Without Redis, clusterTopPublisher reads this instance's own top
+// publishers: a topic published at or above the threshold is shed with
+// CLUSTER_TOP_PUBLISHER while a quiet topic is still admitted.
+func TestTopPublisherRuleWithoutRedis(t *testing.T) {
+	leakcheck.Check(t)
+	p := start(t, `
+pressure: {sampleInterval: 200ms}
+admission:
+  classes:
+    broadcast: {clusterTopPublisher: {threshold: 100, by: topic}}
+  methods: {publish: broadcast}
+`)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	flood(t, p, "hot", stop, &wg)
+	defer func() { close(stop); wg.Wait() }()
+	p.waitMetric(`ws_topic_publish_rate{topic="hot"}`, 30*time.Second, func(v float64) bool { return v >= 100 })
+	c := dial(t, p.WS())
+	d := overloaded(t, c.call("publish", `{"topic":"hot","data":1}`))
+	if d.Reason != "CLUSTER_TOP_PUBLISHER" || d.Class != "broadcast" {
+		t.Fatalf("shed with %+v", d)
+	}
+	mustOK(t, c.call("publish", `{"topic":"quiet","data":1}`))
+}
