@@ -2,6 +2,7 @@ package message
 
 import (
 	"fmt"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -155,4 +156,59 @@ func TestRouterConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// FuzzClassOf feeds client-controlled method names to a router and checks
+// the answer against a plain reading of the rules (exact, else the longest
+// matching glob, ties by pattern text), on first sight and from the cache.
+func FuzzClassOf(f *testing.F) {
+	for _, s := range []string{"", "publish", "report.daily", "report.daily.eu", "report.", "a/b", "[", "\\", "*", "q\x00", "reportédaily", strings.Repeat("x", 300)} {
+		f.Add(s)
+	}
+	a := New(Options{})
+	for _, n := range []string{"exact", "report", "deep", "any"} {
+		if err := a.Register(n, Rule{}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	methods := map[string]string{
+		"publish":        "exact",
+		"report.daily":   "exact",
+		"report.*":       "report",
+		"report.*.*":     "deep",
+		"report.?????.*": "deep",
+		"*":              "any",
+		"[!a-z]*":        "any",
+	}
+	r, err := NewRouter(a, methods)
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := func(m string) string {
+		if cl, ok := methods[m]; ok && !isGlob(m) {
+			return cl
+		}
+		best := ""
+		for p := range methods {
+			if !isGlob(p) {
+				continue
+			}
+			if ok, _ := path.Match(p, m); ok && (best == "" || len(p) > len(best) || len(p) == len(best) && p < best) {
+				best = p
+			}
+		}
+		if best == "" {
+			return ""
+		}
+		return methods[best]
+	}
+	f.Fuzz(func(t *testing.T, m string) {
+		w := want(m)
+		for range 2 {
+			got := r.ClassOf(m)
+			if (got == nil) != (w == "") || got != nil && got.Name() != w {
+				t.Fatalf("ClassOf(%q) = %v, want %q", m, name(got), w)
+			}
+		}
+	})
 }
