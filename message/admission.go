@@ -34,7 +34,7 @@ type ClusterTopPublisher struct {
 // Rate limits calls per key: Limit per Per, keyed By "user", "conn" or "ip".
 // By "user" (the default, when empty) keys an anonymous call (User == "")
 // by its IP, in a separate key space so a user id never shares a budget
-// with an IP.
+// with an IP. Calls with an empty key (no IP known) share one budget.
 type Rate struct {
 	Limit int
 	Per   time.Duration

@@ -7,10 +7,13 @@
 // server resolves a *Class once (Router.ClassOf) and calls Class.Check on
 // every call.
 //
-// Must never: do I/O, take a lock, or allocate on the Check path. The
-// pressure snapshot is an atomic pointer load, the cluster view is a map read
-// behind an atomic pointer (SetRates), metric children are resolved at
-// Register, and the concurrency lease lives in the caller's Call.
+// Must never: do I/O, block, or allocate on the Check path. The pressure
+// snapshot is an atomic pointer load, the cluster view is a map read behind
+// an atomic pointer (SetRates), metric children are resolved at Register,
+// and the concurrency lease lives in the caller's Call. The only lock taken
+// is the rate limiter's per-shard mutex, held for a map lookup. (One
+// exception, amortised: a Rate{By: "conn"} part formats ConnID as text the
+// first time a Call is checked with that ConnID.)
 //
 // Evaluation order (documented because it decides what a denial costs):
 // pressure reasons, cluster top publisher, predicate, rate, concurrency; the
@@ -29,7 +32,7 @@
 //   - every denial's RetryAfter is positive (at least 1ms), jittered unless
 //     the rate limiter knows the exact wait;
 //   - bounded by configuration: the Router's cache of method names seen
-//     holds at most routerCacheMax entries, and each Rate part's key store
+//     holds at most 1024 entries (routerCacheMax), and each Rate part's key store
 //     is bounded by Options.RateMaxKeys (the limiter evicts, never fails
 //     open).
 package message
