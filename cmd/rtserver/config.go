@@ -602,7 +602,7 @@ func yamlName(f reflect.StructField) string {
 
 // maxNodeVisits bounds the work of decoding one document: aliases and merge
 // keys can make a small file describe an exponentially large tree.
-const maxNodeVisits = 100_000
+const maxNodeVisits = 20_000
 
 func decodeFile(cfg *Config, data []byte, name string) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -655,7 +655,7 @@ func (d *nodeDecoder) fail(key string, n *yaml.Node, msg string) {
 	d.errs = append(d.errs, &KeyError{Key: key, Msg: msg, Source: src})
 }
 
-var errTooComplex = errors.New("document too complex (aliases or merge keys expand past 100000 nodes)")
+var errTooComplex = errors.New("document too complex (aliases or merge keys expand past 20000 nodes)")
 
 // decode sets v from n. It returns an error only when it must stop (too
 // complex); per-key problems are collected in d.errs.
