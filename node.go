@@ -17,6 +17,7 @@ import (
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
+	"github.com/rtserver/rtserver/publishrate"
 	"github.com/rtserver/rtserver/rpcproxy"
 	"github.com/rtserver/rtserver/server"
 )
@@ -74,6 +75,8 @@ type Node struct {
 	Admit    *message.Admission
 	Server   *server.Server
 	cluster  *cluster // nil without Redis
+	// Cluster is the cluster-wide top-publisher view; nil without Redis.
+	Cluster *publishrate.Aggregator
 
 	mux      *http.ServeMux
 	adminMux *http.ServeMux
@@ -143,8 +146,10 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 		b = n.cluster.bus
-		// The cluster-wide view replaces the local top publishers.
-		n.Admit.SetRates(n.cluster.rates)
+		n.Cluster = n.cluster.agg
+		// The cluster-wide view (own rates plus every fresh sibling's)
+		// replaces the local top publishers.
+		n.Admit.SetRates(n.cluster.agg)
 	}
 
 	n.Server = server.New(server.Options{

@@ -25,7 +25,9 @@ func flood(t *testing.T, p *proc, topic string, stop <-chan struct{}, wg *sync.W
 				return
 			default:
 			}
-			c.send(frame)
+			if !c.trySend(frame) {
+				return
+			}
 		}
 	}()
 }

@@ -267,6 +267,14 @@ func (c *conn) send(frame string) {
 	}
 }
 
+// trySend writes a frame and reports whether it went out; for background
+// publishers whose server may go away on purpose.
+func (c *conn) trySend(frame string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.ws.Write(ctx, websocket.MessageText, []byte(frame)) == nil
+}
+
 func (c *conn) read() ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

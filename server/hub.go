@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -84,20 +85,14 @@ func (h *hub) publish(topic string, data []byte) {
 	}
 }
 
-// TopicCount is a topic with its number of local subscribers.
-type TopicCount struct {
-	Topic string
-	Count int
-}
-
 // subjects lists topics with local subscribers, most subscribed first.
-func (h *hub) subjects() []TopicCount {
-	var out []TopicCount
+func (h *hub) subjects() []bus.TopicCount {
+	var out []bus.TopicCount
 	for i := range h.shards {
 		sh := &h.shards[i]
 		sh.mu.RLock()
 		for t, subs := range sh.topics {
-			out = append(out, TopicCount{Topic: t, Count: len(subs)})
+			out = append(out, bus.TopicCount{Topic: t, Count: len(subs)})
 		}
 		sh.mu.RUnlock()
 	}
@@ -108,4 +103,12 @@ func (h *hub) subjects() []TopicCount {
 		return out[i].Topic < out[j].Topic
 	})
 	return out
+}
+
+// count is the number of local subscribers of topic.
+func (h *hub) count(topic string) int {
+	sh := h.shard(topic)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return len(sh.topics[topic])
 }

@@ -183,7 +183,10 @@ func (s *Server) Counts() (connections, subscriptions int64) {
 }
 
 // Subjects lists topics with local subscribers and their counts.
-func (s *Server) Subjects() []TopicCount { return s.hub.subjects() }
+func (s *Server) Subjects() []bus.TopicCount { return s.hub.subjects() }
+
+// LocalSubscribers is the number of this instance's subscribers of topic.
+func (s *Server) LocalSubscribers(topic string) int { return s.hub.count(topic) }
 
 // Ready reports whether this instance should receive new connections: not
 // draining and cross-instance delivery up.

@@ -197,7 +197,12 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 		Bus:           c.Redis.Bus,
 		Partitions:    c.Redis.Partitions,
 		ChannelPrefix: c.Redis.ChannelPrefix,
-		HMACSecret:    []byte(c.PublishRate.HMACSecret),
+
+		RateChannel:         c.PublishRate.Channel,
+		RatePublishInterval: time.Duration(c.PublishRate.PublishInterval),
+		RateStaleAfter:      time.Duration(c.PublishRate.StaleAfter),
+		RateTopN:            c.PublishRate.TopN,
+		HMACSecret:          []byte(c.PublishRate.HMACSecret),
 	}
 	return n, nil
 }

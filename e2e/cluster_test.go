@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/redistest"
+)
+
+// fleetConfig is a config for an instance of a fleet on one Redis, with
+// short cluster intervals so the tests run in seconds.
+func fleetConfig(redisURL, extra string) string {
+	return fmt.Sprintf(`
+redis: {url: %q}
+pressure: {sampleInterval: 100ms}
+publishRate: {publishInterval: 200ms, staleAfter: 1s}
+%s`, redisURL, extra)
+}
+
+// expectMessage reads frames until a message notification for topic
+// arrives and returns its data.
+func (c *conn) expectMessage(topic string) string {
+	c.t.Helper()
+	for {
+		f := c.recv()
+		if f.Method == "message" && f.Params.Topic == topic {
+			return string(f.Params.Data)
+		}
+	}
+}
+
+func TestFleetDeliversAcrossInstances(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	a := start(t, fleetConfig(r.URL(), ""))
+	_ = start(t, fleetConfig(r.URL(), ""))
+	c := start(t, fleetConfig(r.URL(), ""))
+	sub := dial(t, c.WS())
+	mustOK(t, sub.call("subscribe", `{"topic":"news"}`))
+	pub := dial(t, a.WS())
+	for i := range 100 {
+		mustOK(t, pub.call("publish", fmt.Sprintf(`{"topic":"news","data":{"n":%d}}`, i)))
+	}
+	for i := range 100 {
+		if got, want := sub.expectMessage("news"), fmt.Sprintf(`{"n":%d}`, i); got != want {
+			t.Fatalf("message %d on C: %s, want %s", i, got, want)
+		}
+	}
+	if v := a.metric("bus_messages_published_total"); v != 100 {
+		t.Fatalf("A bus_messages_published_total = %v", v)
+	}
+	c.waitMetric("bus_messages_received_total", 10*time.Second, func(v float64) bool { return v == 100 })
+}
+
+// paced publishes to topic on p at about perSec messages per second
+// until stop is closed.
+func paced(t *testing.T, p *proc, topic string, perSec int, stop <-chan struct{}, wg *sync.WaitGroup) {
+	c := dial(t, p.WS())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second / time.Duration(perSec))
+		defer tick.Stop()
+		frame := `{"jsonrpc":"2.0","method":"publish","params":{"topic":"` + topic + `","data":1}}`
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if !c.trySend(frame) {
+					return
+				}
+			}
+		}
+	}()
+}
+
+// Two instances each publish a topic below the threshold while their sum
+// is above it: the third instance sheds that topic with
+// CLUSTER_TOP_PUBLISHER and still admits other topics. When one
+// publisher's instance is killed, it leaves the cluster view within
+// staleAfter plus one interval.
+func TestClusterTopPublisherAndStaleInstances(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	cfg := fleetConfig(r.URL(), `
+admission:
+  classes: {broadcast: {clusterTopPublisher: {threshold: 70, by: topic}}}
+  methods: {publish: broadcast}
+`)
+	a, b, c := start(t, cfg), start(t, cfg), start(t, cfg)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	paced(t, a, "hot", 50, stop, &wg)
+	paced(t, b, "hot", 50, stop, &wg)
+	defer func() { close(stop); wg.Wait() }()
+
+	c.waitMetric("cluster_publish_rate_instances", 20*time.Second, func(v float64) bool { return v == 2 })
+	c.waitMetric(`cluster_topic_publish_rate{topic="hot"}`, 20*time.Second, func(v float64) bool { return v >= 70 })
+	if local := a.metric(`ws_topic_publish_rate{topic="hot"}`); local >= 70 {
+		t.Fatalf("A alone publishes hot at %v/s: the test needs each instance below the threshold", local)
+	}
+	cc := dial(t, c.WS())
+	d := overloaded(t, cc.call("publish", `{"topic":"hot","data":1}`))
+	if d.Reason != "CLUSTER_TOP_PUBLISHER" || d.Class != "broadcast" {
+		t.Fatalf("C shed hot with %+v", d)
+	}
+	mustOK(t, cc.call("publish", `{"topic":"calm","data":1}`))
+	if v := c.metric(`admission_rejected_total{class="broadcast",reason="CLUSTER_TOP_PUBLISHER"}`); v < 1 {
+		t.Fatalf("C counted %v cluster rejections", v)
+	}
+
+	// SIGKILL: no goodbye, the slice just stops arriving.
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	c.waitMetric("cluster_publish_rate_instances", 10*time.Second, func(v float64) bool { return v == 1 })
+	const staleAfter, interval = time.Second, 200 * time.Millisecond
+	// One scrape's worth of slack on top of the contract's bound.
+	if took := time.Since(killed); took > staleAfter+interval+500*time.Millisecond {
+		t.Fatalf("killed instance left the view after %v, want within staleAfter+interval (%v)", took, staleAfter+interval)
+	}
+}
+
+// Redis down: readiness 503, bus_degraded 1, clients told "degraded".
+// Redis back on the same port: readiness 200, clients told "recovered",
+// fan-out works again without restarting rtserver.
+func TestRedisOutageAndRecovery(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	a, b := start(t, fleetConfig(r.URL(), "")), start(t, fleetConfig(r.URL(), ""))
+	sub := dial(t, b.WS())
+	mustOK(t, sub.call("subscribe", `{"topic":"t"}`))
+
+	r.Stop()
+	waitFor(t, 20*time.Second, "readyz 503", func() bool { return b.status("/readyz") == http.StatusServiceUnavailable })
+	b.waitMetric("bus_degraded", 10*time.Second, func(v float64) bool { return v == 1 })
+	if f := sub.recv(); f.Method != "system" || f.Params.Event != "degraded" {
+		t.Fatalf("client got %+v, want system degraded", f)
+	}
+	if b.status("/healthz") != http.StatusOK {
+		t.Fatal("healthz failed while Redis is down: the process is alive")
+	}
+
+	r.Restart()
+	waitFor(t, 30*time.Second, "readyz 200 on B", func() bool { return b.status("/readyz") == http.StatusOK })
+	waitFor(t, 30*time.Second, "readyz 200 on A", func() bool { return a.status("/readyz") == http.StatusOK })
+	if f := sub.recv(); f.Method != "system" || f.Params.Event != "recovered" {
+		t.Fatalf("client got %+v, want system recovered", f)
+	}
+	pub := dial(t, a.WS())
+	mustOK(t, pub.call("publish", `{"topic":"t","data":"after"}`))
+	if got := sub.expectMessage("t"); got != `"after"` {
+		t.Fatalf("after recovery got %s", got)
+	}
+}
+
+// Garbage, oversize and forged envelopes on the rates channel, and garbage
+// on the bus channel, are counted and ignored; real traffic goes on.
+func TestHostileEnvelopesAreCountedAndIgnored(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	cfg := fleetConfig(r.URL(), `publishRate: {publishInterval: 200ms, staleAfter: 1s, hmacSecret: s3cret}`)
+	cfg = strings.Replace(cfg, "publishRate: {publishInterval: 200ms, staleAfter: 1s}\n", "", 1)
+	a, b := start(t, cfg), start(t, cfg)
+	a.waitMetric("cluster_publish_rate_instances", 20*time.Second, func(v float64) bool { return v == 1 })
+	before := a.metric("cluster_publish_rate_parse_errors_total")
+
+	hostile := []string{
+		`not json at all`,
+		`{"v":1,"instanceId":"x","ts":1,"slice":[` + strings.Repeat(`{"topic":"t","messagesPerSec":1,"bytesPerSec":1},`, 2000) + `{"topic":"t","messagesPerSec":1,"bytesPerSec":1}]}`,
+		`{"v":1,"instanceId":"forger","ts":1,"slice":[{"topic":"hot","messagesPerSec":1e9,"bytesPerSec":1}]}`,
+		`{"v":1,"instanceId":"forger","ts":1,"slice":[{"topic":"hot","messagesPerSec":1e9,"bytesPerSec":1}],"sig":"` + strings.Repeat("ab", 32) + `"}`,
+	}
+	for _, h := range hostile {
+		if _, err := r.Do("PUBLISH", "rt:pressure:rates", h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.waitMetric("cluster_publish_rate_parse_errors_total", 10*time.Second, func(v float64) bool { return v >= before+float64(len(hostile)) })
+	if v := a.metric(`cluster_topic_publish_rate{topic="hot"}`); v != 0 {
+		t.Fatalf("a forged slice reached the cluster view: hot = %v", v)
+	}
+	if v := a.metric("cluster_publish_rate_instances"); v != 1 {
+		t.Fatalf("cluster_publish_rate_instances = %v after hostile envelopes", v)
+	}
+
+	for _, h := range []string{"garbage", "\x01\x02\x03"} {
+		if _, err := r.Do("PUBLISH", "rt:bus", h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitMetric(`bus_messages_dropped_total{reason="malformed"}`, 10*time.Second, func(v float64) bool { return v == 2 })
+	sub := dial(t, b.WS())
+	mustOK(t, sub.call("subscribe", `{"topic":"t"}`))
+	mustOK(t, dial(t, a.WS()).call("publish", `{"topic":"t","data":"still works"}`))
+	if got := sub.expectMessage("t"); got != `"still works"` {
+		t.Fatalf("got %s", got)
+	}
+}
+
+// The sharded bus delivers across instances on a real 3-node Redis
+// Cluster, for topics spread over every partition.
+func TestShardedBusOnRedisCluster(t *testing.T) {
+	leakcheck.Check(t)
+	cl := redistest.StartCluster(t)
+	url := "redis://" + cl.Addrs[0] + "?addr=" + cl.Addrs[1] + "&addr=" + cl.Addrs[2]
+	cfg := fleetConfig(url, "")
+	cfg = strings.Replace(cfg, "redis: {url:", "redis: {bus: sharded, partitions: 8, url:", 1)
+	a, b := start(t, cfg), start(t, cfg)
+	sub := dial(t, b.WS())
+	const topics = 24
+	for i := range topics {
+		mustOK(t, sub.call("subscribe", fmt.Sprintf(`{"topic":"room:%d"}`, i)))
+	}
+	pub := dial(t, a.WS())
+	for i := range topics {
+		mustOK(t, pub.call("publish", fmt.Sprintf(`{"topic":"room:%d","data":%d}`, i, i)))
+	}
+	got := map[string]string{}
+	for len(got) < topics {
+		f := sub.recv()
+		if f.Method == "message" {
+			got[f.Params.Topic] = string(f.Params.Data)
+		}
+	}
+	for i := range topics {
+		if got[fmt.Sprintf("room:%d", i)] != fmt.Sprint(i) {
+			t.Fatalf("room:%d got %q", i, got[fmt.Sprintf("room:%d", i)])
+		}
+	}
+}
