@@ -289,9 +289,9 @@ const (
 // and Validate return is a KeyError or an errors.Join of them, so the
 // operator sees each offending key at once.
 type KeyError struct {
-	Key    string // key path such as handshake.tick, or an environment variable or flag name
+	Key    string // key path such as handshake.tick; an unknown RTSERVER_* name; "flags"; "--config"; the file name for YAML syntax errors
 	Msg    string // what is wrong
-	Source string // where the value came from: "FILE:LINE", "RTSERVER_X", "--flag"; "" for the merged result
+	Source string // where the value came from: "FILE:LINE" or "RTSERVER_X"; "" for the merged result
 }
 
 func (e *KeyError) Error() string {
@@ -353,7 +353,7 @@ func Load(args []string, environ []string) (Config, Action, error) {
 			f.usage(usageOutput)
 			return cfg, ActionRun, flag.ErrHelp
 		}
-		return cfg, ActionRun, &KeyError{Key: "flags", Msg: err.Error()}
+		return cfg, ActionRun, &KeyError{Key: "flags", Msg: err.Error() + " (rtserver -h lists them)"}
 	}
 	if f.fs.NArg() > 0 {
 		return cfg, ActionRun, &KeyError{Key: "flags", Msg: fmt.Sprintf("unexpected argument %q", f.fs.Arg(0))}
@@ -368,16 +368,17 @@ func Load(args []string, environ []string) (Config, Action, error) {
 		action = ActionPrintConfig
 	}
 
+	// File and environment problems are reported together; validation
+	// waits until both are clean, as it would only repeat them.
+	var srcErr error
 	if f.config != "" {
 		data, err := os.ReadFile(f.config)
 		if err != nil {
 			return cfg, action, &KeyError{Key: "--config", Msg: err.Error()}
 		}
-		if err := decodeFile(&cfg, data, f.config); err != nil {
-			return cfg, action, err
-		}
+		srcErr = decodeFile(&cfg, data, f.config)
 	}
-	if err := applyEnv(&cfg, environ); err != nil {
+	if err := errors.Join(srcErr, applyEnv(&cfg, environ)); err != nil {
 		return cfg, action, err
 	}
 	f.fs.Visit(func(fl *flag.Flag) {

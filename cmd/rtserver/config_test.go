@@ -854,3 +854,14 @@ func TestConfigReferenceCoversEveryKey(t *testing.T) {
 		}
 	}
 }
+
+func TestFileAndEnvErrorsTogether(t *testing.T) {
+	t.Parallel()
+	_, _, err := Load([]string{"--config", writeFile(t, "listn: x\nhandshake: {tick: soon}\n")},
+		[]string{"RTSERVER_NOPE=1", "RTSERVER_REDIS_PARTITIONS=many"})
+	got := errorKeys(err)
+	want := []string{"listn", "handshake.tick", "RTSERVER_NOPE", "redis.partitions"}
+	if !slices.Equal(got, want) {
+		t.Errorf("keys = %v, want %v (%v)", got, want, err)
+	}
+}
