@@ -31,9 +31,10 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 }
 
 // Start subscribes and starts the bus's goroutines. It waits, at most until
-// ctx ends, for Redis to confirm the subscription or for the first sign
-// that Redis is unreachable; either way the bus keeps running (retrying in
-// the background when degraded) until Close. ctx bounds only this wait.
+// ctx ends, for the first PING's answer and for Redis to confirm the
+// subscription (or for the first sign that Redis is unreachable: then the
+// bus is degraded, r has heard BusState(true), and it retries in the
+// background). The bus runs until Close; ctx bounds only this wait.
 func (b *Redis) Start(ctx context.Context, r Receiver) error {
 	err := b.e.start(r, func() {
 		b.e.loops.Add(1)

@@ -258,7 +258,10 @@ func (e *engine) close(stopLoops func()) error {
 	if started {
 		close(e.writerStop)
 	} else {
+		// Never started: what was queued never had a way out. Count it,
+		// as delivery that never came up.
 		close(e.firstPing)
+		e.dropDegraded.Add(float64(len(e.queue)))
 	}
 	e.bg.Wait()
 	if e.ownClient {
@@ -540,14 +543,18 @@ func (l *subLoop) run() {
 	backoff := minBackoff
 	pinged := false
 	for ps != nil {
-		msg, err := ps.ReceiveTimeout(l.ctx, l.e.pingEvery)
+		wait := l.e.pingEvery
+		if pinged {
+			wait = l.e.pingWait
+		}
+		msg, err := ps.ReceiveTimeout(l.ctx, wait)
 		if l.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			if isTimeout(err) {
-				// Silent for a ping interval: ask. Silent for another one
-				// after asking: the connection is dead without having
+				// Silent for a ping interval: ask. No answer within the
+				// ping timeout: the connection is dead without having
 				// said so; replace it.
 				if !pinged {
 					pinged = true

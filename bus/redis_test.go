@@ -417,13 +417,22 @@ func TestRedisBatchesConcurrentPublishers(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				data := fmt.Appendf(nil, `{"p":%d,"i":%d}`, p, i)
-				for errors.Is(a.Publish("t", data), ErrQueueFull) {
+				err := a.Publish("t", data)
+				for errors.Is(err, ErrQueueFull) {
 					runtime.Gosched()
+					err = a.Publish("t", data)
+				}
+				if err != nil {
+					t.Errorf("publisher %d: %v", p, err)
+					return
 				}
 			}
 		})
 	}
 	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
 	msgs := rb.awaitMsgs(t, pubs*each)
 	next := make([]int, pubs)
 	for _, m := range msgs {
