@@ -40,13 +40,11 @@ type Aggregator struct {
 	view atomic.Pointer[view]
 
 	// mu guards the merge state. Lock order: life, then mu.
-	mu        sync.Mutex
-	active    bool
-	remotes   map[string]*remote
-	fresh     []*remote // scratch for mergeLocked
-	latest    *pressure.Snapshot
-	win       *window
-	localSubs []SubjectCount // Subjects() of the last tick
+	mu     sync.Mutex
+	active bool
+	mg     *merger
+	latest *pressure.Snapshot
+	win    *window
 
 	// life serialises Activate and Deactivate.
 	life   sync.Mutex
@@ -93,12 +91,13 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		m:       opts.Metrics,
 		log:     opts.Logger.With("component", "publishrate", "instanceId", opts.InstanceID),
 		maxList: max(2*opts.TopN, 64),
-		remotes: map[string]*remote{},
+		mg:      newMerger(),
 		latest:  local.Snapshot(),
 		win:     newWindow(max(8*opts.TopN, 256), now),
 	}
 	a.view.Store(emptyView)
 	a.mu.Lock()
+	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
 	a.mu.Unlock()
 	local.OnSample(a.onSample)
@@ -130,7 +129,7 @@ func (a *Aggregator) Activate(ctx context.Context) error {
 	a.mu.Lock()
 	a.active = true
 	a.win.reset(now)
-	a.localSubs = subs
+	a.setLocalSubsLocked(subs)
 	a.mergeLocked(now)
 	a.mu.Unlock()
 
@@ -183,8 +182,10 @@ func (a *Aggregator) Deactivate() {
 	now := a.opts.Now()
 	a.mu.Lock()
 	a.active = false
-	clear(a.remotes)
-	a.localSubs = nil
+	for id := range a.mg.remotes {
+		a.mg.drop(id)
+	}
+	a.mg.setLocalSubs(nil)
 	a.win.reset(now)
 	a.mergeLocked(now)
 	a.mu.Unlock()
@@ -199,16 +200,16 @@ func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(a.view.Load()
 // this instance's latest sample and every fresh sibling slice that carries
 // it, whether or not it made the merged top-N; 0 when none does. A map
 // read, no allocation: safe on the admission path.
-func (a *Aggregator) RateOf(topic string) float64 { return a.view.Load().topics[topic].msgs }
+func (a *Aggregator) RateOf(topic string) float64 { return a.view.Load().rateOf(topic) }
 
 // RateOfUser is RateOf for a user's publish attempts.
-func (a *Aggregator) RateOfUser(user string) float64 { return a.view.Load().users[user] }
+func (a *Aggregator) RateOfUser(user string) float64 { return a.view.Load().rateOfUser(user) }
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
 // count (LocalSubscribers live when set, else the list Subjects returned on
 // the last tick) plus the "subs" of every fresh sibling.
 func (a *Aggregator) SubscribersOf(topic string) int {
-	n := a.view.Load().subs[topic]
+	n := a.view.Load().subscribersOf(topic)
 	if f := a.opts.LocalSubscribers; f != nil {
 		n += f(topic)
 	}
@@ -237,6 +238,7 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 	now := a.opts.Now()
 	a.mu.Lock()
 	a.latest = s
+	a.mg.setLocal(s)
 	if a.active {
 		a.win.add(s, now)
 	}
@@ -247,20 +249,12 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 // mergeLocked forgets stale siblings, rebuilds the view and publishes it
 // and the cluster metrics. a.mu is held.
 func (a *Aggregator) mergeLocked(now time.Time) {
-	a.fresh = a.fresh[:0]
-	for id, r := range a.remotes {
+	for id, r := range a.mg.remotes {
 		if now.Sub(r.arrived) >= a.opts.StaleAfter {
-			delete(a.remotes, id)
-			continue
+			a.mg.drop(id)
 		}
-		a.fresh = append(a.fresh, r)
 	}
-	localSubs := a.localSubs
-	if a.opts.LocalSubscribers != nil {
-		localSubs = nil
-	}
-	v := mergeView(a.latest, localSubs, a.fresh, a.opts.TopN)
-	clear(a.fresh) // keep no references to forgotten siblings
+	v := a.mg.build(a.opts.TopN)
 	a.view.Store(v)
 
 	rates := make(map[string]float64, len(v.top))
@@ -294,14 +288,14 @@ func (a *Aggregator) receive(payload []byte) {
 	if !a.active {
 		return
 	}
-	if r, ok := a.remotes[e.InstanceID]; ok {
+	if r, ok := a.mg.remotes[e.InstanceID]; ok {
 		if e.TS <= r.ts && now.Sub(r.arrived) < a.opts.StaleAfter {
 			a.outdated.Add(1)
 			return
 		}
-	} else if len(a.remotes) >= a.opts.MaxInstances {
+	} else if len(a.mg.remotes) >= a.opts.MaxInstances {
 		a.mergeLocked(now) // forgets stale siblings, freeing room
-		if len(a.remotes) >= a.opts.MaxInstances {
+		if len(a.mg.remotes) >= a.opts.MaxInstances {
 			a.instIgnored.Add(1)
 			if a.logInstances.allow(now) {
 				a.log.Warn("ignoring envelope from a new instance: MaxInstances siblings tracked",
@@ -310,7 +304,7 @@ func (a *Aggregator) receive(payload []byte) {
 			return
 		}
 	}
-	a.remotes[e.InstanceID] = &remote{ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs}
+	a.mg.put(e.InstanceID, &remote{ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)
@@ -409,10 +403,19 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 	a.mu.Lock()
 	topics, users := a.win.averages(a.latest)
 	a.win.reset(now)
-	a.localSubs = subs
+	a.setLocalSubsLocked(subs)
 	a.mergeLocked(now)
 	a.mu.Unlock()
 	return a.encode(a.newEnvelope(now, topics, users, subs))
+}
+
+// setLocalSubsLocked makes subs the local part of SubscribersOf, unless
+// LocalSubscribers answers that live. a.mu is held.
+func (a *Aggregator) setLocalSubsLocked(subs []SubjectCount) {
+	if a.opts.LocalSubscribers != nil {
+		subs = nil
+	}
+	a.mg.setLocalSubs(subs)
 }
 
 func (a *Aggregator) subjects() []SubjectCount {

@@ -174,7 +174,7 @@ func TestBroadcastTickExpiresStale(t *testing.T) {
 		t.Errorf("instances after the tick = %d, want 0", got)
 	}
 	a.mu.Lock()
-	n := len(a.remotes)
+	n := len(a.mg.remotes)
 	a.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d stale siblings still held", n)
@@ -248,53 +248,135 @@ func TestOwnEnvelopeIgnored(t *testing.T) {
 	}
 }
 
-// TestMergeMatchesNaiveSum: whatever the slices, RateOf is the plain sum
-// over fresh instances and TopPublishers is the sorted head of all topics.
+// TestMergeMatchesNaiveSum: after any sequence of contributions replaced
+// and dropped, the view equals a plain recomputation from the current
+// contributions, and the interned keys are exactly the keys in use (ids
+// are released, none leak). Rates are dyadic so sums are exact in any order.
 func TestMergeMatchesNaiveSum(t *testing.T) {
+	topicGen := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h"})
+	userGen := rapid.SampledFrom([]string{"u1", "u2", "u3", "u4"})
+	rateGen := rapid.SampledFrom([]float64{0, 0.5, 1, 2, 3, 10, 600})
+	idGen := rapid.SampledFrom([]string{"A", "B", "C", "D"})
 	rapid.Check(t, func(rt *rapid.T) {
-		topN := rapid.IntRange(1, 8).Draw(rt, "topN")
-		topicGen := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"})
-		rateGen := rapid.SampledFrom([]float64{0, 0.5, 1, 2, 3, 10, 600})
-		n := rapid.IntRange(0, 6).Draw(rt, "instances")
-		local := &pressure.Snapshot{}
-		for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "localTopics") {
-			local.TopTopics = append(local.TopTopics, pressure.TopicRate{Topic: tp, MessagesPerSec: rateGen.Draw(rt, "r"), BytesPerSec: rateGen.Draw(rt, "b")})
-		}
-		want := map[string]topicAgg{}
-		for _, tr := range local.TopTopics {
-			w := want[tr.Topic]
-			want[tr.Topic] = topicAgg{w.msgs + tr.MessagesPerSec, w.bytes + tr.BytesPerSec, w.n + 1}
-		}
-		var remotes []*remote
-		for i := range n {
-			r := &remote{}
-			for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, fmt.Sprint("topics", i)) {
-				wt := wireTopic{tp, rateGen.Draw(rt, "r"), rateGen.Draw(rt, "b")}
-				r.slice = append(r.slice, wt)
+		topN := rapid.IntRange(1, 6).Draw(rt, "topN")
+		m := newMerger()
+		var local *pressure.Snapshot
+		var lsubs []SubjectCount
+		remotes := map[string]*remote{}
+
+		for step := range rapid.IntRange(1, 30).Draw(rt, "steps") {
+			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+			case 0:
+				local = &pressure.Snapshot{}
+				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "lt") {
+					local.TopTopics = append(local.TopTopics, pressure.TopicRate{Topic: tp, MessagesPerSec: rateGen.Draw(rt, "r"), BytesPerSec: rateGen.Draw(rt, "b")})
+				}
+				for _, u := range rapid.SliceOfDistinct(userGen, rapid.ID).Draw(rt, "lu") {
+					local.TopUsers = append(local.TopUsers, pressure.UserRate{User: u, MessagesPerSec: rateGen.Draw(rt, "r")})
+				}
+				m.setLocal(local)
+			case 1:
+				lsubs = nil
+				for _, tp := range rapid.SliceOf(topicGen).Draw(rt, "ls") { // duplicates allowed locally
+					lsubs = append(lsubs, SubjectCount{tp, rapid.IntRange(-1, 5).Draw(rt, "c")})
+				}
+				m.setLocalSubs(lsubs)
+			case 2:
+				r := &remote{}
+				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "rt") {
+					r.slice = append(r.slice, wireTopic{tp, rateGen.Draw(rt, "r"), rateGen.Draw(rt, "b")})
+				}
+				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "rs") {
+					r.subs = append(r.subs, wireSub{tp, rapid.IntRange(0, 5).Draw(rt, "c")})
+				}
+				for _, u := range rapid.SliceOfDistinct(userGen, rapid.ID).Draw(rt, "ru") {
+					r.users = append(r.users, wireUser{u, rateGen.Draw(rt, "r")})
+				}
+				id := idGen.Draw(rt, "id")
+				remotes[id] = r
+				m.put(id, r)
+			case 3:
+				id := idGen.Draw(rt, "id")
+				delete(remotes, id)
+				m.drop(id)
+			}
+			v := m.build(topN)
+
+			// The model.
+			want := map[string]topicAgg{}
+			users := map[string]float64{}
+			addTopic := func(tp string, msgs, bytes float64) {
 				w := want[tp]
-				want[tp] = topicAgg{w.msgs + wt.MessagesPerSec, w.bytes + wt.BytesPerSec, w.n + 1}
+				w.msgs, w.bytes, w.n = w.msgs+msgs, w.bytes+bytes, w.n+1
+				want[tp] = w
 			}
-			remotes = append(remotes, r)
-		}
-		v := mergeView(local, nil, remotes, topN)
-		if !maps.Equal(v.topics, want) {
-			rt.Fatalf("topics %v, want %v", v.topics, want)
-		}
-		var all []Entry
-		for k, a := range want {
-			all = append(all, Entry{k, a.msgs, a.bytes, a.n})
-		}
-		slices.SortFunc(all, func(x, y Entry) int {
-			if entryBefore(&x, &y) {
-				return -1
+			addSubs := func(tp string, c int) {
+				w := want[tp]
+				w.subs += c
+				want[tp] = w
 			}
-			return 1
-		})
-		if wantTop := all[:min(topN, len(all))]; !slices.Equal(v.top, wantTop) {
-			rt.Fatalf("top %v, want %v", v.top, wantTop)
-		}
-		if v.siblings != n {
-			rt.Fatalf("siblings %d, want %d", v.siblings, n)
+			if local != nil {
+				for _, tr := range local.TopTopics {
+					addTopic(tr.Topic, tr.MessagesPerSec, tr.BytesPerSec)
+				}
+				for _, u := range local.TopUsers {
+					users[u.User] += u.MessagesPerSec
+				}
+			}
+			for _, s := range lsubs {
+				if s.Count > 0 {
+					addSubs(s.Topic, s.Count)
+				}
+			}
+			for _, r := range remotes {
+				for _, wt := range r.slice {
+					addTopic(wt.Topic, wt.MessagesPerSec, wt.BytesPerSec)
+				}
+				for _, s := range r.subs {
+					addSubs(s.Topic, s.Count)
+				}
+				for _, u := range r.users {
+					users[u.User] += u.MessagesPerSec
+				}
+			}
+
+			got := map[string]topicAgg{}
+			for tp, id := range v.tindex {
+				got[tp] = v.tvals[id]
+			}
+			if !maps.Equal(got, want) {
+				rt.Fatalf("step %d: topics %v, want %v", step, got, want)
+			}
+			gotUsers := map[string]float64{}
+			for u, id := range v.uindex {
+				gotUsers[u] = v.uvals[id]
+			}
+			if !maps.Equal(gotUsers, users) {
+				rt.Fatalf("step %d: users %v, want %v", step, gotUsers, users)
+			}
+			for _, in := range []*interner{&m.topics, &m.users} {
+				if live := len(in.names) - len(in.free); live != len(in.ids) {
+					rt.Fatalf("step %d: %d ids live, %d keys interned", step, live, len(in.ids))
+				}
+			}
+			var all []Entry
+			for k, a := range want {
+				if a.n > 0 {
+					all = append(all, Entry{k, a.msgs, a.bytes, a.n})
+				}
+			}
+			slices.SortFunc(all, func(x, y Entry) int {
+				if before(x.MessagesPerSec, x.BytesPerSec, x.Topic, &y) {
+					return -1
+				}
+				return 1
+			})
+			if wantTop := all[:min(topN, len(all))]; !slices.Equal(v.top, wantTop) {
+				rt.Fatalf("step %d: top %v, want %v", step, v.top, wantTop)
+			}
+			if v.siblings != len(remotes) {
+				rt.Fatalf("step %d: siblings %d, want %d", step, v.siblings, len(remotes))
+			}
 		}
 	})
 }
