@@ -86,23 +86,23 @@ func clientIP(remoteAddr string, xff []string, trusted []netip.Prefix) (netip.Ad
 }
 
 // parseHostPort parses "ip:port" or "[ip]:port" (and, leniently, a bare
-// ip) into a normalised address and the text it came from. It picks the
-// parser by shape first because a failed parse allocates its error.
+// ip) into a normalised address and the host text it came from. The port
+// is not validated (net/http's RemoteAddr always has a good one; in a
+// forwarded entry it is ignored). It picks the parser by shape because a
+// failed parse allocates its error, and this runs on every upgrade.
 func parseHostPort(s string) (netip.Addr, string, bool) {
 	host := s
-	if len(s) > 0 && s[0] == '[' || strings.Count(s, ":") == 1 {
-		ap, err := netip.ParseAddrPort(s)
-		if err != nil {
+	switch {
+	case len(s) > 0 && s[0] == '[':
+		end := strings.LastIndexByte(s, ']')
+		if end < 0 || (end+1 < len(s) && s[end+1] != ':') {
 			return netip.Addr{}, "", false
 		}
-		host = s[:strings.LastIndexByte(s, ':')]
-		if host[0] == '[' {
-			host = host[1 : len(host)-1]
-		}
-		ip, ok := normalise(ap.Addr())
-		return ip, host, ok
+		host = s[1:end]
+	case strings.Count(s, ":") == 1:
+		host = s[:strings.IndexByte(s, ':')]
 	}
-	ip, err := netip.ParseAddr(s)
+	ip, err := netip.ParseAddr(host)
 	if err != nil {
 		return netip.Addr{}, "", false
 	}

@@ -170,8 +170,11 @@ type Gate struct {
 	m        *metrics.Metrics
 	draining atomic.Bool
 
-	conns    atomic.Int64 // connection slots held
-	inflight atomic.Int64 // upgrades in flight
+	// slots packs both counts in one word so that reserving both is one
+	// CAS: connection slots held in the high 32 bits, upgrades in flight
+	// in the low 32. Each decrement undoes an earlier increment of the
+	// same half, so the halves never borrow from each other.
+	slots atomic.Uint64
 
 	maxConns, maxConc int64
 	perIP             *ratelimit.Keyed
@@ -285,16 +288,13 @@ func (g *Gate) clock() int64 { return int64(g.cfg.Now().Sub(g.epoch)) }
 // must end them with t.HandshakeDone (after websocket.Accept, passing
 // InsecureSkipVerify since the gate checked Origin) and t.Close.
 func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
-	t.Close() // a reused ticket gives back what it still held, once
+	if t.state.Load() != 0 {
+		t.Close() // a reused ticket gives back what it still held, once
+	}
 
 	// 1. Caps: reserve a connection slot, then an in-flight slot.
-	if !incBelow(&g.conns, g.maxConns) {
-		g.shedOverload(w, r, rMaxConnections)
-		return false
-	}
-	if !incBelow(&g.inflight, g.maxConc) {
-		g.releaseSlot()
-		g.shedOverload(w, r, rMaxConcurrent)
+	if why, ok := g.reserve(); !ok {
+		g.shedOverload(w, r, why)
 		return false
 	}
 	g.m.HandshakeInflight.Inc()
@@ -390,11 +390,11 @@ func (g *Gate) SetDraining(on bool) {
 func (g *Gate) Draining() bool { return g.draining.Load() }
 
 // Inflight is the number of upgrades in flight.
-func (g *Gate) Inflight() int64 { return g.inflight.Load() }
+func (g *Gate) Inflight() int64 { return int64(g.slots.Load() & inflightMask) }
 
 // Open is the number of connection slots held: open connections plus
 // upgrades in flight (each reserves its slot at arrival).
-func (g *Gate) Open() int64 { return g.conns.Load() }
+func (g *Gate) Open() int64 { return int64(g.slots.Load() >> 32) }
 
 // QueueDepth is the number of upgrades waiting for a pacing tick.
 func (g *Gate) QueueDepth() int {
@@ -405,25 +405,41 @@ func (g *Gate) QueueDepth() int {
 }
 
 func (g *Gate) releaseInflight() {
-	g.inflight.Add(-1)
+	g.slots.Add(^uint64(0)) // -1 in the low half
 	g.m.HandshakeInflight.Dec()
 }
 
-func (g *Gate) releaseSlot() { g.conns.Add(-1) }
+func (g *Gate) releaseSlot() { g.slots.Add(^(connUnit - 1)) } // -connUnit
 
-// incBelow increments c if it is below max (max <= 0: no cap).
-func incBelow(c *atomic.Int64, max int64) bool {
-	if max <= 0 {
-		c.Add(1)
-		return true
+const (
+	connUnit     uint64 = 1 << 32
+	inflightMask uint64 = connUnit - 1
+	// maxSlots bounds each half when its cap is off (0): 2^31 upgrades in
+	// flight or connections is far beyond any process, so this only
+	// keeps the halves from overflowing.
+	maxSlots = 1<<31 - 1
+)
+
+// reserve takes a connection slot and an in-flight slot together, if
+// both are below their caps (a zero cap is no cap).
+func (g *Gate) reserve() (reason, bool) {
+	maxConns, maxConc := uint64(g.maxConns), uint64(g.maxConc)
+	if maxConns == 0 {
+		maxConns = maxSlots
+	}
+	if maxConc == 0 {
+		maxConc = maxSlots
 	}
 	for {
-		n := c.Load()
-		if n >= max {
-			return false
+		v := g.slots.Load()
+		if v>>32 >= maxConns {
+			return rMaxConnections, false
 		}
-		if c.CompareAndSwap(n, n+1) {
-			return true
+		if v&inflightMask >= maxConc {
+			return rMaxConcurrent, false
+		}
+		if g.slots.CompareAndSwap(v, v+connUnit+1) {
+			return 0, true
 		}
 	}
 }

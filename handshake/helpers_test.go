@@ -3,13 +3,19 @@ package handshake
 import (
 	"net/http"
 	"net/http/httptest"
-	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rtserver/rtserver/metrics"
 )
 
-func newGate(t testing.TB, cfg Config) (*Gate, *metrics.Metrics) {
+// tb is what the helpers need of a *testing.T, *testing.B or *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+func newGate(t tb, cfg Config) (*Gate, *metrics.Metrics) {
 	t.Helper()
 	m := metrics.NewDiscard()
 	g, err := New(cfg, m)
@@ -35,7 +41,7 @@ func rejected(m *metrics.Metrics, reason string) float64 {
 }
 
 // assertIdle checks that nothing is held and every gauge is back at zero.
-func assertIdle(t testing.TB, g *Gate, m *metrics.Metrics) {
+func assertIdle(t tb, g *Gate, m *metrics.Metrics) {
 	t.Helper()
 	if g.Inflight() != 0 || g.Open() != 0 || g.QueueDepth() != 0 {
 		t.Fatalf("held: inflight %d open %d queue %d", g.Inflight(), g.Open(), g.QueueDepth())

@@ -54,11 +54,18 @@ func (p *originPolicy) allowed(r *http.Request) bool {
 		return false
 	}
 	origin := vals[0]
-	scheme, host, ok := strings.Cut(origin, "://")
-	if !ok || scheme == "" || host == "" || strings.ContainsAny(host, "/?#@ ") {
+	i := strings.Index(origin, "://")
+	if i <= 0 || i+3 == len(origin) {
 		return false
 	}
-	if strings.EqualFold(host, r.Host) {
+	host := origin[i+3:]
+	for j := 0; j < len(host); j++ {
+		switch host[j] {
+		case '/', '?', '#', '@', ' ', '\\':
+			return false // a path, a query, userinfo: not a bare origin
+		}
+	}
+	if host == r.Host || strings.EqualFold(host, r.Host) {
 		return true
 	}
 	if len(p.hostPatterns) > 0 {
