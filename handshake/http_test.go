@@ -204,7 +204,6 @@ func TestHTTPDraining(t *testing.T) {
 	assertIdle(t, g, m)
 }
 
-
 // TestQueuedClientHangsUp: over real TCP, a client that closes its socket
 // while its upgrade waits for a pacing tick is dropped and frees its slots
 // (net/http cancels the request context when the peer goes away).
