@@ -1,0 +1,318 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// writeTimeout bounds one frame write. Writes do not use the caller's
+// context: coder/websocket closes the connection when a write's context ends
+// mid-frame, and one impatient caller must not cut every other call off.
+// A write stuck this long means the server stopped reading: the connection
+// is closed and (with Reconnect) replaced.
+const writeTimeout = 10 * time.Second
+
+// handshakeTimeout bounds a reconnect attempt (upgrade plus the ping that
+// confirms it) when HTTPClient has no Timeout. The first Dial uses the
+// caller's context instead.
+const handshakeTimeout = 15 * time.Second
+
+// deliverBuffer is the number of notifications the reader may queue for the
+// handler goroutine before it stops reading. It absorbs a server batch frame
+// or a burst while a handler runs; past it the backpressure goes to the
+// socket on purpose (see doc.go).
+const deliverBuffer = 1024
+
+// response answers one pending call.
+type response struct {
+	result json.RawMessage
+	err    error // *protocol.Error, or ErrDisconnected/ErrClosed wrapping the cause
+}
+
+// conn is one WebSocket connection and the calls in flight on it.
+type conn struct {
+	ws   *websocket.Conn
+	done chan struct{} // closed when the reader has exited and pending is drained
+
+	mu      sync.Mutex
+	pending map[uint64]chan response
+	err     error         // why the reader stopped; set before done is closed
+	drain   time.Duration // reconnectAfterMs of a "draining" event, a fallback hint
+}
+
+// delivery is one notification for the handler goroutine.
+type delivery struct {
+	method string // "message" or "system"
+	topic  string // message
+	data   json.RawMessage
+	event  string // system
+}
+
+// connect dials, starts the reader and confirms the connection with a ping
+// round trip. The ping is what lets Dial report a close right after the
+// upgrade (handshake shed in close mode, CONTRACT section 4): the server's
+// close frame precedes any pong on the stream, so a connection that
+// survives the ping was really admitted.
+func (c *Client) connect(ctx context.Context) (*conn, error) {
+	ws, resp, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{
+		HTTPClient:   c.opts.HTTPClient,
+		HTTPHeader:   c.opts.Header,
+		Subprotocols: c.opts.Subprotocols,
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode != 101 {
+			return nil, handshakeError(resp, time.Now())
+		}
+		return nil, err
+	}
+	ws.SetReadLimit(c.opts.ReadLimit)
+	cn := &conn{ws: ws, done: make(chan struct{}), pending: map[uint64]chan response{}}
+	c.wg.Add(1)
+	go c.readLoop(cn)
+	if err := ws.Ping(ctx); err != nil {
+		ws.CloseNow()
+		<-cn.done
+		var ce *CloseError
+		if errors.As(cn.err, &ce) {
+			return nil, ce
+		}
+		return nil, fmt.Errorf("rtclient: connection not confirmed: %w", err)
+	}
+	return cn, nil
+}
+
+// readLoop reads frames until the connection ends, answers calls and hands
+// notifications to the dispatcher. On exit it fails every pending call.
+func (c *Client) readLoop(cn *conn) {
+	defer c.wg.Done()
+	var err error
+	for {
+		var typ websocket.MessageType
+		var b []byte
+		// c.ctx, not a per-read deadline: the server pings us, and Close
+		// cancels c.ctx, which closes the socket under this read.
+		typ, b, err = cn.ws.Read(c.ctx)
+		if err != nil {
+			break
+		}
+		if typ != websocket.MessageText {
+			c.opts.Logger.Warn("rtclient: ignoring binary frame from server")
+			continue
+		}
+		if !c.handleFrame(cn, b) {
+			err = c.ctx.Err()
+			break
+		}
+	}
+	var wce websocket.CloseError
+	if errors.As(err, &wce) {
+		err = &CloseError{Code: int(wce.Code), Reason: wce.Reason, RetryAfter: parseRetryAfterMs(wce.Reason)}
+	}
+	cn.ws.CloseNow()
+
+	failWith := ErrDisconnected
+	if c.closing.Load() {
+		failWith = ErrClosed
+	}
+	cn.mu.Lock()
+	cn.err = err
+	pending := cn.pending
+	cn.pending = nil
+	cn.mu.Unlock()
+	for _, ch := range pending {
+		ch <- response{err: wrapCause(failWith, err)}
+	}
+	close(cn.done)
+}
+
+func wrapCause(sentinel, cause error) error {
+	if cause == nil {
+		return sentinel
+	}
+	return fmt.Errorf("%w: %w", sentinel, cause)
+}
+
+// inbound is one server message: a response or a notification.
+type inbound struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  *wireError      `json:"error"`
+}
+
+type wireError struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// handleFrame processes one text frame: a single JSON value, or an array of
+// them (a server batch). It returns false when the client is closing and
+// the reader should stop.
+func (c *Client) handleFrame(cn *conn, b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) > 0 && b[0] == '[' {
+		var elems []json.RawMessage
+		if err := json.Unmarshal(b, &elems); err != nil {
+			c.opts.Logger.Warn("rtclient: undecodable batch frame", "err", err)
+			return true
+		}
+		for _, e := range elems {
+			if !c.handleValue(cn, e) {
+				return false
+			}
+		}
+		return true
+	}
+	return c.handleValue(cn, b)
+}
+
+func (c *Client) handleValue(cn *conn, b []byte) bool {
+	var m inbound
+	if err := json.Unmarshal(b, &m); err != nil {
+		c.opts.Logger.Warn("rtclient: undecodable server message", "err", err)
+		return true
+	}
+	if m.Method != "" {
+		return c.notification(cn, &m)
+	}
+	id, err := strconv.ParseUint(string(m.ID), 10, 64)
+	if err != nil {
+		// id null: the server could not tie an error to one of our
+		// requests (e.g. a parse error). Nothing to answer; say it.
+		if m.Error != nil {
+			c.opts.Logger.Warn("rtclient: server error without id", "code", m.Error.Code, "message", m.Error.Message)
+		}
+		return true
+	}
+	var r response
+	if m.Error != nil {
+		pe := &protocol.Error{Code: m.Error.Code, Message: m.Error.Message}
+		if m.Error.Data != nil {
+			pe.Data = m.Error.Data
+		}
+		r.err = pe
+	} else {
+		r.result = m.Result
+	}
+	cn.mu.Lock()
+	ch, ok := cn.pending[id]
+	delete(cn.pending, id)
+	cn.mu.Unlock()
+	if ok {
+		ch <- r // 1-buffered, and each id is answered once
+	}
+	return true
+}
+
+func (c *Client) notification(cn *conn, m *inbound) bool {
+	d := delivery{method: m.Method}
+	switch m.Method {
+	case "message":
+		var p struct {
+			Topic string          `json:"topic"`
+			Data  json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(m.Params, &p); err != nil {
+			c.opts.Logger.Warn("rtclient: bad message notification", "err", err)
+			return true
+		}
+		d.topic, d.data = p.Topic, p.Data
+	case "system":
+		var p struct {
+			Event            string `json:"event"`
+			ReconnectAfterMs int64  `json:"reconnectAfterMs"`
+		}
+		if err := json.Unmarshal(m.Params, &p); err != nil {
+			c.opts.Logger.Warn("rtclient: bad system notification", "err", err)
+			return true
+		}
+		if p.Event == protocol.EventDraining && p.ReconnectAfterMs > 0 {
+			cn.mu.Lock()
+			cn.drain = msHint(strconv.FormatInt(p.ReconnectAfterMs, 10))
+			cn.mu.Unlock()
+		}
+		d.event, d.data = p.Event, m.Params
+	default:
+		c.opts.Logger.Debug("rtclient: ignoring notification", "method", m.Method)
+		return true
+	}
+	select {
+	case c.deliver <- d:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// register adds a pending call; it fails when the connection has ended.
+func (cn *conn) register(id uint64) (chan response, error) {
+	ch := make(chan response, 1)
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.pending == nil {
+		return nil, wrapCause(ErrDisconnected, cn.err)
+	}
+	cn.pending[id] = ch
+	return ch, nil
+}
+
+// forget drops a pending call whose caller gave up.
+func (cn *conn) forget(id uint64) {
+	cn.mu.Lock()
+	delete(cn.pending, id)
+	cn.mu.Unlock()
+}
+
+func (cn *conn) write(ctx context.Context, b []byte) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	return cn.ws.Write(ctx, websocket.MessageText, b)
+}
+
+// hint is the retry hint for reconnecting after this connection ended: the
+// close reason's retry_after_ms, else a draining event's reconnectAfterMs.
+func (cn *conn) hint() time.Duration {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if h := retryHint(cn.err); h > 0 {
+		return h
+	}
+	return cn.drain
+}
+
+// encodeRequest builds a request frame; id 0 makes a notification.
+func encodeRequest(id uint64, method string, params any) ([]byte, error) {
+	b := make([]byte, 0, 128)
+	b = append(b, `{"jsonrpc":"2.0"`...)
+	if id != 0 {
+		b = append(b, `,"id":`...)
+		b = strconv.AppendUint(b, id, 10)
+	}
+	m, err := json.Marshal(method)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, `,"method":`...)
+	b = append(b, m...)
+	if params != nil {
+		p, err := json.Marshal(params)
+		if err != nil {
+			return nil, fmt.Errorf("rtclient: encoding params of %s: %w", method, err)
+		}
+		b = append(b, `,"params":`...)
+		b = append(b, p...)
+	}
+	return append(b, '}'), nil
+}

@@ -1,0 +1,33 @@
+// Package client is a Go client for rtserver (CONTRACT.md sections 2 to 4):
+// JSON-RPC calls matched by id, notifications, topic subscriptions with
+// in-order delivery, and automatic reconnection that honours the server's
+// retry hints.
+//
+// It owns: one WebSocket connection at a time per Client, the table of calls
+// in flight on it, the set of live subscriptions (re-sent after every
+// reconnect), the reconnect loop and its backoff, and the one goroutine that
+// runs message and system handlers.
+//
+// It must never: retry a call silently (a call in flight when the connection
+// drops fails with ErrDisconnected; the caller decides), reconnect after a
+// refusal that will not change by waiting (HTTP 401/403 and other 4xx except
+// 429; close codes 1002, 1003, 1007, 1008, 1009), or reconnect sooner than
+// the server asked (Retry-After on 503/429, retry_after_ms on 1012/1013).
+//
+// Invariants:
+//   - Goroutines: per Client one run loop (reconnect) and one dispatcher
+//     (handlers), plus one reader per live connection. Every one is counted
+//     in Client.wg; Close and CloseNow return only after all have exited.
+//   - Handlers (Subscribe's h, Options.OnSystem) run on the dispatcher, one
+//     at a time, in the order the frames arrived. The reader hands them over
+//     through a buffered channel; when it is full the reader stops reading,
+//     so backpressure reaches the server (which then applies its own
+//     slow-consumer policy, close 1013) instead of memory growing here.
+//   - Each pending call has a 1-buffered channel: the reader never blocks on
+//     a caller. When a connection ends every pending call is answered
+//     exactly once, with ErrDisconnected (or ErrClosed after Close).
+//   - Lock order: Client.stateMu (held while OnState runs) before Client.mu
+//     before conn.mu. Neither mu is held across I/O or a callback.
+//   - Time only passes through Options.Sleep and the backoff uses
+//     Options.Rand, so tests see every delay the client chooses.
+package client

@@ -1,0 +1,176 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrDisconnected is returned by a call that was in flight when the
+	// connection dropped, or that was made while the client had no
+	// connection (reconnecting). The call may or may not have reached the
+	// server; it is never retried by the client. The error wraps the
+	// cause when there is one (a *CloseError, a network error).
+	ErrDisconnected = errors.New("rtclient: disconnected")
+	// ErrClosed is returned once the client is closed: by Close/CloseNow,
+	// or for good after a refusal that does not reconnect (see Client.Err).
+	ErrClosed = errors.New("rtclient: client closed")
+	// ErrAlreadySubscribed is returned by Subscribe for a topic this client
+	// already has a live subscription to.
+	ErrAlreadySubscribed = errors.New("rtclient: already subscribed")
+)
+
+// HandshakeError is an HTTP rejection of the WebSocket upgrade (CONTRACT
+// section 4): 503 or 429 with a retry hint, 401, 403, or anything else that
+// is not 101.
+type HandshakeError struct {
+	Status int
+	// RetryAfter is the server's hint: the body's retryAfterMs when present
+	// (millisecond precision), else the Retry-After header (seconds or an
+	// HTTP date). Zero when the server gave none.
+	RetryAfter time.Duration
+	// Body is the start of the response body (at most 1 KiB).
+	Body []byte
+}
+
+func (e *HandshakeError) Error() string {
+	s := "rtclient: handshake rejected: HTTP " + strconv.Itoa(e.Status)
+	if e.RetryAfter > 0 {
+		s += ", retry after " + e.RetryAfter.String()
+	}
+	return s
+}
+
+// CloseError is a WebSocket close frame sent by the server (CONTRACT
+// section 3). Dial returns it when the server closes the connection right
+// after the upgrade (handshake shed in close mode: 1013).
+type CloseError struct {
+	Code   int
+	Reason string
+	// RetryAfter is parsed from "retry_after_ms=N" in Reason (1012, 1013);
+	// zero when absent.
+	RetryAfter time.Duration
+}
+
+func (e *CloseError) Error() string {
+	s := "rtclient: connection closed by server: " + strconv.Itoa(e.Code)
+	if e.Reason != "" {
+		s += " " + strconv.Quote(e.Reason)
+	}
+	return s
+}
+
+// permanent reports whether err is a refusal that waiting will not change,
+// so the client must not reconnect.
+func permanent(err error) bool {
+	var he *HandshakeError
+	if errors.As(err, &he) {
+		return he.Status >= 400 && he.Status < 500 && he.Status != http.StatusTooManyRequests &&
+			he.Status != http.StatusRequestTimeout
+	}
+	var ce *CloseError
+	if errors.As(err, &ce) {
+		switch ce.Code {
+		case 1002, // protocol error: our bytes are wrong, they will be again
+			1003, // we sent a binary frame
+			1007, // invalid payload data
+			1008, // policy violation
+			1009: // message too big
+			return true
+		}
+	}
+	return false
+}
+
+// retryHint returns the server's retry hint carried by err, or 0.
+func retryHint(err error) time.Duration {
+	var he *HandshakeError
+	if errors.As(err, &he) {
+		return he.RetryAfter
+	}
+	var ce *CloseError
+	if errors.As(err, &ce) {
+		return ce.RetryAfter
+	}
+	return 0
+}
+
+// maxHint caps any hint the server sends: a bogus huge value must not park
+// a client for days.
+const maxHint = 10 * time.Minute
+
+// parseRetryAfterMs finds "retry_after_ms=N" in a close reason. It returns 0
+// when absent or malformed; N is capped at maxHint.
+func parseRetryAfterMs(reason string) time.Duration {
+	const key = "retry_after_ms="
+	i := strings.Index(reason, key)
+	if i < 0 {
+		return 0
+	}
+	s := reason[i+len(key):]
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return msHint(s[:n])
+}
+
+func msHint(digits string) time.Duration {
+	v, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || v <= 0 {
+		return 0
+	}
+	if v > maxHint.Milliseconds() {
+		return maxHint
+	}
+	return time.Duration(v) * time.Millisecond
+}
+
+// handshakeError builds the error for a non-101 upgrade response.
+func handshakeError(resp *http.Response, now time.Time) *HandshakeError {
+	e := &HandshakeError{Status: resp.StatusCode}
+	if resp.Body != nil {
+		// coder/websocket has already buffered at most 1 KiB of it.
+		b := make([]byte, 1024)
+		n, _ := io.ReadFull(resp.Body, b)
+		e.Body = b[:n]
+		resp.Body.Close()
+	}
+	var body struct {
+		RetryAfterMs json.Number `json:"retryAfterMs"`
+	}
+	if json.Unmarshal(e.Body, &body) == nil && body.RetryAfterMs != "" {
+		e.RetryAfter = msHint(body.RetryAfterMs.String())
+	}
+	if e.RetryAfter == 0 {
+		e.RetryAfter = parseRetryAfterHeader(resp.Header.Get("Retry-After"), now)
+	}
+	return e
+}
+
+// parseRetryAfterHeader parses delay-seconds or an HTTP date (RFC 9110
+// section 10.2.3).
+func parseRetryAfterHeader(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		if s > int64(maxHint/time.Second) {
+			return maxHint
+		}
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(t.Sub(now), 0), maxHint)
+	}
+	return 0
+}

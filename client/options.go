@@ -1,0 +1,167 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// BatchSubprotocol is the WebSocket subprotocol under which the server may
+// send several queued messages in one frame as a JSON array (CONTRACT
+// section 2). The client always accepts arrays, so it offers it by default.
+const BatchSubprotocol = "rt.batch"
+
+// Defaults applied to zero Options fields.
+const (
+	DefaultMinBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff = 20 * time.Second
+	// DefaultReadLimit bounds one server frame. A batch frame coalesces at
+	// most what the server queued for us (limits.sendQueueBytes, 1 MiB by
+	// default), so 4 MiB leaves room for a server configured higher.
+	DefaultReadLimit = 4 << 20
+)
+
+// State is the client's connection state, reported to Options.OnState.
+type State int
+
+const (
+	// Connecting: a dial is in progress (the first, or a reconnect).
+	Connecting State = iota
+	// Connected: the connection is up and, after a reconnect, every live
+	// subscription has been sent again.
+	Connected
+	// Disconnected: the connection dropped; the client waits out its
+	// backoff before the next attempt.
+	Disconnected
+	// Closed: final. Close was called, or the server refused in a way that
+	// does not reconnect (the error passed to OnState says which).
+	Closed
+)
+
+func (s State) String() string {
+	switch s {
+	case Connecting:
+		return "connecting"
+	case Connected:
+		return "connected"
+	case Disconnected:
+		return "disconnected"
+	case Closed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// Options configure Dial. A nil *Options is the zero value: every field's
+// zero value is the documented default. Note that the zero value does not
+// reconnect: use DefaultOptions for the behaviour rtserver applications
+// usually want.
+type Options struct {
+	// Header is sent with the upgrade request.
+	Header http.Header
+	// Token, when set, is sent as "Authorization: Bearer <Token>".
+	Token string
+	// Subprotocols offered. nil offers BatchSubprotocol; a non-nil slice is
+	// sent as given (an empty slice offers none, and the server then sends
+	// one JSON value per frame).
+	Subprotocols []string
+	// HTTPClient for the upgrade; nil is http.DefaultClient. A Timeout on
+	// it bounds each handshake.
+	HTTPClient *http.Client
+
+	// Reconnect makes the client dial again, with backoff, after the
+	// connection drops, and resubscribe. false (the zero value): the first
+	// drop closes the client (Done, Err).
+	Reconnect bool
+	// MinBackoff is the base of the exponential backoff; 0 is
+	// DefaultMinBackoff.
+	MinBackoff time.Duration
+	// MaxBackoff caps it (server hints may exceed it); 0 is
+	// DefaultMaxBackoff.
+	MaxBackoff time.Duration
+	// ReadLimit is the largest server frame accepted, in bytes; 0 is
+	// DefaultReadLimit. A bigger frame closes the connection with 1009.
+	ReadLimit int64
+
+	// OnSystem is called for each "system" notification (degraded,
+	// recovered, draining) with the event name and the whole params
+	// object. It runs on the handler goroutine, in order with messages.
+	OnSystem func(event string, params json.RawMessage)
+	// OnState is called on every state change, with the error that caused
+	// it (nil for Connecting, Connected and a Close by the caller). Calls
+	// never overlap and come in order. It must not call Close (which waits
+	// for it); "go c.Close()" is fine.
+	OnState func(s State, err error)
+	// Logger receives debug and warning logs; nil discards them.
+	Logger *slog.Logger
+
+	// Sleep waits d or until ctx is done (returning ctx.Err()). nil uses a
+	// timer. Tests inject it to observe (and skip) every backoff the
+	// client chooses.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Rand returns a uniform float64 in [0, 1) for backoff jitter; nil uses
+	// math/rand/v2.
+	Rand func() float64
+}
+
+// DefaultOptions returns options with Reconnect on and every other field at
+// its default: what an application talking to rtserver usually wants.
+func DefaultOptions() *Options {
+	return &Options{Reconnect: true}
+}
+
+// withDefaults returns a copy of o with defaults filled in.
+func (o *Options) withDefaults() Options {
+	var v Options
+	if o != nil {
+		v = *o
+	}
+	if v.Subprotocols == nil {
+		v.Subprotocols = []string{BatchSubprotocol}
+	}
+	if v.MinBackoff <= 0 {
+		v.MinBackoff = DefaultMinBackoff
+	}
+	if v.MaxBackoff <= 0 {
+		v.MaxBackoff = DefaultMaxBackoff
+	}
+	v.MaxBackoff = max(v.MaxBackoff, v.MinBackoff)
+	if v.ReadLimit <= 0 {
+		v.ReadLimit = DefaultReadLimit
+	}
+	if v.Logger == nil {
+		v.Logger = slog.New(slog.DiscardHandler)
+	}
+	if v.Sleep == nil {
+		v.Sleep = sleep
+	}
+	if v.Rand == nil {
+		v.Rand = rand.Float64
+	}
+	h := v.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	if v.Token != "" {
+		h.Set("Authorization", "Bearer "+v.Token)
+	}
+	v.Header = h
+	return v
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
