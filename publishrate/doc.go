@@ -75,7 +75,10 @@
 // instances are ignored (Stats.InstancesIgnored, logged) until a tracked one
 // goes stale. The averaging window tracks at most max(8*TopN, 256) topics
 // and as many users per interval. A sent envelope over MaxEnvelopeBytes is
-// shortened, lowest rates first, until it fits.
+// shortened, lowest rates first, until it fits. Topic and user keys are
+// interned for the merge (see merge.go) and released with the last slice
+// that carries them, so the intern tables are bounded by what the held
+// slices carry.
 //
 // # Failure
 //

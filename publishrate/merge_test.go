@@ -398,3 +398,28 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 	}
 	_ = sink
 }
+
+// TestWithPressureMonitor wires the real pressure monitor as Local: its
+// samples reach RateOf at once and the broadcast envelope.
+func TestWithPressureMonitor(t *testing.T) {
+	clk := newFakeClock()
+	cfg := pressure.DefaultConfig()
+	cfg.Now = clk.Now
+	mon := pressure.New(cfg, nil, metrics.NewDiscard(), discardLog)
+	a := newOffline(t, mon, Options{Now: clk.Now, InstanceID: "me"})
+	for range 50 {
+		mon.RecordAttempt("chat", "alice", 100)
+	}
+	clk.Advance(time.Second)
+	mon.Sample()
+	if got := a.RateOf("chat"); got != 50 {
+		t.Errorf("RateOf(chat) = %v, want 50", got)
+	}
+	if got := a.RateOfUser("alice"); got != 50 {
+		t.Errorf("RateOfUser(alice) = %v, want 50", got)
+	}
+	e := sent(t, a, clk.Now())
+	if len(e.Slice) != 1 || e.Slice[0] != (wireTopic{"chat", 50, 5000}) {
+		t.Errorf("slice = %v", e.Slice)
+	}
+}
