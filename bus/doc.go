@@ -14,6 +14,11 @@
 //
 // Invariants: nothing is lost silently (every drop is counted in
 // bus_messages_dropped_total{reason}); Publish never blocks on the network
-// (it queues, bounded, and a full queue drops and counts); the Receiver is
-// called from one goroutine per subscription, in the order Redis delivers.
+// (it queues, bounded, and a full queue drops and counts); the Redis read
+// loop never waits for the Receiver (received messages go through a
+// bounded queue to one delivery goroutine per bus, and a full queue drops
+// and counts slow_receiver), and the Receiver sees messages in the order
+// Redis delivered them on each channel. Subscribe and Unsubscribe are
+// counted per topic, so callers may race them; the sharded bus's Subscribe
+// may wait (bounded) for Redis to confirm a new partition.
 package bus

@@ -37,34 +37,45 @@ func (h *hub) shard(topic string) *hubShard {
 	return &h.shards[maphash.String(h.seed, topic)%hubShards]
 }
 
-// subscribe adds c to topic. The bus learns of a topic's first local
-// subscriber under the shard lock, so interest changes reach the bus in the
-// order they happened here.
+// subscribe adds c to topic, and tells the bus when the topic got its
+// first local subscriber. The bus call is made after the shard lock is
+// released: a sharded bus may wait for Redis to confirm a new partition,
+// and deliveries to this shard must not wait with it. Buses count
+// Subscribe and Unsubscribe per topic, so two such calls racing for one
+// topic still net out to the hub's state.
 func (h *hub) subscribe(c *conn, topic string) {
 	sh := h.shard(topic)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	subs := sh.topics[topic]
-	if subs == nil {
+	first := subs == nil
+	if first {
 		subs = map[*conn]struct{}{}
 		sh.topics[topic] = subs
-		h.s.bus.Subscribe(topic)
 	}
 	subs[c] = struct{}{}
+	sh.mu.Unlock()
+	if first {
+		h.s.bus.Subscribe(topic)
+	}
 }
 
-// unsubscribe removes c from topic.
+// unsubscribe removes c from topic, and tells the bus when the topic lost
+// its last local subscriber.
 func (h *hub) unsubscribe(c *conn, topic string) {
 	sh := h.shard(topic)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	subs := sh.topics[topic]
 	if subs == nil {
+		sh.mu.Unlock()
 		return
 	}
 	delete(subs, c)
-	if len(subs) == 0 {
+	last := len(subs) == 0
+	if last {
 		delete(sh.topics, topic)
+	}
+	sh.mu.Unlock()
+	if last {
 		h.s.bus.Unsubscribe(topic)
 	}
 }
