@@ -40,8 +40,10 @@ type Config struct {
 	JWTHMACSecret  []byte // HS256 key; empty and no public key = anonymous
 	JWTPublicKey   []byte // PEM of an RSA or EC P-256 public key (RS256 / ES256)
 	// Now is the clock for the per-IP rate, pacing windows and the retry
-	// hint; nil = time.Now. Waits use real timers, so tests of pacing run
-	// in testing/synctest, where both are the bubble's fake clock.
+	// hint; nil = time.Now. Pacing waits on real timers, so with pacing on
+	// Now must advance with real time (a frozen clock would never open a
+	// new tick): tests of pacing run in testing/synctest, where both are
+	// the bubble's fake clock.
 	Now func() time.Time
 }
 
