@@ -31,7 +31,9 @@ func ConfigReference() []byte {
 	w("Start-up stops with a message naming the key (`config: handshake.tick: ...`) when the file\n")
 	w("has an unknown key, when an unknown `%s*` variable is set, or when any value is\n", envPrefix)
 	w("invalid; every problem is reported at once. `rtserver --print-config` prints the effective\n")
-	w("configuration as YAML (a valid `--config` file); `rtserver --config-reference` prints this page.\n\n")
+	w("configuration as YAML (a valid `--config` file); `rtserver --config-reference` prints this page.\n")
+	w("`--print-config` shows secrets (`auth.jwt.hmacSecret`, `publishRate.hmacSecret`) as they are,\n")
+	w("so that its output loads back unchanged: treat that output as secret.\n\n")
 
 	w("## Value syntax\n\n")
 	w("- **Durations** are Go duration strings: `250ms`, `10s`, `1m30s` (`0` is allowed where a key allows zero).\n")
