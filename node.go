@@ -2,6 +2,7 @@ package rtserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -192,6 +193,10 @@ func (s snapshotRates) RateOfUser(user string) float64 { return s.m.Snapshot().R
 
 // Handle registers an application RPC handler.
 func (n *Node) Handle(method string, h server.Handler) { n.Server.Handle(method, h) }
+
+// Publish sends data to every subscriber of topic across the fleet (see
+// server.Server.Publish).
+func (n *Node) Publish(topic string, data json.RawMessage) error { return n.Server.Publish(topic, data) }
 
 // Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
 // /metrics unless AdminListen is set).

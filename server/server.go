@@ -173,6 +173,25 @@ func (s *Server) Handle(method string, h Handler) {
 	s.handlers.Store(method, h)
 }
 
+// Publish sends data (valid JSON) to every subscriber of topic, on this
+// instance and, through the bus, on the others: what a client's publish
+// does, for application handlers. It skips the message tier (the caller
+// is trusted) and counts as a published message for PUBLISH_RATE.
+func (s *Server) Publish(topic string, data json.RawMessage) error {
+	if msg := protocol.CheckTopic(topic); msg != "" {
+		return errors.New("server: " + msg)
+	}
+	if !json.Valid(data) {
+		return errors.New("server: data is not valid JSON")
+	}
+	data = compactData(data)
+	s.hub.publish(topic, data)
+	if s.pressure != nil {
+		s.pressure.RecordPublished(1)
+	}
+	return s.bus.Publish(topic, data)
+}
+
 // Counts reports open connections and subscriptions, for the pressure
 // monitor.
 func (s *Server) Counts() (connections, subscriptions int64) {

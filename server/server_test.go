@@ -348,3 +348,24 @@ func TestDrainScheduleSpreadsCloses(t *testing.T) {
 		}
 	}
 }
+
+func TestServerSidePublish(t *testing.T) {
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{})
+	c := dial(t, url)
+	mustOK(t, c.call("subscribe", `{"topic":"news"}`))
+	if err := s.Publish("news", json.RawMessage(`{ "a" : 1 }`)); err != nil {
+		t.Fatal(err)
+	}
+	if m := c.recvMsg(); m.Method != "message" || string(m.Params.Data) != `{"a":1}` {
+		t.Fatalf("got %+v", m)
+	}
+	for _, bad := range []struct {
+		topic string
+		data  string
+	}{{"__sys", "1"}, {"a b", "1"}, {"ok", "{"}} {
+		if err := s.Publish(bad.topic, json.RawMessage(bad.data)); err == nil {
+			t.Errorf("Publish(%q, %q) accepted", bad.topic, bad.data)
+		}
+	}
+}
