@@ -196,7 +196,9 @@ func (n *Node) Handle(method string, h server.Handler) { n.Server.Handle(method,
 
 // Publish sends data to every subscriber of topic across the fleet (see
 // server.Server.Publish).
-func (n *Node) Publish(topic string, data json.RawMessage) error { return n.Server.Publish(topic, data) }
+func (n *Node) Publish(topic string, data json.RawMessage) error {
+	return n.Server.Publish(topic, data)
+}
 
 // Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
 // /metrics unless AdminListen is set).
