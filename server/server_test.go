@@ -369,3 +369,37 @@ func TestServerSidePublish(t *testing.T) {
 		}
 	}
 }
+
+// A peer that stops answering pings is dead: its connection is closed and
+// its slot and subscriptions are given back, while a live peer stays.
+func TestDeadPeerIsDetectedByPing(t *testing.T) {
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{Config: Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond}})
+	dead, live := dial(t, url), dial(t, url)
+	mustOK(t, dead.call("subscribe", `{"topic":"t"}`))
+	// live keeps reading, so its client answers pings; dead never reads
+	// again, so its pongs are never sent.
+	liveErr := make(chan error, 1)
+	go func() {
+		_, err := live.read()
+		liveErr <- err
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		conns, subs := s.Counts()
+		if conns == 1 && subs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead peer still counted: %d connections, %d subscriptions", conns, subs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-liveErr:
+		t.Fatalf("live peer lost its connection: %v", err)
+	default:
+	}
+	live.ws.CloseNow()
+	<-liveErr
+}
