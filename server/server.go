@@ -319,19 +319,30 @@ func (s *Server) Drain(ctx context.Context, d time.Duration) {
 	start := time.Now()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var closing sync.WaitGroup
 	for i, c := range conns {
 		if wait := time.Until(start.Add(at[i])); wait > 0 {
 			timer.Reset(wait)
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
+				// Hard stop: close the rest now, without waiting for
+				// their close handshakes.
 				for _, rest := range conns[i:] {
-					s.drainClose(rest)
+					s.drainClose(rest, nil)
 				}
 				return
 			}
 		}
-		s.drainClose(c)
+		s.drainClose(c, &closing)
+	}
+	// Wait for the last close handshakes, so a Shutdown right after the
+	// drain does not cut a 1012 off before the client has read it.
+	done := make(chan struct{})
+	go func() { closing.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 
@@ -347,10 +358,16 @@ func drainSchedule(n int, d time.Duration) []time.Duration {
 // drainClose closes c with 1012 after its queued frames (the draining
 // notice) are written. The close handshake may wait on a slow peer, so it
 // runs in its own goroutine and the drain schedule does not slip.
-func (s *Server) drainClose(c *conn) {
+func (s *Server) drainClose(c *conn, wg *sync.WaitGroup) {
 	s.wg.Add(1)
+	if wg != nil {
+		wg.Add(1)
+	}
 	go func() {
 		defer s.wg.Done()
+		if wg != nil {
+			defer wg.Done()
+		}
 		c.closeWith(websocket.StatusServiceRestart, retryReason(s.jitter(s.drainHint)), true)
 	}()
 }
