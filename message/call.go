@@ -42,7 +42,9 @@ type Call struct {
 
 // Release gives back the concurrency lease Check took, if any. It is
 // idempotent and safe to call from several goroutines: the lease is
-// released exactly once.
+// released exactly once. When several Releases race, the ones that lose
+// return at once, possibly a moment before the winner has given the slot
+// back; after every racing Release has returned, it is back.
 func (c *Call) Release() {
 	if c.lease.Load() == nil {
 		return
