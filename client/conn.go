@@ -163,17 +163,18 @@ type wireError struct {
 func (c *Client) handleFrame(cn *conn, b []byte) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) > 0 && b[0] == '[' {
-		var elems []json.RawMessage
-		if err := json.Unmarshal(b, &elems); err != nil {
-			c.opts.Logger.Warn("rtclient: undecodable batch frame", "err", err)
+		// One validation pass, then a plain split: unmarshalling into
+		// []json.RawMessage cost more than handling the elements.
+		if !json.Valid(b) {
+			c.opts.Logger.Warn("rtclient: undecodable batch frame")
 			return true
 		}
-		for _, e := range elems {
-			if !c.handleValue(cn, e) {
-				return false
-			}
-		}
-		return true
+		ok := true
+		eachElement(b, func(e []byte) bool {
+			ok = c.handleValue(cn, e)
+			return ok
+		})
+		return ok
 	}
 	return c.handleValue(cn, b)
 }
@@ -358,4 +359,55 @@ func fastMessage(b []byte) (topic string, data json.RawMessage, ok bool) {
 		return "", nil, false
 	}
 	return string(rest[:i]), d, true
+}
+
+// eachElement calls f with each element of the JSON array b, which must be
+// valid JSON (json.Valid), until f returns false. Validity is what makes a
+// byte scan that only tracks strings and nesting enough.
+func eachElement(b []byte, f func(elem []byte) bool) {
+	depth, start := 0, -1
+	inString, escaped := false, false
+	for i, ch := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
+			continue
+		}
+		switch ch {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '"':
+			inString = true
+		case '[', '{':
+			depth++
+			if depth == 1 {
+				continue // the batch array itself
+			}
+		case ']', '}':
+			depth--
+			if depth == 0 { // end of the batch array
+				if start >= 0 && !f(bytes.TrimRight(b[start:i], " \t\r\n")) {
+					return
+				}
+				return
+			}
+		case ',':
+			if depth == 1 {
+				if !f(bytes.TrimRight(b[start:i], " \t\r\n")) {
+					return
+				}
+				start = -1
+				continue
+			}
+		}
+		if start < 0 && depth >= 1 {
+			start = i
+		}
+	}
 }

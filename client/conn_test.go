@@ -56,3 +56,30 @@ func FuzzFastMessage(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEachElement: the batch splitter agrees with encoding/json on every
+// valid array.
+func FuzzEachElement(f *testing.F) {
+	for _, s := range []string{`[]`, `[1]`, ` [ 1 , "a,]\"" , {"b":[1,{}]} , [] , null ] `, `[{"jsonrpc":"2.0","id":1,"result":{}},{"x":"]"}]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want []json.RawMessage
+		if json.Unmarshal(b, &want) != nil {
+			return
+		}
+		var got [][]byte
+		eachElement(bytes.TrimLeft(b, " \t\r\n"), func(e []byte) bool {
+			got = append(got, e)
+			return true
+		})
+		if len(got) != len(want) {
+			t.Fatalf("split %s into %d elements, want %d", b, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("element %d: %q, want %q", i, got[i], want[i])
+			}
+		}
+	})
+}
