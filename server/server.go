@@ -222,7 +222,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"OVERLOADED","retryAfterMs":1000}`, http.StatusServiceUnavailable)
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	uw := &upgradeWriter{ResponseWriter: w}
+	ws, err := websocket.Accept(uw, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{BatchSubprotocol},
 		InsecureSkipVerify: true, // the gate checked the origin
 	})
@@ -230,6 +231,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.ticket.HandshakeDone(false)
 		return
 	}
+	c.cork = uw.conn
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }
