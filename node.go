@@ -15,6 +15,7 @@ import (
 
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
@@ -99,6 +100,9 @@ func New(cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	// Under a flood the same warning repeats per event (a failing backend,
+	// forged envelopes): one line per kind per interval, with a count.
+	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
 	n := &Node{cfg: cfg, log: log}
 	n.Metrics = metrics.New(cfg.Registry, cfg.MetricsNamespace)
 

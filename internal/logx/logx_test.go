@@ -1,0 +1,53 @@
+package logx
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRepeatedWarningsAreLimitedWithCounts(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Unix(0, 0)
+	log := slog.New(Limit(slog.NewTextHandler(&out, nil), 10*time.Second, func() time.Time { return now }))
+
+	for i := range 1000 {
+		log.Warn("dropped envelope", "i", i)
+	}
+	log.Warn("another kind")
+	log.Info("info is never limited")
+	log.Info("info is never limited")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("got %d lines, want 4:\n%s", len(lines), out.String())
+	}
+	if !strings.Contains(lines[0], "i=0") || strings.Contains(lines[0], "suppressed") {
+		t.Fatalf("first line %q", lines[0])
+	}
+
+	out.Reset()
+	now = now.Add(9 * time.Second)
+	log.Warn("dropped envelope", "i", 1000)
+	if out.Len() != 0 {
+		t.Fatalf("written before the interval passed: %q", out.String())
+	}
+	now = now.Add(time.Second)
+	log.With("component", "bus").Warn("dropped envelope", "i", 1001)
+	if got := out.String(); !strings.Contains(got, "suppressed=1000") || !strings.Contains(got, "i=1001") || !strings.Contains(got, "component=bus") {
+		t.Fatalf("after the interval: %q", got)
+	}
+}
+
+func TestKeyBound(t *testing.T) {
+	var out bytes.Buffer
+	log := slog.New(Limit(slog.NewTextHandler(&out, nil), time.Hour, nil))
+	for i := range maxKeys + 10 {
+		log.Warn(strings.Repeat("x", i%50) + string(rune('a'+i%26)) + time.Duration(i).String())
+	}
+	// Past the bound messages pass through: nothing is lost, memory holds.
+	if n := strings.Count(out.String(), "\n"); n != maxKeys+10 {
+		t.Fatalf("%d lines, want %d", n, maxKeys+10)
+	}
+}
