@@ -680,12 +680,15 @@ func (l *subLoop) handle(p string) {
 		return
 	case reason == DropOversize:
 		e.dropOversize.Inc()
+		e.log.Warn("bus: dropped a received envelope", "reason", reason, "channel", l.channel, "bytes", len(p))
 		return
 	case reason == DropMalformed:
 		e.dropMalformed.Inc()
+		e.log.Warn("bus: dropped a received envelope", "reason", reason, "channel", l.channel, "bytes", len(p))
 		return
 	case reason == DropBadTopic:
 		e.dropBadTopic.Inc()
+		e.log.Warn("bus: dropped a received envelope", "reason", reason, "channel", l.channel, "bytes", len(p))
 		return
 	}
 	if l.accept != nil && !l.accept(topic) {
@@ -695,6 +698,7 @@ func (l *subLoop) handle(p string) {
 	buf := []byte(data)
 	if !validData(buf) {
 		e.dropMalformed.Inc()
+		e.log.Warn("bus: dropped a received envelope", "reason", DropMalformed, "channel", l.channel, "bytes", len(p))
 		return
 	}
 	// The topic is cloned so the Receiver may keep it without pinning the
@@ -710,6 +714,7 @@ func (l *subLoop) handle(p string) {
 	case e.deliver <- m:
 	default:
 		e.dropSlowRecv.Inc()
+		e.log.Warn("bus: dropped a received message: delivery queue full", "reason", DropSlowRecv)
 	}
 }
 
