@@ -678,17 +678,8 @@ func (l *subLoop) handle(p string) {
 	switch {
 	case own:
 		return
-	case reason == DropOversize:
-		e.dropOversize.Inc()
-		e.log.Warn("bus: dropped a received envelope", "reason", reason, "channel", l.channel, "bytes", len(p))
-		return
-	case reason == DropMalformed:
-		e.dropMalformed.Inc()
-		e.log.Warn("bus: dropped a received envelope", "reason", reason, "channel", l.channel, "bytes", len(p))
-		return
-	case reason == DropBadTopic:
-		e.dropBadTopic.Inc()
-		e.log.Warn("bus: dropped a received envelope", "reason", reason, "channel", l.channel, "bytes", len(p))
+	case reason != "":
+		e.dropReceived(reason, l.channel, len(p))
 		return
 	}
 	if l.accept != nil && !l.accept(topic) {
@@ -697,8 +688,7 @@ func (l *subLoop) handle(p string) {
 	}
 	buf := []byte(data)
 	if !validData(buf) {
-		e.dropMalformed.Inc()
-		e.log.Warn("bus: dropped a received envelope", "reason", DropMalformed, "channel", l.channel, "bytes", len(p))
+		e.dropReceived(DropMalformed, l.channel, len(p))
 		return
 	}
 	// The topic is cloned so the Receiver may keep it without pinning the
@@ -716,6 +706,19 @@ func (l *subLoop) handle(p string) {
 		e.dropSlowRecv.Inc()
 		e.log.Warn("bus: dropped a received message: delivery queue full", "reason", DropSlowRecv)
 	}
+}
+
+// dropReceived counts and logs a received envelope that failed validation.
+func (e *engine) dropReceived(reason, channel string, size int) {
+	switch reason {
+	case DropOversize:
+		e.dropOversize.Inc()
+	case DropBadTopic:
+		e.dropBadTopic.Inc()
+	default:
+		e.dropMalformed.Inc()
+	}
+	e.log.Warn("bus: dropped a received envelope", "reason", reason, "channel", channel, "bytes", size)
 }
 
 func isTimeout(err error) bool {
