@@ -95,11 +95,16 @@ func start(t testing.TB, config string, env ...string) *proc {
 
 func startNoWait(t testing.TB, config string, env ...string) *proc {
 	t.Helper()
+	return startAt(t, "127.0.0.1:"+strconv.Itoa(freePort(t)), config, env...)
+}
+
+// startAt starts rtserver on addr without waiting for it to be ready.
+func startAt(t testing.TB, addr, config string, env ...string) *proc {
+	t.Helper()
 	cfgFile := filepath.Join(t.TempDir(), "rtserver.yaml")
 	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	p := &proc{t: t, Addr: addr, log: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, "--config", cfgFile, "--listen", addr, "--log-level", "debug")
 	p.cmd.Env = append(os.Environ(), env...)
