@@ -192,3 +192,9 @@ func TestAsErrorHidesText(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+func TestMessageOverhead(t *testing.T) {
+	if got := len(AppendMessage(nil, "t", raw("1"))); got != MessageOverhead+2 {
+		t.Fatalf("message of 2 bytes of topic and data is %d bytes, MessageOverhead says %d", got, MessageOverhead+2)
+	}
+}

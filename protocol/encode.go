@@ -42,6 +42,10 @@ func AppendError(b []byte, id json.RawMessage, e *Error) []byte {
 	return append(b, "}}"...)
 }
 
+// MessageOverhead is the size of a "message" notification around its topic
+// and data (when the topic needs no escaping): size buffers with it.
+const MessageOverhead = len(`{"jsonrpc":"2.0","method":"message","params":{"topic":"","data":}}`)
+
 // AppendMessage appends a "message" notification for a topic. data must be
 // valid JSON (it is the value a publisher sent, already validated).
 func AppendMessage(b []byte, topic string, data json.RawMessage) []byte {

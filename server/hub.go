@@ -90,7 +90,7 @@ func (h *hub) publish(topic string, data []byte) {
 	if len(subs) == 0 {
 		return
 	}
-	frame := protocol.AppendMessage(make([]byte, 0, 64+len(topic)+len(data)), topic, data)
+	frame := protocol.AppendMessage(make([]byte, 0, protocol.MessageOverhead+len(topic)+len(data)), topic, data)
 	for c := range subs {
 		c.enqueue(frame)
 	}

@@ -213,9 +213,15 @@ func (s *Server) Ready() bool { return !s.draining.Load() && !s.bus.Degraded() }
 
 // ServeHTTP serves GET /ws: the handshake tier, then the upgrade.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := &conn{s: s}
+	// Shed upgrades are the common case in a storm: the connection struct
+	// comes from a pool and goes back to it when the gate says no, so a
+	// rejection allocates nothing here.
+	c := connPool.Get().(*conn)
+	c.s = s
 	if s.gate != nil {
 		if !s.gate.Admit(w, r, &c.ticket) {
+			c.s = nil
+			connPool.Put(c)
 			return
 		}
 	} else if s.draining.Load() {
@@ -235,6 +241,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }
+
+// connPool holds connection structs that were never used: only a rejected
+// upgrade's struct goes back (the gate released its ticket; nothing else
+// refers to it). An admitted connection's struct is never reused.
+var connPool = sync.Pool{New: func() any { return new(conn) }}
 
 // BatchSubprotocol is the subprotocol under which the server may send
 // several queued messages in one frame as a JSON array.
