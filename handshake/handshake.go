@@ -71,7 +71,7 @@ type Identity struct {
 const (
 	holdInflight uint32 = 1 << iota // a MaxConcurrent slot (and the inflight gauge)
 	holdSlot                        // a MaxConnections slot
-	holdOpen                        // counted in connections_open
+	holdOpen                        // the upgrade finished: an open connection
 )
 
 // Ticket holds the slots of one admitted upgrade. The caller owns it (the
@@ -108,7 +108,6 @@ func (t *Ticket) HandshakeDone(ok bool) {
 	g.releaseInflight()
 	if ok {
 		g.m.HandshakeAccepted.Inc()
-		g.m.ConnectionsOpen.Inc()
 	} else if old&holdSlot != 0 {
 		g.releaseSlot()
 	}
@@ -128,9 +127,6 @@ func (t *Ticket) Close() {
 	}
 	if old&holdSlot != 0 {
 		g.releaseSlot()
-	}
-	if old&holdOpen != 0 {
-		g.m.ConnectionsOpen.Dec()
 	}
 }
 
@@ -233,6 +229,14 @@ func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
 	for i := range g.rejected {
 		g.rejected[i] = m.HandshakeRejected.WithLabelValues(reasonLabel[i])
 	}
+	// The gauges read the slot word when scraped: admit and release touch
+	// one atomic word and no gauge. Open connections are the slots held
+	// by upgrades that finished (every upgrade in flight holds one too).
+	m.HandshakeInflight.SetFunc(func() float64 { return float64(g.Inflight()) })
+	m.ConnectionsOpen.SetFunc(func() float64 {
+		v := g.slots.Load()
+		return float64(int64(v>>32) - int64(v&inflightMask))
+	})
 	return g, nil
 }
 
@@ -299,7 +303,6 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 		g.shedOverload(w, r, why)
 		return false
 	}
-	g.m.HandshakeInflight.Inc()
 	t.g = g
 	t.state.Store(holdInflight | holdSlot)
 	t.IP, t.IPKey = requestClientIP(r, g.cfg.TrustedProxies)
@@ -408,7 +411,6 @@ func (g *Gate) QueueDepth() int {
 
 func (g *Gate) releaseInflight() {
 	g.slots.Add(^uint64(0)) // -1 in the low half
-	g.m.HandshakeInflight.Dec()
 }
 
 func (g *Gate) releaseSlot() { g.slots.Add(^(connUnit - 1)) } // -connUnit

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,9 +37,9 @@ type Metrics struct {
 
 	HandshakeAccepted   prometheus.Counter
 	HandshakeRejected   *prometheus.CounterVec // reason
-	HandshakeInflight   prometheus.Gauge
+	HandshakeInflight   *FuncGauge // read from the gate at scrape time
 	HandshakeQueueDepth prometheus.Gauge
-	ConnectionsOpen     prometheus.Gauge
+	ConnectionsOpen     *FuncGauge // read from the gate at scrape time
 
 	PressureReason      *prometheus.GaugeVec // reason
 	PressurePublishRate prometheus.Gauge
@@ -75,9 +76,9 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 
 		HandshakeAccepted:   f.counter("handshake_accepted_total", "WebSocket upgrades admitted by the handshake tier."),
 		HandshakeRejected:   f.counterVec("handshake_rejected_total", "WebSocket upgrades rejected by the handshake tier, by reason.", "reason"),
-		HandshakeInflight:   f.gauge("handshake_inflight", "Upgrades in flight (arrived, handshake not finished)."),
+		HandshakeInflight:   f.funcGauge("handshake_inflight", "Upgrades in flight (arrived, handshake not finished)."),
 		HandshakeQueueDepth: f.gauge("handshake_queue_depth", "Upgrades waiting for a pacing tick."),
-		ConnectionsOpen:     f.gauge("connections_open", "Open WebSocket connections on this instance."),
+		ConnectionsOpen:     f.funcGauge("connections_open", "Open WebSocket connections on this instance."),
 
 		PressureReason:      f.gaugeVec("pressure_reason", "1 for the active pressure reason, 0 for the others.", "reason"),
 		PressurePublishRate: f.gauge("pressure_publish_rate", "Messages published per second on this instance, over the last sample interval."),
@@ -134,6 +135,12 @@ func (f factory) gauge(name, help string) prometheus.Gauge {
 	return g
 }
 
+func (f factory) funcGauge(name, help string) *FuncGauge {
+	g := &FuncGauge{desc: prometheus.NewDesc(prometheus.BuildFQName(f.ns, "", name), help, nil, nil)}
+	f.reg.MustRegister(g)
+	return g
+}
+
 func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: f.ns, Name: name, Help: help}, labels)
 	f.reg.MustRegister(g)
@@ -142,6 +149,30 @@ func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.Gauge
 
 func (f factory) topN(name, help string) *TopN {
 	return &TopN{vec: f.gaugeVec(name, help, "topic")}
+}
+
+// FuncGauge is a gauge whose value is read when it is scraped, from a
+// function set by the part that owns the number. The handshake gate keeps
+// its counts in one atomic word; reading them at scrape time keeps two
+// gauge updates off every admit and release. 0 until a function is set.
+type FuncGauge struct {
+	desc *prometheus.Desc
+	f    atomic.Pointer[func() float64]
+}
+
+// SetFunc makes f the source of the gauge's value.
+func (g *FuncGauge) SetFunc(f func() float64) { g.f.Store(&f) }
+
+// Describe implements prometheus.Collector.
+func (g *FuncGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+// Collect implements prometheus.Collector.
+func (g *FuncGauge) Collect(ch chan<- prometheus.Metric) {
+	v := 0.0
+	if f := g.f.Load(); f != nil {
+		v = (*f)()
+	}
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
 }
 
 // TopN is a gauge labelled by topic whose series are exactly the current
