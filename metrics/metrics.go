@@ -37,7 +37,7 @@ type Metrics struct {
 
 	HandshakeAccepted   prometheus.Counter
 	HandshakeRejected   *prometheus.CounterVec // reason
-	HandshakeInflight   *FuncGauge // read from the gate at scrape time
+	HandshakeInflight   *FuncGauge             // read from the gate at scrape time
 	HandshakeQueueDepth prometheus.Gauge
 	ConnectionsOpen     *FuncGauge // read from the gate at scrape time
 
