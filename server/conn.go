@@ -262,16 +262,22 @@ func (c *conn) writeLoop() {
 const maxCoalesced = 64 << 10
 
 // write sends frames and returns the bytes written. The socket is corked
-// meanwhile, so the frames leave in as few writes as possible. With
-// rt.batch, queued frames also go out as JSON arrays of up to maxCoalesced
-// bytes, fewer frames for the client to parse.
+// meanwhile: every frame lands in one buffer that leaves in one write,
+// bounded by the write timeout. Frame writes into the cork cannot block, so
+// they take a context without a deadline (a deadline costs the WebSocket
+// library a timer per frame). With rt.batch, queued frames also go out as
+// JSON arrays of up to maxCoalesced bytes: fewer frames for the client to
+// parse.
 func (c *conn) write(frames [][]byte) (n int, err error) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
-	defer cancel()
-	if c.cork != nil && len(frames) > 1 {
-		c.cork.cork()
+	ctx := context.Background()
+	if c.cork == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
+		defer cancel()
+	} else {
+		c.cork.cork(c.s.cfg.WriteTimeout)
 		defer func() {
-			if uerr := c.cork.uncork(c.s.cfg.WriteTimeout); err == nil && uerr != nil {
+			if uerr := c.cork.uncork(); err == nil && uerr != nil {
 				n, err = 0, uerr
 			}
 		}()

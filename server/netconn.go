@@ -50,9 +50,10 @@ func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // buffer; an idle connection holds none.
 type corkConn struct {
 	net.Conn
-	mu     sync.Mutex // writes come from the writer and from the read loop (pongs)
-	corked bool
-	buf    *bytes.Buffer
+	mu      sync.Mutex // writes come from the writer and from the read loop (pongs)
+	corked  bool
+	timeout time.Duration // bounds each socket write made for a corked batch
+	buf     *bytes.Buffer
 }
 
 // maxCork is the most bytes held before a corked write goes out anyway.
@@ -78,24 +79,24 @@ func (c *corkConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (c *corkConn) cork() {
+// cork holds writes back until uncork; each socket write made for the
+// batch is bounded by timeout.
+func (c *corkConn) cork(timeout time.Duration) {
 	c.mu.Lock()
 	c.corked = true
+	c.timeout = timeout
 	c.mu.Unlock()
 }
 
-// uncork sends what was held, bounded by timeout: the WebSocket library's
-// own write timeout covered only the copy into the buffer.
-func (c *corkConn) uncork(timeout time.Duration) error {
+// uncork sends what was held.
+func (c *corkConn) uncork() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.corked = false
 	if c.buf == nil {
 		return nil
 	}
-	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
 	err := c.flushLocked()
-	c.Conn.SetWriteDeadline(time.Time{})
 	if b := c.buf; b != nil {
 		c.buf = nil
 		if b.Cap() <= 4*maxCork {
@@ -106,11 +107,16 @@ func (c *corkConn) uncork(timeout time.Duration) error {
 	return err
 }
 
+// flushLocked writes the held bytes under the write timeout: the frames
+// were written into memory, so this is the write that can block on a slow
+// client.
 func (c *corkConn) flushLocked() error {
 	if c.buf == nil || c.buf.Len() == 0 {
 		return nil
 	}
+	c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
 	_, err := c.Conn.Write(c.buf.Bytes())
+	c.Conn.SetWriteDeadline(time.Time{})
 	c.buf.Reset()
 	return err
 }

@@ -125,14 +125,14 @@ func TestCorkedWritesLeaveAsOne(t *testing.T) {
 	if under.writes != 1 {
 		t.Fatalf("uncorked write: %d socket writes, want 1", under.writes)
 	}
-	cc.cork()
+	cc.cork(time.Second)
 	for _, s := range []string{"b", "c", "d"} {
 		cc.Write([]byte(s))
 	}
 	if under.writes != 1 {
 		t.Fatalf("corked writes reached the socket: %d", under.writes)
 	}
-	if err := cc.uncork(time.Second); err != nil {
+	if err := cc.uncork(); err != nil {
 		t.Fatal(err)
 	}
 	if under.writes != 2 || string(under.data) != "abcd" {
@@ -142,10 +142,10 @@ func TestCorkedWritesLeaveAsOne(t *testing.T) {
 		t.Fatal("an uncorked connection still holds a buffer")
 	}
 	// A batch past maxCork goes out early rather than growing without bound.
-	cc.cork()
+	cc.cork(time.Second)
 	cc.Write(make([]byte, maxCork))
 	if under.writes != 3 {
 		t.Fatalf("a full cork buffer was not flushed: %d writes", under.writes)
 	}
-	cc.uncork(time.Second)
+	cc.uncork()
 }
