@@ -34,7 +34,8 @@ type Frame struct {
 // for. Elements past it are answered -32600.
 const MaxBatch = 100
 
-// Decode parses one frame. It returns a non-nil *Error only when the frame
+// Decode parses one frame. The raw members of the requests (ID, Params)
+// may alias frame: copy what outlives it. It returns a non-nil *Error only when the frame
 // as a whole must be answered with a single error (parse error, an empty
 // batch); otherwise per-element problems are in Request.Err.
 func Decode(frame []byte) (Frame, *Error) {
@@ -44,8 +45,12 @@ func Decode(frame []byte) (Frame, *Error) {
 	}
 	switch data[0] {
 	case '{':
-		// Every field of wireRequest is raw, so Unmarshal fails only on
-		// syntax: one pass both validates and decodes.
+		if !json.Valid(data) {
+			return Frame{}, NewError(CodeParseError, "", nil)
+		}
+		if r, ok := fastRequest(data); ok {
+			return Frame{Requests: []Request{r}}, nil
+		}
 		var w wireRequest
 		if json.Unmarshal(data, &w) != nil {
 			return Frame{}, NewError(CodeParseError, "", nil)
@@ -70,6 +75,12 @@ func Decode(frame []byte) (Frame, *Error) {
 		if i >= MaxBatch {
 			reqs[i] = Request{ID: json.RawMessage("null"), Err: NewError(CodeInvalidRequest, "batch too large", nil)}
 			continue
+		}
+		if e[0] == '{' {
+			if r, ok := fastRequest(e); ok {
+				reqs[i] = r
+				continue
+			}
 		}
 		var w wireRequest
 		if e[0] != '{' || json.Unmarshal(e, &w) != nil {
@@ -102,7 +113,13 @@ func (w *wireRequest) request() Request {
 		return invalid(id, `jsonrpc must be "2.0"`)
 	}
 	var method string
-	if len(w.Method) == 0 || w.Method[0] != '"' || json.Unmarshal(w.Method, &method) != nil || method == "" {
+	switch m := w.Method; {
+	case len(m) >= 2 && m[0] == '"' && plainString(m):
+		method = methodName(m[1 : len(m)-1]) // no escapes: the bytes are the string
+	case len(m) == 0 || m[0] != '"' || json.Unmarshal(m, &method) != nil:
+		return invalid(id, "method must be a non-empty string")
+	}
+	if method == "" {
 		return invalid(id, "method must be a non-empty string")
 	}
 	if w.Params != nil {
@@ -144,7 +161,12 @@ func DecodeTopicParams(params json.RawMessage, withData bool) (TopicParams, *Err
 	if len(params) == 0 || params[0] != '{' {
 		return p, NewError(CodeInvalidParams, "params must be an object", nil)
 	}
-	if err := json.Unmarshal(params, &p); err != nil {
+	if !json.Valid(params) {
+		return p, NewError(CodeInvalidParams, "params are not valid JSON", nil)
+	}
+	if fp, ok := fastTopicParams(params); ok {
+		p = fp
+	} else if err := json.Unmarshal(params, &p); err != nil {
 		return p, NewError(CodeInvalidParams, "params: "+err.Error(), nil)
 	}
 	if err := CheckTopic(p.Topic); err != "" {
@@ -154,4 +176,18 @@ func DecodeTopicParams(params json.RawMessage, withData bool) (TopicParams, *Err
 		return p, NewError(CodeInvalidParams, "missing data", nil)
 	}
 	return p, nil
+}
+
+// methodName returns the method as a string, without allocating for the
+// built-ins that make up most traffic.
+func methodName(b []byte) string {
+	switch string(b) { // compiled to comparisons, no conversion
+	case "publish":
+		return "publish"
+	case "subscribe":
+		return "subscribe"
+	case "unsubscribe":
+		return "unsubscribe"
+	}
+	return string(b)
 }

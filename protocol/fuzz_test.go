@@ -51,3 +51,41 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastPath: wherever the fast path answers, it answers exactly what
+// encoding/json would.
+func FuzzFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":{"x":[1,"]}"]}}}`,
+		`{"method":"m","jsonrpc":"2.0"}`, `{"id":"a\"b","jsonrpc":"2.0","method":"m","params":null}`,
+		`{"jsonrpc":"2.0","method":"m\u0041"}`, `{"jsonrpc":"2.0","jsonrpc":"1.0","method":"m"}`,
+		`{"topic":"t","data":null}`, `{"data":"x","topic":"a"}`, `{"Topic":"t"}`, `{"topic":"t","extra":1}`,
+		`{ "topic" : "t" , "data" : [ 1 , 2 ] }`, `{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		if fr, ok := fastRequest(b); ok {
+			var w wireRequest
+			if err := json.Unmarshal(b, &w); err != nil {
+				t.Fatalf("fast path accepted what encoding/json refuses: %v", err)
+			}
+			sr := w.request()
+			if string(fr.ID) != string(sr.ID) || fr.Method != sr.Method || string(fr.Params) != string(sr.Params) || (fr.Err == nil) != (sr.Err == nil) {
+				t.Fatalf("fast %+v, slow %+v", fr, sr)
+			}
+		}
+		if fp, ok := fastTopicParams(b); ok {
+			var sp TopicParams
+			if err := json.Unmarshal(b, &sp); err != nil {
+				t.Fatalf("fast params accepted what encoding/json refuses: %v", err)
+			}
+			if fp.Topic != sp.Topic || string(fp.Data) != string(sp.Data) {
+				t.Fatalf("fast %q %s, slow %q %s", fp.Topic, fp.Data, sp.Topic, sp.Data)
+			}
+		}
+	})
+}
