@@ -23,7 +23,8 @@ type Bus interface {
 	Start(ctx context.Context, r Receiver) error
 	// Publish queues data for the other instances. It does not wait for the
 	// network; it returns ErrDegraded or ErrQueueFull when the message was
-	// dropped (and counted).
+	// dropped (and counted). It must not keep data after it returns: the
+	// caller's data may alias a read buffer that is reused.
 	Publish(topic string, data []byte) error
 	// Subscribe and Unsubscribe declare this instance's interest in a topic:
 	// the hub calls Subscribe when a topic gets its first local subscriber
