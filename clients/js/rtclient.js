@@ -1,0 +1,465 @@
+// rtclient.js: a dependency-free browser client for rtserver (CONTRACT.md
+// sections 2 to 4). JSON-RPC 2.0 over one WebSocket, id-matched calls, topic
+// subscriptions that survive reconnects, and reconnection with full-jitter
+// exponential backoff that never returns sooner than the server asked.
+//
+// Rules it keeps (the same as the Go client in package client):
+//   - A call already sent when the connection drops is rejected with code
+//     "DISCONNECTED", never re-sent: the caller decides whether it is safe
+//     to repeat. Calls and notifications made while disconnected wait in a
+//     bounded queue and go out once a connection is up.
+//   - Close codes 1002, 1003, 1007, 1008 and 1009 are refusals that waiting
+//     will not change: no reconnect. Neither after close().
+//   - retry_after_ms=N in a close reason (1012 while draining, 1013 when
+//     shed or too slow) is a floor: the next attempt waits N plus jitter.
+//     A "draining" system event's reconnectAfterMs is the fallback hint.
+//   - A browser cannot read the HTTP status of a refused upgrade (503, 429,
+//     401 all look like close 1006), so those are retried with plain backoff.
+
+const PERMANENT_CLOSE = new Set([1002, 1003, 1007, 1008, 1009]);
+
+// A bogus huge hint must not park a client for days (same cap as the Go client).
+const MAX_HINT_MS = 10 * 60 * 1000;
+
+// A connection counts as established, so the next drop starts the backoff
+// from scratch, once a server frame arrived or it stayed open this long. A
+// shed upgrade in close mode opens and closes at once: that is a failed
+// attempt, and the backoff keeps growing.
+const STABLE_MS = 1000;
+
+// Calls and notifications queued while disconnected, at most.
+const MAX_QUEUED = 1024;
+
+/**
+ * The wait before reconnect attempt number `attempt` (0 for the first after
+ * a drop), with r uniform in [0, 1).
+ *
+ * Without a hint: full jitter, uniform in [0, cap] with
+ * cap = min(maxMs, minMs * 2^attempt). With a hint: hint plus a jitter
+ * uniform in [0, min(cap, maxMs - hint)], so never shorter than the hint and
+ * never longer than max(hint, maxMs). For a fixed r it never decreases as
+ * attempt grows.
+ */
+export function backoff(attempt, minMs, maxMs, hintMs, r) {
+  if (maxMs < minMs) maxMs = minMs;
+  let cap = minMs;
+  for (let i = 0; i < attempt && cap < maxMs; i++) cap *= 2;
+  cap = Math.min(cap, maxMs);
+  if (!(hintMs > 0)) return r * cap;
+  const window = Math.min(cap, Math.max(maxMs - hintMs, 0));
+  return hintMs + r * window;
+}
+
+/**
+ * The N of "retry_after_ms=N" in a close reason, in milliseconds; 0 when
+ * absent or malformed. Capped at ten minutes.
+ */
+export function parseRetryAfterMs(reason) {
+  const key = "retry_after_ms=";
+  const i = typeof reason === "string" ? reason.indexOf(key) : -1;
+  if (i < 0) return 0;
+  const digits = /^[0-9]*/.exec(reason.slice(i + key.length))[0];
+  return hintMs(digits === "" ? 0 : Number(digits));
+}
+
+function hintMs(v) {
+  if (!Number.isFinite(v) || v <= 0) return 0;
+  return Math.min(Math.floor(v), MAX_HINT_MS);
+}
+
+/** An error answer from the server, or a client-side failure of a call. */
+export class RPCError extends Error {
+  constructor(code, message, data) {
+    super(message);
+    this.name = "RPCError";
+    this.code = code; // a JSON-RPC code (number), or "DISCONNECTED" / "CLOSED" / "QUEUE_FULL"
+    this.data = data;
+  }
+}
+
+/**
+ * Opens a client. Options (all optional):
+ *   token          string, or a function returning one (or a Promise of one),
+ *                  asked again before every attempt; sent as ?token=
+ *   batch          offer the "rt.batch" subprotocol (the server may then send
+ *                  several messages in one frame as a JSON array)
+ *   minBackoffMs   default 500
+ *   maxBackoffMs   default 20000
+ *   onSystem(params)        server "system" notifications (degraded, recovered, draining)
+ *   onState(state, info)    "connecting" | "open" | "disconnected" | "closed";
+ *                  "open" comes after every subscription was re-sent and
+ *                  answered; "disconnected" carries {code, reason,
+ *                  retryAfterMs, delayMs}; "closed" is final
+ *   onError(err)   a failed resubscription, an unparsable frame, a handler
+ *                  that threw; default console.error
+ * For tests: WebSocket (constructor), random() in [0, 1), now() in ms,
+ * setTimeout, clearTimeout.
+ */
+export function connect(url, opts = {}) {
+  return new Client(url, opts);
+}
+
+class Client {
+  constructor(url, opts) {
+    this._url = url;
+    this._token = opts.token;
+    this._protocols = opts.batch ? ["rt.batch"] : [];
+    this._min = opts.minBackoffMs ?? 500;
+    this._max = opts.maxBackoffMs ?? 20000;
+    this._onSystem = opts.onSystem || (() => {});
+    this._onState = opts.onState || (() => {});
+    this._onError = opts.onError || ((e) => console.error("rtclient:", e));
+    this._WS = opts.WebSocket || globalThis.WebSocket;
+    this._random = opts.random || Math.random;
+    this._now = opts.now || (() => performance.now());
+    this._setTimeout = opts.setTimeout || ((f, ms) => setTimeout(f, ms));
+    this._clearTimeout = opts.clearTimeout || ((t) => clearTimeout(t));
+
+    this._ws = null; // the current socket, null while disconnected
+    this._wsOpen = false; // its open event fired
+    this._established = false; // see STABLE_MS
+    this._drainHint = 0; // reconnectAfterMs of a draining event on this socket
+    this._attempt = 0;
+    this._timer = null; // reconnect or stability timer
+    this._stopped = false;
+    this._state = "";
+    this._nextId = 1;
+    this._pending = new Map(); // id -> {resolve, reject, ws}
+    this._queue = []; // frames waiting for a connection: {text, id}
+    this._subs = new Map(); // topic -> Topic
+    this._open();
+  }
+
+  /** The current state: "connecting", "open", "disconnected" or "closed". */
+  get state() {
+    return this._state;
+  }
+
+  /**
+   * Calls method with params; resolves with the result, rejects with an
+   * RPCError whose code and data are the server's.
+   */
+  call(method, params) {
+    if (this._stopped) return Promise.reject(new RPCError("CLOSED", "rtclient: closed"));
+    const id = this._nextId++;
+    const req = { jsonrpc: "2.0", id, method };
+    if (params !== undefined) req.params = params;
+    const text = JSON.stringify(req);
+    return new Promise((resolve, reject) => {
+      const p = { resolve, reject, ws: null };
+      this._pending.set(id, p);
+      this._sendOrQueue(text, id);
+    });
+  }
+
+  /** Sends a notification: no id, no answer. */
+  notify(method, params) {
+    if (this._stopped) return;
+    const req = { jsonrpc: "2.0", method };
+    if (params !== undefined) req.params = params;
+    this._sendOrQueue(JSON.stringify(req), 0);
+  }
+
+  /** Publishes data (any JSON value) to topic. */
+  publish(topic, data) {
+    return this.call("publish", { topic, data });
+  }
+
+  /**
+   * Calls handler(data, topic) for every message on topic, until the
+   * returned function is called. The subscription is re-sent after every
+   * reconnect. The returned function has a `ready` Promise: resolved when the
+   * server confirmed the subscription, rejected (and the subscription
+   * dropped) when it refused it.
+   */
+  subscribe(topic, handler) {
+    let t = this._subs.get(topic);
+    if (!t) {
+      t = new Topic();
+      this._subs.set(topic, t);
+      if (this._wsOpen) this._sendSubscribe(topic, t);
+    }
+    const entry = { handler };
+    t.handlers.add(entry);
+    const off = () => {
+      if (!t.handlers.delete(entry) || t.handlers.size > 0) return;
+      if (this._subs.get(topic) !== t) return;
+      this._subs.delete(topic);
+      t.fail(new RPCError("CLOSED", "rtclient: unsubscribed"));
+      if (this._wsOpen) this.call("unsubscribe", { topic }).catch(() => {});
+    };
+    off.ready = t.ready;
+    return off;
+  }
+
+  /** Closes the connection (code 1000) for good: no reconnect. */
+  close() {
+    if (this._stopped) return;
+    this._stopped = true;
+    this._clearTimer();
+    const ws = this._ws;
+    this._ws = null;
+    this._wsOpen = false;
+    if (ws) {
+      try {
+        ws.close(1000);
+      } catch (e) {
+        // already closing
+      }
+    }
+    const err = new RPCError("CLOSED", "rtclient: closed");
+    this._failPending(() => true, err);
+    this._queue = [];
+    for (const t of this._subs.values()) t.fail(err);
+    this._setState("closed", {});
+  }
+
+  // --- connection lifecycle ---
+
+  async _open() {
+    if (this._stopped) return;
+    this._setState("connecting", { attempt: this._attempt });
+    let url;
+    try {
+      const token = typeof this._token === "function" ? await this._token() : this._token;
+      if (this._stopped) return;
+      url = wsURL(this._url, token);
+    } catch (e) {
+      this._onError(e);
+      this._dropped(null, 1006, "");
+      return;
+    }
+    let ws;
+    try {
+      ws = new this._WS(url, this._protocols);
+    } catch (e) {
+      // A malformed URL will not get better by waiting.
+      this._onError(e);
+      this._stop({ code: 0, reason: String(e) });
+      return;
+    }
+    this._ws = ws;
+    this._wsOpen = false;
+    this._established = false;
+    this._drainHint = 0;
+    ws.onopen = () => this._opened(ws);
+    ws.onmessage = (ev) => this._frame(ws, ev.data);
+    ws.onclose = (ev) => this._dropped(ws, ev.code, ev.reason);
+    ws.onerror = () => {}; // a close event always follows
+  }
+
+  _opened(ws) {
+    if (ws !== this._ws) return;
+    this._wsOpen = true;
+    this._clearTimer();
+    this._timer = this._setTimeout(() => {
+      this._timer = null;
+      if (ws === this._ws) this._established = true;
+    }, STABLE_MS);
+    // Subscriptions first, so queued calls run with them in place.
+    const confirms = [];
+    for (const [topic, t] of this._subs) confirms.push(this._sendSubscribe(topic, t));
+    const queued = this._queue;
+    this._queue = [];
+    for (const q of queued) this._send(ws, q.text, q.id);
+    Promise.allSettled(confirms).then(() => {
+      if (ws === this._ws && this._wsOpen) this._setState("open", {});
+    });
+  }
+
+  _sendSubscribe(topic, t) {
+    return this.call("subscribe", { topic }).then(
+      () => t.confirm(),
+      (err) => {
+        if (err.code === "DISCONNECTED" || err.code === "CLOSED") return; // re-sent on the next connection
+        if (this._subs.get(topic) === t) this._subs.delete(topic);
+        t.fail(err);
+        this._onError(err);
+      },
+    );
+  }
+
+  _dropped(ws, code, reason) {
+    if (ws !== this._ws) return; // a socket close() already let go of
+    this._ws = null;
+    this._wsOpen = false;
+    this._clearTimer();
+    this._failPending((p) => p.ws === ws, new RPCError("DISCONNECTED", "rtclient: disconnected"));
+    if (this._stopped) return;
+    if (PERMANENT_CLOSE.has(code)) {
+      this._stop({ code, reason });
+      return;
+    }
+    let hint = parseRetryAfterMs(reason);
+    if (!hint) hint = this._drainHint;
+    if (this._established) this._attempt = 0;
+    const delay = backoff(this._attempt, this._min, this._max, hint, this._random());
+    this._attempt++;
+    this._setState("disconnected", { code, reason, retryAfterMs: hint, delayMs: delay });
+    this._wait(delay);
+  }
+
+  // _wait opens the next connection after delay ms, and never sooner:
+  // timers may fire a little early against the clock, so it checks.
+  _wait(delay) {
+    const due = this._now() + delay;
+    const tick = () => {
+      this._timer = null;
+      const left = due - this._now();
+      if (left > 0) {
+        this._timer = this._setTimeout(tick, Math.ceil(left));
+        return;
+      }
+      this._open();
+    };
+    this._timer = this._setTimeout(tick, Math.ceil(delay));
+  }
+
+  _stop(info) {
+    this._stopped = true;
+    const err = new RPCError("CLOSED", `rtclient: refused for good (close ${info.code})`);
+    this._failPending(() => true, err);
+    this._queue = [];
+    for (const t of this._subs.values()) t.fail(err);
+    this._setState("closed", info);
+  }
+
+  // --- frames ---
+
+  _sendOrQueue(text, id) {
+    if (this._wsOpen) {
+      this._send(this._ws, text, id);
+      return;
+    }
+    if (this._queue.length >= MAX_QUEUED) {
+      this._settle(id, new RPCError("QUEUE_FULL", "rtclient: too many calls waiting for a connection"));
+      return;
+    }
+    this._queue.push({ text, id });
+  }
+
+  _send(ws, text, id) {
+    const p = id ? this._pending.get(id) : null;
+    if (id && !p) return; // given up meanwhile
+    if (p) p.ws = ws;
+    try {
+      ws.send(text);
+    } catch (e) {
+      this._settle(id, new RPCError("DISCONNECTED", "rtclient: disconnected"));
+    }
+  }
+
+  _frame(ws, text) {
+    if (ws !== this._ws || typeof text !== "string") return;
+    this._established = true;
+    let v;
+    try {
+      v = JSON.parse(text);
+    } catch (e) {
+      this._onError(new Error("rtclient: unparsable frame from the server"));
+      return;
+    }
+    if (Array.isArray(v)) {
+      for (const m of v) this._message(m);
+    } else {
+      this._message(v);
+    }
+  }
+
+  _message(m) {
+    if (m === null || typeof m !== "object") return;
+    if (typeof m.method === "string") {
+      if (m.id !== undefined) return; // the server sends no requests
+      const params = m.params || {};
+      if (m.method === "message") {
+        const t = this._subs.get(params.topic);
+        if (!t) return;
+        for (const e of [...t.handlers]) {
+          try {
+            e.handler(params.data, params.topic);
+          } catch (err) {
+            this._onError(err);
+          }
+        }
+      } else if (m.method === "system") {
+        if (params.event === "draining") this._drainHint = hintMs(params.reconnectAfterMs);
+        try {
+          this._onSystem(params);
+        } catch (err) {
+          this._onError(err);
+        }
+      }
+      return;
+    }
+    if (typeof m.id !== "number") return;
+    if (m.error) {
+      const e = m.error;
+      this._settle(m.id, new RPCError(e.code, e.message || "error " + e.code, e.data));
+    } else {
+      this._settle(m.id, null, m.result);
+    }
+  }
+
+  _settle(id, err, result) {
+    const p = this._pending.get(id);
+    if (!p) return;
+    this._pending.delete(id);
+    if (err) p.reject(err);
+    else p.resolve(result);
+  }
+
+  _failPending(match, err) {
+    for (const [id, p] of this._pending) {
+      if (match(p)) {
+        this._pending.delete(id);
+        p.reject(err);
+      }
+    }
+  }
+
+  _clearTimer() {
+    if (this._timer !== null) {
+      this._clearTimeout(this._timer);
+      this._timer = null;
+    }
+  }
+
+  _setState(state, info) {
+    this._state = state;
+    try {
+      this._onState(state, info);
+    } catch (err) {
+      this._onError(err);
+    }
+  }
+}
+
+// Topic is one subscribed topic: its handlers and the promise of its first
+// confirmation.
+class Topic {
+  constructor() {
+    this.handlers = new Set();
+    this.ready = new Promise((resolve, reject) => {
+      this._resolve = resolve;
+      this._reject = reject;
+    });
+    this.ready.catch(() => {}); // nobody has to look
+  }
+  confirm() {
+    this._resolve();
+  }
+  fail(err) {
+    this._reject(err);
+  }
+}
+
+// wsURL resolves url against the page (a path like "/ws" works), turns
+// http(s) into ws(s) and adds the token query parameter.
+function wsURL(url, token) {
+  const base = globalThis.location ? globalThis.location.href : undefined;
+  const u = new URL(url, base);
+  if (u.protocol === "http:") u.protocol = "ws:";
+  else if (u.protocol === "https:") u.protocol = "wss:";
+  if (token) u.searchParams.set("token", token);
+  return u.toString();
+}
