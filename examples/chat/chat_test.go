@@ -45,18 +45,20 @@ func needBrowser(t *testing.T) *browser {
 	return theBrowser
 }
 
-// testApp is the example running in-process on a free loopback port.
+// testApp is the example running in-process on a loopback port.
 type testApp struct {
 	*app
-	addr   string
-	cancel context.CancelFunc // starts the drain
-	done   chan error         // serve's result
+	addr     string
+	cancel   context.CancelFunc // starts the drain
+	done     chan struct{}      // serve returned
+	serveErr error
 }
 
 func (a *testApp) url(path string) string { return "http://" + a.addr + path }
 
-// startApp serves the example with o on addr (":0" style, or an address to
-// reuse). extra routes are served beside the app's (test pages).
+// startApp serves the example with o on addr (empty: a free port). Beside
+// the app it serves /test/blank.html, a same-origin page that connects to
+// nothing by itself, for tests that load the client into a page.
 func startApp(t *testing.T, o options, addr string) *testApp {
 	t.Helper()
 	if o.Assets == "" {
@@ -75,8 +77,6 @@ func startApp(t *testing.T, o options, addr string) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A same-origin page that connects to nothing by itself: tests load the
-	// client into it.
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /test/blank.html", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -90,21 +90,24 @@ func startApp(t *testing.T, o options, addr string) *testApp {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ta := &testApp{app: a, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
-	go func() { ta.done <- a.serve(ctx, ln, nil) }()
-	t.Cleanup(func() { ta.stop(t) })
+	ta := &testApp{app: a, addr: ln.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		ta.serveErr = a.serve(ctx, ln, nil)
+		close(ta.done)
+	}()
+	t.Cleanup(func() {
+		if err := ta.stop(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
 	return ta
 }
 
-// stop drains the app (if it is still running) and waits for serve.
-func (a *testApp) stop(t *testing.T) {
+// stop drains the app (if it is still running) and returns serve's error.
+func (a *testApp) stop() error {
 	a.cancel()
-	if err, ok := <-a.done; ok {
-		close(a.done)
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serve: %v", err)
-		}
-	}
+	<-a.done
+	return a.serveErr
 }
 
 func TestSayValidates(t *testing.T) {

@@ -1,0 +1,446 @@
+// Unit tests of rtclient.js, run in a browser (no Node, no npm): import
+// this module and await run(); it resolves with {passed, failures}. The
+// examples/chat browser tests run it in headless Chromium.
+//
+// The client is driven through a fake WebSocket and a fake clock, so every
+// delay it chooses is seen exactly and nothing here waits on real time.
+
+import { backoff, connect, parseRetryAfterMs, RPCError } from "./rtclient.js";
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+function eq(got, want, msg) {
+  const g = JSON.stringify(got);
+  const w = JSON.stringify(want);
+  if (g !== w) throw new Error(`${msg}: got ${g}, want ${w}`);
+}
+
+// A tiny deterministic PRNG for the property tests (mulberry32).
+function prng(seed) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = seed;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// --- backoff ---
+
+test("backoff without a hint is full jitter under a doubling cap", () => {
+  const rnd = prng(1);
+  for (let i = 0; i < 5000; i++) {
+    const min = 1 + Math.floor(rnd() * 1000);
+    const max = min + Math.floor(rnd() * 30000);
+    const attempt = Math.floor(rnd() * 40);
+    const r = rnd();
+    const d = backoff(attempt, min, max, 0, r);
+    const cap = Math.min(max, min * 2 ** Math.min(attempt, 60));
+    assert(d >= 0 && d <= cap, `backoff(${attempt}, ${min}, ${max}, 0, ${r}) = ${d}, cap ${cap}`);
+  }
+  eq(backoff(0, 500, 20000, 0, 0.5), 250, "attempt 0");
+  eq(backoff(3, 500, 20000, 0, 0.5), 2000, "attempt 3");
+  eq(backoff(30, 500, 20000, 0, 0.5), 10000, "capped at max");
+  eq(backoff(2, 500, 100, 0, 1), 500, "max below min counts as min");
+});
+
+test("backoff with a hint never waits less than the hint, nor past max(hint, max)", () => {
+  const rnd = prng(2);
+  for (let i = 0; i < 5000; i++) {
+    const min = 1 + Math.floor(rnd() * 1000);
+    const max = min + Math.floor(rnd() * 30000);
+    const hint = 1 + Math.floor(rnd() * 40000);
+    const attempt = Math.floor(rnd() * 40);
+    const r = rnd();
+    const d = backoff(attempt, min, max, hint, r);
+    assert(d >= hint, `backoff(${attempt}, ${min}, ${max}, ${hint}, ${r}) = ${d} < hint`);
+    assert(d <= Math.max(hint, max), `backoff(${attempt}, ${min}, ${max}, ${hint}, ${r}) = ${d} > max(hint, max)`);
+  }
+  eq(backoff(0, 100, 1000, 700, 0.5), 750, "hint plus jitter over min(cap, max-hint)");
+  eq(backoff(0, 100, 1000, 5000, 0.9), 5000, "a hint past max: exactly the hint");
+});
+
+test("backoff never decreases as attempts grow, for a fixed r", () => {
+  const rnd = prng(3);
+  for (let i = 0; i < 2000; i++) {
+    const min = 1 + Math.floor(rnd() * 1000);
+    const max = min + Math.floor(rnd() * 30000);
+    const hint = rnd() < 0.5 ? 0 : Math.floor(rnd() * 40000);
+    const r = rnd();
+    let prev = -1;
+    for (let a = 0; a < 40; a++) {
+      const d = backoff(a, min, max, hint, r);
+      assert(d >= prev, `backoff decreased at attempt ${a}: ${prev} -> ${d}`);
+      prev = d;
+    }
+  }
+});
+
+test("parseRetryAfterMs", () => {
+  const cases = [
+    ["retry_after_ms=1234", 1234],
+    ["draining retry_after_ms=50 bye", 50],
+    ["retry_after_ms=", 0],
+    ["retry_after_ms=abc", 0],
+    ["retry_after_ms=0", 0],
+    ["retry_after_ms=-5", 0],
+    ["retry_after_ms=12x", 12],
+    ["retry_after_ms=99999999999", 600000],
+    ["", 0],
+    [undefined, 0],
+    ["retry_after=5", 0],
+  ];
+  for (const [give, want] of cases) eq(parseRetryAfterMs(give), want, `parseRetryAfterMs(${give})`);
+});
+
+// --- the client over a fake socket ---
+
+// Harness: a fake WebSocket class, a fake clock, and the sockets made.
+function harness() {
+  const h = { sockets: [], timers: [], time: 0, states: [], system: [], errors: [] };
+  class FakeWS {
+    constructor(url, protocols) {
+      this.url = url;
+      this.protocols = protocols;
+      this.sent = [];
+      this.closedWith = null;
+      this.at = h.time;
+      h.sockets.push(this);
+    }
+    send(text) {
+      if (this.closedWith) throw new Error("closed");
+      this.sent.push(JSON.parse(text));
+    }
+    close(code) {
+      this.closedWith = code;
+    }
+    // Test side:
+    open() {
+      this.onopen && this.onopen({});
+    }
+    recv(v) {
+      this.onmessage && this.onmessage({ data: typeof v === "string" ? v : JSON.stringify(v) });
+    }
+    drop(code, reason = "") {
+      this.onclose && this.onclose({ code, reason });
+    }
+  }
+  h.WebSocket = FakeWS;
+  h.last = () => h.sockets[h.sockets.length - 1];
+  h.opts = (extra = {}) => ({
+    WebSocket: FakeWS,
+    random: () => 0.5,
+    now: () => h.time,
+    setTimeout: (f, ms) => {
+      const t = { f, at: h.time + ms, ms, live: true };
+      h.timers.push(t);
+      return t;
+    },
+    clearTimeout: (t) => {
+      if (t) t.live = false;
+    },
+    onState: (s, info) => h.states.push([s, info]),
+    onSystem: (p) => h.system.push(p),
+    onError: (e) => h.errors.push(e),
+    minBackoffMs: 100,
+    maxBackoffMs: 1000,
+    ...extra,
+  });
+  // advance runs every live timer due within ms, in order.
+  h.advance = async (ms) => {
+    const end = h.time + ms;
+    for (;;) {
+      const due = h.timers.filter((t) => t.live && t.at <= end).sort((a, b) => a.at - b.at)[0];
+      if (!due) break;
+      due.live = false;
+      h.time = Math.max(h.time, due.at);
+      due.f();
+      await tick();
+    }
+    h.time = end;
+  };
+  // The delay of the pending reconnect timer (the newest live one).
+  h.pendingDelay = () => {
+    const live = h.timers.filter((t) => t.live);
+    return live.length ? live[live.length - 1].ms : null;
+  };
+  return h;
+}
+
+// tick lets promise callbacks (and the client's async open) run.
+const tick = () => new Promise((r) => setTimeout(r, 0));
+
+// answer replies to every request in ws.sent from index `from` on with result.
+function answerAll(ws, from = 0, result = {}) {
+  for (const m of ws.sent.slice(from)) if (m.id !== undefined) ws.recv({ jsonrpc: "2.0", id: m.id, result });
+}
+
+test("calls are matched by id; errors carry code and data", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const a = c.call("a", { n: 1 });
+  const b = c.call("b");
+  eq(ws.sent.map((m) => [m.method, m.params]), [["a", { n: 1 }], ["b", undefined]], "sent");
+  assert(ws.sent[0].jsonrpc === "2.0" && ws.sent[0].id !== ws.sent[1].id, "ids");
+  ws.recv({ jsonrpc: "2.0", id: ws.sent[1].id, error: { code: -32002, message: "rate limited", data: { retryAfterMs: 40 } } });
+  ws.recv({ jsonrpc: "2.0", id: ws.sent[0].id, result: { ok: true } });
+  eq(await a, { ok: true }, "a's result");
+  const err = await b.then(
+    () => null,
+    (e) => e,
+  );
+  assert(err instanceof RPCError && err instanceof Error, "b rejects with an RPCError");
+  eq([err.code, err.data], [-32002, { retryAfterMs: 40 }], "b's error");
+  c.close();
+});
+
+test("a batch frame delivers messages and responses in order", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts({ batch: true }));
+  await tick();
+  const ws = h.last();
+  eq(ws.protocols, ["rt.batch"], "subprotocol offered");
+  ws.open();
+  const got = [];
+  const off = c.subscribe("t", (data, topic) => got.push([topic, data]));
+  const p = c.call("x");
+  const sub = ws.sent.find((m) => m.method === "subscribe");
+  const call = ws.sent.find((m) => m.method === "x");
+  ws.recv([
+    { jsonrpc: "2.0", id: sub.id, result: {} },
+    { jsonrpc: "2.0", method: "message", params: { topic: "t", data: 1 } },
+    { jsonrpc: "2.0", id: call.id, result: "r" },
+    { jsonrpc: "2.0", method: "message", params: { topic: "t", data: { two: 2 } } },
+    { jsonrpc: "2.0", method: "message", params: { topic: "other", data: 3 } },
+    { jsonrpc: "2.0", method: "system", params: { event: "degraded" } },
+  ]);
+  await off.ready;
+  eq(await p, "r", "call answered from inside a batch");
+  eq(got, [["t", 1], ["t", { two: 2 }]], "messages");
+  eq(h.system, [{ event: "degraded" }], "system events");
+  c.close();
+});
+
+test("the token goes in the query string, asked again on every attempt", async () => {
+  const h = harness();
+  let n = 0;
+  const c = connect("ws://x/ws?a=1", h.opts({ token: async () => "tok" + ++n }));
+  await tick();
+  eq(h.last().url, "ws://x/ws?a=1&token=tok1", "first url");
+  h.last().drop(1006);
+  await h.advance(1000);
+  eq(h.last().url, "ws://x/ws?a=1&token=tok2", "second url");
+  c.close();
+});
+
+test("close 1013 with retry_after_ms: the next attempt waits the hint plus jitter", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  h.last().open();
+  h.last().drop(1013, "retry_after_ms=700");
+  // r = 0.5, min 100, max 1000: 700 + 0.5 * min(100, 300).
+  eq(h.pendingDelay(), 750, "delay");
+  const info = h.states[h.states.length - 1];
+  eq([info[0], info[1].code, info[1].retryAfterMs], ["disconnected", 1013, 700], "state");
+  await h.advance(749);
+  eq(h.sockets.length, 1, "no attempt before the delay");
+  await h.advance(1);
+  eq(h.sockets.length, 2, "an attempt at the delay");
+  c.close();
+});
+
+test("a timer that fires early is re-armed: never sooner than the delay", async () => {
+  const h = harness();
+  const opts = h.opts();
+  const realSet = opts.setTimeout;
+  // This clock's timers fire up to 5 ms early.
+  opts.setTimeout = (f, ms) => realSet(f, ms - Math.min(5, ms / 2));
+  const c = connect("ws://x/ws", opts);
+  await tick();
+  h.last().drop(1012, "retry_after_ms=300");
+  const dropped = h.time;
+  await h.advance(296);
+  eq(h.sockets.length, 1, "no attempt before the hint");
+  await h.advance(2000);
+  eq(h.sockets.length, 2, "attempted");
+  const gap = h.last().at - dropped;
+  assert(gap >= 300, `attempt ${gap} ms after the close, hint 300`);
+  c.close();
+});
+
+test("a draining event's reconnectAfterMs is the hint when the close has none", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts({ maxBackoffMs: 100 }));
+  await tick();
+  h.last().open();
+  h.last().recv({ jsonrpc: "2.0", method: "system", params: { event: "draining", reconnectAfterMs: 900 } });
+  h.last().drop(1012, "");
+  eq(h.pendingDelay(), 900, "delay");
+  c.close();
+});
+
+for (const code of [1002, 1003, 1007, 1008, 1009]) {
+  test(`close ${code} is final: no reconnect, calls rejected`, async () => {
+    const h = harness();
+    const c = connect("ws://x/ws", h.opts());
+    await tick();
+    h.last().open();
+    const p = c.call("x");
+    const later = c.subscribe("t", () => {});
+    h.last().drop(code, "policy");
+    await h.advance(60000);
+    eq(h.sockets.length, 1, "sockets");
+    eq(c.state, "closed", "state");
+    eq((await p.catch((e) => e)).code, "DISCONNECTED", "in-flight call");
+    eq((await later.ready.catch((e) => e)).code, "CLOSED", "subscription");
+    eq((await c.call("y").catch((e) => e)).code, "CLOSED", "call after");
+  });
+}
+
+test("close() is final and rejects everything waiting", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  h.last().open();
+  const inflight = c.call("x");
+  c.close();
+  eq(h.last().closedWith, 1000, "closed with 1000");
+  h.last().drop(1000);
+  await h.advance(60000);
+  eq(h.sockets.length, 1, "no reconnect");
+  eq((await inflight.catch((e) => e)).code, "CLOSED", "in-flight call");
+  eq(h.states[h.states.length - 1][0], "closed", "state");
+});
+
+test("a dropped connection rejects calls in flight once, and sends queued ones after reconnecting", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  h.last().open();
+  const inflight = c.call("sent");
+  h.last().drop(1006);
+  const queued = c.call("queued", { q: 1 });
+  c.notify("note", { n: 1 });
+  eq((await inflight.catch((e) => e)).code, "DISCONNECTED", "in-flight call");
+  await h.advance(1000);
+  const ws = h.last();
+  eq(h.sockets.length, 2, "reconnected");
+  ws.open();
+  eq(ws.sent.map((m) => m.method), ["queued", "note"], "queued frames sent in order, the in-flight one not re-sent");
+  eq(ws.sent[1].id, undefined, "a notification has no id");
+  answerAll(ws);
+  eq(await queued, {}, "queued call answered");
+  c.close();
+});
+
+test("every live subscription is re-sent after a reconnect; open comes after they are confirmed", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  let ws = h.last();
+  ws.open();
+  const got = [];
+  const offA = c.subscribe("a", (d) => got.push("a" + d));
+  c.subscribe("b", (d) => got.push("b" + d));
+  const offC = c.subscribe("c", () => {});
+  answerAll(ws);
+  await offA.ready;
+  offC();
+  eq(ws.sent.map((m) => [m.method, m.params.topic]), [["subscribe", "a"], ["subscribe", "b"], ["subscribe", "c"], ["unsubscribe", "c"]], "first connection");
+
+  ws.drop(1012, "retry_after_ms=10");
+  await h.advance(1000);
+  ws = h.last();
+  ws.open();
+  eq(ws.sent.map((m) => [m.method, m.params.topic]), [["subscribe", "a"], ["subscribe", "b"]], "resubscribed");
+  await tick();
+  assert(c.state !== "open", "open before the subscriptions were confirmed");
+  answerAll(ws);
+  await tick();
+  eq(c.state, "open", "state after confirmation");
+  ws.recv({ jsonrpc: "2.0", method: "message", params: { topic: "a", data: 1 } });
+  ws.recv({ jsonrpc: "2.0", method: "message", params: { topic: "b", data: 2 } });
+  eq(got, ["a1", "b2"], "delivered after resubscribing");
+  c.close();
+});
+
+test("a refused subscription is dropped and reported", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const off = c.subscribe("t", () => {});
+  ws.recv({ jsonrpc: "2.0", id: ws.sent[0].id, error: { code: -32004, message: "too many", data: { limit: 1 } } });
+  const err = await off.ready.catch((e) => e);
+  eq([err.code, err.data], [-32004, { limit: 1 }], "ready rejects");
+  eq(h.errors.length, 1, "reported");
+  ws.drop(1006);
+  await h.advance(1000);
+  h.last().open();
+  eq(h.last().sent, [], "not re-sent");
+  c.close();
+});
+
+test("backoff grows over attempts that fail, and restarts after an established connection", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts({ random: () => 0.999, minBackoffMs: 100, maxBackoffMs: 10000 }));
+  await tick();
+  const delays = [];
+  for (let i = 0; i < 4; i++) {
+    // Opens and closes at once, as a shed upgrade in close mode does.
+    h.last().open();
+    h.last().drop(1006);
+    delays.push(h.pendingDelay());
+    await h.advance(20000);
+  }
+  eq(delays, [100, 200, 400, 800], "doubling (timers are armed with the delay rounded up)");
+  // A connection that got a frame is established: the next drop starts over.
+  h.last().open();
+  c.call("x");
+  answerAll(h.last());
+  h.last().drop(1006);
+  eq(h.pendingDelay(), 100, "reset");
+  c.close();
+});
+
+test("a throwing handler does not stop delivery to the others", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const got = [];
+  c.subscribe("t", () => {
+    throw new Error("boom");
+  });
+  c.subscribe("t", (d) => got.push(d));
+  eq(ws.sent.length, 1, "one subscribe for two handlers");
+  ws.recv({ jsonrpc: "2.0", method: "message", params: { topic: "t", data: 7 } });
+  eq(got, [7], "second handler ran");
+  eq(h.errors.length, 1, "the throw reported");
+  c.close();
+});
+
+export async function run() {
+  const failures = [];
+  let passed = 0;
+  for (const t of tests) {
+    try {
+      await t.fn();
+      passed++;
+    } catch (e) {
+      failures.push(`${t.name}: ${e && e.stack ? e.stack : e}`);
+    }
+  }
+  return { passed, failures };
+}
