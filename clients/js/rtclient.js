@@ -174,7 +174,10 @@ class Client {
    */
   subscribe(topic, handler) {
     let t = this._subs.get(topic);
-    if (!t) {
+    if (this._stopped) {
+      t = new Topic();
+      t.fail(new RPCError("CLOSED", "rtclient: closed"));
+    } else if (!t) {
       t = new Topic();
       this._subs.set(topic, t);
       if (this._wsOpen) this._sendSubscribe(topic, t);
@@ -284,7 +287,9 @@ class Client {
     this._ws = null;
     this._wsOpen = false;
     this._clearTimer();
-    this._failPending((p) => p.ws === ws, new RPCError("DISCONNECTED", "rtclient: disconnected"));
+    // Only calls sent on this socket: queued ones were never sent (ws is
+    // null when the attempt failed before a socket existed).
+    this._failPending((p) => ws !== null && p.ws === ws, new RPCError("DISCONNECTED", "rtclient: disconnected"));
     if (this._stopped) return;
     if (PERMANENT_CLOSE.has(code)) {
       this._stop({ code, reason });

@@ -342,6 +342,29 @@ test("a dropped connection rejects calls in flight once, and sends queued ones a
   c.close();
 });
 
+test("an attempt that fails before a socket exists keeps the queued calls", async () => {
+  const h = harness();
+  let n = 0;
+  const c = connect("ws://x/ws", h.opts({
+    token: async () => {
+      if (++n === 1) throw new Error("no token yet");
+      return "t";
+    },
+  }));
+  const queued = c.call("q");
+  await tick();
+  eq(h.sockets.length, 0, "no socket without a token");
+  eq(h.errors.length, 1, "the failure reported");
+  await h.advance(1000);
+  eq(h.sockets.length, 1, "retried");
+  h.last().open();
+  eq(h.last().sent.map((m) => m.method), ["q"], "queued call sent");
+  answerAll(h.last());
+  eq(await queued, {}, "answered");
+  c.close();
+  eq((await c.subscribe("t", () => {}).ready.catch((e) => e)).code, "CLOSED", "subscribe after close");
+});
+
 test("every live subscription is re-sent after a reconnect; open comes after they are confirmed", async () => {
   const h = harness();
   const c = connect("ws://x/ws", h.opts());
