@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/protocol"
 )
 
 // flood publishes notifications to topic from its own connection until
 // stop is closed.
 func flood(t *testing.T, p *proc, topic string, stop <-chan struct{}, wg *sync.WaitGroup) {
-	c := dial(t, p.WS())
+	c := wstest.Dial(t, p.WS())
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -25,14 +26,14 @@ func flood(t *testing.T, p *proc, topic string, stop <-chan struct{}, wg *sync.W
 				return
 			default:
 			}
-			if !c.trySend(frame) {
+			if !c.TrySend(frame) {
 				return
 			}
 		}
 	}()
 }
 
-func overloaded(t *testing.T, f frame) protocol.OverloadedData {
+func overloaded(t *testing.T, f wstest.Frame) protocol.OverloadedData {
 	t.Helper()
 	if f.Error == nil || f.Error.Code != protocol.CodeOverloaded {
 		t.Fatalf("got %+v, want -32001", f)
@@ -61,8 +62,8 @@ admission:
     chatty: {rate: {limit: 2, per: 1m, by: user}}
   methods: {"report.*": expensive, lookup: cheap, chat.say: chatty}
 `, be.URL))
-	c := dial(t, p.WS())
-	mustOK(t, c.call("report.daily", `{}`))
+	c := wstest.Dial(t, p.WS())
+	wstest.MustOK(t, c.Call("report.daily", `{}`))
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -71,20 +72,20 @@ admission:
 	if v := p.metric("pressure_publish_rate"); v < 200 {
 		t.Fatalf("pressure_publish_rate %v while PUBLISH_RATE is active", v)
 	}
-	d := overloaded(t, c.call("report.daily", `{}`))
+	d := overloaded(t, c.Call("report.daily", `{}`))
 	if d.Class != "expensive" || d.Reason != "PUBLISH_RATE" {
 		t.Fatalf("shed with %+v, want class expensive, reason PUBLISH_RATE", d)
 	}
-	mustOK(t, c.call("lookup", `{}`))
+	wstest.MustOK(t, c.Call("lookup", `{}`))
 	close(stop)
 	wg.Wait()
 
 	p.waitMetric(`pressure_reason{reason="PUBLISH_RATE"}`, 30*time.Second, func(v float64) bool { return v == 0 })
-	mustOK(t, c.call("report.daily", `{}`))
+	wstest.MustOK(t, c.Call("report.daily", `{}`))
 
-	mustOK(t, c.call("chat.say", `{}`))
-	mustOK(t, c.call("chat.say", `{}`))
-	f := c.call("chat.say", `{}`)
+	wstest.MustOK(t, c.Call("chat.say", `{}`))
+	wstest.MustOK(t, c.Call("chat.say", `{}`))
+	f := c.Call("chat.say", `{}`)
 	if f.Error == nil || f.Error.Code != protocol.CodeRateLimited {
 		t.Fatalf("third chat.say: %+v", f)
 	}
@@ -124,10 +125,10 @@ admission:
 	flood(t, p, "hot", stop, &wg)
 	defer func() { close(stop); wg.Wait() }()
 	p.waitMetric(`ws_topic_publish_rate{topic="hot"}`, 30*time.Second, func(v float64) bool { return v >= 100 })
-	c := dial(t, p.WS())
-	d := overloaded(t, c.call("publish", `{"topic":"hot","data":1}`))
+	c := wstest.Dial(t, p.WS())
+	d := overloaded(t, c.Call("publish", `{"topic":"hot","data":1}`))
 	if d.Reason != "CLUSTER_TOP_PUBLISHER" || d.Class != "broadcast" {
 		t.Fatalf("shed with %+v", d)
 	}
-	mustOK(t, c.call("publish", `{"topic":"quiet","data":1}`))
+	wstest.MustOK(t, c.Call("publish", `{"topic":"quiet","data":1}`))
 }

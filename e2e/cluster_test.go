@@ -11,6 +11,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/wstest"
 )
 
 // fleetConfig is a config for an instance of a fleet on one Redis, with
@@ -23,32 +24,20 @@ publishRate: {publishInterval: 200ms, staleAfter: 1s}
 %s`, redisURL, extra)
 }
 
-// expectMessage reads frames until a message notification for topic
-// arrives and returns its data.
-func (c *conn) expectMessage(topic string) string {
-	c.t.Helper()
-	for {
-		f := c.recv()
-		if f.Method == "message" && f.Params.Topic == topic {
-			return string(f.Params.Data)
-		}
-	}
-}
-
 func TestFleetDeliversAcrossInstances(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
 	a := start(t, fleetConfig(r.URL(), ""))
 	_ = start(t, fleetConfig(r.URL(), ""))
 	c := start(t, fleetConfig(r.URL(), ""))
-	sub := dial(t, c.WS())
-	mustOK(t, sub.call("subscribe", `{"topic":"news"}`))
-	pub := dial(t, a.WS())
+	sub := wstest.Dial(t, c.WS())
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"news"}`))
+	pub := wstest.Dial(t, a.WS())
 	for i := range 100 {
-		mustOK(t, pub.call("publish", fmt.Sprintf(`{"topic":"news","data":{"n":%d}}`, i)))
+		wstest.MustOK(t, pub.Call("publish", fmt.Sprintf(`{"topic":"news","data":{"n":%d}}`, i)))
 	}
 	for i := range 100 {
-		if got, want := sub.expectMessage("news"), fmt.Sprintf(`{"n":%d}`, i); got != want {
+		if got, want := sub.ExpectMessage("news"), fmt.Sprintf(`{"n":%d}`, i); got != want {
 			t.Fatalf("message %d on C: %s, want %s", i, got, want)
 		}
 	}
@@ -61,7 +50,7 @@ func TestFleetDeliversAcrossInstances(t *testing.T) {
 // paced publishes to topic on p at about perSec messages per second
 // until stop is closed.
 func paced(t *testing.T, p *proc, topic string, perSec int, stop <-chan struct{}, wg *sync.WaitGroup) {
-	c := dial(t, p.WS())
+	c := wstest.Dial(t, p.WS())
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -73,7 +62,7 @@ func paced(t *testing.T, p *proc, topic string, perSec int, stop <-chan struct{}
 			case <-stop:
 				return
 			case <-tick.C:
-				if !c.trySend(frame) {
+				if !c.TrySend(frame) {
 					return
 				}
 			}
@@ -106,12 +95,12 @@ admission:
 	if local := a.metric(`ws_topic_publish_rate{topic="hot"}`); local >= 70 {
 		t.Fatalf("A alone publishes hot at %v/s: the test needs each instance below the threshold", local)
 	}
-	cc := dial(t, c.WS())
-	d := overloaded(t, cc.call("publish", `{"topic":"hot","data":1}`))
+	cc := wstest.Dial(t, c.WS())
+	d := overloaded(t, cc.Call("publish", `{"topic":"hot","data":1}`))
 	if d.Reason != "CLUSTER_TOP_PUBLISHER" || d.Class != "broadcast" {
 		t.Fatalf("C shed hot with %+v", d)
 	}
-	mustOK(t, cc.call("publish", `{"topic":"calm","data":1}`))
+	wstest.MustOK(t, cc.Call("publish", `{"topic":"calm","data":1}`))
 	if v := c.metric(`admission_rejected_total{class="broadcast",reason="CLUSTER_TOP_PUBLISHER"}`); v < 1 {
 		t.Fatalf("C counted %v cluster rejections", v)
 	}
@@ -134,13 +123,13 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
 	a, b := start(t, fleetConfig(r.URL(), "")), start(t, fleetConfig(r.URL(), ""))
-	sub := dial(t, b.WS())
-	mustOK(t, sub.call("subscribe", `{"topic":"t"}`))
+	sub := wstest.Dial(t, b.WS())
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 
 	r.Stop()
 	waitFor(t, 20*time.Second, "readyz 503", func() bool { return b.status("/readyz") == http.StatusServiceUnavailable })
 	b.waitMetric("bus_degraded", 10*time.Second, func(v float64) bool { return v == 1 })
-	if f := sub.recv(); f.Method != "system" || f.Params.Event != "degraded" {
+	if f := sub.Recv(); f.Method != "system" || f.Params.Event != "degraded" {
 		t.Fatalf("client got %+v, want system degraded", f)
 	}
 	if b.status("/healthz") != http.StatusOK {
@@ -150,12 +139,12 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	r.Restart()
 	waitFor(t, 30*time.Second, "readyz 200 on B", func() bool { return b.status("/readyz") == http.StatusOK })
 	waitFor(t, 30*time.Second, "readyz 200 on A", func() bool { return a.status("/readyz") == http.StatusOK })
-	if f := sub.recv(); f.Method != "system" || f.Params.Event != "recovered" {
+	if f := sub.Recv(); f.Method != "system" || f.Params.Event != "recovered" {
 		t.Fatalf("client got %+v, want system recovered", f)
 	}
-	pub := dial(t, a.WS())
-	mustOK(t, pub.call("publish", `{"topic":"t","data":"after"}`))
-	if got := sub.expectMessage("t"); got != `"after"` {
+	pub := wstest.Dial(t, a.WS())
+	wstest.MustOK(t, pub.Call("publish", `{"topic":"t","data":"after"}`))
+	if got := sub.ExpectMessage("t"); got != `"after"` {
 		t.Fatalf("after recovery got %s", got)
 	}
 }
@@ -196,10 +185,10 @@ func TestHostileEnvelopesAreCountedAndIgnored(t *testing.T) {
 		}
 	}
 	b.waitMetric(`bus_messages_dropped_total{reason="malformed"}`, 10*time.Second, func(v float64) bool { return v == 2 })
-	sub := dial(t, b.WS())
-	mustOK(t, sub.call("subscribe", `{"topic":"t"}`))
-	mustOK(t, dial(t, a.WS()).call("publish", `{"topic":"t","data":"still works"}`))
-	if got := sub.expectMessage("t"); got != `"still works"` {
+	sub := wstest.Dial(t, b.WS())
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
+	wstest.MustOK(t, wstest.Dial(t, a.WS()).Call("publish", `{"topic":"t","data":"still works"}`))
+	if got := sub.ExpectMessage("t"); got != `"still works"` {
 		t.Fatalf("got %s", got)
 	}
 }
@@ -213,18 +202,18 @@ func TestShardedBusOnRedisCluster(t *testing.T) {
 	cfg := fleetConfig(url, "")
 	cfg = strings.Replace(cfg, "redis: {url:", "redis: {bus: sharded, partitions: 8, url:", 1)
 	a, b := start(t, cfg), start(t, cfg)
-	sub := dial(t, b.WS())
+	sub := wstest.Dial(t, b.WS())
 	const topics = 24
 	for i := range topics {
-		mustOK(t, sub.call("subscribe", fmt.Sprintf(`{"topic":"room:%d"}`, i)))
+		wstest.MustOK(t, sub.Call("subscribe", fmt.Sprintf(`{"topic":"room:%d"}`, i)))
 	}
-	pub := dial(t, a.WS())
+	pub := wstest.Dial(t, a.WS())
 	for i := range topics {
-		mustOK(t, pub.call("publish", fmt.Sprintf(`{"topic":"room:%d","data":%d}`, i, i)))
+		wstest.MustOK(t, pub.Call("publish", fmt.Sprintf(`{"topic":"room:%d","data":%d}`, i, i)))
 	}
 	got := map[string]string{}
 	for len(got) < topics {
-		f := sub.recv()
+		f := sub.Recv()
 		if f.Method == "message" {
 			got[f.Params.Topic] = string(f.Params.Data)
 		}

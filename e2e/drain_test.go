@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
 )
 
 // SIGTERM drains: readiness turns 503, new upgrades are refused with reason
@@ -21,22 +22,22 @@ func TestDrainSpreadsClosesAndExitsZero(t *testing.T) {
 	const window = 2 * time.Second
 	p := start(t, "drain: {duration: 2s}\n")
 	const n = 10
-	clients := make([]*conn, n)
+	clients := make([]*wstest.Conn, n)
 	for i := range clients {
-		clients[i] = dial(t, p.WS())
-		mustOK(t, clients[i].call("subscribe", `{"topic":"t"}`))
+		clients[i] = wstest.Dial(t, p.WS())
+		wstest.MustOK(t, clients[i].Call("subscribe", `{"topic":"t"}`))
 	}
 	type result struct {
 		at     time.Time
 		code   websocket.StatusCode
 		reason string
-		notice frame
+		notice wstest.Frame
 	}
 	results := make(chan result, n)
 	for _, c := range clients {
 		go func() {
-			f := c.recv()
-			code, reason := c.closeStatus()
+			f := c.Recv()
+			code, reason := c.CloseStatus()
 			results <- result{time.Now(), code, reason, f}
 		}()
 	}
@@ -63,7 +64,7 @@ func TestDrainSpreadsClosesAndExitsZero(t *testing.T) {
 		if r.code != websocket.StatusServiceRestart {
 			t.Fatalf("close %d %q, want 1012", r.code, r.reason)
 		}
-		retryHint(t, r.reason)
+		wstest.RetryHint(t, r.reason)
 		times = append(times, r.at)
 	}
 	if code := p.exitCode(30 * time.Second); code != 0 {
@@ -81,9 +82,9 @@ func TestDrainSpreadsClosesAndExitsZero(t *testing.T) {
 func TestSecondSignalStopsAtOnce(t *testing.T) {
 	leakcheck.Check(t)
 	p := start(t, "drain: {duration: 1h}\n")
-	a, b := dial(t, p.WS()), dial(t, p.WS())
-	mustOK(t, a.call("subscribe", `{"topic":"t"}`))
-	mustOK(t, b.call("subscribe", `{"topic":"t"}`))
+	a, b := wstest.Dial(t, p.WS()), wstest.Dial(t, p.WS())
+	wstest.MustOK(t, a.Call("subscribe", `{"topic":"t"}`))
+	wstest.MustOK(t, b.Call("subscribe", `{"topic":"t"}`))
 	p.signal(syscall.SIGTERM)
 	waitFor(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
 	p.signal(syscall.SIGTERM)

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
 )
 
 // rejection checks a shed upgrade's HTTP answer: status, Retry-After in
@@ -101,16 +102,16 @@ func TestConnectFloodNeverExceedsCap(t *testing.T) {
 func TestRejectCloseMode(t *testing.T) {
 	leakcheck.Check(t)
 	p := start(t, "handshake: {maxConnections: 1, reject: close}\n")
-	first := dial(t, p.WS())
-	mustOK(t, first.call("subscribe", `{"topic":"t"}`))
-	second := dial(t, p.WS())
-	code, reason := second.closeStatus()
+	first := wstest.Dial(t, p.WS())
+	wstest.MustOK(t, first.Call("subscribe", `{"topic":"t"}`))
+	second := wstest.Dial(t, p.WS())
+	code, reason := second.CloseStatus()
 	if code != websocket.StatusTryAgainLater {
 		t.Fatalf("close %d %q, want 1013", code, reason)
 	}
-	retryHint(t, reason)
+	wstest.RetryHint(t, reason)
 	// The held connection is unaffected.
-	mustOK(t, first.call("unsubscribe", `{"topic":"t"}`))
+	wstest.MustOK(t, first.Call("unsubscribe", `{"topic":"t"}`))
 }
 
 // The per-IP upgrade rate keys on the socket peer: X-Forwarded-For from a

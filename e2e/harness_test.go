@@ -3,8 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -18,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/coder/websocket"
 )
 
 // binary is the rtserver built once for the whole package.
@@ -238,134 +234,4 @@ func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// conn is a raw WebSocket client.
-type conn struct {
-	t  testing.TB
-	ws *websocket.Conn
-}
-
-func dialOpts(ctx context.Context, url string, o *websocket.DialOptions) (*websocket.Conn, *http.Response, error) {
-	return websocket.Dial(ctx, url, o)
-}
-
-func dial(t testing.TB, url string) *conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ws, _, err := websocket.Dial(ctx, url, nil)
-	if err != nil {
-		t.Fatalf("dial %s: %v", url, err)
-	}
-	ws.SetReadLimit(1 << 24)
-	t.Cleanup(func() { ws.CloseNow() })
-	return &conn{t: t, ws: ws}
-}
-
-func (c *conn) send(frame string) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.ws.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
-		c.t.Fatalf("write: %v", err)
-	}
-}
-
-// trySend writes a frame and reports whether it went out; for background
-// publishers whose server may go away on purpose.
-func (c *conn) trySend(frame string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return c.ws.Write(ctx, websocket.MessageText, []byte(frame)) == nil
-}
-
-func (c *conn) read() ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, b, err := c.ws.Read(ctx)
-	return b, err
-}
-
-// frame is a decoded server frame.
-type frame struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Result json.RawMessage `json:"result"`
-	Params struct {
-		Topic            string          `json:"topic"`
-		Data             json.RawMessage `json:"data"`
-		Event            string          `json:"event"`
-		ReconnectAfterMs int64           `json:"reconnectAfterMs"`
-	} `json:"params"`
-	Error *struct {
-		Code    int             `json:"code"`
-		Message string          `json:"message"`
-		Data    json.RawMessage `json:"data"`
-	} `json:"error"`
-}
-
-func (c *conn) recv() frame {
-	c.t.Helper()
-	b, err := c.read()
-	if err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	var f frame
-	if err := json.Unmarshal(b, &f); err != nil {
-		c.t.Fatalf("decode %s: %v", b, err)
-	}
-	return f
-}
-
-var nextID struct {
-	sync.Mutex
-	n int
-}
-
-// call sends a request and returns its response, skipping notifications.
-func (c *conn) call(method, params string) frame {
-	c.t.Helper()
-	nextID.Lock()
-	nextID.n++
-	id := strconv.Itoa(nextID.n)
-	nextID.Unlock()
-	c.send(`{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `","params":` + params + `}`)
-	for {
-		f := c.recv()
-		if string(f.ID) == id {
-			return f
-		}
-	}
-}
-
-func mustOK(t testing.TB, f frame) {
-	t.Helper()
-	if f.Error != nil {
-		t.Fatalf("error %d %s %s", f.Error.Code, f.Error.Message, f.Error.Data)
-	}
-}
-
-// closeStatus reads until the connection ends and returns the close code
-// and reason (-1 when it ended without a close frame).
-func (c *conn) closeStatus() (websocket.StatusCode, string) {
-	for {
-		_, err := c.read()
-		if err != nil {
-			if ce := (websocket.CloseError{}); asClose(err, &ce) {
-				return ce.Code, ce.Reason
-			}
-			return -1, err.Error()
-		}
-	}
-}
-
-// retryHint parses "retry_after_ms=N" and fails unless N > 0.
-func retryHint(t testing.TB, reason string) int {
-	t.Helper()
-	ms, err := strconv.Atoi(strings.TrimPrefix(reason, "retry_after_ms="))
-	if !strings.HasPrefix(reason, "retry_after_ms=") || err != nil || ms <= 0 {
-		t.Fatalf("close reason %q is not retry_after_ms=N with N > 0", reason)
-	}
-	return ms
 }

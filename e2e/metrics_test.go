@@ -11,6 +11,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/wstest"
 )
 
 // contractMetrics are the names of CONTRACT section 6.
@@ -43,8 +44,8 @@ admission:
   methods: {publish: broadcast}
 `)
 	a, b := start(t, cfg), start(t, cfg)
-	sub := dial(t, b.WS())
-	mustOK(t, sub.call("subscribe", `{"topic":"t"}`))
+	sub := wstest.Dial(t, b.WS())
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	paced(t, a, "t", 20, stop, &wg)

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -29,7 +29,7 @@ admission:
     shed: {concurrency: {max: 1}}
   methods: {"limited.*": limited, "block": shed, "echo2": shed}
 `, be.URL))
-	c := dial(t, p.WS())
+	c := wstest.Dial(t, p.WS())
 	tests := []struct {
 		name string
 		give string
@@ -46,8 +46,8 @@ admission:
 		{"upstream timeout", `{"jsonrpc":"2.0","id":1,"method":"block"}`, protocol.CodeUpstream},
 	}
 	for _, tt := range tests {
-		c.send(tt.give)
-		f := c.recv()
+		c.Send(tt.give)
+		f := c.Recv()
 		if f.Error == nil || f.Error.Code != tt.code {
 			t.Fatalf("%s: got %+v, want error %d", tt.name, f, tt.code)
 		}
@@ -57,16 +57,16 @@ admission:
 	}
 
 	// -32004: the subscription limit, with the limit in data.
-	mustOK(t, c.call("subscribe", `{"topic":"a"}`))
-	mustOK(t, c.call("subscribe", `{"topic":"b"}`))
-	f := c.call("subscribe", `{"topic":"c"}`)
+	wstest.MustOK(t, c.Call("subscribe", `{"topic":"a"}`))
+	wstest.MustOK(t, c.Call("subscribe", `{"topic":"b"}`))
+	f := c.Call("subscribe", `{"topic":"c"}`)
 	if f.Error == nil || f.Error.Code != protocol.CodeLimitExceeded || string(f.Error.Data) != `{"limit":2}` {
 		t.Fatalf("third subscription: %+v", f.Error)
 	}
 
 	// -32002: a per-class rate limit, with its data fields.
-	mustOK(t, c.call("limited.x", `{}`))
-	f = c.call("limited.x", `{}`)
+	wstest.MustOK(t, c.Call("limited.x", `{}`))
+	f = c.Call("limited.x", `{}`)
 	if f.Error == nil || f.Error.Code != protocol.CodeRateLimited {
 		t.Fatalf("rate-limited call: %+v", f)
 	}
@@ -76,10 +76,10 @@ admission:
 	}
 
 	// -32001: a concurrency cap of one, held by a call the backend blocks.
-	be2 := dial(t, p.WS())
-	be2.send(`{"jsonrpc":"2.0","id":"held","method":"block"}`)
+	be2 := wstest.Dial(t, p.WS())
+	be2.Send(`{"jsonrpc":"2.0","id":"held","method":"block"}`)
 	p.waitMetric(`admission_accepted_total{class="shed"}`, 10*time.Second, func(v float64) bool { return v >= 2 })
-	f = c.call("echo2", `{}`)
+	f = c.Call("echo2", `{}`)
 	if f.Error == nil || f.Error.Code != protocol.CodeOverloaded {
 		t.Fatalf("shed call: %+v", f)
 	}
@@ -91,14 +91,14 @@ admission:
 		t.Fatalf("admission_rejected_total{shed,CONCURRENCY} = %v", v)
 	}
 	be.unblock()
-	if f := be2.recv(); string(f.ID) != `"held"` {
+	if f := be2.Recv(); string(f.ID) != `"held"` {
 		t.Fatalf("held call answered %+v", f)
 	}
 
 	// The connection is still healthy after all of that, and the backend
 	// saw who was calling.
-	f = c.call("echo", `{"x":1}`)
-	mustOK(t, f)
+	f = c.Call("echo", `{"x":1}`)
+	wstest.MustOK(t, f)
 	if !strings.Contains(string(f.Result), `"params":{"x":1}`) {
 		t.Fatalf("echo result %s", f.Result)
 	}
@@ -113,16 +113,16 @@ admission:
 func TestBinaryAndOversizeFramesClose(t *testing.T) {
 	leakcheck.Check(t)
 	p := start(t, "limits: {maxMessageBytes: 1024}\n")
-	bin := dial(t, p.WS())
-	if err := bin.ws.Write(context.Background(), websocket.MessageBinary, []byte{1, 2, 3}); err != nil {
+	bin := wstest.Dial(t, p.WS())
+	if err := bin.WS.Write(context.Background(), websocket.MessageBinary, []byte{1, 2, 3}); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := bin.closeStatus(); code != websocket.StatusUnsupportedData {
+	if code, _ := bin.CloseStatus(); code != websocket.StatusUnsupportedData {
 		t.Fatalf("binary frame: close %d, want 1003", code)
 	}
-	big := dial(t, p.WS())
-	big.send(`{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":"` + strings.Repeat("x", 2000) + `"}}`)
-	if code, _ := big.closeStatus(); code != websocket.StatusMessageTooBig {
+	big := wstest.Dial(t, p.WS())
+	big.Send(`{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":"` + strings.Repeat("x", 2000) + `"}}`)
+	if code, _ := big.CloseStatus(); code != websocket.StatusMessageTooBig {
 		t.Fatalf("oversize frame: close %d, want 1009", code)
 	}
 }
@@ -133,74 +133,15 @@ func TestBinaryAndOversizeFramesClose(t *testing.T) {
 func TestStalledSubscriberCutOffHealthyGetsAll(t *testing.T) {
 	leakcheck.Check(t)
 	p := start(t, "limits: {sendQueueBytes: 262144, writeTimeout: 30s}\n")
-	stalled, healthy, pub := dial(t, p.WS()), dial(t, p.WS()), dial(t, p.WS())
-	mustOK(t, stalled.call("subscribe", `{"topic":"feed"}`))
-	mustOK(t, healthy.call("subscribe", `{"topic":"feed"}`))
+	stalled, healthy, pub := wstest.Dial(t, p.WS()), wstest.Dial(t, p.WS()), wstest.Dial(t, p.WS())
+	wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"feed"}`))
+	wstest.MustOK(t, healthy.Call("subscribe", `{"topic":"feed"}`))
 
-	const n = 20000
-	payload := strings.Repeat("p", 1000)
-	var got atomic.Int64
-	healthyErr := make(chan error, 1)
-	go func() {
-		for i := range n {
-			b, err := healthy.read()
-			if err != nil {
-				healthyErr <- fmt.Errorf("read %d: %w", i, err)
-				return
-			}
-			var f frame
-			var d struct{ I int }
-			if json.Unmarshal(b, &f) != nil || json.Unmarshal(f.Params.Data, &d) != nil || d.I != i {
-				healthyErr <- fmt.Errorf("message %d out of order: %s", i, b[:min(len(b), 80)])
-				return
-			}
-			got.Add(1)
-		}
-		healthyErr <- nil
-	}()
-	stalledClose := make(chan [2]any, 1)
-	resumed := false
-	var finalErr error
-	finished := false
-	// Publish in windows and wait for the healthy reader to catch up: it
-	// reads as fast as messages are sent, which is what healthy means.
-	const window = 100
-	for i := 0; i < n; i += window {
-		for j := i; j < i+window; j++ {
-			pub.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"feed","data":{"i":%d,"p":"%s"}}}`, j, payload))
-		}
-		for !finished && got.Load() < int64(i+window) {
-			select {
-			case finalErr = <-healthyErr:
-				finished = true
-			case <-time.After(time.Millisecond):
-			}
-		}
-		if finalErr != nil {
-			t.Fatalf("healthy subscriber: %v", finalErr)
-		}
-		// Once the server has cut the stalled client off, it reads again
-		// and must find 1013 after what was in flight.
-		if !resumed && p.metric("slow_consumer_disconnects_total") == 1 {
-			resumed = true
-			go func() {
-				code, reason := stalled.closeStatus()
-				stalledClose <- [2]any{code, reason}
-			}()
-		}
+	code, reason := wstest.StalledAndHealthy(t, pub, healthy, stalled, "feed", 20000, 1000, func() bool {
+		return p.metric("slow_consumer_disconnects_total") == 1
+	})
+	if code != websocket.StatusTryAgainLater {
+		t.Fatalf("stalled subscriber closed %d %q, want 1013", code, reason)
 	}
-	if !finished {
-		finalErr = <-healthyErr
-	}
-	if finalErr != nil || got.Load() != n {
-		t.Fatalf("healthy subscriber got %d of %d: %v", got.Load(), n, finalErr)
-	}
-	if !resumed {
-		t.Fatal("the stalled subscriber was never cut off")
-	}
-	st := <-stalledClose
-	if st[0].(websocket.StatusCode) != websocket.StatusTryAgainLater {
-		t.Fatalf("stalled subscriber closed %v %v, want 1013", st[0], st[1])
-	}
-	retryHint(t, st[1].(string))
+	wstest.RetryHint(t, reason)
 }

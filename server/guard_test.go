@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -32,8 +33,8 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	_, url := startServer(t, Options{})
 	const n = 50
 	for range n {
-		c := dial(t, url)
-		mustOK(t, c.call("subscribe", `{"topic":"idle"}`))
+		c := wstest.Dial(t, url)
+		wstest.MustOK(t, c.Call("subscribe", `{"topic":"idle"}`))
 	}
 	// Writers exit once the subscribe answers are written: wait for that.
 	deadline := time.Now().Add(10 * time.Second)

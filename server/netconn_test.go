@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
 )
 
 // The hijacked connection runs on small buffers and a corked writer. Every
@@ -22,11 +23,11 @@ func TestEveryMessageSizeRoundTrips(t *testing.T) {
 	s, url := startServer(t, Options{Config: Config{MaxMessageBytes: limit}})
 	s.Handle("echo", func(_ context.Context, r *Request) (any, error) { return r.Params, nil })
 	for _, sub := range []string{"", BatchSubprotocol} {
-		c := dial(t, url, sub)
-		if sub != "" && c.ws.Subprotocol() != sub {
+		c := wstest.Dial(t, url, sub)
+		if sub != "" && c.WS.Subprotocol() != sub {
 			t.Fatalf("subprotocol %q not negotiated", sub)
 		}
-		mustOK(t, c.call("subscribe", `{"topic":"self"}`))
+		wstest.MustOK(t, c.Call("subscribe", `{"topic":"self"}`))
 		frameFor := func(method string, size int) (string, string) {
 			// Pad a string so the whole request frame is exactly size bytes.
 			head := `{"jsonrpc":"2.0","id":1,"method":"` + method + `","params":`
@@ -59,8 +60,8 @@ func TestEveryMessageSizeRoundTrips(t *testing.T) {
 			if frame == "" {
 				continue
 			}
-			c.send(frame)
-			m := c.recvMsg()
+			c.Send(frame)
+			m := c.Recv()
 			var got []string
 			if err := json.Unmarshal(m.Result, &got); err != nil || len(got) != 1 || got[0] != payload {
 				t.Fatalf("echo of a %d-byte frame (sub %q) came back wrong", n, sub)
@@ -70,21 +71,21 @@ func TestEveryMessageSizeRoundTrips(t *testing.T) {
 		// under rt.batch; read until both are seen.
 		for _, n := range []int{100, 511, 512, 513, 4095, 4096, 4097, limit} {
 			frame, payload := frameFor("publish", n)
-			c.send(frame)
+			c.Send(frame)
 			gotMsg, gotResp := false, false
 			for !gotMsg || !gotResp {
-				b := c.recv()
-				var batch []msg
+				b := c.RecvRaw()
+				var batch []wstest.Frame
 				if b[0] == '[' {
 					if err := json.Unmarshal(b, &batch); err != nil {
 						t.Fatal(err)
 					}
 				} else {
-					var one msg
+					var one wstest.Frame
 					if err := json.Unmarshal(b, &one); err != nil {
 						t.Fatal(err)
 					}
-					batch = []msg{one}
+					batch = []wstest.Frame{one}
 				}
 				for _, m := range batch {
 					switch {
@@ -94,7 +95,7 @@ func TestEveryMessageSizeRoundTrips(t *testing.T) {
 						}
 						gotMsg = true
 					case string(m.ID) == "1":
-						mustOK(t, m)
+						wstest.MustOK(t, m)
 						gotResp = true
 					}
 				}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -21,16 +21,16 @@ import (
 func TestPublishReachesSubscribersInOrder(t *testing.T) {
 	leakcheck.Check(t)
 	_, url := startServer(t, Options{})
-	sub, pub, other := dial(t, url), dial(t, url), dial(t, url)
-	mustOK(t, sub.call("subscribe", `{"topic":"room:1"}`))
-	mustOK(t, other.call("subscribe", `{"topic":"room:2"}`))
+	sub, pub, other := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"room:1"}`))
+	wstest.MustOK(t, other.Call("subscribe", `{"topic":"room:2"}`))
 
 	const n = 1000
 	for i := range n {
-		pub.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"room:1","data":{"i":%d}}}`, i))
+		pub.Send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"room:1","data":{"i":%d}}}`, i))
 	}
 	for i := range n {
-		m := sub.recvMsg()
+		m := sub.Recv()
 		if m.Method != "message" || m.Params.Topic != "room:1" {
 			t.Fatalf("message %d: got %+v", i, m)
 		}
@@ -39,10 +39,9 @@ func TestPublishReachesSubscribersInOrder(t *testing.T) {
 		}
 	}
 	// room:2's subscriber got nothing of room:1: its next frame is the
-	// answer to its own call.
-	m := other.call("unsubscribe", `{"topic":"room:2"}`)
-	mustOK(t, m)
-	if string(m.ID) != "1" {
+	// answer to its own request.
+	other.Send(`{"jsonrpc":"2.0","id":"mine","method":"unsubscribe","params":{"topic":"room:2"}}`)
+	if m := other.Recv(); string(m.ID) != `"mine"` || m.Error != nil {
 		t.Fatalf("other received %+v", m)
 	}
 }
@@ -55,7 +54,7 @@ func TestProtocolErrors(t *testing.T) {
 		return nil, protocol.NewError(protocol.CodeForbidden, "", nil)
 	})
 	s.Handle("fail", func(context.Context, *Request) (any, error) { return nil, errors.New("secret detail") })
-	c := dial(t, url)
+	c := wstest.Dial(t, url)
 	tests := []struct {
 		name  string
 		give  string
@@ -82,9 +81,9 @@ func TestProtocolErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c.t = t
-			c.send(tt.give)
-			m := c.recvMsg()
+			c.T = t
+			c.Send(tt.give)
+			m := c.Recv()
 			if m.Error == nil || m.Error.Code != tt.code {
 				t.Fatalf("got %+v, want error %d", m, tt.code)
 			}
@@ -99,15 +98,15 @@ func TestProtocolErrors(t *testing.T) {
 			}
 		})
 	}
-	c.t = t
+	c.T = t
 	// The connection survived all of it; the subscription limit answers
 	// -32004 with the limit in data.
-	mustOK(t, c.call("subscribe", `{"topic":"a"}`))
-	m := c.call("subscribe", `{"topic":"b"}`)
+	wstest.MustOK(t, c.Call("subscribe", `{"topic":"a"}`))
+	m := c.Call("subscribe", `{"topic":"b"}`)
 	if m.Error == nil || m.Error.Code != protocol.CodeLimitExceeded || string(m.Error.Data) != `{"limit":1}` {
 		t.Fatalf("second subscription: %+v", m.Error)
 	}
-	mustOK(t, c.call("subscribe", `{"topic":"a"}`)) // already subscribed: not a new one
+	wstest.MustOK(t, c.Call("subscribe", `{"topic":"a"}`)) // already subscribed: not a new one
 }
 
 func TestBatchAndNotifications(t *testing.T) {
@@ -120,11 +119,15 @@ func TestBatchAndNotifications(t *testing.T) {
 		}
 		return r.Params, nil
 	})
-	c := dial(t, url)
+	c := wstest.Dial(t, url)
 	// A notification gets no response: the next frame answers the request.
-	c.send(`{"jsonrpc":"2.0","method":"echo","params":[1]}`)
-	m := c.call("echo", `{"x":2}`)
-	mustOK(t, m)
+	c.Send(`{"jsonrpc":"2.0","method":"echo","params":[1]}`)
+	c.Send(`{"jsonrpc":"2.0","id":"req","method":"echo","params":{"x":2}}`)
+	m := c.Recv()
+	if string(m.ID) != `"req"` {
+		t.Fatalf("the notification was answered: %+v", m)
+	}
+	wstest.MustOK(t, m)
 	if string(m.Result) != `{"x":2}` {
 		t.Fatalf("echo result %s", m.Result)
 	}
@@ -132,17 +135,17 @@ func TestBatchAndNotifications(t *testing.T) {
 		t.Fatalf("notification ran %d times", notified.Load())
 	}
 
-	c.send(`[{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topic":"t"}},` +
+	c.Send(`[{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topic":"t"}},` +
 		`{"jsonrpc":"2.0","method":"publish","params":{"topic":"t","data":"n"}},` +
 		`{"jsonrpc":"2.0","id":2,"method":"echo","params":[3]},` +
 		`{"bad":true}]`)
 	// The publish delivers to ourselves before the batch answer is queued.
-	first := c.recvMsg()
+	first := c.Recv()
 	if first.Method != "message" || string(first.Params.Data) != `"n"` {
 		t.Fatalf("first frame %+v", first)
 	}
-	var resp []msg
-	if err := json.Unmarshal(c.recv(), &resp); err != nil {
+	var resp []wstest.Frame
+	if err := json.Unmarshal(c.RecvRaw(), &resp); err != nil {
 		t.Fatal(err)
 	}
 	if len(resp) != 3 {
@@ -158,8 +161,9 @@ func TestBatchAndNotifications(t *testing.T) {
 		t.Errorf("resp[2] = %+v", resp[2])
 	}
 	// A batch of notifications only gets no answer at all.
-	c.send(`[{"jsonrpc":"2.0","method":"echo","params":[1]}]`)
-	if m := c.call("echo", `[9]`); string(m.Result) != "[9]" {
+	c.Send(`[{"jsonrpc":"2.0","method":"echo","params":[1]}]`)
+	c.Send(`{"jsonrpc":"2.0","id":"after","method":"echo","params":[9]}`)
+	if m := c.Recv(); string(m.ID) != `"after"` || string(m.Result) != "[9]" {
 		t.Fatalf("after notification batch: %+v", m)
 	}
 }
@@ -167,11 +171,11 @@ func TestBatchAndNotifications(t *testing.T) {
 func TestBinaryFrameCloses1003(t *testing.T) {
 	leakcheck.Check(t)
 	_, url := startServer(t, Options{})
-	c := dial(t, url)
-	if err := c.ws.Write(context.Background(), websocket.MessageBinary, []byte("x")); err != nil {
+	c := wstest.Dial(t, url)
+	if err := c.WS.Write(context.Background(), websocket.MessageBinary, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := c.closeStatus(); code != websocket.StatusUnsupportedData {
+	if code, _ := c.CloseStatus(); code != websocket.StatusUnsupportedData {
 		t.Fatalf("close %d, want 1003", code)
 	}
 }
@@ -180,17 +184,17 @@ func TestOversizeMessageCloses1009(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
 	_, url := startServer(t, Options{Config: Config{MaxMessageBytes: 1024}, Metrics: m})
-	c := dial(t, url)
+	c := wstest.Dial(t, url)
 	// Exactly at the limit is fine.
 	at := `{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":"`
 	at += strings.Repeat("x", 1024-len(at)-3) + `"}}`
 	if len(at) != 1024 {
 		t.Fatalf("frame is %d bytes", len(at))
 	}
-	c.send(at)
-	mustOK(t, c.recvMsg())
-	c.send(at + " ")
-	if code, _ := c.closeStatus(); code != websocket.StatusMessageTooBig {
+	c.Send(at)
+	wstest.MustOK(t, c.Recv())
+	c.Send(at + " ")
+	if code, _ := c.CloseStatus(); code != websocket.StatusMessageTooBig {
 		t.Fatalf("close %d, want 1009", code)
 	}
 }
@@ -202,93 +206,17 @@ func TestSlowConsumerIsCutOffHealthyOneGetsEverything(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
 	_, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: 256 << 10}})
-	stalled, healthy, pub := dial(t, url), dial(t, url), dial(t, url)
-	mustOK(t, stalled.call("subscribe", `{"topic":"feed"}`))
-	mustOK(t, healthy.call("subscribe", `{"topic":"feed"}`))
+	stalled, healthy, pub := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
+	wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"feed"}`))
+	wstest.MustOK(t, healthy.Call("subscribe", `{"topic":"feed"}`))
 
-	const n = 20000
-	payload := strings.Repeat("p", 1000)
-	var got atomic.Int64
-	errc := make(chan error, 1)
-	go func() {
-		for i := range n {
-			b, err := healthy.read()
-			if err != nil {
-				errc <- fmt.Errorf("healthy read %d: %w", i, err)
-				return
-			}
-			var mm msg
-			if err := json.Unmarshal(b, &mm); err != nil {
-				errc <- err
-				return
-			}
-			var d struct{ I int }
-			if err := json.Unmarshal(mm.Params.Data, &d); err != nil || d.I != i {
-				errc <- fmt.Errorf("healthy got %s at %d", mm.Params.Data, i)
-				return
-			}
-			got.Add(1)
-		}
-		errc <- nil
-	}()
-	// Publish in windows no larger than the healthy client's queue bound,
-	// waiting for it to catch up: healthy means "reads as fast as it is
-	// sent", and this keeps the test about the stalled one.
-	// The stalled client starts reading again once the server has cut it
-	// off: it must then find every frame that was in flight, then 1013.
-	type closed struct {
-		code   websocket.StatusCode
-		reason string
+	code, reason := wstest.StalledAndHealthy(t, pub, healthy, stalled, "feed", 20000, 1000, func() bool {
+		return testutilValue(m.SlowConsumerDisconnects) > 0
+	})
+	if code != websocket.StatusTryAgainLater {
+		t.Fatalf("stalled close %d %q, want 1013", code, reason)
 	}
-	stalledDone := make(chan closed, 1)
-	resumed := false
-	resume := func() {
-		if resumed || testutilValue(m.SlowConsumerDisconnects) == 0 {
-			return
-		}
-		resumed = true
-		go func() {
-			code, reason := stalled.closeStatus()
-			stalledDone <- closed{code, reason}
-		}()
-	}
-	const window = 100
-	var readerErr error
-	finished := false
-	for i := 0; i < n; i += window {
-		for j := i; j < i+window; j++ {
-			pub.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"feed","data":{"i":%d,"p":"%s"}}}`, j, payload))
-		}
-		for !finished && got.Load() < int64(i+window) {
-			select {
-			case readerErr = <-errc:
-				finished = true
-			case <-time.After(time.Millisecond):
-			}
-		}
-		resume()
-		if readerErr != nil {
-			t.Fatalf("healthy subscriber: %v", readerErr)
-		}
-	}
-	if !finished {
-		readerErr = <-errc
-	}
-	if readerErr != nil || got.Load() != n {
-		t.Fatalf("healthy subscriber got %d of %d: %v", got.Load(), n, readerErr)
-	}
-	resume()
-	if !resumed {
-		t.Fatal("the stalled subscriber was never cut off")
-	}
-	st := <-stalledDone
-	code, reason := st.code, st.reason
-	if code != websocket.StatusTryAgainLater || !strings.HasPrefix(reason, "retry_after_ms=") {
-		t.Fatalf("stalled close %d %q, want 1013 retry_after_ms=N", code, reason)
-	}
-	if ms, err := strconv.Atoi(strings.TrimPrefix(reason, "retry_after_ms=")); err != nil || ms <= 0 {
-		t.Fatalf("bad retry hint %q", reason)
-	}
+	wstest.RetryHint(t, reason)
 	if v := testutilValue(m.SlowConsumerDisconnects); v != 1 {
 		t.Fatalf("slow_consumer_disconnects_total = %v, want 1", v)
 	}
@@ -297,9 +225,9 @@ func TestSlowConsumerIsCutOffHealthyOneGetsEverything(t *testing.T) {
 func TestDrainNotifiesThenCloses1012(t *testing.T) {
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
-	clients := []*client{dial(t, url), dial(t, url), dial(t, url)}
+	clients := []*wstest.Conn{wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)}
 	for _, c := range clients {
-		mustOK(t, c.call("subscribe", `{"topic":"t"}`))
+		wstest.MustOK(t, c.Call("subscribe", `{"topic":"t"}`))
 	}
 	if !s.Ready() {
 		t.Fatal("not ready before drain")
@@ -310,11 +238,11 @@ func TestDrainNotifiesThenCloses1012(t *testing.T) {
 		close(done)
 	}()
 	for _, c := range clients {
-		m := c.recvMsg()
+		m := c.Recv()
 		if m.Method != "system" || m.Params.Event != "draining" || m.Params.ReconnectAfterMs <= 0 {
 			t.Fatalf("first frame during drain: %+v", m)
 		}
-		code, reason := c.closeStatus()
+		code, reason := c.CloseStatus()
 		if code != websocket.StatusServiceRestart || !strings.HasPrefix(reason, "retry_after_ms=") {
 			t.Fatalf("close %d %q, want 1012 retry_after_ms=N", code, reason)
 		}
@@ -352,12 +280,12 @@ func TestDrainScheduleSpreadsCloses(t *testing.T) {
 func TestServerSidePublish(t *testing.T) {
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
-	c := dial(t, url)
-	mustOK(t, c.call("subscribe", `{"topic":"news"}`))
+	c := wstest.Dial(t, url)
+	wstest.MustOK(t, c.Call("subscribe", `{"topic":"news"}`))
 	if err := s.Publish("news", json.RawMessage(`{ "a" : 1 }`)); err != nil {
 		t.Fatal(err)
 	}
-	if m := c.recvMsg(); m.Method != "message" || string(m.Params.Data) != `{"a":1}` {
+	if m := c.Recv(); m.Method != "message" || string(m.Params.Data) != `{"a":1}` {
 		t.Fatalf("got %+v", m)
 	}
 	for _, bad := range []struct {
@@ -375,13 +303,13 @@ func TestServerSidePublish(t *testing.T) {
 func TestDeadPeerIsDetectedByPing(t *testing.T) {
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{Config: Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond}})
-	dead, live := dial(t, url), dial(t, url)
-	mustOK(t, dead.call("subscribe", `{"topic":"t"}`))
+	dead, live := wstest.Dial(t, url), wstest.Dial(t, url)
+	wstest.MustOK(t, dead.Call("subscribe", `{"topic":"t"}`))
 	// live keeps reading, so its client answers pings; dead never reads
 	// again, so its pongs are never sent.
 	liveErr := make(chan error, 1)
 	go func() {
-		_, err := live.read()
+		_, err := live.Read()
 		liveErr <- err
 	}()
 	deadline := time.Now().Add(20 * time.Second)
@@ -400,6 +328,6 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 		t.Fatalf("live peer lost its connection: %v", err)
 	default:
 	}
-	live.ws.CloseNow()
+	live.WS.CloseNow()
 	<-liveErr
 }

@@ -1,13 +1,8 @@
 package server
 
 import (
-	"errors"
-
-	"github.com/coder/websocket"
 	dto "github.com/prometheus/client_model/go"
 )
-
-func asCloseError(err error, ce *websocket.CloseError) bool { return errors.As(err, ce) }
 
 func testutilValue(c interface{ Write(*dto.Metric) error }) float64 {
 	var m dto.Metric
