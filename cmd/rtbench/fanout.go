@@ -1,0 +1,405 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+type fanoutConfig struct {
+	URL         *url.URL
+	P, S, T     int           // publishers, subscribers, topics
+	Size        int           // approximate bytes of each message's data
+	Duration    time.Duration // publishing time
+	Rate        float64       // publishes/s over all publishers; 0 = as fast as the window allows
+	Window      int           // publishes in flight per publisher (default 64)
+	Batch       bool          // subscribers offer the rt.batch subprotocol
+	C           int           // dialers in parallel while connecting
+	DialTimeout time.Duration
+	ServerPID   int
+}
+
+type fanoutResult struct {
+	URL         string `json:"url"`
+	Publishers  int    `json:"publishers"`
+	Subscribers int    `json:"subscribers"`
+	Topics      int    `json:"topics"`
+	Size        int    `json:"dataBytes"`
+	Batch       bool   `json:"batch"`
+	// BatchNegotiated counts subscribers whose server accepted rt.batch.
+	BatchNegotiated int            `json:"batchNegotiated"`
+	Published       int64          `json:"publishedOK"`
+	PublishErrors   map[string]int `json:"publishErrors,omitempty"`
+	Expected        int64          `json:"expectedDeliveries"`
+	Delivered       int64          `json:"delivered"`
+	Frames          int64          `json:"frames"`
+	Seconds         float64        `json:"seconds"` // first publish to last delivery
+	PublishPerSec   float64        `json:"publishedPerSec"`
+	DeliveredPerSec float64        `json:"deliveredPerSec"`
+	MsgsPerFrame    float64        `json:"messagesPerFrame"`
+	Latency         latency        `json:"latency"`
+	SubsClosed      map[string]int `json:"subscribersClosed,omitempty"`
+	ServerCPU       float64        `json:"serverCpuSeconds,omitempty"`
+	ServerUser      float64        `json:"serverUserSeconds,omitempty"`
+	ServerSys       float64        `json:"serverSysSeconds,omitempty"`
+	CPUPerMillion   float64        `json:"serverCpuSecondsPerMillionDelivered,omitempty"`
+	ClientCPU       float64        `json:"rtbenchCpuSeconds"`
+}
+
+// tsKey marks the send time embedded in each message's data; subscribers
+// find it by scanning frames instead of decoding them, so the load
+// generator spends its share of the two cores on sockets, not JSON.
+const tsKey = `"rtbts":`
+
+// payload renders a message's data: the send time in nanoseconds since
+// base, padded to about size bytes.
+func payload(ts int64, size int) []byte {
+	b := make([]byte, 0, size+32)
+	b = append(b, '{')
+	b = append(b, tsKey...)
+	b = strconv.AppendInt(b, ts, 10)
+	b = append(b, `,"pad":"`...)
+	for n := size - len(b) - 2; n > 0; n-- {
+		b = append(b, 'x')
+	}
+	return append(b, `"}`...)
+}
+
+// scanTimestamps calls f with every timestamp in a frame (one message, or
+// an rt.batch array of them) and returns how many it found.
+func scanTimestamps(b []byte, f func(ts int64)) int {
+	n := 0
+	for {
+		i := bytes.Index(b, []byte(tsKey))
+		if i < 0 {
+			return n
+		}
+		b = b[i+len(tsKey):]
+		var v int64
+		j := 0
+		for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+			v = v*10 + int64(b[j]-'0')
+		}
+		if j > 0 {
+			f(v)
+			n++
+		}
+		b = b[j:]
+	}
+}
+
+func fanoutTopic(t int) string {
+	return "rtbench.fan." + strconv.Itoa(os.Getpid()) + "." + strconv.Itoa(t)
+}
+
+// dialMany opens n connections with c dialers; on any failure it closes
+// what it opened.
+func dialMany(ctx context.Context, d *dialer, n, c int, timeout time.Duration, setup func(i int, conn *websocket.Conn) error) ([]*websocket.Conn, error) {
+	conns := make([]*websocket.Conn, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for range max(1, min(c, n)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				dctx, cancel := context.WithTimeout(ctx, timeout)
+				conn, _, err := d.dial(dctx)
+				cancel()
+				if err == nil {
+					conns[i] = conn
+					err = setup(i, conn)
+				}
+				if err != nil {
+					once.Do(func() { first = fmt.Errorf("connection %d: %w", i, err) })
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	if first != nil {
+		var open []*websocket.Conn
+		for _, c := range conns {
+			if c != nil {
+				open = append(open, c)
+			}
+		}
+		closeAll(open, 256)
+		return nil, first
+	}
+	return conns, nil
+}
+
+func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
+	if cfg.P <= 0 || cfg.S <= 0 || cfg.T <= 0 || cfg.Duration <= 0 {
+		return nil, fmt.Errorf("fanout: -p, -s, -t and --duration must be positive")
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 64
+	}
+	if cfg.C <= 0 {
+		cfg.C = 100
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch}
+	subsOf := make([]int64, cfg.T)
+	for i := range cfg.S {
+		subsOf[i%cfg.T]++
+	}
+	base := time.Now()
+
+	// Subscribers.
+	var proto []string
+	if cfg.Batch {
+		proto = []string{"rt.batch"}
+	}
+	var (
+		delivered, frames atomic.Int64
+		lastDelivery      atomic.Int64 // ns since base
+		stopping          atomic.Bool
+		mu                sync.Mutex
+		lat               hist
+		closed            = map[string]int{}
+		readers           sync.WaitGroup
+		negotiated        atomic.Int64
+	)
+	subscriber := func(c *websocket.Conn) {
+		defer readers.Done()
+		var h hist
+		defer func() {
+			mu.Lock()
+			lat.Merge(&h)
+			mu.Unlock()
+		}()
+		for {
+			_, b, err := c.Read(context.Background())
+			if err != nil {
+				if !stopping.Load() {
+					k := "error"
+					if code := websocket.CloseStatus(err); code != -1 {
+						k = strconv.Itoa(int(code))
+					}
+					mu.Lock()
+					closed[k]++
+					mu.Unlock()
+				}
+				return
+			}
+			now := int64(time.Since(base))
+			n := scanTimestamps(b, func(ts int64) { h.RecordNs(now - ts) })
+			if n > 0 {
+				delivered.Add(int64(n))
+				frames.Add(1)
+				lastDelivery.Store(now)
+			}
+		}
+	}
+	subs, err := dialMany(ctx, newDialer(cfg.URL, proto), cfg.S, cfg.C, cfg.DialTimeout, func(i int, c *websocket.Conn) error {
+		if c.Subprotocol() == "rt.batch" {
+			negotiated.Add(1)
+		}
+		if err := subscribeSync(ctx, c, 1, fanoutTopic(i%cfg.T)); err != nil {
+			return err
+		}
+		readers.Add(1)
+		go subscriber(c)
+		return nil
+	})
+	if err != nil {
+		readers.Wait()
+		return nil, fmt.Errorf("subscribers: %w", err)
+	}
+	res.BatchNegotiated = int(negotiated.Load())
+	all := subs
+	defer func() {
+		stopping.Store(true)
+		closeAll(all, 256)
+		readers.Wait()
+	}()
+
+	// Publishers.
+	pubs, err := dialMany(ctx, newDialer(cfg.URL, nil), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
+	if err != nil {
+		return nil, fmt.Errorf("publishers: %w", err)
+	}
+	all = append(all, pubs...)
+
+	var (
+		published, expected atomic.Int64
+		pubErrs             = map[string]int{}
+		stop                = make(chan struct{})
+		pubWG               sync.WaitGroup
+	)
+	cpu, err := startCPU(cfg.ServerPID)
+	if err != nil {
+		return nil, fmt.Errorf("server cpu: %w", err)
+	}
+	selfCPU, _ := startCPU(selfPID())
+	start := time.Now()
+	for j, c := range pubs {
+		pubWG.Add(1)
+		go func() {
+			defer pubWG.Done()
+			publisher(ctx, c, j, cfg, base, subsOf, stop, &published, &expected, &mu, pubErrs)
+		}()
+	}
+	sleepCtx(ctx, cfg.Duration)
+	close(stop)
+	pubWG.Wait() // every publisher has its answers (or gave up on them)
+
+	// Drain: wait until every expected delivery arrived, or until no
+	// progress for 2 s (a message was lost, or a subscriber was closed).
+	last, lastChange := delivered.Load(), time.Now()
+	for delivered.Load() < expected.Load() && time.Since(lastChange) < 2*time.Second && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+		if n := delivered.Load(); n != last {
+			last, lastChange = n, time.Now()
+		}
+	}
+	if used, ok, err := cpu.stop(); err != nil {
+		return nil, fmt.Errorf("server cpu: %w", err)
+	} else if ok {
+		res.ServerCPU, res.ServerUser, res.ServerSys = used.Total().Seconds(), used.User.Seconds(), used.Sys.Seconds()
+	}
+	if used, ok, _ := selfCPU.stop(); ok {
+		res.ClientCPU = used.Total().Seconds()
+	}
+	stopping.Store(true)
+	closeAll(all, 256)
+	readers.Wait()
+	all = nil
+
+	res.Published = published.Load()
+	res.Expected = expected.Load()
+	res.Delivered = delivered.Load()
+	res.Frames = frames.Load()
+	end := base.Add(time.Duration(lastDelivery.Load()))
+	if end.Before(start) {
+		end = time.Now()
+	}
+	res.Seconds = end.Sub(start).Seconds()
+	if res.Seconds > 0 {
+		res.PublishPerSec = float64(res.Published) / res.Seconds
+		res.DeliveredPerSec = float64(res.Delivered) / res.Seconds
+	}
+	if res.Frames > 0 {
+		res.MsgsPerFrame = float64(res.Delivered) / float64(res.Frames)
+	}
+	res.Latency = lat.Summary()
+	res.PublishErrors = nonEmpty(pubErrs)
+	res.SubsClosed = nonEmpty(closed)
+	if res.ServerCPU > 0 && res.Delivered > 0 {
+		res.CPUPerMillion = res.ServerCPU / float64(res.Delivered) * 1e6
+	}
+	return res, nil
+}
+
+// publisher j publishes round-robin over the topics (starting at topic j)
+// with at most cfg.Window publishes unanswered, paced to its share of
+// cfg.Rate, until stop; then it waits (at most 10 s) for the answers.
+func publisher(ctx context.Context, c *websocket.Conn, j int, cfg fanoutConfig, base time.Time, subsOf []int64, stop <-chan struct{}, published, expected *atomic.Int64, mu *sync.Mutex, errs map[string]int) {
+	window := make(chan struct{}, cfg.Window)
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		for {
+			_, b, err := c.Read(context.Background())
+			if err != nil {
+				return
+			}
+			fs, err := frames(b)
+			if err != nil {
+				continue
+			}
+			for _, f := range fs {
+				if f.ID == nil {
+					continue
+				}
+				if f.Error != nil {
+					mu.Lock()
+					errs[strconv.Itoa(f.Error.Code)]++
+					mu.Unlock()
+				} else {
+					published.Add(1)
+					expected.Add(subsOf[(int(*f.ID)+j)%cfg.T])
+				}
+				select {
+				case <-window:
+				default:
+				}
+			}
+		}
+	}()
+	var interval time.Duration
+	if cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(cfg.P) / cfg.Rate)
+	}
+	next := time.Now().Add(interval * time.Duration(j) / time.Duration(cfg.P))
+	topics := make([][]byte, cfg.T)
+	for t := range topics {
+		topics[t] = []byte(`{"topic":` + strconv.Quote(fanoutTopic(t)) + `,"data":`)
+	}
+	var params []byte
+loop:
+	for id := uint64(0); ; id++ {
+		select {
+		case window <- struct{}{}:
+		case <-stop:
+			break loop
+		}
+		if interval > 0 {
+			if wait := time.Until(next); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-stop:
+					t.Stop()
+					break loop
+				}
+			}
+			next = next.Add(interval)
+		}
+		params = append(params[:0], topics[(int(id)+j)%cfg.T]...)
+		params = append(params, payload(int64(time.Since(base)), cfg.Size)...)
+		params = append(params, '}')
+		if err := write(ctx, c, request(id, "publish", params)); err != nil {
+			mu.Lock()
+			errs["write: "+errKind(err)]++
+			mu.Unlock()
+			break
+		}
+	}
+	// Wait for the answers to what is in flight.
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for len(window) > 0 {
+		select {
+		case <-answered:
+			return
+		case <-deadline.C:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

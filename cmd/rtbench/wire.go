@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// frame is the part of a server frame rtbench looks at.
+type frame struct {
+	ID     *uint64 `json:"id"`
+	Method string  `json:"method"`
+	Params struct {
+		Topic string          `json:"topic"`
+		Data  json.RawMessage `json:"data"`
+	} `json:"params"`
+	Error *struct {
+		Code int `json:"code"`
+	} `json:"error"`
+}
+
+// frames decodes one text frame: a single JSON-RPC value, or (rt.batch) an
+// array of them.
+func frames(b []byte) ([]frame, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '[' {
+		var fs []frame
+		err := json.Unmarshal(b, &fs)
+		return fs, err
+	}
+	var f frame
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
+	}
+	return []frame{f}, nil
+}
+
+// request renders a JSON-RPC request; params must be valid JSON.
+func request(id uint64, method string, params []byte) []byte {
+	b := make([]byte, 0, 64+len(method)+len(params))
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendUint(b, id, 10)
+	b = append(b, `,"method":`...)
+	b = strconv.AppendQuote(b, method)
+	b = append(b, `,"params":`...)
+	b = append(b, params...)
+	return append(b, '}')
+}
+
+func topicParams(topic string) []byte {
+	return []byte(`{"topic":` + strconv.Quote(topic) + `}`)
+}
+
+func write(ctx context.Context, c *websocket.Conn, b []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.Write(ctx, websocket.MessageText, b)
+}
+
+// subscribeSync subscribes c to topic before any reader goroutine runs:
+// it reads until the answer to its request, ignoring anything else.
+func subscribeSync(ctx context.Context, c *websocket.Conn, id uint64, topic string) error {
+	if err := write(ctx, c, request(id, "subscribe", topicParams(topic))); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			return err
+		}
+		fs, err := frames(b)
+		if err != nil {
+			return err
+		}
+		for _, f := range fs {
+			if f.ID != nil && *f.ID == id {
+				if f.Error != nil {
+					return errors.New("subscribe " + topic + ": error " + strconv.Itoa(f.Error.Code))
+				}
+				return nil
+			}
+		}
+	}
+}
+
+// closeAll closes connections with a close handshake, n at a time.
+func closeAll(cs []*websocket.Conn, n int) {
+	if n < 1 {
+		n = 1
+	}
+	sem := make(chan struct{}, n)
+	for _, c := range cs {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			c.Close(websocket.StatusGoingAway, "")
+		}()
+	}
+	for range n {
+		sem <- struct{}{} // every Close has returned
+	}
+}
