@@ -1,0 +1,131 @@
+package message_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/pressure"
+)
+
+func verdict(d message.Decision) string {
+	if d.Allowed {
+		return "allowed"
+	}
+	return "denied " + d.Reason
+}
+
+// Classes, rules and routing: resolve the class once per method, check
+// every call, release what the check took when the call is done.
+func Example() {
+	adm := message.New(message.Options{})
+	if err := adm.Register("chat", message.Rule{
+		Rate: &message.Rate{Limit: 2, Per: time.Minute, By: "user"},
+	}); err != nil {
+		panic(err)
+	}
+	if err := adm.Register("reports", message.Rule{
+		Concurrency: &message.Concurrency{Max: 1},
+	}); err != nil {
+		panic(err)
+	}
+	router, err := message.NewRouter(adm, map[string]string{
+		"chat.say": "chat",
+		"report.*": "reports", // path.Match glob; exact names win
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	chat := router.ClassOf("chat.say")
+	for range 3 {
+		call := message.Call{Method: "chat.say", User: "alice"}
+		d := chat.Check(&call)
+		fmt.Println("chat.say:", verdict(d))
+	}
+
+	reports := router.ClassOf("report.monthly")
+	var a, b message.Call
+	fmt.Println("report a:", reports.Check(&a).Allowed)
+	d := reports.Check(&b)
+	fmt.Println("report b:", d.Allowed, d.Reason, d.RetryAfterMillis() > 0)
+	a.Release() // a's handler returned: its lease goes back, exactly once
+	a.Release() // a no-op
+	fmt.Println("report b again:", reports.Check(&b).Allowed)
+	b.Release()
+
+	fmt.Println("unmapped method has a class:", router.ClassOf("ping") != nil)
+	// Output:
+	// chat.say: allowed
+	// chat.say: allowed
+	// chat.say: denied RATE
+	// report a: true
+	// report b: false CONCURRENCY true
+	// report b again: true
+	// unmapped method has a class: false
+}
+
+// A class that sheds while the instance is under memory or publish-rate
+// pressure, read from the pressure monitor's snapshot on every call.
+func ExampleRule_reasons() {
+	snap := &pressure.Snapshot{Reason: pressure.None}
+	adm := message.New(message.Options{
+		Snapshot:   func() *pressure.Snapshot { return snap },
+		RetryAfter: 2 * time.Second, // hints are uniform in [1s, 3s)
+	})
+	reasons, err := message.ParseReasons([]string{"MEMORY", "PUBLISH_RATE"})
+	if err != nil {
+		panic(err)
+	}
+	if err := adm.Register("expensive-rpc", message.Rule{Reasons: reasons}); err != nil {
+		panic(err)
+	}
+	cls, _ := adm.Class("expensive-rpc")
+
+	var call message.Call
+	fmt.Println(cls.Check(&call).Allowed)
+	snap = &pressure.Snapshot{Reason: pressure.Memory}
+	d := cls.Check(&call)
+	fmt.Println(d.Allowed, d.Reason, d.RetryAfter >= time.Second && d.RetryAfter < 3*time.Second)
+	// Output:
+	// true
+	// false MEMORY true
+}
+
+// A predicate rule: any cheap, non-blocking test of the pressure snapshot
+// and the call. One that fails is decided by Options.FailPolicy.
+func ExampleRule_predicate() {
+	adm := message.New(message.Options{FailPolicy: message.FailClosed})
+	err := adm.Register("admin", message.Rule{
+		Predicate: func(_ *pressure.Snapshot, c *message.Call) (bool, error) {
+			if c.User == "" {
+				return false, fmt.Errorf("anonymous call")
+			}
+			return c.User == "root", nil
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	cls, _ := adm.Class("admin")
+	for _, user := range []string{"root", "alice", ""} {
+		call := message.Call{Method: "admin.kick", User: user}
+		d := cls.Check(&call)
+		fmt.Printf("%q: %s\n", user, verdict(d))
+	}
+	// Output:
+	// "root": allowed
+	// "alice": denied PREDICATE
+	// "": denied PREDICATE
+}
+
+// Combine joins the decisions of several parts: allowed only if all are,
+// the longest wait, and the binding part's reason.
+func ExampleCombine() {
+	rate := message.Decision{Allowed: false, Limit: 20, Remaining: 0, RetryAfter: 300 * time.Millisecond, Reason: message.ReasonRate}
+	busy := message.Decision{Allowed: false, Limit: 8, Remaining: 0, RetryAfter: time.Second, Reason: message.ReasonConcurrency}
+	d := message.Combine(message.Combine(message.AllowFull, rate), busy)
+	fmt.Println(d.Allowed, d.Reason, d.RetryAfter, d.Limit)
+	// Output:
+	// false CONCURRENCY 1s 8
+}

@@ -1,0 +1,95 @@
+package publishrate_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/pressure"
+	"github.com/rtserver/rtserver/publishrate"
+)
+
+// Before Activate (and without Redis traffic) the aggregator answers from
+// this instance's own pressure samples, so a clusterTopPublisher rule works
+// from the start. New does no I/O.
+func ExampleAggregator_RateOf() {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := pressure.DefaultConfig()
+	cfg.Now = func() time.Time { return now }
+	mon := pressure.New(cfg, nil, nil, nil)
+
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // not dialled until Activate
+	defer client.Close()
+	agg, err := publishrate.New(client, mon, publishrate.Options{InstanceID: "node-a"})
+	if err != nil {
+		panic(err)
+	}
+
+	for range 40 {
+		mon.RecordAttempt("room:1", "alice", 10)
+	}
+	now = now.Add(time.Second)
+	mon.Sample()
+
+	fmt.Println(agg.RateOf("room:1"), agg.RateOfUser("alice"), agg.RateOf("room:2"))
+	for _, e := range agg.TopPublishers() {
+		fmt.Println(e.Topic, e.MessagesPerSec, e.BytesPerSec, e.ContributingInstances)
+	}
+	// Output:
+	// 40 40 0
+	// room:1 40 400 1
+}
+
+// A fleet member: activate the aggregator on Redis and let the message
+// tier's clusterTopPublisher rules read the cluster-wide view. (Not run:
+// it needs a Redis server.)
+func ExampleAggregator_Activate() {
+	ctx := context.Background()
+	mon := pressure.New(pressure.DefaultConfig(), nil, nil, nil)
+	go mon.Run(ctx)
+
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	agg, err := publishrate.New(client, mon, publishrate.Options{
+		Channel:         "tenant-a:pressure:rates", // one channel per fleet
+		PublishInterval: 5 * time.Second,
+		StaleAfter:      12 * time.Second,
+		HMACSecret:      []byte("shared by every instance of the fleet"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := agg.Activate(ctx); err != nil { // waits for Redis to confirm the subscription
+		panic(err)
+	}
+	defer agg.Deactivate()
+
+	adm := message.New(message.Options{Snapshot: mon.Snapshot, Rates: agg})
+	_ = adm.Register("broadcast", message.Rule{
+		ClusterTopPublisher: &message.ClusterTopPublisher{Threshold: 1000, By: "topic"},
+	})
+	fmt.Println(agg.Stats().Instances, "siblings in view")
+}
+
+// The breaker that guards broadcasts: open after a run of failures, one
+// probe after the cool-down.
+func ExampleConsecutiveBreaker() {
+	now := time.Unix(0, 0)
+	b := publishrate.NewBreaker(2, 10*time.Second, func() time.Time { return now })
+	b.Failure()
+	fmt.Println(b.Allow())
+	b.Failure()
+	fmt.Println(b.Allow(), b.Open())
+	now = now.Add(10 * time.Second)
+	fmt.Println(b.Allow(), b.Allow()) // one probe only
+	b.Success()
+	fmt.Println(b.Allow(), b.Open())
+	// Output:
+	// true
+	// false true
+	// true false
+	// true false
+}
