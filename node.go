@@ -204,6 +204,11 @@ func (n *Node) Publish(topic string, data json.RawMessage) error {
 	return n.Server.Publish(topic, data)
 }
 
+// HandleHTTP adds a route to the main listener beside /ws, /healthz,
+// /readyz and /metrics (an application's pages or API), with
+// http.ServeMux patterns. Call it before Run or Serve.
+func (n *Node) HandleHTTP(pattern string, h http.Handler) { n.mux.Handle(pattern, h) }
+
 // Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
 // /metrics unless AdminListen is set).
 func (n *Node) Handler() http.Handler { return n.mux }

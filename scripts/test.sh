@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property, short fuzz seeds, end-to-end (built
-# binary, real redis-server, real 3-node Redis Cluster), with the race
-# detector. Installs what the tests need from Debian's packages when missing.
+# binary, real redis-server, real 3-node Redis Cluster, headless Chromium),
+# with the race detector. Installs what the tests need from Debian's packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +9,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+[ -x /usr/bin/chromium ] || need+=(chromium)   # the browser tests of examples/chat
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} from Debian's packages"
   sudo=""

@@ -77,13 +77,10 @@ func startApp(t *testing.T, o options, addr string) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /test/blank.html", func(w http.ResponseWriter, _ *http.Request) {
+	a.node.HandleHTTP("GET /test/blank.html", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write([]byte("<!doctype html><title>blank</title>\n"))
-	})
-	mux.Handle("/", a.handler)
-	a.handler = mux
+	}))
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -27,7 +26,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -109,8 +107,7 @@ func run(o options, log *slog.Logger) error {
 
 // app is the chat server: an rtserver node plus the static files.
 type app struct {
-	node    *rtserver.Node
-	handler http.Handler // the node's endpoints and the static files
+	node *rtserver.Node
 }
 
 func newApp(o options, log *slog.Logger) (*app, error) {
@@ -144,81 +141,17 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := node.Handler()
-	mux := http.NewServeMux()
-	for _, p := range []string{"/ws", "/healthz", "/readyz", "/metrics"} {
-		mux.Handle("GET "+p, api)
-	}
-	mux.Handle("GET /clients/js/", http.StripPrefix("/clients/js/", http.FileServer(http.Dir(o.Assets))))
-	mux.Handle("GET /", http.FileServerFS(static))
-	return &app{node: node, handler: mux}, nil
+	node.HandleHTTP("GET /clients/js/", http.StripPrefix("/clients/js/", http.FileServer(http.Dir(o.Assets))))
+	node.HandleHTTP("GET /", http.FileServerFS(static))
+	return &app{node: node}, nil
 }
 
-// serve serves a.handler on ln until ctx ends, then drains the node and
-// returns. Closing hardStop during the drain closes the rest at once.
-//
-// Node.Serve owns the node's lifecycle (bus, pressure monitor, drain,
-// shutdown) but serves only the node's own handler on the listener it is
-// given, and Node has no way to add routes. So the node gets a listener
-// that never yields a connection, and ln is served here with the static
-// files beside the node's endpoints. Its first Accept call tells us the
-// node has started, so no upgrade reaches it earlier.
+// serve serves the node and the page on ln until ctx ends, then drains
+// the node and returns. Closing hardStop during the drain closes the rest
+// at once.
 func (a *app) serve(ctx context.Context, ln net.Listener, hardStop <-chan struct{}) error {
-	nodeCtx, stopNode := context.WithCancel(ctx)
-	defer stopNode()
-	park := newParkedListener(ln.Addr())
-	nodeDone := make(chan error, 1)
-	go func() { nodeDone <- a.node.Serve(nodeCtx, park, hardStop) }()
-	select {
-	case <-park.accepting:
-	case err := <-nodeDone:
-		ln.Close()
-		return err
-	}
-
-	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second}
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Serve(ln) }()
-
-	var err error
-	select {
-	case err = <-nodeDone:
-		srv.Close()
-		<-httpDone
-	case err = <-httpDone:
-		// The listener failed: drain the node anyway, then report it.
-		stopNode()
-		err = errors.Join(err, <-nodeDone)
-	}
-	return err
+	return a.node.Serve(ctx, ln, hardStop)
 }
-
-// parkedListener is a net.Listener that never accepts a connection. Its
-// first Accept closes accepting.
-type parkedListener struct {
-	addr      net.Addr
-	accepting chan struct{}
-	closed    chan struct{}
-	onceAcc   sync.Once
-	onceClose sync.Once
-}
-
-func newParkedListener(addr net.Addr) *parkedListener {
-	return &parkedListener{addr: addr, accepting: make(chan struct{}), closed: make(chan struct{})}
-}
-
-func (l *parkedListener) Accept() (net.Conn, error) {
-	l.onceAcc.Do(func() { close(l.accepting) })
-	<-l.closed
-	return nil, net.ErrClosed
-}
-
-func (l *parkedListener) Close() error {
-	l.onceClose.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *parkedListener) Addr() net.Addr { return l.addr }
 
 // Chat messages as published on room:<room> and returned by chat.say.
 type chatMessage struct {
