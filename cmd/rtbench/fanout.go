@@ -375,6 +375,7 @@ loop:
 				case <-t.C:
 				case <-stop:
 					t.Stop()
+					<-window // the slot taken for a publish never sent
 					break loop
 				}
 			}
@@ -387,6 +388,7 @@ loop:
 			mu.Lock()
 			errs["write: "+errKind(err)]++
 			mu.Unlock()
+			<-window
 			break
 		}
 	}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"strconv"
+	"testing"
+)
+
+func TestPayload(t *testing.T) {
+	for _, size := range []int{0, 10, 100, 1000} {
+		b := payload(123456789, size)
+		if size > 40 && len(b) != size {
+			t.Errorf("size %d: payload is %d bytes", size, len(b))
+		}
+		var got []int64
+		if n := scanTimestamps(b, func(ts int64) { got = append(got, ts) }); n != 1 || got[0] != 123456789 {
+			t.Errorf("size %d: scan found %v", size, got)
+		}
+	}
+}
+
+func TestScanTimestamps(t *testing.T) {
+	one := `{"jsonrpc":"2.0","method":"message","params":{"topic":"a","data":` + string(payload(5, 50)) + `}}`
+	two := `{"jsonrpc":"2.0","method":"message","params":{"topic":"a","data":` + string(payload(17, 50)) + `}}`
+	tests := []struct {
+		give string
+		want []int64
+	}{
+		{one, []int64{5}},
+		{"[" + one + "," + two + "]", []int64{5, 17}},
+		{`{"id":3,"result":{}}`, nil},
+		{`{"rtbts":}`, nil},
+		{`"rtbts":"rtbts":42`, []int64{42}},
+	}
+	for _, tt := range tests {
+		var got []int64
+		n := scanTimestamps([]byte(tt.give), func(ts int64) { got = append(got, ts) })
+		if n != len(tt.want) || len(got) != len(tt.want) {
+			t.Errorf("scan %q = %v, want %v", tt.give, got, tt.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tt.want[i] {
+				t.Errorf("scan %q = %v, want %v", tt.give, got, tt.want)
+			}
+		}
+	}
+}
+
+// Server frames are untrusted bytes: the scanner must not panic, and it
+// reports exactly the markers followed by a digit.
+func FuzzScanTimestamps(f *testing.F) {
+	f.Add([]byte(`[{"params":{"data":{"rtbts":12,"pad":"x"}}},{"params":{"data":{"rtbts":7}}}]`))
+	f.Add([]byte(`"rtbts":`))
+	f.Add([]byte(`"rtbts":99999999999999999999999`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n := scanTimestamps(b, func(int64) {})
+		want := 0
+		for rest := b; ; {
+			i := bytes.Index(rest, []byte(tsKey))
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(tsKey):]
+			if len(rest) > 0 && rest[0] >= '0' && rest[0] <= '9' {
+				want++
+			}
+		}
+		if n != want {
+			t.Fatalf("scan %q found %d, want %d", strconv.Quote(string(b)), n, want)
+		}
+	})
+}
