@@ -22,6 +22,7 @@ type connectConfig struct {
 	C           int           // dialers in parallel
 	Hold        time.Duration // how long each accepted connection is kept
 	Duration    time.Duration // 0: until N attempts; else also stop after this long
+	Rate        float64       // attempts/s over all dialers; 0 = as fast as C dialers go
 	DialTimeout time.Duration
 	ServerPID   int // 0: no CPU measurement
 
@@ -41,6 +42,11 @@ type connectResult struct {
 	PerSec   float64 `json:"attemptsPerSec"`
 	// Accepted upgrades that stayed open for the whole hold.
 	Accepted int `json:"accepted"`
+	// PeakOpen is the most storm connections open at once, as the client
+	// saw them (between the upgrade's answer and the end of its hold or
+	// its close): with probes connected too, PeakOpen + probes is what the
+	// server's cap must cover.
+	PeakOpen int `json:"peakOpen"`
 	// Shed upgrades: by HTTP status, and by close code within the hold.
 	Shed          int            `json:"shed"`
 	Shed503       int            `json:"shed503"`
@@ -147,6 +153,7 @@ func runConnect(ctx context.Context, cfg connectConfig) (*connectResult, error) 
 	total := newTally()
 	var mu sync.Mutex
 	var tickets atomic.Int64
+	var open openCount
 	var holders sync.WaitGroup
 	stormCtx := ctx
 	if cfg.Duration > 0 {
@@ -161,9 +168,21 @@ func runConnect(ctx context.Context, cfg connectConfig) (*connectResult, error) 
 		go func() {
 			defer dialers.Done()
 			t := newTally()
-			for stormCtx.Err() == nil && tickets.Add(1) <= int64(cfg.N) {
+			for stormCtx.Err() == nil {
+				k := tickets.Add(1)
+				if k > int64(cfg.N) {
+					break
+				}
+				if cfg.Rate > 0 {
+					// Ticket k is due at start + (k-1)/rate: a paced storm
+					// is the same storm whatever it is aimed at.
+					due := start.Add(time.Duration(float64(k-1) / cfg.Rate * float64(time.Second)))
+					if sleepCtx(stormCtx, time.Until(due)) != nil {
+						break
+					}
+				}
 				t.attempts++
-				attempt(ctx, d, cfg, t, &mu, total, &holders)
+				attempt(ctx, d, cfg, t, &mu, total, &holders, &open)
 			}
 			mu.Lock()
 			total.merge(t)
@@ -185,6 +204,7 @@ func runConnect(ctx context.Context, cfg connectConfig) (*connectResult, error) 
 	}
 
 	res.Attempts = total.attempts
+	res.PeakOpen = int(open.peak.Load())
 	res.Accepted = total.accepted
 	res.Shed503, res.Shed429 = total.shed503, total.shed429
 	res.Shed = total.shed503 + total.shed429
@@ -218,7 +238,7 @@ func runConnect(ctx context.Context, cfg connectConfig) (*connectResult, error) 
 // attempt is one upgrade attempt. An accepted connection is handed to a
 // holder goroutine so the dialer moves on at once: the storm keeps its
 // pace while accepted connections pile up to the server's cap.
-func attempt(ctx context.Context, d *dialer, cfg connectConfig, t *connectTally, mu *sync.Mutex, total *connectTally, holders *sync.WaitGroup) {
+func attempt(ctx context.Context, d *dialer, cfg connectConfig, t *connectTally, mu *sync.Mutex, total *connectTally, holders *sync.WaitGroup, open *openCount) {
 	begin := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	c, resp, err := d.dial(dctx)
@@ -241,10 +261,12 @@ func attempt(ctx context.Context, d *dialer, cfg connectConfig, t *connectTally,
 		return
 	}
 	accepted := time.Since(begin)
+	open.add(1)
 	holders.Add(1)
 	go func() {
 		defer holders.Done()
 		code, err := hold(c, cfg.Hold)
+		open.add(-1)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -319,4 +341,17 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// openCount tracks connections open now and the most at once.
+type openCount struct{ now, peak atomic.Int64 }
+
+func (o *openCount) add(d int64) {
+	n := o.now.Add(d)
+	for {
+		p := o.peak.Load()
+		if n <= p || o.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
 }

@@ -16,8 +16,8 @@ import (
 
 const usage = `rtbench: load generator for rtserver (loopback targets only)
 
-  rtbench connect  --url ws://127.0.0.1:8080/ws -n 5000 -c 200 --hold 2s [--server-pid PID]
-                   [--probe-clients K --probe-rate R --baseline 3s --probe-url URL] [--duration D]
+  rtbench connect  --url ws://127.0.0.1:8080/ws -n 5000 -c 200 --hold 2s [--server-pid PID] [--rate R] [--duration D]
+                   [--probe-clients K --probe-rate R --baseline 3s --probe-url URL]
   rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID]
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--server-pid PID]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
@@ -61,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		c := fs.Int("c", 200, "dialers in parallel")
 		hold := fs.Duration("hold", 2*time.Second, "how long each accepted connection is held")
 		dur := fs.Duration("duration", 0, "stop the storm after this long even before -n attempts (0: no bound but -n)")
+		rate := fs.Float64("rate", 0, "attempts per second over all dialers (0: as fast as -c dialers go); pace the storm to compare targets")
 		probeURL := fs.String("probe-url", "", "where the probe clients connect (default --url); aim --url at `rtbench serve503` for the control run")
 		probeK := fs.Int("probe-clients", 0, "established clients doing publish round trips on private topics")
 		probeR := fs.Float64("probe-rate", 100, "probe round trips per second, over all probe clients")
@@ -70,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return nil, err
 			}
-			cfg := connectConfig{URL: u, N: *n, C: *c, Hold: *hold, Duration: *dur, DialTimeout: *dialTimeout, ServerPID: *pid,
+			cfg := connectConfig{URL: u, N: *n, C: *c, Hold: *hold, Duration: *dur, Rate: *rate, DialTimeout: *dialTimeout, ServerPID: *pid,
 				ProbeClients: *probeK, ProbeRate: *probeR, Baseline: *baseline}
 			if *probeURL != "" {
 				if cfg.ProbeURL, err = checkURL(*probeURL); err != nil {

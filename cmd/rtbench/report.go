@@ -29,7 +29,7 @@ func printTable(out io.Writer, res any) {
 	case *connectResult:
 		row("target", "%s", r.URL)
 		row("attempts", "%d in %.2f s (%.0f/s)", r.Attempts, r.Seconds, r.PerSec)
-		row("accepted (held)", "%d", r.Accepted)
+		row("accepted (held)", "%d (at most %d open at once)", r.Accepted, r.PeakOpen)
 		row("shed", "%d  (503: %d, 429: %d, other HTTP: %s, close codes: %s)", r.Shed, r.Shed503, r.Shed429, counts(r.ShedOtherHTTP), counts(r.ShedClose))
 		row("errors", "%d  (%s)", r.Errors, counts(r.ErrorKinds))
 		lat("accept latency", r.AcceptLat)

@@ -94,6 +94,9 @@ func TestConnectShedsOverTheCap(t *testing.T) {
 					t.Errorf("close codes %v, want 1013: 15", res.ShedClose)
 				}
 			}
+			if res.PeakOpen != 5 {
+				t.Errorf("peak open %d, want 5", res.PeakOpen)
+			}
 			if res.AcceptLat.N != 5 || res.RejectLat.N != 15 {
 				t.Errorf("latency samples accept %d reject %d, want 5 and 15", res.AcceptLat.N, res.RejectLat.N)
 			}
@@ -125,7 +128,7 @@ func TestConnectAgainstServe503WithProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := runConnect(testCtx(t), connectConfig{
-		URL: control, N: 1 << 30, C: 4, Hold: time.Millisecond, Duration: 300 * time.Millisecond,
+		URL: control, N: 1 << 30, C: 4, Rate: 1000, Hold: time.Millisecond, Duration: 300 * time.Millisecond,
 		ProbeURL: u, ProbeClients: 2, ProbeRate: 100, Baseline: 300 * time.Millisecond,
 	})
 	if err != nil {
