@@ -42,10 +42,10 @@ type connectResult struct {
 	PerSec   float64 `json:"attemptsPerSec"`
 	// Accepted upgrades that stayed open for the whole hold.
 	Accepted int `json:"accepted"`
-	// PeakOpen is the most storm connections open at once, as the client
-	// saw them (between the upgrade's answer and the end of its hold or
-	// its close): with probes connected too, PeakOpen + probes is what the
-	// server's cap must cover.
+	// PeakOpen is the most accepted storm connections open at once, as
+	// the client saw them (from the upgrade's answer to the end of the
+	// hold); upgrades then closed with a shed code are not counted. With
+	// probes connected too, PeakOpen + probes is what the cap must cover.
 	PeakOpen int `json:"peakOpen"`
 	// Shed upgrades: by HTTP status, and by close code within the hold.
 	Shed          int            `json:"shed"`
@@ -204,7 +204,7 @@ func runConnect(ctx context.Context, cfg connectConfig) (*connectResult, error) 
 	}
 
 	res.Attempts = total.attempts
-	res.PeakOpen = int(open.peak.Load())
+	res.PeakOpen = open.peak()
 	res.Accepted = total.accepted
 	res.Shed503, res.Shed429 = total.shed503, total.shed429
 	res.Shed = total.shed503 + total.shed429
@@ -261,12 +261,12 @@ func attempt(ctx context.Context, d *dialer, cfg connectConfig, t *connectTally,
 		return
 	}
 	accepted := time.Since(begin)
-	open.add(1)
+	openedAt := time.Now()
 	holders.Add(1)
 	go func() {
 		defer holders.Done()
 		code, err := hold(c, cfg.Hold)
-		open.add(-1)
+		closedAt := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -279,6 +279,7 @@ func attempt(ctx context.Context, d *dialer, cfg connectConfig, t *connectTally,
 		default:
 			total.accepted++
 			total.accept.Record(accepted)
+			open.add(openedAt, closedAt)
 		}
 	}()
 }
@@ -343,15 +344,30 @@ func sortedKeys(m map[string]int) []string {
 	return ks
 }
 
-// openCount tracks connections open now and the most at once.
-type openCount struct{ now, peak atomic.Int64 }
+// openCount collects accepted connections' lifetimes; peak is the most
+// that overlapped.
+type openCount struct{ events []openEvent }
 
-func (o *openCount) add(d int64) {
-	n := o.now.Add(d)
-	for {
-		p := o.peak.Load()
-		if n <= p || o.peak.CompareAndSwap(p, n) {
-			return
+type openEvent struct {
+	at time.Time
+	d  int // +1 opened, -1 closed
+}
+
+func (o *openCount) add(from, to time.Time) {
+	o.events = append(o.events, openEvent{from, 1}, openEvent{to, -1})
+}
+
+func (o *openCount) peak() int {
+	sort.Slice(o.events, func(i, j int) bool {
+		if o.events[i].at.Equal(o.events[j].at) {
+			return o.events[i].d < o.events[j].d // a close at the same instant first
 		}
+		return o.events[i].at.Before(o.events[j].at)
+	})
+	n, p := 0, 0
+	for _, e := range o.events {
+		n += e.d
+		p = max(p, n)
 	}
+	return p
 }

@@ -121,3 +121,27 @@ func TestHistClampsAndEmpty(t *testing.T) {
 		t.Fatalf("min %d max %d, want 0 and %d", h.min, h.max, maxValue)
 	}
 }
+
+func TestOpenCountPeak(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name string
+		give [][2]int
+		want int
+	}{
+		{"none", nil, 0},
+		{"disjoint", [][2]int{{0, 10}, {20, 30}}, 1},
+		{"touching ends do not overlap", [][2]int{{0, 10}, {10, 20}}, 1},
+		{"nested", [][2]int{{0, 100}, {10, 20}, {15, 30}}, 3},
+		{"staggered", [][2]int{{0, 10}, {5, 15}, {12, 20}, {14, 16}}, 3},
+	}
+	for _, tt := range tests {
+		var o openCount
+		for _, iv := range tt.give {
+			o.add(at(iv[0]), at(iv[1]))
+		}
+		if got := o.peak(); got != tt.want {
+			t.Errorf("%s: peak %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
