@@ -11,7 +11,7 @@
 //
 //	node, err := rtserver.New(rtserver.Config{Listen: "127.0.0.1:8080"})
 //	node.Handle("chat.say", say)
-//	err = node.Run(ctx) // until ctx ends; then drains and returns
+//	err = node.Run(ctx, nil) // until ctx ends; then drains and returns
 //
 // The pieces stay usable on their own (package server with its own
 // options, handshake.Gate as plain net/http middleware, message.Admission

@@ -29,8 +29,12 @@ type Memory struct {
 	recv Receiver
 }
 
-// NewMemory returns a memory bus attached to broker (which may be nil).
+// NewMemory returns a memory bus attached to broker (which may be nil). m
+// nil means metrics.NewDiscard().
 func NewMemory(broker *MemoryBroker, m *metrics.Metrics) *Memory {
+	if m == nil {
+		m = metrics.NewDiscard()
+	}
 	return &Memory{broker: broker, m: m}
 }
 

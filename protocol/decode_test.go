@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -183,6 +184,9 @@ func TestEncodeIsValidJSON(t *testing.T) {
 func TestAsErrorHidesText(t *testing.T) {
 	if e := AsError(NewError(CodeForbidden, "", nil)); e.Code != CodeForbidden || e.Message != "FORBIDDEN" {
 		t.Fatalf("AsError(*Error) = %+v", e)
+	}
+	if e := AsError(fmt.Errorf("handler: %w", NewError(CodeForbidden, "", nil))); e.Code != CodeForbidden {
+		t.Fatalf("AsError(wrapped *Error) = %+v", e)
 	}
 	if e := AsError(errString("db password is hunter2")); e.Code != CodeInternal || strings.Contains(e.Message, "hunter2") {
 		t.Fatalf("AsError(other) = %+v", e)

@@ -1,6 +1,9 @@
 package protocol
 
-import "strconv"
+import (
+	"errors"
+	"strconv"
+)
 
 // Error codes of CONTRACT.md section 2. The -320xx codes are rtserver's own
 // and are stable: clients switch on them.
@@ -84,10 +87,11 @@ type LimitData struct {
 	Limit int `json:"limit"`
 }
 
-// AsError converts err to a wire error: an *Error passes through, anything
-// else becomes -32603 without leaking its text to the client.
+// AsError converts err to a wire error: an *Error (also wrapped, as
+// errors.As finds it) passes through, anything else becomes -32603 without
+// leaking its text to the client.
 func AsError(err error) *Error {
-	if e, ok := err.(*Error); ok {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e
 	}
 	return NewError(CodeInternal, "", nil)

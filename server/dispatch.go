@@ -75,8 +75,9 @@ func (c *conn) builtinCall(r *protocol.Request) (json.RawMessage, *protocol.Erro
 		data := compactData(p.Data)
 		s.hub.publish(p.Topic, data)
 		if err := s.bus.Publish(p.Topic, data); err != nil {
-			// Local subscribers got it; other instances did not. The bus
-			// counted the drop; the publisher learns it was not fanned out.
+			// Local subscribers got it; other instances did not. The
+			// publish still succeeds: the bus counted the drop, and while
+			// the bus is down every client was told "degraded".
 			s.log.Debug("bus publish dropped", "topic", p.Topic, "err", err)
 		}
 		if s.pressure != nil {
