@@ -38,6 +38,7 @@ type conn struct {
 	pingTimer *time.Timer
 
 	// Read-goroutine state.
+	invalid int // frames in a row answered only with -32700/-32600
 	subs    map[string]struct{}
 	builtin message.Call // reused for built-ins, which run inline
 	calls   atomic.Int32 // application RPC goroutines in flight
@@ -105,14 +106,20 @@ func (c *conn) handleFrame(frame []byte) {
 	if ferr != nil {
 		c.s.m.ProtocolErrors.WithLabelValues(strconv.Itoa(ferr.Code)).Inc()
 		c.enqueue(protocol.AppendError(nil, nil, ferr))
+		c.countInvalid(true)
 		return
 	}
-	async := false
+	async, valid := false, false
 	for i := range f.Requests {
-		if r := &f.Requests[i]; r.Err == nil && !isBuiltin(r.Method) {
-			async = true
-			break
+		if r := &f.Requests[i]; r.Err == nil {
+			valid = true
+			if !isBuiltin(r.Method) {
+				async = true
+			}
 		}
+	}
+	if c.countInvalid(!valid) {
+		return
 	}
 	if !async {
 		c.runFrame(f, frame)
@@ -133,6 +140,31 @@ func (c *conn) handleFrame(frame []byte) {
 		defer c.calls.Add(-1)
 		c.runFrame(f, own)
 	}()
+}
+
+// maxInvalidFrames is how many frames in a row may be nothing but parse
+// errors and invalid requests. One is a bug to answer; a stream of them is
+// a client that is not speaking the protocol, and it is closed with 1008.
+const maxInvalidFrames = 32
+
+// countInvalid tracks frames that held no valid request and reports
+// whether the connection was closed for it.
+func (c *conn) countInvalid(invalid bool) bool {
+	if !invalid {
+		c.invalid = 0
+		return false
+	}
+	c.invalid++
+	if c.invalid < maxInvalidFrames {
+		return false
+	}
+	c.s.m.ProtocolErrors.WithLabelValues("1008").Inc()
+	c.s.wg.Add(1)
+	go func() {
+		defer c.s.wg.Done()
+		c.closeWith(websocket.StatusPolicyViolation, "repeated invalid requests", true)
+	}()
+	return true
 }
 
 // runFrame answers every request of a frame: one response, or one array

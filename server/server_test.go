@@ -331,3 +331,29 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 	live.WS.CloseNow()
 	<-liveErr
 }
+
+// One invalid frame is answered and the connection stays; a stream of
+// them is not a client speaking the protocol: 1008, after the answers.
+func TestRepeatedInvalidFramesClose1008(t *testing.T) {
+	leakcheck.Check(t)
+	_, url := startServer(t, Options{})
+	c := wstest.Dial(t, url)
+	for range maxInvalidFrames - 1 {
+		c.Send(`not json`)
+		if f := c.Recv(); f.Error == nil || f.Error.Code != protocol.CodeParseError {
+			t.Fatalf("got %+v", f)
+		}
+	}
+	wstest.MustOK(t, c.Call("subscribe", `{"topic":"t"}`)) // a valid request resets the count
+	for range maxInvalidFrames - 1 {
+		c.Send(`{"jsonrpc":"1.0","id":1,"method":"x"}`)
+		c.Recv()
+	}
+	c.Send(`[]`)
+	if f := c.Recv(); f.Error == nil || f.Error.Code != protocol.CodeInvalidRequest {
+		t.Fatalf("the last invalid frame was not answered before the close: %+v", f)
+	}
+	if code, reason := c.CloseStatus(); code != websocket.StatusPolicyViolation {
+		t.Fatalf("close %d %q, want 1008", code, reason)
+	}
+}
