@@ -119,8 +119,6 @@ type Server struct {
 	closed        atomic.Bool
 	wg            sync.WaitGroup // connection goroutines
 
-	systemMu   sync.Mutex // serialises degraded/recovered broadcasts
-	busStarted bool
 }
 
 // New returns a server. Call Start before serving if it has a bus.
