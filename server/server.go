@@ -118,7 +118,6 @@ type Server struct {
 	draining      atomic.Bool
 	closed        atomic.Bool
 	wg            sync.WaitGroup // connection goroutines
-
 }
 
 // New returns a server. Call Start before serving if it has a bus.
