@@ -265,8 +265,7 @@ func attempt(ctx context.Context, d *dialer, cfg connectConfig, t *connectTally,
 	holders.Add(1)
 	go func() {
 		defer holders.Done()
-		code, err := hold(c, cfg.Hold)
-		closedAt := time.Now()
+		code, closedAt, err := hold(c, cfg.Hold)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -287,8 +286,10 @@ func attempt(ctx context.Context, d *dialer, cfg connectConfig, t *connectTally,
 // hold keeps c open for d, reading (so control frames are answered). It
 // returns the close code if the server closed the connection within d,
 // -1 and an error if it ended otherwise, and -1 and nil if c stayed open;
-// then c is closed with 1001.
-func hold(c *websocket.Conn, d time.Duration) (websocket.StatusCode, error) {
+// then c is closed with 1001, and closing is when that began: the server
+// frees the connection's slot only after it, so no connection the server
+// accepted later can have opened before it.
+func hold(c *websocket.Conn, d time.Duration) (code websocket.StatusCode, closing time.Time, err error) {
 	ended := make(chan error, 1)
 	go func() {
 		for {
@@ -304,13 +305,14 @@ func hold(c *websocket.Conn, d time.Duration) (websocket.StatusCode, error) {
 	case err := <-ended:
 		c.CloseNow()
 		if code := websocket.CloseStatus(err); code != -1 {
-			return code, nil
+			return code, time.Now(), nil
 		}
-		return -1, err
+		return -1, time.Now(), err
 	case <-t.C:
+		closing = time.Now()
 		c.Close(websocket.StatusGoingAway, "")
 		<-ended
-		return -1, nil
+		return -1, closing, nil
 	}
 }
 
