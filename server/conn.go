@@ -20,7 +20,7 @@ type conn struct {
 	s      *Server
 	ticket handshake.Ticket // embedded: admitting allocates nothing
 	ws     *websocket.Conn
-	cork   *corkConn // the socket under ws, to send a batch of frames in one write
+	raw    *rawConn // the socket under ws: data frames are written here directly
 	id     uint64
 	batch  bool // the client offered rt.batch: queued frames may be sent as one array
 	ctx    context.Context
@@ -72,7 +72,10 @@ func (c *conn) readLoop() {
 	defer c.cleanup()
 	s := c.s
 	for {
-		typ, r, err := c.ws.Reader(c.ctx)
+		// A plain context: a cancelable one costs the WebSocket library a
+		// context.AfterFunc per read. Every way a connection ends closes
+		// the socket, which ends the read.
+		typ, r, err := c.ws.Reader(context.Background())
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				s.m.ProtocolErrors.WithLabelValues("1009").Inc()
@@ -282,7 +285,9 @@ func (c *conn) writeLoop() {
 			c.writing = false
 			c.idle.Broadcast()
 			c.mu.Unlock()
-			c.abort()
+			if !errors.Is(err, errSealed) { // a close is under way: let it finish
+				c.abort()
+			}
 			return
 		}
 		c.mu.Unlock()
@@ -293,68 +298,78 @@ func (c *conn) writeLoop() {
 // is not surprised by a huge array.
 const maxCoalesced = 64 << 10
 
-// write sends frames and returns the bytes written. The socket is corked
-// meanwhile: every frame lands in one buffer that leaves in one write,
-// bounded by the write timeout. Frame writes into the cork cannot block, so
-// they take a context without a deadline (a deadline costs the WebSocket
-// library a timer per frame). With rt.batch, queued frames also go out as
-// JSON arrays of up to maxCoalesced bytes: fewer frames for the client to
-// parse.
-func (c *conn) write(frames [][]byte) (n int, err error) {
-	ctx := context.Background()
-	if c.cork == nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
-		defer cancel()
-	} else {
-		c.cork.cork(c.s.cfg.WriteTimeout)
-		defer func() {
-			if uerr := c.cork.uncork(); err == nil && uerr != nil {
-				n, err = 0, uerr
-			}
-		}()
-	}
-	written := 0
-	if !c.batch || len(frames) == 1 {
-		for _, f := range frames {
-			if err := c.ws.Write(ctx, websocket.MessageText, f); err != nil {
-				return written, err
-			}
-			written += len(f)
-		}
-		return written, nil
-	}
+// maxSend is the most bytes gathered before they go to the socket.
+const maxSend = 256 << 10
+
+// write frames the queued messages itself (header and payload into one
+// pooled buffer, no per-message work in the WebSocket library) and sends
+// them in as few writes as it can, each bounded by the write timeout. It
+// returns the bytes of queued messages written. With rt.batch, queued
+// messages also go out as JSON arrays of up to maxCoalesced bytes: fewer
+// frames for the client to parse.
+func (c *conn) write(frames [][]byte) (int, error) {
 	buf := getBuffer()
 	defer putBuffer(buf)
-	flush := func() error {
+	written, sent := 0, 0
+	send := func() error {
 		if buf.Len() == 0 {
 			return nil
 		}
-		buf.WriteByte(']')
-		err := c.ws.Write(ctx, websocket.MessageText, buf.Bytes())
+		err := c.raw.send(buf.Bytes(), c.s.cfg.WriteTimeout)
 		buf.Reset()
+		if err == nil {
+			sent = written
+		}
 		return err
 	}
-	for _, f := range frames {
-		if buf.Len() > 0 && buf.Len()+len(f) > maxCoalesced {
-			if err := flush(); err != nil {
-				return written, err
+	var hdr [10]byte
+	for i := 0; i < len(frames); {
+		if buf.Len() >= maxSend {
+			if err := send(); err != nil {
+				return sent, err
 			}
 		}
-		if buf.Len() == 0 {
-			buf.WriteByte('[')
-		} else {
-			buf.WriteByte(',')
-		}
-		// A batch response is already an array: splice its elements.
-		if len(f) >= 2 && f[0] == '[' {
-			buf.Write(f[1 : len(f)-1])
-		} else {
+		if !c.batch || i == len(frames)-1 {
+			f := frames[i]
+			buf.Write(appendTextHeader(hdr[:0], len(f)))
 			buf.Write(f)
+			written += len(f)
+			i++
+			continue
 		}
-		written += len(f)
+		// rt.batch: as many queued messages as fit one array frame. A
+		// batch response is already an array: its elements are spliced.
+		j, size := i, 1
+		for j < len(frames) {
+			n := len(arrayElems(frames[j])) + 1 // with its ',' or ']'
+			if j > i && size+n > maxCoalesced {
+				break
+			}
+			size += n
+			j++
+		}
+		buf.Write(appendTextHeader(hdr[:0], size))
+		buf.WriteByte('[')
+		for k := i; k < j; k++ {
+			if k > i {
+				buf.WriteByte(',')
+			}
+			buf.Write(arrayElems(frames[k]))
+			written += len(frames[k])
+		}
+		buf.WriteByte(']')
+		i = j
 	}
-	return written, flush()
+	return written, send()
+}
+
+// arrayElems is what a queued message contributes to a batch array: the
+// message itself, or a batch response's elements without their brackets.
+func arrayElems(f []byte) []byte {
+	if len(f) >= 2 && f[0] == '[' {
+		return f[1 : len(f)-1]
+	}
+	return f
 }
 
 // closeWith closes the connection with a status code. With flush, frames
@@ -382,6 +397,7 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 		deadline.Stop()
 	}
 	c.mu.Unlock()
+	c.raw.seal()
 	_ = c.ws.Close(code, reason)
 }
 

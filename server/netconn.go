@@ -2,7 +2,7 @@ package server
 
 import (
 	"bufio"
-	"bytes"
+	"errors"
 	"net"
 	"net/http"
 	"sync"
@@ -13,18 +13,19 @@ import (
 // reading and 4 KiB for writing, held for the life of the connection:
 // most of what an idle connection costs. The reader only needs room for
 // frame headers (payloads larger than the buffer are read straight into
-// the caller's slice); the writer only collects a frame header before the
-// payload reaches corkConn, which buffers whole batches from a pool.
+// the caller's slice). The writer carries only the WebSocket library's
+// control frames (ping, pong, close: at most 2+125 bytes, we never mask),
+// and must hold a whole one so that each leaves in a single Write.
 const (
 	readBufferSize  = 512
-	writeBufferSize = 64
+	writeBufferSize = 256
 )
 
 // upgradeWriter wraps the ResponseWriter of an upgrade so the hijacked
-// connection gets small buffers and a corkable writer.
+// connection gets small buffers and a shared, locked socket.
 type upgradeWriter struct {
 	http.ResponseWriter
-	conn *corkConn
+	conn *rawConn
 }
 
 func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -32,91 +33,68 @@ func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	cc := &corkConn{Conn: nc}
-	u.conn = cc
+	rc := &rawConn{Conn: nc}
+	u.conn = rc
 	r := brw.Reader
 	if r.Buffered() == 0 {
 		// Nothing read ahead: the 4 KiB reader can go. (Bytes a client
 		// sent before our 101 must be kept, so then it stays.)
 		r = bufio.NewReaderSize(nc, readBufferSize)
 	}
-	return cc, bufio.NewReadWriter(r, bufio.NewWriterSize(cc, writeBufferSize)), nil
+	return rc, bufio.NewReadWriter(r, bufio.NewWriterSize(rc, writeBufferSize)), nil
 }
 
-// corkConn is a net.Conn whose writes can be held back and sent as one:
-// the writer corks it, writes every queued frame through the WebSocket
-// library (which flushes per frame), and uncorks, so N queued messages
-// cost one syscall instead of N. While corked, writes go to a pooled
-// buffer; an idle connection holds none.
-type corkConn struct {
+// rawConn is the socket under a WebSocket connection, shared by two
+// writers: the WebSocket library, which writes control frames (each in one
+// Write, see writeBufferSize), and our writer, which frames data messages
+// itself and sends a whole batch of them with one send. A mutex keeps the
+// two from interleaving mid-frame.
+type rawConn struct {
 	net.Conn
-	mu      sync.Mutex // writes come from the writer and from the read loop (pongs)
-	corked  bool
-	timeout time.Duration // bounds each socket write made for a corked batch
-	buf     *bytes.Buffer
+	mu     sync.Mutex
+	sealed bool // a close frame is on its way: no more data frames
 }
 
-// maxCork is the most bytes held before a corked write goes out anyway.
-const maxCork = 64 << 10
+// errSealed reports a batch dropped because the connection is closing.
+var errSealed = errors.New("server: connection is closing")
 
-var corkPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func (c *corkConn) Write(p []byte) (int, error) {
+// Write is the WebSocket library's path (control frames).
+func (c *rawConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.corked {
-		return c.Conn.Write(p)
-	}
-	if c.buf == nil {
-		c.buf = corkPool.Get().(*bytes.Buffer)
-	}
-	c.buf.Write(p)
-	if c.buf.Len() >= maxCork {
-		if err := c.flushLocked(); err != nil {
-			return 0, err
-		}
-	}
-	return len(p), nil
+	return c.Conn.Write(p)
 }
 
-// cork holds writes back until uncork; each socket write made for the
-// batch is bounded by timeout.
-func (c *corkConn) cork(timeout time.Duration) {
+// send writes b (whole data frames) in one write bounded by timeout.
+func (c *rawConn) send(b []byte, timeout time.Duration) error {
 	c.mu.Lock()
-	c.corked = true
-	c.timeout = timeout
+	defer c.mu.Unlock()
+	if c.sealed {
+		return errSealed
+	}
+	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	_, err := c.Conn.Write(b)
+	c.Conn.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// seal stops data frames before the close frame is written: nothing may
+// follow a close frame.
+func (c *rawConn) seal() {
+	c.mu.Lock()
+	c.sealed = true
 	c.mu.Unlock()
 }
 
-// uncork sends what was held.
-func (c *corkConn) uncork() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.corked = false
-	if c.buf == nil {
-		return nil
+// appendTextHeader appends the header of an unmasked, final text frame
+// with an n-byte payload (RFC 6455 section 5.2).
+func appendTextHeader(b []byte, n int) []byte {
+	b = append(b, 0x81) // FIN, opcode 1 (text)
+	switch {
+	case n < 126:
+		return append(b, byte(n))
+	case n <= 0xFFFF:
+		return append(b, 126, byte(n>>8), byte(n))
 	}
-	err := c.flushLocked()
-	if b := c.buf; b != nil {
-		c.buf = nil
-		if b.Cap() <= 4*maxCork {
-			b.Reset()
-			corkPool.Put(b)
-		}
-	}
-	return err
-}
-
-// flushLocked writes the held bytes under the write timeout: the frames
-// were written into memory, so this is the write that can block on a slow
-// client.
-func (c *corkConn) flushLocked() error {
-	if c.buf == nil || c.buf.Len() == 0 {
-		return nil
-	}
-	c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
-	_, err := c.Conn.Write(c.buf.Bytes())
-	c.Conn.SetWriteDeadline(time.Time{})
-	c.buf.Reset()
-	return err
+	return append(b, 127, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }

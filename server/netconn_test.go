@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -104,7 +106,7 @@ func TestEveryMessageSizeRoundTrips(t *testing.T) {
 	}
 }
 
-// countingConn counts writes that reach the socket.
+// countingConn records writes that reach the socket.
 type countingConn struct {
 	net.Conn
 	writes int
@@ -119,34 +121,93 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 func (c *countingConn) SetWriteDeadline(time.Time) error { return nil }
 
-func TestCorkedWritesLeaveAsOne(t *testing.T) {
+// The frame header is RFC 6455's for every length class, checked against
+// a reference decoding.
+func TestAppendTextHeader(t *testing.T) {
+	for _, n := range []int{0, 1, 125, 126, 127, 65535, 65536, 70000, 1 << 32} {
+		h := appendTextHeader(nil, n)
+		if h[0] != 0x81 {
+			t.Fatalf("n=%d: first byte %#x, want FIN|text", n, h[0])
+		}
+		var got int
+		switch l := int(h[1]); {
+		case l < 126:
+			got = l
+			if len(h) != 2 {
+				t.Fatalf("n=%d: %d header bytes", n, len(h))
+			}
+		case l == 126:
+			got = int(binary.BigEndian.Uint16(h[2:4]))
+			if len(h) != 4 || n < 126 {
+				t.Fatalf("n=%d: 16-bit length used wrongly (%d bytes)", n, len(h))
+			}
+		default:
+			got = int(binary.BigEndian.Uint64(h[2:10]))
+			if len(h) != 10 || n <= 0xFFFF {
+				t.Fatalf("n=%d: 64-bit length used wrongly (%d bytes)", n, len(h))
+			}
+		}
+		if got != n {
+			t.Fatalf("n=%d: header says %d", n, got)
+		}
+	}
+}
+
+// Once sealed (a close frame is coming), no more data frames are sent,
+// while the library's own writes (the close frame) still go out.
+func TestSealedConnSendsNoData(t *testing.T) {
 	under := &countingConn{}
-	cc := &corkConn{Conn: under}
-	cc.Write([]byte("a"))
-	if under.writes != 1 {
-		t.Fatalf("uncorked write: %d socket writes, want 1", under.writes)
-	}
-	cc.cork(time.Second)
-	for _, s := range []string{"b", "c", "d"} {
-		cc.Write([]byte(s))
-	}
-	if under.writes != 1 {
-		t.Fatalf("corked writes reached the socket: %d", under.writes)
-	}
-	if err := cc.uncork(); err != nil {
+	rc := &rawConn{Conn: under}
+	if err := rc.send([]byte("data"), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if under.writes != 2 || string(under.data) != "abcd" {
-		t.Fatalf("after uncork: %d writes, data %q; want 2 and abcd", under.writes, under.data)
+	rc.seal()
+	if err := rc.send([]byte("late"), time.Second); !errors.Is(err, errSealed) {
+		t.Fatalf("send after seal: %v", err)
 	}
-	if cc.buf != nil {
-		t.Fatal("an uncorked connection still holds a buffer")
+	rc.Write([]byte("close"))
+	if string(under.data) != "dataclose" || under.writes != 2 {
+		t.Fatalf("socket got %q in %d writes", under.data, under.writes)
 	}
-	// A batch past maxCork goes out early rather than growing without bound.
-	cc.cork(time.Second)
-	cc.Write(make([]byte, maxCork))
-	if under.writes != 3 {
-		t.Fatalf("a full cork buffer was not flushed: %d writes", under.writes)
+}
+
+// Messages larger than 64 KiB (64-bit length headers) and many queued
+// messages reach the client intact, with and without rt.batch.
+func TestLargeAndQueuedMessagesArriveIntact(t *testing.T) {
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{})
+	for _, sub := range []string{"", BatchSubprotocol} {
+		c := wstest.Dial(t, url, sub)
+		wstest.MustOK(t, c.Call("subscribe", `{"topic":"big"}`))
+		sizes := []int{0, 120, 126, 65530, 70000, 200000}
+		for i := range 50 {
+			sizes = append(sizes, 10+i)
+		}
+		for _, n := range sizes {
+			if err := s.Publish("big", json.RawMessage(`"`+strings.Repeat("b", n)+`"`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k := 0; k < len(sizes); {
+			b := c.RecvRaw()
+			var got []wstest.Frame
+			if b[0] == '[' {
+				if err := json.Unmarshal(b, &got); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				var one wstest.Frame
+				if err := json.Unmarshal(b, &one); err != nil {
+					t.Fatal(err)
+				}
+				got = []wstest.Frame{one}
+			}
+			for _, m := range got {
+				if want := `"` + strings.Repeat("b", sizes[k]) + `"`; string(m.Params.Data) != want {
+					t.Fatalf("message %d (%d bytes, sub %q) arrived as %d bytes", k, sizes[k], sub, len(m.Params.Data))
+				}
+				k++
+			}
+		}
 	}
-	cc.uncork()
 }

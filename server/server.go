@@ -234,7 +234,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.ticket.HandshakeDone(false)
 		return
 	}
-	c.cork = uw.conn
+	c.raw = uw.conn
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }
