@@ -427,6 +427,22 @@ const (
 // reserve takes a connection slot and an in-flight slot together, if
 // both are below their caps (a zero cap is no cap).
 func (g *Gate) reserve() (reason, bool) {
+	for {
+		v := g.slots.Load()
+		if why, full := g.capsFull(v); full {
+			return why, false
+		}
+		if g.slots.CompareAndSwap(v, v+connUnit+1) {
+			return 0, true
+		}
+	}
+}
+
+// capsFull is step 1's decision on slot word v: which cap (connections
+// first) leaves no room for one more upgrade. Admit (through reserve) and
+// the door (Listener) both decide with it, so the door sheds exactly what
+// Admit would shed for the caps at that instant.
+func (g *Gate) capsFull(v uint64) (reason, bool) {
 	maxConns, maxConc := uint64(g.maxConns), uint64(g.maxConc)
 	if maxConns == 0 {
 		maxConns = maxSlots
@@ -434,16 +450,11 @@ func (g *Gate) reserve() (reason, bool) {
 	if maxConc == 0 {
 		maxConc = maxSlots
 	}
-	for {
-		v := g.slots.Load()
-		if v>>32 >= maxConns {
-			return rMaxConnections, false
-		}
-		if v&inflightMask >= maxConc {
-			return rMaxConcurrent, false
-		}
-		if g.slots.CompareAndSwap(v, v+connUnit+1) {
-			return 0, true
-		}
+	if v>>32 >= maxConns {
+		return rMaxConnections, true
 	}
+	if v&inflightMask >= maxConc {
+		return rMaxConcurrent, true
+	}
+	return 0, false
 }

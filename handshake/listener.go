@@ -1,0 +1,494 @@
+package handshake
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The door: shedding upgrades before net/http sees them.
+//
+// In a connect storm most of a shed upgrade's cost is not the gate (~4%)
+// but net/http's per-connection machinery: a goroutine, 4 KiB read and
+// write buffers, request parsing, the response object. While a cap is full
+// the door reads the request head itself and, when it is a well-formed
+// `GET <path>` with nothing after it, writes the same 503 Admit would and
+// closes. Everything else goes on to net/http with the bytes already read
+// replayed first. When no cap is full (or in close mode) a connection is
+// returned exactly as the inner listener gave it.
+
+const (
+	// peekSize bounds the request head the door reads. A head that does not
+	// end within it (large cookies) goes on to net/http, which is correct,
+	// only not cheaper. The whole head must be read before answering: closing
+	// a socket with unread bytes makes the kernel send RST, which can destroy
+	// the 503 before the client reads it.
+	peekSize = 4096
+	// peekTimeout bounds how long a silent or slow client is peeked at
+	// before it is handed on to net/http (which then applies its own
+	// ReadHeaderTimeout).
+	peekTimeout = time.Second
+	// maxPeekers bounds the goroutines peeking at once; past it connections
+	// go straight to net/http, so a crowd of silent clients costs the door
+	// nothing more than it costs net/http.
+	maxPeekers = 256
+)
+
+// Listener wraps inner with the door: while the gate's reject mode is
+// RejectHTTP and a cap (MaxConnections or MaxConcurrent) is full, a new
+// connection whose request is `GET path` (path exactly, or path?query;
+// HTTP/1.0 or 1.1) is answered here with the contract's 503, counted in
+// handshake_rejected_total under the same reason Admit would give, and
+// closed, without net/http. Anything else (another path, another method, a
+// head it does not fully understand, a cap no longer full) is handed to
+// the server with the bytes already read replayed. The door never reserves
+// a slot and never sheds for draining, rate, origin or auth: those stay in
+// Admit, which the handler for path must call first.
+//
+// Connections are accepted from inner by the caller's Accept loop as
+// usual; a handed-on connection is returned by a later Accept, which is
+// woken through inner's SetDeadline. An inner listener without SetDeadline
+// (not TCP or Unix) is returned unchanged. path must start with '/' and
+// contain no space, '?' or control character.
+func (g *Gate) Listener(inner net.Listener, path string) net.Listener {
+	return newDoor(g, inner, path, peekTimeout, maxPeekers)
+}
+
+type deadliner interface{ SetDeadline(time.Time) error }
+
+type door struct {
+	net.Listener
+	g       *Gate
+	dl      deadliner
+	path    string
+	timeout time.Duration
+	max     int32
+
+	peekers atomic.Int32 // goroutines peeking
+	pending atomic.Int32 // len(ready), read without the lock by Accept
+
+	mu      sync.Mutex
+	closed  bool
+	ready   []net.Conn            // handed on, waiting for Accept
+	peeking map[net.Conn]struct{} // woken by Close
+
+	trace func(event string) // tests: "peek", "shed", "pass", "gone"
+}
+
+func newDoor(g *Gate, inner net.Listener, path string, timeout time.Duration, max int32) net.Listener {
+	if len(path) == 0 || path[0] != '/' {
+		panic("handshake: door path must start with '/': " + strconv.Quote(path))
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c <= ' ' || c == '?' || c >= 0x7f {
+			panic("handshake: invalid door path " + strconv.Quote(path))
+		}
+	}
+	dl, ok := inner.(deadliner)
+	if !ok {
+		return inner
+	}
+	return &door{Listener: inner, g: g, dl: dl, path: path, timeout: timeout, max: max,
+		peeking: map[net.Conn]struct{}{}}
+}
+
+// aLongTimeAgo is a deadline in the past: it wakes a blocked call at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Accept returns inner's next connection untouched unless the door should
+// look at it, and the connections peeking has handed on.
+func (d *door) Accept() (net.Conn, error) {
+	for {
+		if d.pending.Load() > 0 {
+			if c := d.pop(); c != nil {
+				return c, nil
+			}
+		}
+		c, err := d.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// A hand-on woke us (only the door sets inner's deadline).
+				// Clear it before looking at the queue: a hand-on queued
+				// after the look sets it again and wakes the next Accept.
+				_ = d.dl.SetDeadline(time.Time{})
+				continue
+			}
+			return nil, err
+		}
+		g := d.g
+		if g.cfg.Reject != RejectHTTP {
+			return c, nil
+		}
+		if _, full := g.capsFull(g.slots.Load()); !full {
+			return c, nil
+		}
+		if d.peekers.Add(1) > d.max {
+			d.peekers.Add(-1)
+			return c, nil
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			d.peekers.Add(-1)
+			c.Close()
+			return nil, net.ErrClosed
+		}
+		d.peeking[c] = struct{}{}
+		d.mu.Unlock()
+		go d.peek(c)
+	}
+}
+
+// Close closes inner, the connections waiting for Accept, and wakes the
+// peeking goroutines (which then close theirs).
+func (d *door) Close() error {
+	d.mu.Lock()
+	ready := d.ready
+	if !d.closed {
+		d.closed = true
+		d.ready = nil
+		d.pending.Store(0)
+		for c := range d.peeking {
+			_ = c.SetReadDeadline(aLongTimeAgo)
+		}
+	}
+	d.mu.Unlock()
+	for _, c := range ready {
+		c.Close()
+	}
+	return d.Listener.Close()
+}
+
+func (d *door) pop() net.Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.ready) == 0 {
+		return nil
+	}
+	c := d.ready[0]
+	d.ready[0] = nil
+	d.ready = d.ready[1:]
+	d.pending.Add(-1)
+	return c
+}
+
+var peekBufs = sync.Pool{New: func() any { return new([peekSize]byte) }}
+
+// peek reads the request head of c and sheds or hands it on.
+func (d *door) peek(c net.Conn) {
+	defer d.peekers.Add(-1)
+	d.event("peek")
+	bp := peekBufs.Get().(*[peekSize]byte)
+	defer peekBufs.Put(bp)
+	buf := bp[:]
+
+	_ = c.SetReadDeadline(time.Now().Add(d.timeout))
+	n, v, scanned := 0, headMore, 0
+	var err error
+	for v == headMore {
+		var k int
+		k, err = c.Read(buf[n:])
+		n += k
+		v, scanned = classifyHead(buf[:n], d.path, scanned, len(buf))
+		if err != nil {
+			break
+		}
+	}
+
+	if v == headShed {
+		g := d.g
+		if why, full := g.capsFull(g.slots.Load()); full {
+			d.forget(c)
+			g.rejected[why].Inc()
+			ms := g.overloadHint(g.clock())
+			_, _ = c.Write(appendDoor503(buf[:0], ms))
+			c.Close()
+			d.event("shed")
+			return
+		}
+	}
+	if n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		// Gone before saying anything: net/http would close it silently.
+		d.forget(c)
+		c.Close()
+		d.event("gone")
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	hc := c
+	if n > 0 {
+		hc = &peekedConn{Conn: c, head: append([]byte(nil), buf[:n]...)}
+	}
+	d.handOn(c, hc)
+}
+
+func (d *door) forget(c net.Conn) {
+	d.mu.Lock()
+	delete(d.peeking, c)
+	d.mu.Unlock()
+}
+
+// handOn queues hc for Accept and wakes a blocked Accept.
+func (d *door) handOn(c, hc net.Conn) {
+	d.mu.Lock()
+	delete(d.peeking, c)
+	if d.closed {
+		d.mu.Unlock()
+		c.Close()
+		return
+	}
+	d.ready = append(d.ready, hc)
+	d.pending.Add(1)
+	d.mu.Unlock()
+	d.event("pass")
+	_ = d.dl.SetDeadline(aLongTimeAgo)
+}
+
+func (d *door) event(e string) {
+	if d.trace != nil {
+		d.trace(e)
+	}
+}
+
+// door503 is the fixed part of the door's answer: the same status,
+// headers and body as writeShed through net/http, and Connection: close.
+const door503 = "HTTP/1.1 503 Service Unavailable\r\n" +
+	"Content-Type: application/json\r\n" +
+	"Cache-Control: no-store\r\n" +
+	"Connection: close\r\n" +
+	"Retry-After: "
+
+// appendDoor503 appends the whole 503 response for a hint of ms (> 0).
+func appendDoor503(b []byte, ms int64) []byte {
+	var digits [20]byte
+	num := strconv.AppendInt(digits[:0], ms, 10)
+	b = append(b, door503...)
+	b = strconv.AppendInt(b, (ms+999)/1000, 10)
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(bodyOverloaded)+len(num)+1), 10)
+	b = append(b, "\r\n\r\n"...)
+	b = append(b, bodyOverloaded...)
+	b = append(b, num...)
+	return append(b, '}')
+}
+
+// peekedConn replays the bytes the door read, then reads the socket. It
+// keeps what net/http looks for on a *net.TCPConn: CloseWrite (to avoid a
+// reset after an unread body) and ReadFrom (sendfile/splice).
+type peekedConn struct {
+	net.Conn
+	head []byte
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) {
+	if len(c.head) == 0 {
+		return c.Conn.Read(p)
+	}
+	n := copy(p, c.head)
+	c.head = c.head[n:]
+	if len(c.head) == 0 {
+		c.head = nil // let the copy go
+	}
+	return n, nil
+}
+
+func (c *peekedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+func (c *peekedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+// headVerdict is what the door makes of the bytes read so far.
+type headVerdict uint8
+
+const (
+	headMore headVerdict = iota // still possibly a sheddable head: read on
+	headShed                    // a complete, well-formed GET path head, nothing after it
+	headPass                    // hand on to net/http
+)
+
+// classifyHead decides on b, the bytes read so far (at most limit). It
+// says headShed only for a head net/http would parse and route to GET
+// path: request line `GET path[?query] HTTP/1.x` with CRLF line ends,
+// header names that are tokens followed directly by ':', field values
+// without control characters, at most one Host (exactly one for 1.1)
+// with net/http's valid host bytes, no Content-Length, Transfer-Encoding
+// or Expect, and no byte after the blank line. Anything unusual is
+// headPass: the door only sheds what it is sure of. scanned is how far
+// earlier calls have looked for the end of the head (0 at first); the
+// updated value is returned so a byte-at-a-time sender costs linear time.
+func classifyHead(b []byte, path string, scanned, limit int) (headVerdict, int) {
+	// "GET " path, then ' ' or '?'.
+	const method = "GET "
+	want := len(method) + len(path)
+	for i := 0; i < len(b) && i < want; i++ {
+		var c byte
+		if i < len(method) {
+			c = method[i]
+		} else {
+			c = path[i-len(method)]
+		}
+		if b[i] != c {
+			return headPass, scanned
+		}
+	}
+	if len(b) > want && b[want] != ' ' && b[want] != '?' {
+		return headPass, scanned
+	}
+	// The end of the head; a bare LF anywhere means net/http's lenient
+	// parsing, which the door leaves to it.
+	end := -1
+	for i := scanned; i < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		if i == 0 || b[i-1] != '\r' {
+			return headPass, i
+		}
+		if i >= 3 && b[i-2] == '\n' && b[i-3] == '\r' {
+			end = i + 1
+			break
+		}
+	}
+	if end < 0 {
+		if len(b) >= limit {
+			return headPass, len(b)
+		}
+		return headMore, len(b)
+	}
+	if end != len(b) || !validHead(b[:end], want) {
+		return headPass, end
+	}
+	return headShed, end
+}
+
+// validHead checks a complete head (ending in CRLF CRLF) whose first
+// target bytes are "GET path".
+func validHead(h []byte, target int) bool {
+	line, rest := cutLine(h)
+	// Request line: the rest of the target, then the version.
+	i := target
+	if line[i] == '?' {
+		for i++; i < len(line) && line[i] != ' '; i++ {
+			if line[i] < 0x21 || line[i] > 0x7e {
+				return false
+			}
+		}
+	}
+	v := string(line[i:])
+	if v != " HTTP/1.1" && v != " HTTP/1.0" {
+		return false
+	}
+	needHost := v == " HTTP/1.1"
+	hosts := 0
+	for {
+		line, rest = cutLine(rest)
+		if len(line) == 0 {
+			break // the blank line
+		}
+		colon := -1
+		for j, c := range line {
+			if c == ':' {
+				colon = j
+				break
+			}
+			if !isTokenByte(c) {
+				return false // also a leading space: obs-fold
+			}
+		}
+		if colon <= 0 {
+			return false
+		}
+		name, value := line[:colon], line[colon+1:]
+		for _, c := range value {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return false
+			}
+		}
+		switch {
+		case asciiEqualFold(name, "Host"):
+			hosts++
+			for _, c := range trimOWS(value) {
+				if !isHostByte(c) {
+					return false
+				}
+			}
+		case asciiEqualFold(name, "Content-Length"),
+			asciiEqualFold(name, "Transfer-Encoding"),
+			asciiEqualFold(name, "Expect"):
+			return false
+		}
+	}
+	return hosts <= 1 && (hosts == 1 || !needHost)
+}
+
+// cutLine splits off the first CRLF-terminated line (without its CRLF).
+func cutLine(b []byte) (line, rest []byte) {
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] == '\r' && b[i+1] == '\n' {
+			return b[:i], b[i+2:]
+		}
+	}
+	return b, nil
+}
+
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		if b[i]|0x20 != s[i]|0x20 {
+			return false
+		}
+	}
+	return true
+}
+
+// isTokenByte: RFC 9110 tchar, what net/http accepts in a field name.
+func isTokenByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
+}
+
+// isHostByte: the bytes net/http's host validation accepts.
+func isHostByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '!', '$', '%', '&', '\'', '(', ')', '*', '+', ',', ';', '=', '-', '.', '_', '~', ':', '[', ']', '@':
+		return true
+	}
+	return false
+}

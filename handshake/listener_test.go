@@ -1,0 +1,661 @@
+package handshake
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/metrics"
+	"pgregory.net/rapid"
+)
+
+// doorEnv is a real server (TCP on loopback, http.Server over the door)
+// whose GET /ws handler admits through the gate and upgrades, like
+// server.ServeHTTP, and whose GET /healthz answers 200.
+type doorEnv struct {
+	g       *Gate
+	m       *metrics.Metrics
+	d       *door
+	srv     *http.Server
+	addr    string
+	handled atomic.Int64                  // /ws handler runs: a door shed leaves it alone
+	ended   chan struct{}                 // one per admitted connection whose handler ended
+	events  chan string                   // the door's trace
+	admitd  chan struct{}                 // one per admitted upgrade (before Accept)
+	hold    atomic.Pointer[chan struct{}] // when set, admitted upgrades wait for it to close
+}
+
+func startDoor(t *testing.T, cfg Config, timeout time.Duration, max int32) *doorEnv {
+	t.Helper()
+	e := &doorEnv{ended: make(chan struct{}, 64), events: make(chan string, 256), admitd: make(chan struct{}, 64)}
+	e.g, e.m = newGate(t, cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addr = ln.Addr().String()
+	e.d = newDoor(e.g, ln, "/ws", timeout, max).(*door)
+	e.d.trace = func(ev string) {
+		select {
+		case e.events <- ev:
+		default:
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
+		e.handled.Add(1)
+		var tk Ticket
+		if !e.g.Admit(w, r, &tk) {
+			return
+		}
+		defer func() { e.ended <- struct{}{} }()
+		defer tk.Close()
+		e.admitd <- struct{}{}
+		if h := e.hold.Load(); h != nil {
+			<-*h
+		}
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+		if err != nil {
+			tk.HandshakeDone(false)
+			return
+		}
+		tk.HandshakeDone(true)
+		defer c.CloseNow()
+		_ = c.Write(r.Context(), websocket.MessageText, []byte("hi"))
+		_, _, _ = c.Read(context.Background()) // until the client closes
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { e.srv.Serve(e.d); close(done) }()
+	t.Cleanup(func() { e.srv.Close(); <-done })
+	return e
+}
+
+// event waits for the door's next trace event and checks it.
+func (e *doorEnv) event(t *testing.T, want string) {
+	t.Helper()
+	select {
+	case ev := <-e.events:
+		if ev != want {
+			t.Fatalf("door event %q, want %q", ev, want)
+		}
+	case <-t.Context().Done():
+		t.Fatalf("no door event %q", want)
+	}
+}
+
+// dialHeld opens a WebSocket connection and returns its closer.
+func (e *doorEnv) dialHeld(t *testing.T) func() {
+	t.Helper()
+	c, _, err := websocket.Dial(t.Context(), "ws://"+e.addr+"/ws", nil)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	if _, _, err := c.Read(t.Context()); err != nil { // the handshake is done
+		t.Fatal(err)
+	}
+	return func() { c.Close(websocket.StatusNormalClosure, "") }
+}
+
+func (e *doorEnv) raw(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+const upgradeHead = "GET /ws HTTP/1.1\r\nHost: rt.example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+	"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+
+const healthHead = "GET /healthz HTTP/1.1\r\nHost: rt.example.com\r\n\r\n"
+
+func write(t *testing.T, c net.Conn, s string) {
+	t.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readResp(t *testing.T, c net.Conn) (*http.Response, []byte) {
+	t.Helper()
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp, body
+}
+
+var shedBody = regexp.MustCompile(`^\{"error":"OVERLOADED","retryAfterMs":[1-9][0-9]*\}$`)
+
+// checkDoorShed checks the door's whole answer and that the server then
+// closed the connection.
+func checkDoorShed(t *testing.T, c net.Conn) {
+	t.Helper()
+	resp, body := readResp(t, c)
+	checkShed(t, resp.StatusCode, resp.Header, body, http.StatusServiceUnavailable, "OVERLOADED")
+	if !shedBody.Match(body) {
+		t.Fatalf("body %q", body)
+	}
+	if !resp.Close { // ReadResponse takes "Connection: close" out of the header into Close
+		t.Fatal("no Connection: close")
+	}
+	if resp.ContentLength != int64(len(body)) {
+		t.Fatalf("Content-Length %d for %d bytes", resp.ContentLength, len(body))
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("after the 503: %d bytes, %v; want EOF", n, err)
+	}
+}
+
+func TestDoorShedsOverCapAndServesHealth(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections = 1
+	e := startDoor(t, cfg, 10*time.Second, maxPeekers)
+	release := e.dialHeld(t) // cap not full: untouched by the door
+	if e.handled.Load() != 1 || len(e.events) != 0 {
+		t.Fatalf("handled %d, events %d", e.handled.Load(), len(e.events))
+	}
+
+	for i := range 3 {
+		c := e.raw(t)
+		write(t, c, upgradeHead)
+		checkDoorShed(t, c)
+		e.event(t, "peek")
+		e.event(t, "shed")
+		if got := rejected(e.m, "max_connections"); got != float64(i+1) {
+			t.Fatalf("max_connections = %v, want %d", got, i+1)
+		}
+	}
+	if e.handled.Load() != 1 || e.g.Open() != 1 || e.g.Inflight() != 0 {
+		t.Fatalf("handled %d open %d inflight %d: the door must not reach net/http or hold slots",
+			e.handled.Load(), e.g.Open(), e.g.Inflight())
+	}
+
+	// Health is never shed, and a query string still matches /ws.
+	c := e.raw(t)
+	write(t, c, healthHead)
+	if resp, body := readResp(t, c); resp.StatusCode != 200 || string(body) != "ok\n" {
+		t.Fatalf("healthz: %d %q", resp.StatusCode, body)
+	}
+	e.event(t, "peek")
+	e.event(t, "pass")
+	c = e.raw(t)
+	write(t, c, strings.Replace(upgradeHead, "/ws ", "/ws?token=abc ", 1))
+	checkDoorShed(t, c)
+	e.event(t, "peek")
+	e.event(t, "shed")
+
+	release()
+	<-e.ended
+	release = e.dialHeld(t) // through again
+	release()
+	<-e.ended
+	if got := rejected(e.m, "max_connections"); got != 4 {
+		t.Fatalf("max_connections = %v, want 4", got)
+	}
+	assertIdle(t, e.g, e.m)
+}
+
+func TestDoorShedsMaxConcurrent(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConcurrent = 1
+	e := startDoor(t, cfg, 10*time.Second, maxPeekers)
+	hold := make(chan struct{})
+	e.hold.Store(&hold)
+	a := e.raw(t)
+	write(t, a, upgradeHead)
+	<-e.admitd // a is in flight
+
+	b := e.raw(t)
+	write(t, b, upgradeHead)
+	checkDoorShed(t, b)
+	if rejected(e.m, "max_concurrent") != 1 || rejected(e.m, "max_connections") != 0 {
+		t.Fatal("not counted as max_concurrent")
+	}
+	close(hold)
+	if resp, _ := readHead(t, a); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("held upgrade: %d", resp.StatusCode)
+	}
+	a.Close()
+	<-e.ended
+	if e.handled.Load() != 1 {
+		t.Fatalf("handled %d", e.handled.Load())
+	}
+}
+
+// readHead reads a response head (no body: a 101) and returns the reader
+// positioned at the WebSocket stream.
+func readHead(t *testing.T, c net.Conn) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, br
+}
+
+func TestDoorSilentClientDoesNotBlockOthers(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections = 1
+	e := startDoor(t, cfg, time.Hour, maxPeekers)
+	defer e.dialHeld(t)()
+
+	silent := e.raw(t)
+	e.event(t, "peek")
+	c := e.raw(t)
+	write(t, c, upgradeHead)
+	checkDoorShed(t, c)
+	e.event(t, "peek")
+	e.event(t, "shed")
+
+	// The silent client leaves: the door closes it without an answer.
+	silent.Close()
+	e.event(t, "gone")
+}
+
+func TestDoorHandsOnAfterPeekDeadlineWithBytesIntact(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections = 1
+	e := startDoor(t, cfg, 20*time.Millisecond, maxPeekers)
+	defer e.dialHeld(t)()
+
+	c := e.raw(t)
+	cut := strings.Index(upgradeHead, "Upgrade:")
+	write(t, c, upgradeHead[:cut])
+	e.event(t, "peek")
+	e.event(t, "pass") // the deadline passed with the head unfinished
+	write(t, c, upgradeHead[cut:])
+	resp, body := readResp(t, c)
+	checkShed(t, resp.StatusCode, resp.Header, body, http.StatusServiceUnavailable, "OVERLOADED")
+	if e.handled.Load() != 2 { // net/http parsed the replayed head and ran the handler
+		t.Fatalf("handled %d, want 2", e.handled.Load())
+	}
+	if rejected(e.m, "max_connections") != 1 {
+		t.Fatal("Admit's shed not counted once")
+	}
+}
+
+func TestDoorSplitRequests(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections = 1
+	e := startDoor(t, cfg, time.Hour, maxPeekers)
+	release := e.dialHeld(t)
+
+	// An upgrade in pieces is still shed at the door.
+	c := e.raw(t)
+	write(t, c, "GET /w")
+	e.event(t, "peek")
+	write(t, c, "s HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r")
+	write(t, c, "\n\r\n")
+	checkDoorShed(t, c)
+	e.event(t, "shed")
+
+	// /healthz in pieces is handed on whole.
+	c = e.raw(t)
+	write(t, c, "GET /ws")
+	e.event(t, "peek")
+	write(t, c, "x HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp, _ := readResp(t, c); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/wsx: %d", resp.StatusCode)
+	}
+	e.event(t, "pass")
+	c = e.raw(t)
+	write(t, c, healthHead[:9])
+	e.event(t, "peek")
+	write(t, c, healthHead[9:])
+	if resp, body := readResp(t, c); resp.StatusCode != 200 || string(body) != "ok\n" {
+		t.Fatalf("healthz: %d %q", resp.StatusCode, body)
+	}
+	e.event(t, "pass")
+
+	// The cap frees while the head is arriving: handed on, and the
+	// upgrade works over the replayed bytes.
+	c = e.raw(t)
+	write(t, c, upgradeHead[:20])
+	e.event(t, "peek")
+	release()
+	<-e.ended
+	write(t, c, upgradeHead[20:])
+	resp, br := readHead(t, c)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade after the cap freed: %d", resp.StatusCode)
+	}
+	e.event(t, "pass")
+	frame := make([]byte, 4)
+	if _, err := io.ReadFull(br, frame); err != nil || string(frame) != "\x81\x02hi" {
+		t.Fatalf("first frame %q, %v", frame, err)
+	}
+	c.Close()
+	<-e.ended
+	if rejected(e.m, "max_connections") != 1 {
+		t.Fatalf("max_connections = %v", rejected(e.m, "max_connections"))
+	}
+	assertIdle(t, e.g, e.m)
+}
+
+func TestDoorCloseModeNeverSheds(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections, cfg.Reject = 1, RejectClose
+	e := startDoor(t, cfg, time.Hour, maxPeekers)
+	release := e.dialHeld(t)
+	c, _, err := websocket.Dial(t.Context(), "ws://"+e.addr+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = c.Read(t.Context())
+	if websocket.CloseStatus(err) != websocket.StatusTryAgainLater {
+		t.Fatalf("close mode: %v", err)
+	}
+	c.CloseNow()
+	if e.handled.Load() != 2 || len(e.events) != 0 {
+		t.Fatalf("handled %d, door events %d: close mode must bypass the door", e.handled.Load(), len(e.events))
+	}
+	release()
+	<-e.ended
+}
+
+func TestDoorPeekerBound(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections = 1
+	e := startDoor(t, cfg, time.Hour, 1)
+	defer e.dialHeld(t)()
+	silent := e.raw(t)
+	e.event(t, "peek")
+	c := e.raw(t) // past the bound: straight to net/http, where Admit sheds it
+	write(t, c, upgradeHead)
+	resp, body := readResp(t, c)
+	checkShed(t, resp.StatusCode, resp.Header, body, http.StatusServiceUnavailable, "OVERLOADED")
+	if e.handled.Load() != 2 || rejected(e.m, "max_connections") != 1 {
+		t.Fatalf("handled %d, rejected %v", e.handled.Load(), rejected(e.m, "max_connections"))
+	}
+	silent.Close()
+}
+
+func TestDoorCloseWhilePeeking(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections = 1
+	e := startDoor(t, cfg, time.Hour, maxPeekers)
+	release := e.dialHeld(t)
+	silent := e.raw(t)
+	e.event(t, "peek")
+	e.srv.Close() // closes the door: the peeking connection is closed too
+	if n, err := silent.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("peeked connection after Close: %d, %v", n, err)
+	}
+	release()
+	<-e.ended
+}
+
+func TestDoorNeedsDeadline(t *testing.T) {
+	g, _ := newGate(t, DefaultConfig())
+	var ln plainListener
+	if got := g.Listener(ln, "/ws"); got != net.Listener(ln) {
+		t.Fatal("a listener without SetDeadline must be returned as is")
+	}
+	for _, p := range []string{"", "ws", "/a b", "/ws?x", "/\x01"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("path %q accepted", p)
+				}
+			}()
+			g.Listener(ln, p)
+		}()
+	}
+}
+
+type plainListener struct{}
+
+func (plainListener) Accept() (net.Conn, error) { return nil, errors.New("none") }
+func (plainListener) Close() error              { return nil }
+func (plainListener) Addr() net.Addr            { return nil }
+
+func TestAppendDoor503(t *testing.T) {
+	for _, give := range []int64{1, 999, 1000, 1001, 123456} {
+		b := appendDoor503(nil, give)
+		resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(b))), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		ms := checkShed(t, resp.StatusCode, resp.Header, body, 503, "OVERLOADED")
+		if ms != give || resp.ContentLength != int64(len(body)) || !strings.Contains(string(b), "\r\nConnection: close\r\n") {
+			t.Fatalf("ms %d: %q", give, b)
+		}
+	}
+}
+
+// ---- the request-head parser ----
+
+func TestClassifyHead(t *testing.T) {
+	const big = 1 << 20
+	tests := []struct {
+		name string
+		give string
+		want headVerdict
+	}{
+		{"upgrade", upgradeHead, headShed},
+		{"query", "GET /ws?token=a.b-c_d%20 HTTP/1.1\r\nHost: h\r\n\r\n", headShed},
+		{"http/1.0 without host", "GET /ws HTTP/1.0\r\n\r\n", headShed},
+		{"host with port and spaces", "GET /ws HTTP/1.1\r\nhost:  [::1]:80 \r\n\r\n", headShed},
+		{"empty prefix", "", headMore},
+		{"partial line", "GET /w", headMore},
+		{"partial head", "GET /ws HTTP/1.1\r\nHost: h\r\n", headMore},
+		{"head split in CRLF", "GET /ws HTTP/1.1\r\nHost: h\r\n\r", headMore},
+		{"healthz", healthHead, headPass},
+		{"other path prefix", "GET /wsx HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
+		{"subpath", "GET /ws/ HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
+		{"post", "POST /ws HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
+		{"head method", "HEAD /ws HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
+		{"lower-case method", "get /ws HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
+		{"absolute form", "GET http://h/ws HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
+		{"http/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", headPass},
+		{"tls", "\x16\x03\x01\x02\x00\x01", headPass},
+		{"missing host 1.1", "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n", headPass},
+		{"two hosts", "GET /ws HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", headPass},
+		{"bad host", "GET /ws HTTP/1.1\r\nHost: a/b\r\n\r\n", headPass},
+		{"http/1.2", "GET /ws HTTP/1.2\r\nHost: h\r\n\r\n", headPass},
+		{"two spaces", "GET /ws  HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
+		{"bare LF", "GET /ws HTTP/1.1\nHost: h\n\n", headPass},
+		{"bare CR in value", "GET /ws HTTP/1.1\r\nHost: h\r\nX: a\rb\r\n\r\n", headPass},
+		{"space before colon", "GET /ws HTTP/1.1\r\nHost : h\r\n\r\n", headPass},
+		{"obs-fold", "GET /ws HTTP/1.1\r\nHost: h\r\n x\r\n\r\n", headPass},
+		{"no colon", "GET /ws HTTP/1.1\r\nHost: h\r\nfoo\r\n\r\n", headPass},
+		{"empty name", "GET /ws HTTP/1.1\r\nHost: h\r\n: v\r\n\r\n", headPass},
+		{"content-length", "GET /ws HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", headPass},
+		{"chunked", "GET /ws HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", headPass},
+		{"expect", "GET /ws HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n", headPass},
+		{"pipelined", "GET /ws HTTP/1.1\r\nHost: h\r\n\r\nGET", headPass},
+		{"control in query", "GET /ws?a\x01 HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
+		{"NUL in value", "GET /ws HTTP/1.1\r\nHost: h\r\nX: \x00\r\n\r\n", headPass},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, _ := classifyHead([]byte(tt.give), "/ws", 0, big); got != tt.want {
+				t.Fatalf("classifyHead(%q) = %d, want %d", tt.give, got, tt.want)
+			}
+		})
+	}
+	full := []byte("GET /ws HTTP/1.1\r\nX: " + strings.Repeat("a", 64))
+	if got, _ := classifyHead(full, "/ws", 0, len(full)); got != headPass {
+		t.Fatal("a full buffer without the end of the head must be handed on")
+	}
+}
+
+// routeOracle is net/http itself: a real http.Server over in-memory pipes
+// whose only route that answers 200 is GET /ws. routed reports whether
+// head, sent alone on a fresh connection, reaches that handler.
+type routeOracle struct {
+	srv    *http.Server
+	conns  chan net.Conn
+	done   chan struct{} // Serve returned
+	closed chan struct{} // the listener was closed
+	once   sync.Once
+}
+
+func newRouteOracle(t testing.TB) *routeOracle {
+	o := &routeOracle{conns: make(chan net.Conn), done: make(chan struct{}), closed: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.Header().Set("X-Routed", "1")
+		}
+	})
+	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { o.srv.Serve(chanListener{o}); close(o.done) }()
+	t.Cleanup(func() { o.srv.Close(); <-o.done })
+	return o
+}
+
+func (o *routeOracle) routed(t tb, head []byte) bool {
+	client, server := net.Pipe()
+	defer client.Close()
+	select {
+	case o.conns <- server:
+	case <-o.done:
+		t.Fatal("oracle stopped")
+	}
+	go client.Write(head)
+	client.SetDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(client), nil)
+	if err != nil {
+		t.Fatalf("oracle: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200 && resp.Header.Get("X-Routed") == "1"
+}
+
+type chanListener struct{ o *routeOracle }
+
+func (l chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.o.conns:
+		return c, nil
+	case <-l.o.closed:
+		return nil, net.ErrClosed
+	}
+}
+func (l chanListener) Close() error   { l.o.once.Do(func() { close(l.o.closed) }); return nil }
+func (l chanListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// checkSplits: fed in two parts (the scan position carried over), the
+// verdict is that of the whole; a prefix that already says pass was right.
+func checkSplits(t tb, b []byte, whole headVerdict) {
+	for k := range len(b) {
+		vk, s := classifyHead(b[:k], "/ws", 0, len(b)+1)
+		switch vk {
+		case headMore:
+			if v, _ := classifyHead(b, "/ws", s, len(b)+1); v != whole {
+				t.Fatalf("split at %d of %q: %d, whole %d", k, b, v, whole)
+			}
+		case headPass:
+			if whole != headPass {
+				t.Fatalf("prefix %q passed, whole %q is %d", b[:k], b, whole)
+			}
+		}
+	}
+}
+
+func FuzzClassifyHead(f *testing.F) {
+	for _, s := range []string{
+		upgradeHead, healthHead, "GET /ws HTTP/1.0\r\n\r\n", "GET /ws?a=b HTTP/1.1\r\nHost: x:1\r\n\r\n",
+		"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+		"GET /ws HTTP/1.1\r\nHost: h\r\nX: \xff\xfe\r\n\r\n", "GET /ws HTTP/1.1\r\nHost:\r\n\r\n",
+		"GET /ws?#x HTTP/1.1\r\nHost: h\r\n\r\n", "GET /ws?%zz HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /ws HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
+	} {
+		f.Add([]byte(s))
+	}
+	o := newRouteOracle(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, _ := classifyHead(b, "/ws", 0, len(b)+1)
+		checkSplits(t, b, v)
+		if v == headShed && !o.routed(t, b) {
+			t.Fatalf("door sheds %q, but net/http does not route it to GET /ws", b)
+		}
+	})
+}
+
+// TestClassifyHeadProperty: every well-formed upgrade head, however its
+// headers vary, is shed, and only once it is complete; net/http agrees.
+func TestClassifyHeadProperty(t *testing.T) {
+	o := newRouteOracle(t)
+	token := rapid.StringOfN(rapid.SampledFrom([]rune("abcXYZ019!#$%&'*+-.^_`|~")), 1, 12, -1)
+	value := rapid.StringOfN(rapid.SampledFrom([]rune("ab Z9;=,\t\"()/:?@[]{}\x80\xff")), 0, 30, -1)
+	rapid.Check(t, func(rt *rapid.T) {
+		var sb strings.Builder
+		sb.WriteString("GET /ws")
+		if rapid.Bool().Draw(rt, "query") {
+			sb.WriteString("?" + rapid.StringOfN(rapid.SampledFrom([]rune("az09=&%-._~!$'()*+,;:@/?#[]")), 0, 40, -1).Draw(rt, "q"))
+		}
+		v11 := rapid.Bool().Draw(rt, "1.1")
+		if v11 {
+			sb.WriteString(" HTTP/1.1\r\n")
+		} else {
+			sb.WriteString(" HTTP/1.0\r\n")
+		}
+		hostAt := -1
+		if v11 || rapid.Bool().Draw(rt, "host") {
+			hostAt = rapid.IntRange(0, 3).Draw(rt, "hostAt")
+		}
+		n := rapid.IntRange(0, 4).Draw(rt, "n")
+		for i := 0; i <= max(n, hostAt); i++ {
+			if i == hostAt {
+				sb.WriteString(rapid.SampledFrom([]string{"Host", "host", "HOST"}).Draw(rt, "hostName") + ": " +
+					rapid.StringOfN(rapid.SampledFrom([]rune("a.z-0:9[]_")), 0, 20, -1).Draw(rt, "hostValue") + "\r\n")
+			}
+			if i < n {
+				name := token.Draw(rt, "name")
+				if asciiEqualFold([]byte(name), "host") || asciiEqualFold([]byte(name), "content-length") ||
+					asciiEqualFold([]byte(name), "transfer-encoding") || asciiEqualFold([]byte(name), "expect") {
+					name = "X-" + name
+				}
+				sb.WriteString(name + ":" + value.Draw(rt, "value") + "\r\n")
+			}
+		}
+		sb.WriteString("\r\n")
+		b := []byte(sb.String())
+		if v, _ := classifyHead(b, "/ws", 0, len(b)); v != headShed {
+			rt.Fatalf("%q: %d, want shed", b, v)
+		}
+		for k := range len(b) {
+			if v, _ := classifyHead(b[:k], "/ws", 0, len(b)); v != headMore {
+				rt.Fatalf("prefix %q: %d, want more", b[:k], v)
+			}
+		}
+		checkSplits(rt, b, headShed)
+		if !o.routed(rt, b) {
+			rt.Fatalf("net/http does not route %q to GET /ws", b)
+		}
+	})
+}
