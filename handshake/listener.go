@@ -325,7 +325,7 @@ const (
 // path: request line `GET path[?query] HTTP/1.x` with CRLF line ends,
 // header names that are tokens followed directly by ':', field values
 // without control characters, at most one Host (exactly one for 1.1)
-// with net/http's valid host bytes, no Content-Length, Transfer-Encoding
+// of plain host bytes (letters, digits, -._:[]), no Content-Length, Transfer-Encoding
 // or Expect, and no byte after the blank line. Anything unusual is
 // headPass: the door only sheds what it is sure of. scanned is how far
 // earlier calls have looked for the end of the head (0 at first); the
@@ -480,14 +480,16 @@ func isTokenByte(c byte) bool {
 	return false
 }
 
-// isHostByte: the bytes net/http's host validation accepts.
+// isHostByte: a conservative subset of the bytes net/http accepts in a
+// Host (it refuses '@', userinfo, for one); a host with anything
+// else is handed on.
 func isHostByte(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true
 	}
 	switch c {
-	case '!', '$', '%', '&', '\'', '(', ')', '*', '+', ',', ';', '=', '-', '.', '_', '~', ':', '[', ']', '@':
+	case '-', '.', '_', ':', '[', ']':
 		return true
 	}
 	return false
