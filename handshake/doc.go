@@ -12,6 +12,14 @@
 // jittered and grow with the recent shedding rate, so a rejected crowd
 // comes back spread out rather than in lockstep.
 //
+// Gate.Listener (the door) wraps the server's listener: while reject mode
+// is http and a cap is full, it reads a new connection's request head
+// itself and answers a plain `GET /ws` with the same 503 and metric as
+// Admit's step 1, without net/http; everything else, and every connection
+// while no cap is full, goes on to net/http (peeked bytes replayed). It
+// decides with the same cap predicate as Admit, never reserves a slot,
+// and never sheds health or other paths.
+//
 // It owns client-IP resolution (ClientIP: the socket peer, or the
 // right-most untrusted X-Forwarded-For entry behind trusted proxies; IPv6
 // keyed by /64) and the handshake_* and connections_open metrics.
