@@ -227,7 +227,11 @@ func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {
 // spread over DrainDuration. Cancelling hardStop (may be nil) during the
 // drain closes every remaining connection at once.
 func (n *Node) Run(ctx context.Context, hardStop <-chan struct{}) error {
-	ln, err := net.Listen("tcp", n.cfg.Listen)
+	// No TCP keep-alive: WebSocket pings find dead peers, and Go's default
+	// keep-alive costs four setsockopt calls per accepted connection, a
+	// tenth of what shedding an upgrade at the door costs in a storm.
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", n.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("rtserver: listen: %w", err)
 	}
@@ -251,6 +255,9 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struc
 		defer n.cluster.stop()
 	}
 
+	// While a cap is full, upgrades are shed at the door, before net/http
+	// spends a goroutine and two buffers parsing them (handshake.Listener).
+	ln = n.Gate.Listener(ln, "/ws")
 	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
