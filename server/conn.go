@@ -28,7 +28,7 @@ type conn struct {
 
 	// Send queue. Frames are shared between subscribers and never modified.
 	mu      sync.Mutex
-	idle    *sync.Cond // signalled when the writer goroutine exits
+	idle    sync.Cond // on mu; signalled when the writer goroutine exits
 	queue   [][]byte
 	queued  int  // bytes queued and not yet written to the socket
 	writing bool // a writer goroutine owns the queue
@@ -52,7 +52,7 @@ func (c *conn) start(ws *websocket.Conn) {
 	c.ws = ws
 	c.id = s.nextID.Add(1)
 	c.batch = ws.Subprotocol() == BatchSubprotocol
-	c.idle = sync.NewCond(&c.mu)
+	c.idle.L = &c.mu
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.builtin = message.Call{User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
@@ -77,9 +77,7 @@ func (c *conn) readLoop() {
 		// the socket, which ends the read.
 		typ, r, err := c.ws.Reader(context.Background())
 		if err != nil {
-			if errors.Is(err, websocket.ErrMessageTooBig) {
-				s.m.ProtocolErrors.WithLabelValues("1009").Inc()
-			}
+			c.readFailed(err)
 			return
 		}
 		if typ == websocket.MessageBinary {
@@ -88,16 +86,21 @@ func (c *conn) readLoop() {
 			return
 		}
 		buf := getBuffer()
-		_, err = buf.ReadFrom(r)
-		if err != nil {
+		if _, err := buf.ReadFrom(r); err != nil {
 			putBuffer(buf)
-			if errors.Is(err, websocket.ErrMessageTooBig) {
-				s.m.ProtocolErrors.WithLabelValues("1009").Inc()
-			}
+			c.readFailed(err)
 			return
 		}
 		c.handleFrame(buf.Bytes())
 		putBuffer(buf)
+	}
+}
+
+// readFailed counts a read that ended on a message over the read limit
+// (the library has closed with 1009); other ends need no count.
+func (c *conn) readFailed(err error) {
+	if errors.Is(err, websocket.ErrMessageTooBig) {
+		c.s.m.ProtocolErrors.WithLabelValues("1009").Inc()
 	}
 }
 
@@ -162,11 +165,7 @@ func (c *conn) countInvalid(invalid bool) bool {
 		return false
 	}
 	c.s.m.ProtocolErrors.WithLabelValues("1008").Inc()
-	c.s.wg.Add(1)
-	go func() {
-		defer c.s.wg.Done()
-		c.closeWith(websocket.StatusPolicyViolation, "repeated invalid requests", true)
-	}()
+	c.closeLater(websocket.StatusPolicyViolation, "repeated invalid requests", true, nil)
 	return true
 }
 
@@ -235,11 +234,7 @@ func (c *conn) enqueue(frame []byte) {
 		c.queue = nil
 		c.mu.Unlock()
 		s.m.SlowConsumerDisconnects.Inc()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			c.closeWith(websocket.StatusTryAgainLater, retryReason(s.jitter(time.Second)), false)
-		}()
+		c.closeLater(websocket.StatusTryAgainLater, retryReason(s.jitter(time.Second)), false, nil)
 		return
 	}
 	c.queue = append(c.queue, frame)
@@ -263,7 +258,7 @@ func (c *conn) writeLoop() {
 	var spare [][]byte
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 || c.ws == nil {
+		if len(c.queue) == 0 {
 			c.writing = false
 			c.idle.Broadcast()
 			c.mu.Unlock()
@@ -399,6 +394,24 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 	c.mu.Unlock()
 	c.raw.seal()
 	_ = c.ws.Close(code, reason)
+}
+
+// closeLater runs closeWith in its own goroutine, owned by the server's
+// WaitGroup (and by done, when given): the close handshake may wait on a
+// slow peer, and the caller (a publisher, the read loop, the drain
+// schedule) must not.
+func (c *conn) closeLater(code websocket.StatusCode, reason string, flush bool, done *sync.WaitGroup) {
+	c.s.wg.Add(1)
+	if done != nil {
+		done.Add(1)
+	}
+	go func() {
+		defer c.s.wg.Done()
+		if done != nil {
+			defer done.Done()
+		}
+		c.closeWith(code, reason, flush)
+	}()
 }
 
 // abort closes the connection at once, without a close handshake.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +58,7 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 		conns := make([]*conn, subs)
 		for i := range conns {
 			c := &conn{s: s, queue: make([][]byte, 0, 2048)}
-			c.idle = sync.NewCond(&c.mu)
+			c.idle.L = &c.mu
 			c.writing = true // no writer goroutine: the test drains the queue
 			conns[i] = c
 			s.hub.subscribe(c, topic)

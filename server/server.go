@@ -366,20 +366,9 @@ func drainSchedule(n int, d time.Duration) []time.Duration {
 }
 
 // drainClose closes c with 1012 after its queued frames (the draining
-// notice) are written. The close handshake may wait on a slow peer, so it
-// runs in its own goroutine and the drain schedule does not slip.
-func (s *Server) drainClose(c *conn, wg *sync.WaitGroup) {
-	s.wg.Add(1)
-	if wg != nil {
-		wg.Add(1)
-	}
-	go func() {
-		defer s.wg.Done()
-		if wg != nil {
-			defer wg.Done()
-		}
-		c.closeWith(websocket.StatusServiceRestart, retryReason(s.jitter(s.drainHint)), true)
-	}()
+// notice) are written, without holding up the drain schedule.
+func (s *Server) drainClose(c *conn, done *sync.WaitGroup) {
+	c.closeLater(websocket.StatusServiceRestart, retryReason(s.jitter(s.drainHint)), true, done)
 }
 
 // Shutdown closes every connection at once and waits for their goroutines,
