@@ -323,33 +323,24 @@ func publisher(ctx context.Context, c *websocket.Conn, j int, cfg fanoutConfig, 
 	answered := make(chan struct{})
 	go func() {
 		defer close(answered)
-		for {
-			_, b, err := c.Read(context.Background())
-			if err != nil {
-				return
+		readFrames(c, func(_ time.Time, f frame) bool {
+			if f.ID == nil {
+				return true
 			}
-			fs, err := frames(b)
-			if err != nil {
-				continue
+			if f.Error != nil {
+				mu.Lock()
+				errs[strconv.Itoa(f.Error.Code)]++
+				mu.Unlock()
+			} else {
+				published.Add(1)
+				expected.Add(subsOf[(int(*f.ID)+j)%cfg.T])
 			}
-			for _, f := range fs {
-				if f.ID == nil {
-					continue
-				}
-				if f.Error != nil {
-					mu.Lock()
-					errs[strconv.Itoa(f.Error.Code)]++
-					mu.Unlock()
-				} else {
-					published.Add(1)
-					expected.Add(subsOf[(int(*f.ID)+j)%cfg.T])
-				}
-				select {
-				case <-window:
-				default:
-				}
+			select {
+			case <-window:
+			default:
 			}
-		}
+			return true
+		})
 	}()
 	var interval time.Duration
 	if cfg.Rate > 0 {

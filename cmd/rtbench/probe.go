@@ -122,30 +122,17 @@ func (p *probes) run(ctx context.Context, c *websocket.Conn, topic string, inter
 	}
 	go func() {
 		defer close(arrivals)
-		for {
-			_, b, err := c.Read(context.Background())
-			if err != nil {
-				return
-			}
-			fs, err := frames(b)
-			if err != nil {
-				continue
-			}
-			for _, f := range fs {
-				switch {
-				case f.ID != nil:
-					if !send(arrival{seq: *f.ID, resp: true, err: f.Error != nil}) {
-						return
-					}
-				case f.Method == "message":
-					if n, err := strconv.ParseUint(string(f.Params.Data), 10, 64); err == nil {
-						if !send(arrival{seq: n}) {
-							return
-						}
-					}
+		readFrames(c, func(_ time.Time, f frame) bool {
+			switch {
+			case f.ID != nil:
+				return send(arrival{seq: *f.ID, resp: true, err: f.Error != nil})
+			case f.Method == "message":
+				if n, err := strconv.ParseUint(string(f.Params.Data), 10, 64); err == nil {
+					return send(arrival{seq: n})
 				}
 			}
-		}
+			return true
+		})
 	}()
 	var local [2]hist
 	var failed [2]int

@@ -135,43 +135,33 @@ func rpcCaller(ctx context.Context, c *websocket.Conn, cfg rpcConfig, interval, 
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		for {
-			_, b, err := c.Read(context.Background())
-			if err != nil {
-				return
+		readFrames(c, func(now time.Time, f frame) bool {
+			if f.ID == nil {
+				return true
 			}
-			now := time.Now()
-			fs, err := frames(b)
-			if err != nil {
-				continue
-			}
-			for _, f := range fs {
-				if f.ID == nil {
-					continue
-				}
-				mu.Lock()
-				at, ok := scheduled[*f.ID]
-				delete(scheduled, *f.ID)
-				if ok {
-					t.answered++
-					t.lat.Record(now.Sub(at))
-					switch {
-					case f.Error == nil:
-						t.ok++
-					case f.Error.Code == -32001:
-						t.overloaded++
-					case f.Error.Code == -32002:
-						t.rateLimited++
-					default:
-						t.other[strconv.Itoa(f.Error.Code)]++
-					}
-				}
-				mu.Unlock()
-				if ok {
-					<-window
+			mu.Lock()
+			at, ok := scheduled[*f.ID]
+			delete(scheduled, *f.ID)
+			if ok {
+				t.answered++
+				t.lat.Record(now.Sub(at))
+				switch {
+				case f.Error == nil:
+					t.ok++
+				case f.Error.Code == -32001:
+					t.overloaded++
+				case f.Error.Code == -32002:
+					t.rateLimited++
+				default:
+					t.other[strconv.Itoa(f.Error.Code)]++
 				}
 			}
-		}
+			mu.Unlock()
+			if ok {
+				<-window
+			}
+			return true
+		})
 	}()
 	next := time.Now().Add(offset)
 send:

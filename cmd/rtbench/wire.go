@@ -40,6 +40,28 @@ func frames(b []byte) ([]frame, error) {
 	return []frame{f}, nil
 }
 
+// readFrames reads c until it fails, handing fn every decoded frame (a
+// batch's frames one by one) with the time its message arrived; fn returns
+// false to stop. Messages that do not decode are skipped.
+func readFrames(c *websocket.Conn, fn func(at time.Time, f frame) bool) {
+	for {
+		_, b, err := c.Read(context.Background())
+		if err != nil {
+			return
+		}
+		at := time.Now()
+		fs, err := frames(b)
+		if err != nil {
+			continue
+		}
+		for _, f := range fs {
+			if !fn(at, f) {
+				return
+			}
+		}
+	}
+}
+
 // request renders a JSON-RPC request; params must be valid JSON.
 func request(id uint64, method string, params []byte) []byte {
 	b := make([]byte, 0, 64+len(method)+len(params))
