@@ -124,6 +124,13 @@ func testOptions(c redis.UniversalClient, id string) RedisOptions {
 func startRedis(t testing.TB, o RedisOptions) (*Redis, *recorder) {
 	t.Helper()
 	b, err := NewRedis(o)
+	return started(t, b, err)
+}
+
+// started starts a bus just built (failing on err) with a fresh recorder,
+// and closes it when the test ends.
+func started[B Bus](t testing.TB, b B, err error) (B, *recorder) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}

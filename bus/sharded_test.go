@@ -17,17 +17,7 @@ import (
 func startSharded(t testing.TB, o ShardedOptions) (*Sharded, *recorder) {
 	t.Helper()
 	b, err := NewSharded(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRecorder()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := b.Start(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b, r
+	return started(t, b, err)
 }
 
 func shardedOptions(c redis.UniversalClient, id string, partitions int) ShardedOptions {
