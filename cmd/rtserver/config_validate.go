@@ -1,0 +1,228 @@
+package main
+
+import (
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// ---- validation ----------------------------------------------------------
+
+var (
+	metricNamespaceRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+	knownReasons      = []string{"MEMORY", "PUBLISH_RATE", "SUBSCRIBERS"}
+)
+
+// Validate checks every key and returns all problems at once (errors.Join
+// of *KeyError), or nil. It reads auth.jwt.publicKeyFile to check that it
+// holds a PEM block.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &KeyError{Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	oneOf := func(key, got string, allowed ...string) {
+		if !slices.Contains(allowed, got) {
+			bad(key, "must be %s, got %q", strings.Join(allowed, " or "), got)
+		}
+	}
+	nonNegative := func(key string, n int64) {
+		if n < 0 {
+			bad(key, "must not be negative, got %d", n)
+		}
+	}
+	positive := func(key string, n int64) {
+		if n <= 0 {
+			bad(key, "must be positive, got %d", n)
+		}
+	}
+	positiveDur := func(key string, d Duration) {
+		if d <= 0 {
+			bad(key, "must be a positive duration, got %s", d)
+		}
+	}
+	nonNegativeDur := func(key string, d Duration) {
+		if d < 0 {
+			bad(key, "must not be negative, got %s", d)
+		}
+	}
+	threshold := func(key string, f float64) { // 0 = off
+		if !(f >= 0) || math.IsInf(f, 0) {
+			bad(key, "must be a finite number >= 0 (0 = off), got %v", f)
+		}
+	}
+	hostPort := func(key, addr string, emptyOK bool) {
+		if addr == "" && emptyOK {
+			return
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			bad(key, "must be host:port, got %q", addr)
+		}
+	}
+	urlOf := func(key, raw string, schemes ...string) {
+		if raw == "" {
+			return
+		}
+		u, err := url.Parse(raw)
+		if err != nil || !slices.Contains(schemes, u.Scheme) || u.Host == "" {
+			bad(key, "must be a %s:// URL with a host, got %q", strings.Join(schemes, ":// or "), raw)
+		}
+	}
+	glob := func(key, pattern string) {
+		if pattern == "" {
+			bad(key, "empty pattern")
+		} else if _, err := path.Match(pattern, ""); err != nil {
+			bad(key, "bad glob pattern %q (path.Match syntax)", pattern)
+		}
+	}
+
+	hostPort("listen", c.Listen, false)
+	hostPort("adminListen", c.AdminListen, true)
+
+	urlOf("redis.url", c.Redis.URL, "redis", "rediss")
+	oneOf("redis.bus", c.Redis.Bus, "single", "sharded")
+	positive("redis.partitions", int64(c.Redis.Partitions))
+	if c.Redis.ChannelPrefix == "" {
+		bad("redis.channelPrefix", "must not be empty")
+	}
+
+	h := &c.Handshake
+	nonNegative("handshake.maxConnections", int64(h.MaxConnections))
+	nonNegative("handshake.maxConcurrent", int64(h.MaxConcurrent))
+	nonNegative("handshake.perTickBudget", int64(h.PerTickBudget))
+	if h.PerTickBudget > 0 {
+		positiveDur("handshake.tick", h.Tick)
+	} else {
+		nonNegativeDur("handshake.tick", h.Tick)
+	}
+	nonNegativeDur("handshake.maxQueueWait", h.MaxQueueWait)
+	oneOf("handshake.reject", h.Reject, "http", "close")
+	positiveDur("handshake.retryAfter", h.RetryAfter)
+	nonNegative("handshake.perIP.limit", int64(h.PerIP.Limit))
+	if h.PerIP.Limit > 0 {
+		positiveDur("handshake.perIP.per", h.PerIP.Per)
+	} else {
+		nonNegativeDur("handshake.perIP.per", h.PerIP.Per)
+	}
+	for i, p := range h.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			bad(fmt.Sprintf("handshake.trustedProxies[%d]", i), "bad CIDR %q (want e.g. 10.0.0.0/8 or fd00::/8)", p)
+		}
+	}
+	for i, p := range h.AllowedOrigins {
+		glob(fmt.Sprintf("handshake.allowedOrigins[%d]", i), p)
+	}
+
+	j := &c.Auth.JWT
+	switch {
+	case j.HMACSecret != "" && j.PublicKeyFile != "":
+		bad("auth.jwt", "set hmacSecret or publicKeyFile, not both")
+	case j.PublicKeyFile != "":
+		if data, err := os.ReadFile(j.PublicKeyFile); err != nil {
+			bad("auth.jwt.publicKeyFile", "%v", err)
+		} else if b, _ := pem.Decode(data); b == nil {
+			bad("auth.jwt.publicKeyFile", "%s holds no PEM block", j.PublicKeyFile)
+		}
+	}
+
+	l := &c.Limits
+	positive("limits.maxMessageBytes", l.MaxMessageBytes)
+	positive("limits.maxSubscriptionsPerConn", int64(l.MaxSubscriptionsPerConn))
+	positive("limits.sendQueueBytes", l.SendQueueBytes)
+	positiveDur("limits.writeTimeout", l.WriteTimeout)
+	positiveDur("limits.pingInterval", l.PingInterval)
+
+	p := &c.Pressure
+	positiveDur("pressure.sampleInterval", p.SampleInterval)
+	if r := p.MemoryHeapUsedRatio; !(r >= 0 && r <= 1) {
+		bad("pressure.memoryHeapUsedRatio", "must be in (0, 1], or 0 = off, got %v", r)
+	}
+	nonNegative("pressure.memoryLimitBytes", p.MemoryLimitBytes)
+	threshold("pressure.publishRatePerSec", p.PublishRatePerSec)
+	threshold("pressure.subscriberRatio", p.SubscriberRatio)
+	threshold("pressure.topicPublishRatePerSec", p.TopicPublishRatePerSec)
+	threshold("pressure.topicPublishBytesPerSec", p.TopicPublishBytesPerSec)
+	positive("pressure.topN", int64(p.TopN))
+
+	pr := &c.PublishRate
+	if pr.Channel == "" {
+		bad("publishRate.channel", "must not be empty")
+	}
+	positiveDur("publishRate.publishInterval", pr.PublishInterval)
+	if pr.StaleAfter < pr.PublishInterval {
+		bad("publishRate.staleAfter", "must be at least publishRate.publishInterval (%s), got %s", pr.PublishInterval, pr.StaleAfter)
+	}
+	positive("publishRate.topN", int64(pr.TopN))
+
+	a := &c.Admission
+	oneOf("admission.failPolicy", a.FailPolicy, "open", "closed")
+	for _, name := range slices.Sorted(maps.Keys(a.Classes)) {
+		r := a.Classes[name]
+		key := "admission.classes." + name
+		if name == "" || !utf8.ValidString(name) {
+			bad(key, "class name must be non-empty UTF-8 text")
+		}
+		if len(r.Reasons) == 0 && r.ClusterTopPublisher == nil && r.Rate == nil && r.Concurrency == nil {
+			bad(key, "a rule needs at least one of reasons, clusterTopPublisher, rate, concurrency")
+		}
+		for _, reason := range r.Reasons {
+			if !slices.Contains(knownReasons, reason) {
+				bad(key+".reasons", "unknown reason %q (want %s)", reason, strings.Join(knownReasons, ", "))
+			}
+		}
+		if t := r.ClusterTopPublisher; t != nil {
+			if !(t.Threshold > 0) || math.IsInf(t.Threshold, 0) {
+				bad(key+".clusterTopPublisher.threshold", "must be a positive number, got %v", t.Threshold)
+			}
+			oneOf(key+".clusterTopPublisher.by", t.By, "topic", "user")
+		}
+		if rt := r.Rate; rt != nil {
+			positive(key+".rate.limit", int64(rt.Limit))
+			positiveDur(key+".rate.per", rt.Per)
+			oneOf(key+".rate.by", rt.By, "user", "conn", "ip")
+		}
+		if cc := r.Concurrency; cc != nil {
+			positive(key+".concurrency.max", int64(cc.Max))
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(a.Methods)) {
+		key := "admission.methods." + m
+		if !utf8.ValidString(m) {
+			bad(key, "method pattern must be UTF-8 text")
+		}
+		glob(key, m)
+		if cl := a.Methods[m]; !classDefined(a.Classes, cl) {
+			bad(key, "class %q is not defined in admission.classes", cl)
+		}
+	}
+
+	urlOf("rpc.proxy.url", c.RPC.Proxy.URL, "http", "https")
+	positiveDur("rpc.proxy.timeout", c.RPC.Proxy.Timeout)
+
+	nonNegativeDur("drain.duration", c.Drain.Duration)
+
+	if ns := c.Metrics.Namespace; ns != "" && !metricNamespaceRE.MatchString(ns) {
+		bad("metrics.namespace", "must match [a-zA-Z_][a-zA-Z0-9_]*, got %q", ns)
+	}
+
+	oneOf("log.format", c.Log.Format, "text", "json")
+	oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+
+	return errors.Join(errs...)
+}
+
+func classDefined(classes map[string]ClassRule, name string) bool {
+	_, ok := classes[name]
+	return ok
+}
