@@ -65,6 +65,17 @@ type Identity struct {
 	IP    netip.Addr // resolved client IP (trusted proxies applied)
 	IPKey string     // rate-limit key: the IP, or its /64 for IPv6
 	User  string     // JWT sub; "" when anonymous
+	// Expires is the token's exp; zero when anonymous or the token has none.
+	Expires time.Time
+	// Topics is the token's "topics" claim; nil when absent or anonymous.
+	Topics *TopicClaim
+}
+
+// TopicClaim is a token's "topics" claim: the globs of topics its user may
+// subscribe to and publish on (the `claim` grant; see docs/access-control.md).
+type TopicClaim struct {
+	Subscribe []string `json:"subscribe"`
+	Publish   []string `json:"publish"`
 }
 
 // Ticket state bits: which slots a ticket holds.
