@@ -106,6 +106,9 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: log}
 	n.Metrics = metrics.New(cfg.Registry, cfg.MetricsNamespace)
 
+	if cfg.Handshake.Logger == nil {
+		cfg.Handshake.Logger = log
+	}
 	gate, err := handshake.New(cfg.Handshake, n.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: handshake: %w", err)

@@ -1,15 +1,18 @@
 package handshake
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -24,6 +27,9 @@ var (
 	errBigToken  = errors.New("token too large")
 	errNoSubject = errors.New("token has no sub")
 	errAlg       = errors.New("signing method not configured")
+	// errTopicsClaim wraps a validly signed token whose "topics" claim has
+	// the wrong shape: a backend bug worth a log line, not an attack.
+	errTopicsClaim = errors.New("topics claim")
 )
 
 // verifier checks JWTs (CONTRACT section 4, step 4). Each configured key
@@ -112,23 +118,70 @@ func (v *verifier) key(t *jwt.Token) (any, error) {
 	return nil, errAlg
 }
 
-// verify returns the token's subject.
-func (v *verifier) verify(r *http.Request) (string, error) {
+// claims are the JWT claims the server reads. The topics claim is kept
+// raw and decoded only after the signature checked out, so a forged token
+// never reaches the claim parser.
+type claims struct {
+	jwt.RegisteredClaims
+	Topics json.RawMessage `json:"topics,omitempty"`
+}
+
+// verify checks the request's token and fills id's User and Topics.
+func (v *verifier) verify(r *http.Request, id *Identity) error {
 	tok := tokenOf(r)
 	if tok == "" {
-		return "", errNoToken
+		return errNoToken
 	}
 	if len(tok) > maxTokenBytes {
-		return "", errBigToken
+		return errBigToken
 	}
-	var claims jwt.RegisteredClaims
-	if _, err := v.parser.ParseWithClaims(tok, &claims, v.key); err != nil {
-		return "", err
+	var c claims
+	if _, err := v.parser.ParseWithClaims(tok, &c, v.key); err != nil {
+		return err
 	}
-	if claims.Subject == "" {
-		return "", errNoSubject
+	if c.Subject == "" {
+		return errNoSubject
 	}
-	return claims.Subject, nil
+	topics, err := parseTopicClaim(c.Topics)
+	if err != nil {
+		return fmt.Errorf("%w of sub %q: %w", errTopicsClaim, c.Subject, err)
+	}
+	id.User, id.Topics = c.Subject, topics
+	return nil
+}
+
+// maxClaimGlobs bounds the globs of a topics claim per action: the claim
+// grant tries them in order on every call.
+const maxClaimGlobs = 64
+
+// parseTopicClaim decodes a token's "topics" claim: absent or null is nil
+// (no claim); otherwise an object with only "subscribe" and "publish",
+// each an array of valid path.Match globs (at most 64). Anything else is
+// an error, and the token is refused (docs/access-control.md).
+func parseTopicClaim(raw json.RawMessage) (*TopicClaim, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var tc TopicClaim
+	if err := dec.Decode(&tc); err != nil {
+		return nil, fmt.Errorf(`want {"subscribe":[globs],"publish":[globs]}: %w`, err)
+	}
+	for _, side := range []struct {
+		name  string
+		globs []string
+	}{{"subscribe", tc.Subscribe}, {"publish", tc.Publish}} {
+		if len(side.globs) > maxClaimGlobs {
+			return nil, fmt.Errorf("%s: %d globs, at most %d", side.name, len(side.globs), maxClaimGlobs)
+		}
+		for _, g := range side.globs {
+			if _, err := path.Match(g, ""); err != nil || g == "" {
+				return nil, fmt.Errorf("%s: invalid glob %q", side.name, g)
+			}
+		}
+	}
+	return &tc, nil
 }
 
 // tokenOf reads "Authorization: Bearer <t>", else the token query

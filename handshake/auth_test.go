@@ -7,8 +7,10 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 	"time"
 
@@ -129,4 +131,92 @@ func TestAuthConfigErrors(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+func TestAuthTopicsClaim(t *testing.T) {
+	t.Parallel()
+	secret := []byte("s3cret-hmac-key-of-enough-length")
+	exp := time.Now().Add(time.Hour).Unix()
+	tests := []struct {
+		name   string
+		topics any // the claim's value; nil = absent
+		want   *TopicClaim
+		reject bool
+	}{
+		{name: "absent", want: nil},
+		{name: "both sides", topics: map[string]any{"subscribe": []string{"chat:*", "news"}, "publish": []string{"chat:room1"}},
+			want: &TopicClaim{Subscribe: []string{"chat:*", "news"}, Publish: []string{"chat:room1"}}},
+		{name: "one side", topics: map[string]any{"publish": []string{"x:*"}}, want: &TopicClaim{Publish: []string{"x:*"}}},
+		{name: "empty object", topics: map[string]any{}, want: &TopicClaim{}},
+		{name: "array", topics: []string{"chat:*"}, reject: true},
+		{name: "string", topics: "chat:*", reject: true},
+		{name: "number", topics: 7, reject: true},
+		{name: "side is a string", topics: map[string]any{"subscribe": "chat:*"}, reject: true},
+		{name: "side holds a number", topics: map[string]any{"subscribe": []any{"a", 1}}, reject: true},
+		{name: "unknown side", topics: map[string]any{"publsh": []string{"a"}}, reject: true},
+		{name: "invalid glob", topics: map[string]any{"subscribe": []string{"chat:["}}, reject: true},
+		{name: "empty glob", topics: map[string]any{"publish": []string{""}}, reject: true},
+		{name: "too many globs", topics: map[string]any{"publish": make([]string, maxClaimGlobs+1)}, reject: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := DefaultConfig()
+			cfg.JWTHMACSecret = secret
+			g, m := newGate(t, cfg)
+			claims := jwt.MapClaims{"sub": "alice", "exp": exp}
+			if tt.topics != nil {
+				claims["topics"] = tt.topics
+			}
+			r := upgradeReq("203.0.113.7:1")
+			r.Header.Set("Authorization", "Bearer "+sign(t, jwt.SigningMethodHS256, secret, claims))
+			w := httptest.NewRecorder()
+			var tk Ticket
+			admitted := g.Admit(w, r, &tk)
+			if tt.reject {
+				if admitted || w.Code != http.StatusUnauthorized || rejected(m, "auth") != 1 {
+					t.Fatalf("admitted=%v status %d; want 401", admitted, w.Code)
+				}
+			} else {
+				if !admitted {
+					t.Fatalf("refused (status %d)", w.Code)
+				}
+				if !reflect.DeepEqual(tk.Topics, tt.want) {
+					t.Fatalf("Topics = %+v, want %+v", tk.Topics, tt.want)
+				}
+				tk.HandshakeDone(true)
+				tk.Close()
+			}
+			assertIdle(t, g, m)
+		})
+	}
+}
+
+// A forged token's claims never reach the topics parser: a bad signature
+// is refused as such, and a reused ticket forgets the previous claim.
+func TestAuthTopicsClaimForgedAndReuse(t *testing.T) {
+	secret := []byte("s3cret-hmac-key-of-enough-length")
+	cfg := DefaultConfig()
+	cfg.JWTHMACSecret = secret
+	g, m := newGate(t, cfg)
+	forged := sign(t, jwt.SigningMethodHS256, []byte("not-the-secret-not-the-secret-00"), jwt.MapClaims{"sub": "a", "topics": "bad"})
+	var c claims
+	if _, err := g.auth.parser.ParseWithClaims(forged, &c, g.auth.key); err == nil || errors.Is(err, errTopicsClaim) {
+		t.Fatalf("forged token: err %v, want a signature error", err)
+	}
+	var tk Ticket
+	r := upgradeReq("203.0.113.7:1")
+	r.Header.Set("Authorization", "Bearer "+sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "topics": map[string]any{"publish": []string{"x"}}}))
+	if !g.Admit(httptest.NewRecorder(), r, &tk) || tk.Topics == nil {
+		t.Fatal("first admit")
+	}
+	tk.HandshakeDone(true)
+	r = upgradeReq("203.0.113.7:1")
+	r.Header.Set("Authorization", "Bearer "+sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "b"}))
+	if !g.Admit(httptest.NewRecorder(), r, &tk) || tk.Topics != nil || tk.User != "b" {
+		t.Fatalf("reused ticket: user %q topics %+v", tk.User, tk.Topics)
+	}
+	tk.HandshakeDone(true)
+	tk.Close()
+	assertIdle(t, g, m)
 }

@@ -3,6 +3,7 @@ package handshake
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"sync/atomic"
@@ -39,6 +40,9 @@ type Config struct {
 	AllowNoOrigin  bool
 	JWTHMACSecret  []byte // HS256 key; empty and no public key = anonymous
 	JWTPublicKey   []byte // PEM of an RSA or EC P-256 public key (RS256 / ES256)
+	// Logger receives the warning for a validly signed token whose topics
+	// claim has the wrong shape (a backend bug); nil = discard.
+	Logger *slog.Logger
 	// Now is the clock for the per-IP rate, pacing windows and the retry
 	// hint; nil = time.Now. Pacing waits on real timers, so with pacing on
 	// Now must advance with real time (a frozen clock would never open a
@@ -209,6 +213,9 @@ func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	cfg.TrustedProxies = append([]netip.Prefix(nil), cfg.TrustedProxies...)
 	for i, p := range cfg.TrustedProxies {
 		cfg.TrustedProxies[i] = p.Masked()
@@ -317,7 +324,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 	t.g = g
 	t.state.Store(holdInflight | holdSlot)
 	t.IP, t.IPKey = requestClientIP(r, g.cfg.TrustedProxies)
-	t.User = ""
+	t.User, t.Expires, t.Topics = "", time.Time{}, nil
 
 	// 2. Per-client-IP upgrade rate.
 	if g.perIP != nil {
@@ -344,14 +351,15 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 
 	// 4. Authentication: always plain 401.
 	if g.auth != nil {
-		user, err := g.auth.verify(r)
-		if err != nil {
+		if err := g.auth.verify(r, &t.Identity); err != nil {
+			if errors.Is(err, errTopicsClaim) {
+				g.cfg.Logger.Warn("token refused: its topics claim has the wrong shape", "err", err)
+			}
 			t.Close()
 			g.rejected[rAuth].Inc()
 			plainError(w, http.StatusUnauthorized, "unauthorized\n")
 			return false
 		}
-		t.User = user
 	}
 
 	// 5. Pacing.
