@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -126,12 +127,19 @@ type claims struct {
 	Topics json.RawMessage `json:"topics,omitempty"`
 }
 
-// verify checks the request's token and fills id's User and Topics.
+// verify checks the request's token and fills id's token fields.
 func (v *verifier) verify(r *http.Request, id *Identity) error {
 	tok := tokenOf(r)
 	if tok == "" {
 		return errNoToken
 	}
+	return v.verifyToken(tok, id)
+}
+
+// verifyToken checks one token (signature, exp, nbf, sub, the topics
+// claim's shape) and fills id's User, Expires and Topics. id is left
+// untouched when the token is refused.
+func (v *verifier) verifyToken(tok string, id *Identity) error {
 	if len(tok) > maxTokenBytes {
 		return errBigToken
 	}
@@ -147,6 +155,10 @@ func (v *verifier) verify(r *http.Request, id *Identity) error {
 		return fmt.Errorf("%w of sub %q: %w", errTopicsClaim, c.Subject, err)
 	}
 	id.User, id.Topics = c.Subject, topics
+	id.Expires = time.Time{}
+	if c.ExpiresAt != nil {
+		id.Expires = c.ExpiresAt.Time
+	}
 	return nil
 }
 
@@ -185,13 +197,14 @@ func parseTopicClaim(raw json.RawMessage) (*TopicClaim, error) {
 }
 
 // tokenOf reads "Authorization: Bearer <t>", else the token query
-// parameter (browsers cannot set headers on a WebSocket upgrade).
+// parameter (browsers cannot set headers on a WebSocket upgrade). Any
+// other Authorization scheme (Basic, from a page behind HTTP auth) is not
+// ours and leaves the query parameter in force.
 func tokenOf(r *http.Request) string {
 	if a := r.Header.Get("Authorization"); a != "" {
 		if scheme, tok, ok := strings.Cut(a, " "); ok && strings.EqualFold(scheme, "Bearer") {
 			return strings.TrimSpace(tok)
 		}
-		return ""
 	}
 	if r.URL == nil || !strings.Contains(r.URL.RawQuery, "token=") {
 		return ""
@@ -201,4 +214,24 @@ func tokenOf(r *http.Request) string {
 		return ""
 	}
 	return q.Get("token")
+}
+
+// ErrNoAuth is VerifyToken's answer when the gate has no JWT key: there is
+// nothing to check a token against.
+var ErrNoAuth = errors.New("handshake: authentication is not configured")
+
+// VerifyToken checks a token exactly as the handshake's authentication
+// step does and returns the identity it carries (User, Expires, Topics;
+// the IP fields are unset). The server uses it for a connection's refresh
+// call.
+func (g *Gate) VerifyToken(tok string) (Identity, error) {
+	var id Identity
+	if g.auth == nil {
+		return id, ErrNoAuth
+	}
+	if tok == "" {
+		return id, errNoToken
+	}
+	err := g.auth.verifyToken(tok, &id)
+	return id, err
 }

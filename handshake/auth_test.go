@@ -58,10 +58,14 @@ func TestAuth(t *testing.T) {
 		pub      []byte
 		token    string
 		inQuery  bool
+		header   string // an Authorization header sent as is (with inQuery)
 		wantUser string // "" = 401
 	}{
 		{name: "HS256 valid", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), wantUser: "alice"},
 		{name: "HS256 in query", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), inQuery: true, wantUser: "alice"},
+		{name: "HS256 in query behind Basic auth", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), inQuery: true, header: "Basic dXNlcjpwYXNz", wantUser: "alice"},
+		{name: "HS256 in query with a bare Authorization scheme", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), inQuery: true, header: "Negotiate", wantUser: "alice"},
+		{name: "bad Bearer header is not rescued by the query", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), inQuery: true, header: "Bearer a.b.c"},
 		{name: "HS256 without exp", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob"}), wantUser: "bob"},
 		{name: "HS256 expired", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": now.Add(-time.Minute).Unix()})},
 		{name: "HS256 nbf in future", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": now.Add(time.Hour).Unix(), "nbf": now.Add(time.Hour).Unix()})},
@@ -89,6 +93,9 @@ func TestAuth(t *testing.T) {
 			g, m := newGate(t, cfg)
 			r := upgradeReq("203.0.113.7:1")
 			if tt.token != "" {
+				if tt.header != "" {
+					r.Header.Set("Authorization", tt.header)
+				}
 				if tt.inQuery {
 					r.URL.RawQuery = "v=1&token=" + tt.token
 				} else {
@@ -219,4 +226,37 @@ func TestAuthTopicsClaimForgedAndReuse(t *testing.T) {
 	tk.HandshakeDone(true)
 	tk.Close()
 	assertIdle(t, g, m)
+}
+
+func TestVerifyToken(t *testing.T) {
+	t.Parallel()
+	secret := []byte("s3cret-hmac-key-of-enough-length")
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	cfg := DefaultConfig()
+	cfg.JWTHMACSecret = secret
+	g, _ := newGate(t, cfg)
+
+	id, err := g.VerifyToken(sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": exp.Unix()}))
+	if err != nil || id.User != "alice" || !id.Expires.Equal(exp) {
+		t.Fatalf("got %+v, %v; want alice expiring %v", id, err, exp)
+	}
+	id, err = g.VerifyToken(sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob"}))
+	if err != nil || id.User != "bob" || !id.Expires.IsZero() {
+		t.Fatalf("token without exp: got %+v, %v; want bob, zero Expires", id, err)
+	}
+	for name, tok := range map[string]string{
+		"empty":     "",
+		"garbage":   "a.b.c",
+		"wrong key": sign(t, jwt.SigningMethodHS256, []byte("another-secret-entirely-000000"), jwt.MapClaims{"sub": "alice"}),
+		"expired":   sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(-time.Minute).Unix()}),
+	} {
+		if id, err := g.VerifyToken(tok); err == nil {
+			t.Errorf("%s: accepted as %+v", name, id)
+		}
+	}
+
+	anon, _ := newGate(t, DefaultConfig())
+	if _, err := anon.VerifyToken("x"); !errors.Is(err, ErrNoAuth) {
+		t.Errorf("gate without auth: %v, want ErrNoAuth", err)
+	}
 }
