@@ -20,9 +20,11 @@
 // decides with the same cap predicate as Admit, never reserves a slot,
 // and never sheds health or other paths.
 //
-// It owns client-IP resolution (ClientIP: the socket peer, or the
+// It exposes client-IP resolution (ClientIP: the socket peer, or the
 // right-most untrusted X-Forwarded-For entry behind trusted proxies; IPv6
-// keyed by /64) and the handshake_* and connections_open metrics.
+// keyed by /64; the rule lives in internal/clientip, shared with the HTTP
+// admission middleware) and owns the handshake_* and connections_open
+// metrics.
 //
 // It must never import the server or know about JSON-RPC; it sees an
 // http.Request and a caller-owned Ticket, nothing more.

@@ -3,6 +3,7 @@ package handshake
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rtserver/rtserver/metrics"
@@ -55,4 +56,12 @@ func assertIdle(t tb, g *Gate, m *metrics.Metrics) {
 			t.Fatalf("gauge %s = %v, want 0", name, v)
 		}
 	}
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
 }

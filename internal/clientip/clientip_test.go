@@ -1,4 +1,4 @@
-package handshake
+package clientip
 
 import (
 	"net/netip"
@@ -13,7 +13,7 @@ func prefixes(ss ...string) []netip.Prefix {
 	return out
 }
 
-func TestClientIP(t *testing.T) {
+func TestResolve(t *testing.T) {
 	t.Parallel()
 	proxies := prefixes("10.0.0.0/8", "fd00::/8")
 	tests := []struct {
@@ -51,43 +51,40 @@ func TestClientIP(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ip, key := clientIP(tt.peer, tt.xff, tt.trusted)
+			ip, key := Resolve(tt.peer, tt.xff, tt.trusted)
 			if ip.String() != tt.want || key != tt.wantKey {
-				t.Errorf("clientIP(%q, %q) = %v, %q; want %s, %q", tt.peer, tt.xff, ip, key, tt.want, tt.wantKey)
+				t.Errorf("Resolve(%q, %q) = %v, %q; want %s, %q", tt.peer, tt.xff, ip, key, tt.want, tt.wantKey)
 			}
-			if got := ClientIP(tt.peer, tt.xff, tt.trusted); got != ip {
-				t.Errorf("ClientIP = %v, clientIP = %v", got, ip)
-			}
-			if ip.IsValid() && IPKey(ip) != key {
-				t.Errorf("IPKey(%v) = %q, fast key %q", ip, IPKey(ip), key)
+			if ip.IsValid() && Key(ip) != key {
+				t.Errorf("Key(%v) = %q, fast key %q", ip, Key(ip), key)
 			}
 		})
 	}
 }
 
-func TestClientIPv4AllocatesNothing(t *testing.T) {
+func TestResolveIPv4AllocatesNothing(t *testing.T) {
 	trusted := prefixes("10.0.0.0/8")
 	xff := []string{"6.6.6.6, 198.51.100.9, 10.2.2.2"}
-	if n := testing.AllocsPerRun(100, func() { clientIP("10.1.1.1:80", xff, trusted) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { Resolve("10.1.1.1:80", xff, trusted) }); n != 0 {
 		t.Fatalf("behind a proxy: %v allocs", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { clientIP("203.0.113.7:5555", nil, nil) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { Resolve("203.0.113.7:5555", nil, nil) }); n != 0 {
 		t.Fatalf("direct: %v allocs", n)
 	}
 }
 
-// FuzzClientIP: any header from any peer resolves without panicking; an
+// FuzzResolve: any header from any peer resolves without panicking; an
 // untrusted peer is always the client; behind a proxy the client is the
 // peer or an address that appears in the header, and the key is always
-// IPKey of the result.
-func FuzzClientIP(f *testing.F) {
+// Key of the result.
+func FuzzResolve(f *testing.F) {
 	for _, s := range []string{"1.2.3.4", "1.2.3.4, 10.0.0.1", "[::1]:80", "garbage", " , ,", "2001:db8::1%eth0", "::ffff:1.2.3.4", "1.2.3.4:99999"} {
 		f.Add("10.1.1.1:80", s)
 		f.Add("203.0.113.7:1", s)
 	}
 	trusted := prefixes("10.0.0.0/8", "fd00::/8")
 	f.Fuzz(func(t *testing.T, peer, header string) {
-		ip, key := clientIP(peer, []string{header}, trusted)
+		ip, key := Resolve(peer, []string{header}, trusted)
 		p, _, ok := parseHostPort(peer)
 		if !ok {
 			if ip.IsValid() || key != peer {
@@ -98,8 +95,8 @@ func FuzzClientIP(f *testing.F) {
 		if !inAny(p, trusted) && ip != p {
 			t.Fatalf("untrusted peer %v, header %q: client %v", p, header, ip)
 		}
-		if key != IPKey(ip) {
-			t.Fatalf("key %q != IPKey(%v) %q", key, ip, IPKey(ip))
+		if key != Key(ip) {
+			t.Fatalf("key %q != Key(%v) %q", key, ip, Key(ip))
 		}
 	})
 }
