@@ -513,6 +513,12 @@ func (c *Class) runPredicate(s *pressure.Snapshot, call *Call) (ok bool) {
 	return ok
 }
 
+// release gives back the slot a Call held (Call.ReleaseWith calls it once
+// per lease). start and o feed an adaptive limit.
+func (c *Class) release(start int64, o Outcome) {
+	c.inflight.Add(-1)
+}
+
 // acquire takes one concurrency slot if one is free and returns how many
 // are left. A CAS loop rather than add-then-undo: an over-the-cap add, even
 // undone at once, would make a concurrent caller see a full class that is

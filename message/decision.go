@@ -6,8 +6,8 @@ import (
 )
 
 // Reason words of a denied Decision (CONTRACT section 2, the reason field of
-// -32001; RATE is answered as -32002 instead). The first three are the
-// pressure reasons' own text.
+// -32001; RATE and COST are answered as -32002 instead). The first three
+// are the pressure reasons' own text.
 const (
 	ReasonMemory              = "MEMORY"
 	ReasonPublishRate         = "PUBLISH_RATE"
@@ -16,7 +16,14 @@ const (
 	ReasonPredicate           = "PREDICATE"
 	ReasonConcurrency         = "CONCURRENCY"
 	ReasonRate                = "RATE"
+	ReasonCost                = "COST"
 )
+
+// IsRateLimited reports whether a denial's reason is a per-key budget (RATE
+// or COST): the client spent its own allowance and is answered -32002 (HTTP
+// 429, gRPC ResourceExhausted) rather than -32001 (the service is shedding
+// load: 503, Unavailable).
+func IsRateLimited(reason string) bool { return reason == ReasonRate || reason == ReasonCost }
 
 // Decision is a combined admission decision.
 //
@@ -29,7 +36,7 @@ type Decision struct {
 	Limit      int64 // binding limit (math.MaxInt64 when no part limits)
 	Remaining  int64
 	RetryAfter time.Duration // > 0 when denied
-	Reason     string        // binding part when denied: MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, CONCURRENCY, RATE
+	Reason     string        // binding part when denied: MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, CONCURRENCY, RATE, COST
 }
 
 // AllowFull is the identity of Combine: allowed, no limit, nothing to wait
@@ -42,7 +49,7 @@ var AllowFull = Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.Ma
 // denial binds over an allowance; between two denials the one with the
 // larger RetryAfter binds, and equal waits are broken by a fixed priority
 // (MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE,
-// CONCURRENCY, RATE, then any other word in byte order), so that Combine is
+// CONCURRENCY, RATE, COST, then any other word in byte order), so that Combine is
 // commutative and the binding reason does not depend on evaluation order.
 //
 // Over well-formed decisions Combine is associative, commutative and
@@ -87,18 +94,20 @@ func reasonRank(r string) int {
 	case "":
 		return 0
 	case ReasonMemory:
-		return 8
+		return 9
 	case ReasonPublishRate:
-		return 7
+		return 8
 	case ReasonSubscribers:
-		return 6
+		return 7
 	case ReasonClusterTopPublisher:
-		return 5
+		return 6
 	case ReasonPredicate:
-		return 4
+		return 5
 	case ReasonConcurrency:
-		return 3
+		return 4
 	case ReasonRate:
+		return 3
+	case ReasonCost:
 		return 2
 	}
 	return 1

@@ -24,7 +24,7 @@ func genDecision() *rapid.Generator[Decision] {
 			d.RetryAfter = time.Duration(rapid.IntRange(1, 4).Draw(t, "retry")) * time.Millisecond
 			d.Reason = rapid.SampledFrom([]string{
 				ReasonMemory, ReasonPublishRate, ReasonSubscribers, ReasonClusterTopPublisher,
-				ReasonPredicate, ReasonConcurrency, ReasonRate, "OTHER", "ZZZ",
+				ReasonPredicate, ReasonConcurrency, ReasonRate, ReasonCost, "OTHER", "ZZZ",
 			}).Draw(t, "reason")
 		}
 		return d
@@ -127,7 +127,8 @@ func TestCombineBinding(t *testing.T) {
 		{"larger wait binds", deny(ReasonMemory, 100), rate, Decision{Limit: 20, Remaining: 0, RetryAfter: 300 * time.Millisecond, Reason: ReasonRate}},
 		{"tie: pressure over concurrency", deny(ReasonConcurrency, 5), deny(ReasonMemory, 5), deny(ReasonMemory, 5)},
 		{"tie: concurrency over rate", deny(ReasonRate, 5), deny(ReasonConcurrency, 5), deny(ReasonConcurrency, 5)},
-		{"tie: known over unknown", deny("CUSTOM", 5), deny(ReasonRate, 5), deny(ReasonRate, 5)},
+		{"tie: rate over cost", deny(ReasonCost, 5), deny(ReasonRate, 5), deny(ReasonRate, 5)},
+		{"tie: known over unknown", deny("CUSTOM", 5), deny(ReasonCost, 5), deny(ReasonCost, 5)},
 		{"both allowed", allowed, AllowFull, allowed},
 	}
 	for _, tt := range tests {

@@ -188,3 +188,24 @@ func TestReleaseConcurrentStress(t *testing.T) {
 		t.Fatalf("in flight %d at the end, want 0", n)
 	}
 }
+
+// TestReleaseWithThenRelease pins the pattern the adapters use: report the
+// outcome on failure, and a deferred Release afterwards does nothing more.
+func TestReleaseWithThenRelease(t *testing.T) {
+	a := New(Options{})
+	c := mustRegister(t, a, "c", Rule{Concurrency: &Concurrency{Max: 1}})
+	call := &Call{}
+	if !c.Check(call).Allowed {
+		t.Fatal("first call denied")
+	}
+	call.ReleaseWith(Dropped)
+	call.Release()
+	call.ReleaseWith(Completed)
+	if got := c.InFlight(); got != 0 {
+		t.Fatalf("in flight after three releases = %d, want 0", got)
+	}
+	if !c.Check(call).Allowed {
+		t.Fatal("slot not given back")
+	}
+	call.Release()
+}

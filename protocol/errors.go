@@ -80,6 +80,9 @@ type RateLimitedData struct {
 	RetryAfterMs int64  `json:"retryAfterMs"`
 	Limit        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
+	// Reason is "COST" when a cost budget (not a call-count rate) denied
+	// the call; absent for a rate limit.
+	Reason string `json:"reason,omitempty"`
 }
 
 // LimitData is the data of a -32004 error.

@@ -101,7 +101,8 @@ func compactData(d json.RawMessage) json.RawMessage {
 }
 
 // admit checks call against its method's class. A shed call answers -32001,
-// a rate-limited one -32002, with the data fields of CONTRACT section 2.
+// one denied by a per-key budget (RATE, COST) -32002, with the data fields
+// of docs/protocol.md.
 func (c *conn) admit(call *message.Call) *protocol.Error {
 	if c.s.router == nil {
 		return nil
@@ -115,10 +116,12 @@ func (c *conn) admit(call *message.Call) *protocol.Error {
 		return nil
 	}
 	retry := retryMs(d.RetryAfter)
-	if d.Reason == message.ReasonRate {
-		return protocol.NewError(protocol.CodeRateLimited, "", protocol.RateLimitedData{
-			Class: cls.Name(), RetryAfterMs: retry, Limit: d.Limit, Remaining: d.Remaining,
-		})
+	if message.IsRateLimited(d.Reason) {
+		data := protocol.RateLimitedData{Class: cls.Name(), RetryAfterMs: retry, Limit: d.Limit, Remaining: d.Remaining}
+		if d.Reason == message.ReasonCost {
+			data.Reason = d.Reason
+		}
+		return protocol.NewError(protocol.CodeRateLimited, "", data)
 	}
 	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
 		Class: cls.Name(), Reason: d.Reason, RetryAfterMs: retry,
