@@ -16,8 +16,8 @@ import (
 	"github.com/rtserver/rtserver/server"
 )
 
-// Redis configures the cross-instance parts (CONTRACT section 5, redis.*
-// and publishRate.*). An empty URL means a single instance: the in-memory
+// Redis configures the cross-instance parts (redis.* and
+// publishRate.* in docs/configuration.md). An empty URL means a single instance: the in-memory
 // bus and no cluster view.
 //
 // For a Redis Cluster, name more seed nodes in the URL's query:
@@ -37,7 +37,7 @@ type Redis struct {
 	HMACSecret          []byte
 }
 
-// DefaultRedis is CONTRACT section 5's redis and publishRate blocks.
+// DefaultRedis is the redis.* and publishRate.* defaults of\n// docs/configuration.md.
 func DefaultRedis() Redis {
 	return Redis{
 		Bus: "single", Partitions: 16, ChannelPrefix: "rt:",

@@ -26,7 +26,7 @@ import (
 
 // Config is a node's whole configuration in library types. The zero value
 // of each part is that package's documented default where it has one; use
-// DefaultConfig for CONTRACT section 5's defaults.
+// DefaultConfig for the defaults of docs/configuration.md.
 type Config struct {
 	Listen      string // default 127.0.0.1:8080
 	AdminListen string // empty: /metrics on Listen
@@ -56,7 +56,7 @@ type Config struct {
 	Logger           *slog.Logger
 }
 
-// DefaultConfig returns CONTRACT section 5's defaults.
+// DefaultConfig returns the defaults of docs/configuration.md.
 func DefaultConfig() Config {
 	return Config{
 		Listen:        "127.0.0.1:8080",

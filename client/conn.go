@@ -60,7 +60,7 @@ type delivery struct {
 
 // connect dials, starts the reader and confirms the connection with a ping
 // round trip. The ping is what lets Dial report a close right after the
-// upgrade (handshake shed in close mode, CONTRACT section 4): the server's
+// upgrade (handshake shed in close mode, docs/handshake.md): the server's
 // close frame precedes any pong on the stream, so a connection that
 // survives the ping was really admitted.
 func (c *Client) connect(ctx context.Context) (*conn, error) {

@@ -1,4 +1,4 @@
-// Package client is a Go client for rtserver (CONTRACT.md sections 2 to 4):
+// Package client is a Go client for rtserver (docs/protocol.md):
 // JSON-RPC calls matched by id, notifications, topic subscriptions with
 // in-order delivery, and automatic reconnection that honours the server's
 // retry hints.

@@ -25,8 +25,8 @@ var (
 	ErrAlreadySubscribed = errors.New("rtclient: already subscribed")
 )
 
-// HandshakeError is an HTTP rejection of the WebSocket upgrade (CONTRACT
-// section 4): 503 or 429 with a retry hint, 401, 403, or anything else that
+// HandshakeError is an HTTP rejection of the WebSocket upgrade
+// (docs/handshake.md): 503 or 429 with a retry hint, 401, 403, or anything else that
 // is not 101.
 type HandshakeError struct {
 	Status int
@@ -46,8 +46,8 @@ func (e *HandshakeError) Error() string {
 	return s
 }
 
-// CloseError is a WebSocket close frame sent by the server (CONTRACT
-// section 3). Dial returns it when the server closes the connection right
+// CloseError is a WebSocket close frame sent by the server
+// (docs/protocol.md, "Close codes"). Dial returns it when the server closes the connection right
 // after the upgrade (handshake shed in close mode: 1013).
 type CloseError struct {
 	Code   int

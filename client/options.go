@@ -10,8 +10,8 @@ import (
 )
 
 // BatchSubprotocol is the WebSocket subprotocol under which the server may
-// send several queued messages in one frame as a JSON array (CONTRACT
-// section 2). The client always accepts arrays, so it offers it by default.
+// send several queued messages in one frame as a JSON array
+// (docs/protocol.md). The client always accepts arrays, so it offers it by default.
 const BatchSubprotocol = "rt.batch"
 
 // Defaults applied to zero Options fields.

@@ -14,7 +14,7 @@ import (
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
-// contractMetrics are the names of CONTRACT section 6.
+// contractMetrics are the names of docs/metrics.md.
 var contractMetrics = []string{
 	"admission_accepted_total", "admission_rejected_total",
 	"handshake_accepted_total", "handshake_rejected_total", "handshake_inflight", "handshake_queue_depth",

@@ -33,7 +33,7 @@ var (
 	errTopicsClaim = errors.New("topics claim")
 )
 
-// verifier checks JWTs (CONTRACT section 4, step 4). Each configured key
+// verifier checks JWTs (docs/handshake.md, step 4). Each configured key
 // admits exactly one algorithm: the HMAC secret HS256, an RSA public key
 // RS256, a P-256 public key ES256. The parser refuses every other alg
 // (including "none"), and the key function hands out a key only for its

@@ -1,4 +1,4 @@
-// Package handshake is the upgrade gate (CONTRACT section 4): it decides,
+// Package handshake is the upgrade gate (docs/handshake.md): it decides,
 // before websocket.Accept does any work, whether a WebSocket upgrade may
 // proceed, and answers the ones it sheds.
 //
@@ -53,6 +53,7 @@
 //     The ratelimit shard mutexes are never held together with it.
 //
 // A waiter whose client goes away is dropped and frees its slots without
-// an answer and without counting a rejection: the contract's reasons are
+// an answer and without counting a rejection: the reasons of
+// handshake_rejected_total are
 // the gate's decisions, and nobody is left to receive one.
 package handshake

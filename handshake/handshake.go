@@ -22,8 +22,8 @@ const (
 	RejectClose                   // complete the upgrade, close with 1013 retry_after_ms=N
 )
 
-// Config of the gate (CONTRACT section 4 and the handshake/auth keys of
-// section 5). Zero caps mean off.
+// Config of the gate (docs/handshake.md and the handshake.* and auth.*
+// keys of docs/configuration.md). Zero caps mean off.
 type Config struct {
 	MaxConnections int           // connection slots (in flight + open); 0 = off
 	MaxConcurrent  int           // upgrades in flight; 0 = off
@@ -51,7 +51,7 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultConfig is CONTRACT section 5's handshake block.
+// DefaultConfig is the handshake.* defaults of docs/configuration.md.
 func DefaultConfig() Config {
 	return Config{
 		MaxConcurrent: 1000,
@@ -306,7 +306,7 @@ func validate(cfg *Config) error {
 // clock is Config.Now as nanoseconds since the gate was made.
 func (g *Gate) clock() int64 { return int64(g.cfg.Now().Sub(g.epoch)) }
 
-// Admit runs the checks of CONTRACT section 4 in order. When it returns
+// Admit runs the checks of docs/handshake.md in order. When it returns
 // false the request has been answered (per Reject mode; 403/401 for origin
 // and auth) and nothing is held. When true, t holds the slots: the caller
 // must end them with t.HandshakeDone (after websocket.Accept, passing

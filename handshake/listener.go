@@ -42,7 +42,7 @@ const (
 // Listener wraps inner with the door: while the gate's reject mode is
 // RejectHTTP and a cap (MaxConnections or MaxConcurrent) is full, a new
 // connection whose request is `GET path` (path exactly, or path?query;
-// HTTP/1.0 or 1.1) is answered here with the contract's 503, counted in
+// HTTP/1.0 or 1.1) is answered here with the documented 503 (docs/handshake.md), counted in
 // handshake_rejected_total under the same reason Admit would give, and
 // closed, without net/http. Anything else (another path, another method, a
 // head it does not fully understand, a cap no longer full) is handed to

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// originPolicy decides the Origin check (CONTRACT section 4, step 3).
+// originPolicy decides the Origin check (docs/handshake.md, step 3).
 //
 // A pattern is a path.Match glob, compared case-insensitively:
 //   - without "://" it is matched against the Origin's host[:port]

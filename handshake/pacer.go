@@ -9,7 +9,7 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 )
 
-// pacer lets at most budget upgrades through per tick (CONTRACT section 4,
+// pacer lets at most budget upgrades through per tick (docs/handshake.md,
 // step 5). Tokens are counted per tick window computed from the clock, so
 // an idle gate runs nothing. The excess waits in FIFO order; one timer
 // (armed only while someone waits) wakes at the next tick boundary, hands

@@ -480,7 +480,7 @@ func (c *Class) reject(code reasonCode) Decision {
 
 // clusterHot reports whether the call's topic (or user) publishes at or
 // above the threshold. Calls without a key are not affected. The user key
-// of an anonymous call is its IP, as everywhere else (CONTRACT section 5).
+// of an anonymous call is its IP, as everywhere else (admission.classes in docs/configuration.md).
 func (c *Class) clusterHot(call *Call) bool {
 	box := c.a.rates.Load()
 	if box == nil {

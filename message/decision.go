@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Reason words of a denied Decision (CONTRACT section 2, the reason field of
+// Reason words of a denied Decision (docs/protocol.md, the reason field of
 // -32001; RATE and COST are answered as -32002 instead). The first three
 // are the pressure reasons' own text.
 const (
@@ -114,7 +114,7 @@ func reasonRank(r string) int {
 }
 
 // RetryAfterMillis is RetryAfter in whole milliseconds, rounded up, for the
-// retryAfterMs field: at least 1 when denied (CONTRACT: a positive integer),
+// retryAfterMs field: at least 1 when denied (docs/protocol.md: a positive integer),
 // 0 when allowed.
 func (d Decision) RetryAfterMillis() int64 {
 	if d.Allowed {

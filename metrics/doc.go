@@ -1,5 +1,5 @@
 // Package metrics defines every Prometheus metric rtserver exports
-// (CONTRACT.md section 6), on a registry that the caller passes in.
+// (listed in docs/metrics.md), on a registry that the caller passes in.
 //
 // It owns the names, types and labels; the other packages take a *Metrics
 // and update its fields. It never touches the global default registry, so

@@ -135,7 +135,7 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultConfig is CONTRACT section 5's pressure block.
+// DefaultConfig is the pressure.* defaults of docs/configuration.md.
 func DefaultConfig() Config {
 	return Config{
 		SampleInterval:          time.Second,

@@ -25,7 +25,7 @@ func (r *Request) IsNotification() bool { return r.ID == nil && r.Err == nil }
 type Frame struct {
 	Requests []Request
 	// Batch is true when the frame was a JSON array: responses then go back
-	// as one array (CONTRACT section 2, JSON-RPC 2.0 section 6).
+	// as one array (docs/protocol.md, JSON-RPC 2.0 section 6).
 	Batch bool
 }
 

@@ -1,8 +1,8 @@
 // Package protocol is the JSON-RPC 2.0 codec of rtserver's wire protocol
-// (CONTRACT.md section 2).
+// (docs/protocol.md).
 //
 // It owns: decoding one text frame into requests (a single request or a
-// batch array), the contract's error codes, appending responses and
+// batch array), the error codes of docs/protocol.md, appending responses and
 // server notifications to a byte slice, and the topic grammar.
 //
 // It must never panic on untrusted bytes: Decode answers every malformed

@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Error codes of CONTRACT.md section 2. The -320xx codes are rtserver's own
+// Error codes of docs/protocol.md ("Error codes"). The -320xx codes are rtserver's own
 // and are stable: clients switch on them.
 const (
 	CodeParseError     = -32700 // the frame is not JSON; the connection stays open
@@ -32,7 +32,7 @@ func (e *Error) Error() string {
 	return "jsonrpc error " + strconv.Itoa(e.Code) + ": " + e.Message
 }
 
-// NewError returns an error object with the contract's standard message for
+// NewError returns an error object with the standard message (docs/protocol.md) for
 // code when message is empty.
 func NewError(code int, message string, data any) *Error {
 	if message == "" {

@@ -58,8 +58,8 @@ type Aggregator struct {
 	logParse, logPublish, logSkip, logInstances, logRecv logLimit
 }
 
-// Stats are counters kept beside the Prometheus metrics, for things the
-// contract has no metric for, and for tests.
+// Stats are counters kept beside the Prometheus metrics, for things
+// docs/metrics.md has no metric for, and for tests.
 type Stats struct {
 	Broadcasts       uint64 // envelopes published (cluster_publish_rate_broadcasts_total)
 	PublishErrors    uint64 // publish calls that failed

@@ -5,7 +5,7 @@
 // # What it owns
 //
 // An Aggregator broadcasts, every PublishInterval, the envelope of
-// CONTRACT.md section 7 on Options.Channel: this instance's top-N topics
+// docs/cluster.md on Options.Channel: this instance's top-N topics
 // (messages and bytes per second), top-N users (messages per second) and,
 // when Options.Subjects is wired, top-N local subscriber counts. The rates
 // are averaged over the whole interval: every pressure sample is weighted by

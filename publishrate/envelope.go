@@ -13,7 +13,7 @@ import (
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// envelopeVersion is the "v" of CONTRACT.md section 7.
+// envelopeVersion is the "v" of the envelope in docs/cluster.md.
 const envelopeVersion = 1
 
 // Bounds on numbers read off the wire. Far above any real rate, low enough

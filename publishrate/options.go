@@ -12,7 +12,7 @@ import (
 	"github.com/rtserver/rtserver/pressure"
 )
 
-// Defaults of Options (CONTRACT.md section 5, publishRate block).
+// Defaults of Options (the publishRate.* keys of docs/configuration.md).
 const (
 	DefaultChannel          = "rt:pressure:rates"
 	DefaultPublishInterval  = 5 * time.Second

@@ -10,7 +10,7 @@ import (
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Built-in method names (CONTRACT section 2).
+// Built-in method names (docs/protocol.md, "Built-in methods").
 const (
 	MethodSubscribe   = "subscribe"
 	MethodUnsubscribe = "unsubscribe"

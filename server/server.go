@@ -23,7 +23,7 @@ import (
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Config holds the per-connection limits (CONTRACT section 5, limits.*).
+// Config holds the per-connection limits (limits.* in docs/configuration.md).
 // Zero values mean the documented defaults.
 type Config struct {
 	MaxMessageBytes         int64         // read limit per message; default 65536; past it: close 1009

@@ -1,5 +1,5 @@
-// rtclient.js: a dependency-free browser client for rtserver (CONTRACT.md
-// sections 2 to 4). JSON-RPC 2.0 over one WebSocket, id-matched calls, topic
+// rtclient.js: a dependency-free browser client for rtserver (the wire
+// protocol of docs/protocol.md). JSON-RPC 2.0 over one WebSocket, id-matched calls, topic
 // subscriptions that survive reconnects, and reconnection with full-jitter
 // exponential backoff that never returns sooner than the server asked.
 //

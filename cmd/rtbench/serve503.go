@@ -9,7 +9,7 @@ import (
 )
 
 // overloaded503 answers every request as rtserver's handshake tier sheds
-// an upgrade in http mode (CONTRACT section 4): 503, Retry-After and the
+// an upgrade in http mode (docs/handshake.md): 503, Retry-After and the
 // JSON body. It is the control of the storm-isolation measurement: the
 // cheapest server that gives the storm's clients the same answer.
 func overloaded503(w http.ResponseWriter, _ *http.Request) {

@@ -1,6 +1,6 @@
 package main
 
-// Configuration of the standalone binary (CONTRACT.md section 5).
+// Configuration of the standalone binary (docs/configuration.md, generated from this file).
 //
 // The Config struct tree is the single definition: its yaml tags are the
 // key names, its help tags are the one-line descriptions, and reflection
@@ -19,8 +19,8 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Config is the whole configuration. Field order follows CONTRACT.md
-// section 5, which is also the order of --print-config.
+// Config is the whole configuration. Field order is the order of
+// docs/configuration.md and of --print-config.
 type Config struct {
 	Listen      string            `yaml:"listen" help:"address of the HTTP listener serving /ws, /healthz, /readyz (and /metrics unless adminListen is set)"`
 	AdminListen string            `yaml:"adminListen" help:"separate address for /metrics; empty: /metrics on the main listener"`
@@ -45,7 +45,7 @@ type RedisConfig struct {
 	ChannelPrefix string `yaml:"channelPrefix" help:"prefix of every Redis channel, for multi-tenant isolation (not empty)"`
 }
 
-// HandshakeConfig is the handshake tier (CONTRACT.md section 4).
+// HandshakeConfig is the handshake tier (docs/handshake.md).
 type HandshakeConfig struct {
 	MaxConnections int         `yaml:"maxConnections" help:"open WebSocket connections on this instance; 0 = no cap"`
 	MaxConcurrent  int         `yaml:"maxConcurrent" help:"upgrades in flight, from arrival to the end of the handshake; 0 = no cap"`
@@ -167,14 +167,14 @@ type MetricsConfig struct {
 	Namespace string `yaml:"namespace" help:"prefix for every metric name ([a-zA-Z_][a-zA-Z0-9_]*); empty: none"`
 }
 
-// LogConfig is the process log (log/slog). An rtserver addition to the
-// contract's keys.
+// LogConfig is the process log (log/slog). Not part of the other keys: it configures
+// only the standalone binary.
 type LogConfig struct {
 	Format string `yaml:"format" help:"text | json (rtserver addition)"`
 	Level  string `yaml:"level" help:"debug | info | warn | error (rtserver addition)"`
 }
 
-// Default is CONTRACT.md section 5's defaults, plus log text/info.
+// Default is the documented defaults (docs/configuration.md), log text/info included.
 // admission.classes and admission.methods are empty (nil).
 func Default() Config {
 	return Config{

@@ -95,7 +95,7 @@ func ConfigReference() []byte {
 	return b.Bytes()
 }
 
-// exampleAdmission is the admission block of CONTRACT.md section 5.
+// exampleAdmission is an example admission block: the shape of classes and methods.
 const exampleAdmission = `admission:
   classes:                       # class name -> rule
     expensive-rpc: {reasons: [MEMORY, PUBLISH_RATE]}
