@@ -108,16 +108,6 @@ func (c *Call) ReleaseWith(o Outcome) {
 	}
 }
 
-// ReleaseDropped is Release for a call whose work was wasted rather than
-// done: the client went away, the handler panicked, or (when the adapter is
-// asked to) it answered with a server error. The lease is given back
-// exactly as by Release, and at most once across Release and
-// ReleaseDropped together; a part that learns from outcomes (an adaptive
-// concurrency limit) counts the call as a drop instead of a completion.
-func (c *Call) ReleaseDropped() {
-	c.Release()
-}
-
 // Holding reports whether the Call holds a concurrency lease now.
 func (c *Call) Holding() bool { return c.lease.Load() != nil }
 
