@@ -2,6 +2,7 @@ package handshake
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rsa"
@@ -35,21 +36,28 @@ var (
 
 // verifier checks JWTs (docs/handshake.md, step 4). Each configured key
 // admits exactly one algorithm: the HMAC secret HS256, an RSA public key
-// RS256, a P-256 public key ES256. The parser refuses every other alg
-// (including "none"), and the key function hands out a key only for its
-// own algorithm, so a token cannot make the server verify an HMAC with the
-// public key (alg confusion). exp and nbf are enforced when present (a
-// token without exp does not expire, as in Centrifugo); sub is required.
+// RS256, a P-256 public key ES256; keys from a JWKS URL are picked by the
+// token's kid and admit the algorithm of their type. The parser refuses
+// every other alg (including "none"), and the key function hands out a
+// key only for its own algorithm, so a token cannot make the server
+// verify an HMAC with the public key (alg confusion). exp and nbf are
+// enforced when present (a token without exp does not expire, as in
+// Centrifugo); aud and iss when configured; sub is required.
 type verifier struct {
 	parser *jwt.Parser
 	hmac   []byte
 	rsa    *rsa.PublicKey
 	ec     *ecdsa.PublicKey
+	jwks   *jwks // nil without a JWKS URL
 }
 
-// newVerifier returns nil (anonymous connections) when neither key is set.
-func newVerifier(secret, publicPEM []byte) (*verifier, error) {
-	if len(secret) == 0 && len(publicPEM) == 0 {
+// newVerifier returns nil (anonymous connections) when no key is set.
+func newVerifier(cfg *Config) (*verifier, error) {
+	secret, publicPEM := cfg.JWTHMACSecret, cfg.JWTPublicKey
+	if len(secret) == 0 && len(publicPEM) == 0 && cfg.JWKSURL == "" {
+		if cfg.JWTAudience != "" || cfg.JWTIssuer != "" {
+			return nil, errors.New("handshake: auth.jwt.audience and issuer need a key (hmacSecret, publicKeyFile or jwksUrl)")
+		}
 		return nil, nil
 	}
 	v := &verifier{}
@@ -77,7 +85,21 @@ func newVerifier(secret, publicPEM []byte) (*verifier, error) {
 			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: unsupported key type %T (want RSA or EC P-256)", key)
 		}
 	}
-	v.parser = jwt.NewParser(jwt.WithValidMethods(algs))
+	if cfg.JWKSURL != "" {
+		var err error
+		if v.jwks, err = newJWKS(cfg.JWKSURL, cfg.JWKSClient, cfg.Now); err != nil {
+			return nil, err
+		}
+		algs = append(algs, "RS256", "ES256")
+	}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithTimeFunc(cfg.Now)}
+	if cfg.JWTAudience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.JWTAudience))
+	}
+	if cfg.JWTIssuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.JWTIssuer))
+	}
+	v.parser = jwt.NewParser(opts...)
 	return v, nil
 }
 
@@ -101,12 +123,24 @@ func parsePublicKey(data []byte) (any, error) {
 	return nil, fmt.Errorf("PEM block %q is not a public key", block.Type)
 }
 
-func (v *verifier) key(t *jwt.Token) (any, error) {
-	switch t.Method.Alg() {
-	case "HS256":
+// key picks the key a token is checked with: by kid from the JWKS when
+// the token names one (or no static key fits its alg), else the static
+// key of its alg.
+func (v *verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
+	alg := t.Method.Alg()
+	if alg == "HS256" {
 		if v.hmac != nil {
 			return v.hmac, nil
 		}
+		return nil, errAlg
+	}
+	if v.jwks != nil {
+		kid, _ := t.Header["kid"].(string)
+		if kid != "" || (alg == "RS256" && v.rsa == nil) || (alg == "ES256" && v.ec == nil) {
+			return v.jwks.key(ctx, kid, alg)
+		}
+	}
+	switch alg {
 	case "RS256":
 		if v.rsa != nil {
 			return v.rsa, nil
@@ -133,18 +167,19 @@ func (v *verifier) verify(r *http.Request, id *Identity) error {
 	if tok == "" {
 		return errNoToken
 	}
-	return v.verifyToken(tok, id)
+	return v.verifyToken(r.Context(), tok, id)
 }
 
 // verifyToken checks one token (signature, exp, nbf, sub, the topics
 // claim's shape) and fills id's User, Expires and Topics. id is left
 // untouched when the token is refused.
-func (v *verifier) verifyToken(tok string, id *Identity) error {
+func (v *verifier) verifyToken(ctx context.Context, tok string, id *Identity) error {
 	if len(tok) > maxTokenBytes {
 		return errBigToken
 	}
 	var c claims
-	if _, err := v.parser.ParseWithClaims(tok, &c, v.key); err != nil {
+	keyOf := func(t *jwt.Token) (any, error) { return v.key(ctx, t) }
+	if _, err := v.parser.ParseWithClaims(tok, &c, keyOf); err != nil {
 		return err
 	}
 	if c.Subject == "" {
@@ -224,7 +259,7 @@ var ErrNoAuth = errors.New("handshake: authentication is not configured")
 // step does and returns the identity it carries (User, Expires, Topics;
 // the IP fields are unset). The server uses it for a connection's refresh
 // call.
-func (g *Gate) VerifyToken(tok string) (Identity, error) {
+func (g *Gate) VerifyToken(ctx context.Context, tok string) (Identity, error) {
 	var id Identity
 	if g.auth == nil {
 		return id, ErrNoAuth
@@ -232,6 +267,6 @@ func (g *Gate) VerifyToken(tok string) (Identity, error) {
 	if tok == "" {
 		return id, errNoToken
 	}
-	err := g.auth.verifyToken(tok, &id)
+	err := g.auth.verifyToken(ctx, tok, &id)
 	return id, err
 }

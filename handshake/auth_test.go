@@ -1,6 +1,7 @@
 package handshake
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -208,7 +209,7 @@ func TestAuthTopicsClaimForgedAndReuse(t *testing.T) {
 	g, m := newGate(t, cfg)
 	forged := sign(t, jwt.SigningMethodHS256, []byte("not-the-secret-not-the-secret-00"), jwt.MapClaims{"sub": "a", "topics": "bad"})
 	var c claims
-	if _, err := g.auth.parser.ParseWithClaims(forged, &c, g.auth.key); err == nil || errors.Is(err, errTopicsClaim) {
+	if _, err := g.auth.parser.ParseWithClaims(forged, &c, func(tok *jwt.Token) (any, error) { return g.auth.key(context.Background(), tok) }); err == nil || errors.Is(err, errTopicsClaim) {
 		t.Fatalf("forged token: err %v, want a signature error", err)
 	}
 	var tk Ticket
@@ -236,11 +237,11 @@ func TestVerifyToken(t *testing.T) {
 	cfg.JWTHMACSecret = secret
 	g, _ := newGate(t, cfg)
 
-	id, err := g.VerifyToken(sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": exp.Unix()}))
+	id, err := g.VerifyToken(context.Background(), sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": exp.Unix()}))
 	if err != nil || id.User != "alice" || !id.Expires.Equal(exp) {
 		t.Fatalf("got %+v, %v; want alice expiring %v", id, err, exp)
 	}
-	id, err = g.VerifyToken(sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob"}))
+	id, err = g.VerifyToken(context.Background(), sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob"}))
 	if err != nil || id.User != "bob" || !id.Expires.IsZero() {
 		t.Fatalf("token without exp: got %+v, %v; want bob, zero Expires", id, err)
 	}
@@ -250,13 +251,13 @@ func TestVerifyToken(t *testing.T) {
 		"wrong key": sign(t, jwt.SigningMethodHS256, []byte("another-secret-entirely-000000"), jwt.MapClaims{"sub": "alice"}),
 		"expired":   sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(-time.Minute).Unix()}),
 	} {
-		if id, err := g.VerifyToken(tok); err == nil {
+		if id, err := g.VerifyToken(context.Background(), tok); err == nil {
 			t.Errorf("%s: accepted as %+v", name, id)
 		}
 	}
 
 	anon, _ := newGate(t, DefaultConfig())
-	if _, err := anon.VerifyToken("x"); !errors.Is(err, ErrNoAuth) {
+	if _, err := anon.VerifyToken(context.Background(), "x"); !errors.Is(err, ErrNoAuth) {
 		t.Errorf("gate without auth: %v, want ErrNoAuth", err)
 	}
 }

@@ -40,6 +40,17 @@ type Config struct {
 	AllowNoOrigin  bool
 	JWTHMACSecret  []byte // HS256 key; empty and no public key = anonymous
 	JWTPublicKey   []byte // PEM of an RSA or EC P-256 public key (RS256 / ES256)
+	// JWKSURL serves a JSON Web Key Set: RS256 / ES256 keys picked by the
+	// token's kid, fetched by New (an error stops it), cached, and
+	// fetched again at most once per JWKSMinRefetch when an unknown kid
+	// arrives. Empty = no JWKS.
+	JWKSURL string
+	// JWKSClient fetches JWKSURL; nil = a client with a 10 s timeout.
+	JWKSClient *http.Client
+	// JWTAudience and JWTIssuer, when set, must be the token's aud (one
+	// of them) and iss; otherwise the upgrade is refused with 401.
+	JWTAudience string
+	JWTIssuer   string
 	// Logger receives the warning for a validly signed token whose topics
 	// claim has the wrong shape (a backend bug); nil = discard.
 	Logger *slog.Logger
@@ -234,7 +245,7 @@ func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
 	if g.origin, err = newOriginPolicy(cfg.AllowedOrigins, cfg.AllowNoOrigin); err != nil {
 		return nil, err
 	}
-	if g.auth, err = newVerifier(cfg.JWTHMACSecret, cfg.JWTPublicKey); err != nil {
+	if g.auth, err = newVerifier(&cfg); err != nil {
 		return nil, err
 	}
 	if cfg.PerIPLimit > 0 {

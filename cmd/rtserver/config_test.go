@@ -48,7 +48,7 @@ handshake:
   allowedOrigins: []             # empty: same-host only
   allowNoOrigin: true
 auth:
-  jwt: {hmacSecret: "", publicKeyFile: ""}   # empty: anonymous connections
+  jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", refreshNotice: 30s}
 limits:
   maxMessageBytes: 65536
   maxSubscriptionsPerConn: 128
@@ -486,6 +486,12 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{give: "auth: {jwt: {hmacSecret: a, publicKeyFile: " + notPEM + "}}", wantKey: "auth.jwt"},
 		{give: "auth: {jwt: {publicKeyFile: " + filepath.Join(dir, "missing.pem") + "}}", wantKey: "auth.jwt.publicKeyFile"},
 		{give: "auth: {jwt: {publicKeyFile: " + notPEM + "}}", wantKey: "auth.jwt.publicKeyFile"},
+		{give: "auth: {jwt: {hmacSecret: a, jwksUrl: 'https://idp.example/jwks'}}", wantKey: "auth.jwt"},
+		{give: "auth: {jwt: {audience: rt}}", wantKey: "auth.jwt"},
+		{give: "auth: {jwt: {issuer: idp}}", wantKey: "auth.jwt"},
+		{give: "auth: {jwt: {jwksUrl: 'ftp://idp.example/jwks'}}", wantKey: "auth.jwt.jwksUrl"},
+		{give: "auth: {jwt: {jwksUrl: '/jwks'}}", wantKey: "auth.jwt.jwksUrl"},
+		{give: "auth: {jwt: {refreshNotice: 0s}}", wantKey: "auth.jwt.refreshNotice"},
 		{give: "limits: {maxMessageBytes: 0}", wantKey: "limits.maxMessageBytes"},
 		{give: "limits: {maxSubscriptionsPerConn: -5}", wantKey: "limits.maxSubscriptionsPerConn"},
 		{give: "limits: {sendQueueBytes: -1}", wantKey: "limits.sendQueueBytes"},

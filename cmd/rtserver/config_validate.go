@@ -125,9 +125,22 @@ func (c *Config) Validate() error {
 	}
 
 	j := &c.Auth.JWT
+	positiveDur("auth.jwt.refreshNotice", j.RefreshNotice)
+	keys := 0
+	for _, k := range []string{j.HMACSecret, j.PublicKeyFile, j.JWKSURL} {
+		if k != "" {
+			keys++
+		}
+	}
 	switch {
-	case j.HMACSecret != "" && j.PublicKeyFile != "":
-		bad("auth.jwt", "set hmacSecret or publicKeyFile, not both")
+	case keys > 1:
+		bad("auth.jwt", "set one of hmacSecret, publicKeyFile and jwksUrl, not several")
+	case keys == 0 && (j.Audience != "" || j.Issuer != ""):
+		bad("auth.jwt", "audience and issuer need a key: set hmacSecret, publicKeyFile or jwksUrl")
+	case j.JWKSURL != "":
+		if u, err := url.Parse(j.JWKSURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("auth.jwt.jwksUrl", "want an http(s) URL, got %q", j.JWKSURL)
+		}
 	case j.PublicKeyFile != "":
 		if data, err := os.ReadFile(j.PublicKeyFile); err != nil {
 			bad("auth.jwt.publicKeyFile", "%v", err)

@@ -142,6 +142,9 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 		}
 		hc.JWTPublicKey = pem
 	}
+	hc.JWKSURL = c.Auth.JWT.JWKSURL
+	hc.JWTAudience = c.Auth.JWT.Audience
+	hc.JWTIssuer = c.Auth.JWT.Issuer
 	n.Handshake = hc
 
 	n.Limits = server.Config{

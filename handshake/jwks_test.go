@@ -1,0 +1,203 @@
+package handshake
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/rtserver/rtserver/internal/jwttest"
+)
+
+// fakeClock is a settable clock for the gate.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func admitsAs(t *testing.T, g *Gate, tok string) string {
+	t.Helper()
+	r := upgradeReq("203.0.113.7:1")
+	r.Header.Set("Authorization", "Bearer "+tok)
+	var tk Ticket
+	if !g.Admit(httptest.NewRecorder(), r, &tk) {
+		return ""
+	}
+	tk.HandshakeDone(true)
+	tk.Close()
+	return tk.User
+}
+
+func TestJWKSRotation(t *testing.T) {
+	t.Parallel()
+	rsa1, _ := rsa.GenerateKey(rand.Reader, 2048)
+	ec2, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	rsa4, _ := rsa.GenerateKey(rand.Reader, 2048)
+	ks := jwttest.NewKeyServer(t)
+	ks.Serve(t, map[string]any{"k1": &rsa1.PublicKey})
+	clock := &fakeClock{}
+	clock.ns.Store(time.Now().UnixNano())
+	cfg := DefaultConfig()
+	cfg.JWKSURL = ks.URL
+	cfg.Now = clock.now
+	cfg.PerTickBudget = 0
+	g, _ := newGate(t, cfg)
+	claims := func() jwt.MapClaims {
+		return jwt.MapClaims{"sub": "alice", "exp": clock.now().Add(time.Hour).Unix()}
+	}
+	hits := func(want int64, when string) {
+		t.Helper()
+		if got := ks.Hits(); got != want {
+			t.Fatalf("%s: %d fetches of the key set, want %d", when, got, want)
+		}
+	}
+	hits(1, "at start")
+
+	if u := admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodRS256, rsa1, "k1", claims())); u != "alice" {
+		t.Fatalf("k1 token: user %q", u)
+	}
+	hits(1, "known kid")
+
+	// Rotation: the set now holds only k2. Its first token refetches.
+	ks.Serve(t, map[string]any{"k2": &ec2.PublicKey})
+	if u := admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodES256, ec2, "k2", claims())); u != "alice" {
+		t.Fatalf("k2 token after rotation: user %q", u)
+	}
+	hits(2, "new kid")
+
+	// k1 was withdrawn: gone from the cache with the refetch.
+	if u := admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodRS256, rsa1, "k1", claims())); u != "" {
+		t.Fatal("withdrawn k1 still verifies")
+	}
+	// Unknown kids within 30 s of the refetch do not fetch again.
+	for range 5 {
+		if admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodRS256, rsa4, "k4", claims())) != "" {
+			t.Fatal("unknown kid admitted")
+		}
+	}
+	hits(2, "unknown kids within 30 s")
+
+	// 30 s later, the next unknown kid refetches once, and finds k4.
+	ks.Serve(t, map[string]any{"k2": &ec2.PublicKey, "k4": &rsa4.PublicKey})
+	clock.advance(JWKSMinRefetch - time.Second)
+	if admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodRS256, rsa4, "k4", claims())) != "" {
+		t.Fatal("k4 admitted before the refetch was due")
+	}
+	hits(2, "29 s after")
+	clock.advance(time.Second)
+	if u := admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodRS256, rsa4, "k4", claims())); u != "alice" {
+		t.Fatalf("k4 after 30 s: user %q", u)
+	}
+	hits(3, "30 s after")
+
+	// A kid of the wrong key type for the alg, and no kid at all: 401.
+	if admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodES256, ec2, "k4", claims())) != "" {
+		t.Fatal("ES256 token verified with the RSA key of k4")
+	}
+	if admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodES256, ec2, "", claims())) != "" {
+		t.Fatal("token without kid admitted")
+	}
+	hits(3, "mismatches")
+}
+
+// Many tokens with the same new kid at once cost one fetch.
+func TestJWKSConcurrentUnknownKID(t *testing.T) {
+	t.Parallel()
+	old, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	fresh, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ks := jwttest.NewKeyServer(t)
+	ks.Serve(t, map[string]any{"old": &old.PublicKey})
+	cfg := DefaultConfig()
+	cfg.JWKSURL = ks.URL
+	cfg.PerTickBudget = 0
+	g, _ := newGate(t, cfg)
+	ks.Serve(t, map[string]any{"old": &old.PublicKey, "new": &fresh.PublicKey})
+	tok := jwttest.Sign(t, jwt.SigningMethodES256, fresh, "new", jwt.MapClaims{"sub": "bob"})
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			if admitsAs(t, g, tok) == "bob" {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 16 || ks.Hits() != 2 {
+		t.Fatalf("admitted %d of 16 with %d fetches; want 16 with 2 (start + one refetch)", admitted.Load(), ks.Hits())
+	}
+}
+
+func TestJWKSStartErrors(t *testing.T) {
+	t.Parallel()
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	for name, body := range map[string]string{
+		"server error":   "",
+		"not JSON":       "hello",
+		"no keys":        `{"keys":[]}`,
+		"only symmetric": `{"keys":[{"kty":"oct","kid":"s","k":"c2VjcmV0"}]}`,
+	} {
+		ks := jwttest.NewKeyServer(t)
+		if body != "" {
+			ks.ServeRaw([]byte(body))
+		}
+		cfg := DefaultConfig()
+		cfg.JWKSURL = ks.URL
+		if _, err := New(cfg, nil); err == nil {
+			t.Errorf("%s: New accepted the key set", name)
+		}
+	}
+	// Keys without a kid, for encryption, or on another curve are skipped.
+	ks := jwttest.NewKeyServer(t)
+	ks.Serve(t, map[string]any{"": &ec.PublicKey, "p384": &p384.PublicKey})
+	cfg := DefaultConfig()
+	cfg.JWKSURL = ks.URL
+	if _, err := New(cfg, nil); err == nil {
+		t.Error("a set with no usable key was accepted")
+	}
+	cfg.JWKSURL = "http://127.0.0.1:1/unreachable"
+	if _, err := New(cfg, nil); err == nil {
+		t.Error("unreachable key set accepted")
+	}
+}
+
+func TestAudienceIssuer(t *testing.T) {
+	t.Parallel()
+	secret := []byte("s3cret-hmac-key-of-enough-length")
+	cfg := DefaultConfig()
+	cfg.JWTHMACSecret = secret
+	cfg.JWTAudience = "rt"
+	cfg.JWTIssuer = "https://idp.example"
+	cfg.PerTickBudget = 0
+	g, _ := newGate(t, cfg)
+	tests := []struct {
+		name   string
+		claims jwt.MapClaims
+		want   string
+	}{
+		{"both match", jwt.MapClaims{"sub": "a", "aud": "rt", "iss": "https://idp.example"}, "a"},
+		{"aud in a list", jwt.MapClaims{"sub": "a", "aud": []string{"other", "rt"}, "iss": "https://idp.example"}, "a"},
+		{"wrong aud", jwt.MapClaims{"sub": "a", "aud": "other", "iss": "https://idp.example"}, ""},
+		{"no aud", jwt.MapClaims{"sub": "a", "iss": "https://idp.example"}, ""},
+		{"wrong iss", jwt.MapClaims{"sub": "a", "aud": "rt", "iss": "https://evil.example"}, ""},
+		{"no iss", jwt.MapClaims{"sub": "a", "aud": "rt"}, ""},
+	}
+	for _, tt := range tests {
+		if got := admitsAs(t, g, sign(t, jwt.SigningMethodHS256, secret, tt.claims)); got != tt.want {
+			t.Errorf("%s: admitted as %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	anon := DefaultConfig()
+	anon.JWTAudience = "rt"
+	if _, err := New(anon, nil); err == nil {
+		t.Error("audience without a key accepted")
+	}
+}
