@@ -1,7 +1,6 @@
 package publishrate
 
 import (
-	"encoding/json"
 	"log/slog"
 	"sync"
 	"testing"
@@ -114,15 +113,6 @@ func env(t testing.TB, id string, ts int64, slice ...wireTopic) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-func decodeSent(t testing.TB, b []byte) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("sent envelope is not JSON: %v\n%s", err, b)
-	}
-	return m
 }
 
 // topicGauge reads a topic-labelled gauge family from the registry.

@@ -20,5 +20,22 @@ fi
 # The Debian package starts a system redis on 6379; the tests start their
 # own on free ports and do not need it.
 
+# Hygiene first, cheapest first: each check fails the run with a message
+# that says what to do.
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+  echo "gofmt -l lists files that need formatting (run gofmt -w on them):" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
+if ! tidy=$(go mod tidy -diff); then
+  echo "go.mod/go.sum are not tidy (run go mod tidy):" >&2
+  echo "$tidy" >&2
+  exit 1
+fi
 go vet ./...
+# staticcheck is a tool dependency of the module (go.mod's tool line), so
+# the module proxy supplies it at the pinned version; nothing to install.
+go tool staticcheck ./...
+
 exec go test -race -count=1 -timeout 30m "$@" ./...

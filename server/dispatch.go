@@ -90,7 +90,7 @@ func (c *conn) builtinCall(r *protocol.Request) (json.RawMessage, *protocol.Erro
 // compactData strips insignificant whitespace so every subscriber frame is
 // as small as it can be; data that is already compact is returned as is.
 func compactData(d json.RawMessage) json.RawMessage {
-	if bytes.IndexAny(d, " \t\r\n") < 0 {
+	if !bytes.ContainsAny(d, " \t\r\n") {
 		return d
 	}
 	var b bytes.Buffer
