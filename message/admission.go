@@ -39,6 +39,12 @@ type Rate struct {
 	Limit int
 	Per   time.Duration
 	By    string
+	// Strategy is "gcra" (the default, when empty: a token bucket of
+	// Limit, refilled one call every Per/Limit, so a window of Per may see
+	// up to 2·Limit−1 calls) or "slidingWindow" (the true count: no window
+	// of length Per ever holds more than Limit admitted calls; memory per
+	// key up to Limit timestamps).
+	Strategy string
 }
 
 // Concurrency caps in-flight calls of the class.
@@ -235,10 +241,15 @@ const (
 	byIP
 )
 
+// keyedLimiter is a per-key limiter: ratelimit.Keyed or ratelimit.Window.
+type keyedLimiter interface {
+	Allow(key string, now time.Time) ratelimit.Result
+}
+
 type ratePart struct {
 	by    rateBy
-	keyed *ratelimit.Keyed
-	anon  *ratelimit.Keyed // by user: anonymous calls, keyed by IP
+	keyed keyedLimiter
+	anon  keyedLimiter // by user: anonymous calls, keyed by IP
 }
 
 // Register adds a class. Registering a name twice, or a rule with an invalid
@@ -304,11 +315,20 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		if p.Per <= 0 {
 			return nil, fmt.Errorf("rate: per must be > 0 (got %v)", p.Per)
 		}
-		rp := &ratePart{keyed: ratelimit.NewKeyed(p.Limit, p.Per, a.rateMaxKeys)}
+		var newLimiter func() keyedLimiter
+		switch p.Strategy {
+		case "", "gcra":
+			newLimiter = func() keyedLimiter { return ratelimit.NewKeyed(p.Limit, p.Per, a.rateMaxKeys) }
+		case "slidingWindow":
+			newLimiter = func() keyedLimiter { return ratelimit.NewWindow(p.Limit, p.Per, a.rateMaxKeys) }
+		default:
+			return nil, fmt.Errorf("rate: strategy must be gcra or slidingWindow (got %q)", p.Strategy)
+		}
+		rp := &ratePart{keyed: newLimiter()}
 		switch p.By {
 		case "", "user":
 			rp.by = byUser
-			rp.anon = ratelimit.NewKeyed(p.Limit, p.Per, a.rateMaxKeys)
+			rp.anon = newLimiter()
 		case "conn":
 			rp.by = byConn
 		case "ip":

@@ -563,6 +563,7 @@ func TestRegisterValidation(t *testing.T) {
 		{"rate limit 0", Rule{Rate: &Rate{Limit: 0, Per: time.Second}}, false, "rate: limit"},
 		{"rate per 0", Rule{Rate: &Rate{Limit: 1}}, false, "rate: per"},
 		{"rate by", Rule{Rate: &Rate{Limit: 1, Per: time.Second, By: "topic"}}, false, "rate: by"},
+		{"rate strategy", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Strategy: "leakyBucket"}}, false, "rate: strategy"},
 		{"concurrency 0", Rule{Concurrency: &Concurrency{}}, false, "concurrency: max"},
 		{"concurrency negative", Rule{Concurrency: &Concurrency{Max: -1}}, false, "concurrency: max"},
 		{"threshold 0", Rule{ClusterTopPublisher: &ClusterTopPublisher{}}, false, "clusterTopPublisher: threshold"},

@@ -31,17 +31,22 @@ func newParams(limit int, per time.Duration) params {
 	span := l * t
 	if span/l != t { // overflow: an absurd period; clamp to "burst only, no refill"
 		span = math.MaxInt64 / 2
+		t = span / l
 	}
 	return params{limit: l, t: t, span: span}
 }
 
-// decide applies GCRA to one event at now given the stored theoretical
-// arrival time tat. It returns the tat to store when the event is allowed.
-func (p params) decide(tat, now int64) (int64, Result) {
+// decide applies GCRA to an event of weight n (1 for a plain event, a cost
+// otherwise) at now given the stored theoretical arrival time tat. It
+// returns the tat to store (unchanged when the event is denied).
+func (p params) decide(tat, now, n int64) (int64, Result) {
 	if tat < now {
 		tat = now
 	}
-	next := tat + p.t
+	if n > p.limit { // heavier than the whole burst: never allowed
+		return tat, Result{Limit: p.limit, RetryAfter: time.Duration(max(p.span, 1))}
+	}
+	next := tat + n*p.t // n <= limit, so n*t <= span: no overflow
 	if allowAt := next - p.span; now < allowAt {
 		return tat, Result{Limit: p.limit, RetryAfter: time.Duration(allowAt - now)}
 	}
@@ -69,7 +74,7 @@ func (g *GCRA) Allow(now time.Time) Result {
 	n := int64(now.Sub(g.epoch))
 	for {
 		old := g.tat.Load()
-		tat, r := g.p.decide(old, n)
+		tat, r := g.p.decide(old, n, 1)
 		if !r.Allowed || g.tat.CompareAndSwap(old, tat) {
 			return r
 		}

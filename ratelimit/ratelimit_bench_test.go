@@ -60,3 +60,28 @@ func BenchmarkGCRAAllow(b *testing.B) {
 		g.Allow(now)
 	}
 }
+
+// BenchmarkWindowAllow is a key at its steady state: one event allowed and
+// one expired per call (limit 100 per second, an event every 10ms).
+func BenchmarkWindowAllow(b *testing.B) {
+	w := NewWindow(100, time.Second, 0)
+	now := time.Now()
+	for i := range 100 {
+		w.Allow("203.0.113.7", now.Add(time.Duration(i)*10*time.Millisecond))
+	}
+	t := now.Add(time.Second)
+	b.ReportAllocs()
+	for b.Loop() {
+		w.Allow("203.0.113.7", t)
+		t = t.Add(10 * time.Millisecond)
+	}
+}
+
+func BenchmarkKeyedAllowN(b *testing.B) {
+	k := NewKeyed(1_000_000, time.Minute, 0)
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		k.AllowN("203.0.113.7", 1, now)
+	}
+}

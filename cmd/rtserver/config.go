@@ -141,9 +141,10 @@ type ClusterTopPublisherRule struct {
 
 // RateRule limits calls per key.
 type RateRule struct {
-	Limit int      `yaml:"limit" help:"calls allowed per period and key (positive)"`
-	Per   Duration `yaml:"per" help:"the period (positive)"`
-	By    string   `yaml:"by" help:"user | conn | ip; an anonymous connection's user key is its client IP; empty: user"`
+	Limit    int      `yaml:"limit" help:"calls allowed per period and key (positive)"`
+	Per      Duration `yaml:"per" help:"the period (positive)"`
+	By       string   `yaml:"by" help:"user | conn | ip; an anonymous connection's user key is its client IP; empty: user"`
+	Strategy string   `yaml:"strategy" help:"gcra (a token bucket: a full burst, then one call per per/limit) | slidingWindow (the true count: at most limit calls in any window of per; memory up to limit timestamps per key); empty: gcra"`
 }
 
 // ConcurrencyRule caps in-flight calls of the class.

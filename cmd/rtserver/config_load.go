@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -136,9 +137,10 @@ func (c *Config) normalize() {
 			ctp.By = "topic"
 			r.ClusterTopPublisher = &ctp
 		}
-		if r.Rate != nil && r.Rate.By == "" {
+		if r.Rate != nil && (r.Rate.By == "" || r.Rate.Strategy == "") {
 			rate := *r.Rate
-			rate.By = "user"
+			rate.By = cmp.Or(rate.By, "user")
+			rate.Strategy = cmp.Or(rate.Strategy, "gcra")
 			r.Rate = &rate
 		}
 		c.Admission.Classes[name] = r

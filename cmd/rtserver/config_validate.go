@@ -204,6 +204,7 @@ func (c *Config) Validate() error {
 			positive(key+".rate.limit", int64(rt.Limit))
 			positiveDur(key+".rate.per", rt.Per)
 			oneOf(key+".rate.by", rt.By, "user", "conn", "ip")
+			oneOf(key+".rate.strategy", rt.Strategy, "gcra", "slidingWindow")
 		}
 		if cc := r.Concurrency; cc != nil {
 			positive(key+".concurrency.max", int64(cc.Max))

@@ -185,7 +185,7 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 			r.ClusterTopPublisher = &message.ClusterTopPublisher{Threshold: t.Threshold, By: t.By}
 		}
 		if rr := cr.Rate; rr != nil {
-			r.Rate = &message.Rate{Limit: rr.Limit, Per: time.Duration(rr.Per), By: rr.By}
+			r.Rate = &message.Rate{Limit: rr.Limit, Per: time.Duration(rr.Per), By: rr.By, Strategy: rr.Strategy}
 		}
 		if cc := cr.Concurrency; cc != nil {
 			r.Concurrency = &message.Concurrency{Max: cc.Max}
