@@ -10,8 +10,8 @@ import (
 // never fails open. Safe for concurrent use; Allow on an existing key
 // allocates nothing.
 type Keyed struct {
-	p     params
-	epoch time.Time
+	p            params
+	epoch        time.Time
 	store[int64] // per key: the theoretical arrival time, ns since epoch
 }
 
