@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // YAML is the configuration as a YAML document, for --print-config. Loading
