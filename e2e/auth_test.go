@@ -17,6 +17,8 @@ import (
 
 	"github.com/rtserver/rtserver/internal/jwttest"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // dialToken dials with "Authorization: Bearer tok" and returns the
@@ -106,4 +108,92 @@ func TestJWKSUnreachableStopsStartup(t *testing.T) {
 	if log := p.log.String(); !strings.Contains(log, "auth.jwt.jwksUrl") || !strings.Contains(log, "500") {
 		t.Fatalf("start-up error does not name the key and the cause:\n%s", p.log.String())
 	}
+}
+
+// expiryConfig is a server whose tokens expire within seconds: HS256 with
+// secret, and a refresh notice of one second.
+const expirySecret = "e2e-secret-of-a-decent-length-000"
+
+func hsToken(t testing.TB, sub string, exp time.Time) string {
+	t.Helper()
+	c := jwt.MapClaims{"sub": sub}
+	if !exp.IsZero() {
+		c["exp"] = exp.Unix()
+	}
+	return jwttest.Sign(t, jwt.SigningMethodHS256, []byte(expirySecret), "", c)
+}
+
+// awaitNotice reads until the tokenExpiring notice and returns what it
+// says is left; it fails on a response or close first.
+func awaitNotice(t testing.TB, c *wstest.Conn) time.Duration {
+	t.Helper()
+	for {
+		f := c.Recv()
+		if f.Method == "system" && f.Params.Event == "tokenExpiring" {
+			return time.Duration(f.Params.ExpiresInMs) * time.Millisecond
+		}
+	}
+}
+
+// A short-lived token binds its connection: the client is told before exp,
+// a refresh with a token of the same user moves exp (and a new notice
+// comes before the new exp), and a connection left unrefreshed is closed
+// with 1008 "token expired". Refresh refuses another user's token and an
+// invalid one with -32003, and the connection stays.
+func TestTokenExpiryRefreshThroughBinary(t *testing.T) {
+	leakcheck.Check(t)
+	p := start(t, fmt.Sprintf("auth: {jwt: {hmacSecret: %q, refreshNotice: 1s}}\nhandshake: {perTickBudget: 0}\n", expirySecret))
+	dial := func(tok string) *wstest.Conn {
+		ws, status := dialToken(t, p.WS(), tok)
+		if ws == nil {
+			t.Fatalf("dial: status %d", status)
+		}
+		return &wstest.Conn{T: t, WS: ws}
+	}
+	exp := time.Unix(time.Now().Add(3*time.Second).Unix(), 0) // whole seconds, as in a token
+	alice := dial(hsToken(t, "alice", exp))                   // refreshed once, then left to expire
+	bob := dial(hsToken(t, "bob", exp))                       // never refreshed
+	carol := dial(hsToken(t, "carol", time.Time{}))           // no exp at all
+
+	for _, tok := range []string{
+		hsToken(t, "mallory", time.Now().Add(time.Hour)),
+		jwttest.Sign(t, jwt.SigningMethodHS256, []byte("not-the-secret-at-all-0000000000"), "", jwt.MapClaims{"sub": "bob"}),
+		hsToken(t, "bob", time.Now().Add(-time.Minute)),
+	} {
+		f := bob.Call("refresh", fmt.Sprintf(`{"token":%q}`, tok))
+		if f.Error == nil || f.Error.Code != protocol.CodeForbidden {
+			t.Fatalf("refresh with a bad token: %s %+v, want -32003", f.Result, f.Error)
+		}
+	}
+	if f := bob.Call("refresh", `{}`); f.Error == nil || f.Error.Code != protocol.CodeInvalidParams {
+		t.Fatalf("refresh without a token: %+v, want -32602", f.Error)
+	}
+	if f := carol.Call("refresh", fmt.Sprintf(`{"token":%q}`, hsToken(t, "carol", time.Time{}))); f.Error != nil || string(f.Result) != `{"expiresAt":null}` {
+		t.Fatalf("refresh without exp: %s %+v", f.Result, f.Error)
+	}
+
+	if left := awaitNotice(t, alice); left <= 0 || left > time.Until(exp)+time.Second {
+		t.Fatalf("notice says %v left of a token expiring in %v", left, time.Until(exp))
+	}
+	newExp := exp.Add(2 * time.Second)
+	if f := alice.Call("refresh", fmt.Sprintf(`{"token":%q}`, hsToken(t, "alice", newExp))); f.Error != nil || string(f.Result) != fmt.Sprintf(`{"expiresAt":%d}`, newExp.Unix()) {
+		t.Fatalf("refresh: %s %+v", f.Result, f.Error)
+	}
+
+	// Bob's token expires (the old exp of alice's too): closed with 1008.
+	if left := awaitNotice(t, bob); left <= 0 {
+		t.Fatalf("bob's notice says %v left", left)
+	}
+	if code, reason := bob.CloseStatus(); code != websocket.StatusPolicyViolation || reason != "token expired" {
+		t.Fatalf("bob closed %d %q, want 1008 token expired", code, reason)
+	}
+	// Alice outlives her first token's exp, is told again before the new
+	// one, and is closed at it.
+	wstest.MustOK(t, alice.Call("subscribe", `{"topic":"still-here"}`))
+	awaitNotice(t, alice)
+	if code, reason := alice.CloseStatus(); code != websocket.StatusPolicyViolation || reason != "token expired" {
+		t.Fatalf("alice closed %d %q, want 1008 token expired", code, reason)
+	}
+	// Carol, without exp, is still there.
+	wstest.MustOK(t, carol.Call("subscribe", `{"topic":"still-here"}`))
 }

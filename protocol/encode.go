@@ -61,7 +61,17 @@ const (
 	EventDegraded  = "degraded"
 	EventRecovered = "recovered"
 	EventDraining  = "draining"
+	// EventTokenExpiring: the connection's token expires in expiresInMs;
+	// call refresh before then (docs/protocol.md).
+	EventTokenExpiring = "tokenExpiring"
 )
+
+// AppendTokenExpiring appends the system tokenExpiring notification.
+func AppendTokenExpiring(b []byte, expiresInMs int64) []byte {
+	b = append(b, `{"jsonrpc":"2.0","method":"system","params":{"event":"tokenExpiring","expiresInMs":`...)
+	b = strconv.AppendInt(b, expiresInMs, 10)
+	return append(b, "}}"...)
+}
 
 // AppendSystem appends a "system" notification. reconnectAfterMs is
 // included when positive (the draining event).

@@ -36,6 +36,7 @@ type conn struct {
 
 	closing   atomic.Bool // a close with a status code is under way
 	pingTimer *time.Timer
+	expiry    *tokenExpiry // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
 	invalid int // frames in a row answered only with -32700/-32600
@@ -64,6 +65,9 @@ func (c *conn) start(ws *websocket.Conn) {
 	}
 	s.wg.Add(1)
 	c.pingTimer = time.AfterFunc(s.cfg.PingInterval, c.ping)
+	if !c.ticket.Expires.IsZero() {
+		c.watchExpiry(c.ticket.Expires)
+	}
 	go c.readLoop()
 }
 
@@ -445,6 +449,9 @@ func (c *conn) ping() {
 func (c *conn) cleanup() {
 	s := c.s
 	c.pingTimer.Stop()
+	if c.expiry != nil {
+		c.expiry.stop()
+	}
 	c.mu.Lock()
 	c.closed = true
 	c.queue = nil

@@ -18,7 +18,7 @@ const (
 )
 
 func isBuiltin(m string) bool {
-	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish
+	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh
 }
 
 var emptyResult = json.RawMessage("{}")
@@ -30,6 +30,8 @@ func (c *conn) dispatch(r *protocol.Request, raw []byte) (json.RawMessage, *prot
 	switch r.Method {
 	case MethodSubscribe, MethodUnsubscribe, MethodPublish:
 		return c.builtinCall(r)
+	case MethodRefresh:
+		return c.refresh(r)
 	}
 	return c.appCall(r, raw)
 }

@@ -32,6 +32,9 @@ type Config struct {
 	WriteTimeout            time.Duration // default 5s
 	PingInterval            time.Duration // default 25s; a peer that misses a pong is closed
 	MaxCallsPerConn         int           // application RPCs in flight per connection; default 16
+	// RefreshNotice is how long before its token's exp a connection gets
+	// the tokenExpiring notice; default 30s (docs/authentication.md).
+	RefreshNotice time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -52,6 +55,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxCallsPerConn <= 0 {
 		c.MaxCallsPerConn = 16
+	}
+	if c.RefreshNotice <= 0 {
+		c.RefreshNotice = 30 * time.Second
 	}
 }
 

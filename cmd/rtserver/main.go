@@ -153,6 +153,7 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 		SendQueueBytes:          int(c.Limits.SendQueueBytes),
 		WriteTimeout:            time.Duration(c.Limits.WriteTimeout),
 		PingInterval:            time.Duration(c.Limits.PingInterval),
+		RefreshNotice:           time.Duration(c.Auth.JWT.RefreshNotice),
 	}
 
 	p := c.Pressure

@@ -82,6 +82,7 @@ type Frame struct {
 		Data             json.RawMessage `json:"data"`
 		Event            string          `json:"event"`
 		ReconnectAfterMs int64           `json:"reconnectAfterMs"`
+		ExpiresInMs      int64           `json:"expiresInMs"`
 	} `json:"params"`
 	Error *struct {
 		Code    int             `json:"code"`

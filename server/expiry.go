@@ -1,0 +1,161 @@
+package server
+
+import (
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// MethodRefresh replaces the connection's token (docs/authentication.md).
+const MethodRefresh = "refresh"
+
+// expiryReason is the close reason of a connection whose token expired.
+const expiryReason = "token expired"
+
+// tokenExpiry binds a connection to its token's exp: a tokenExpiring
+// notice at least the refresh notice before exp, then a close with 1008
+// at exp unless a refresh moved exp first. It exists only for
+// connections whose token has an exp (a connection without one carries a
+// nil pointer and no timer), and it runs one timer, not a goroutine.
+type tokenExpiry struct {
+	notice time.Duration
+	now    func() time.Time
+	warn   func(left time.Duration) // sends the tokenExpiring notice
+	expire func()                   // closes the connection
+
+	mu      sync.Mutex
+	expires time.Time // zero: no exp (after a refresh with a token without one)
+	noticed bool      // the notice for this expires was sent
+	stopped bool
+	timer   *time.Timer
+}
+
+// noticeSlack is how much earlier than exp - notice the notice is sent,
+// so that timer latency never makes it arrive less than notice before exp.
+func noticeSlack(notice time.Duration) time.Duration {
+	return min(notice/10, time.Second)
+}
+
+// newTokenExpiry starts watching expires.
+func newTokenExpiry(expires time.Time, notice time.Duration, now func() time.Time, warn func(time.Duration), expire func()) *tokenExpiry {
+	e := &tokenExpiry{notice: notice, now: now, warn: warn, expire: expire, expires: expires}
+	e.mu.Lock()
+	e.timer = time.AfterFunc(e.nextLocked(), e.fire)
+	e.mu.Unlock()
+	return e
+}
+
+// nextLocked is how long until the next thing to do: the notice, or exp.
+func (e *tokenExpiry) nextLocked() time.Duration {
+	at := e.expires
+	if !e.noticed {
+		at = at.Add(-e.notice - noticeSlack(e.notice))
+	}
+	return max(at.Sub(e.now()), 0)
+}
+
+// fire runs on the timer: it decides from the current state, so a refresh
+// that moved exp just before is honoured.
+func (e *tokenExpiry) fire() {
+	e.mu.Lock()
+	if e.stopped || e.expires.IsZero() {
+		e.mu.Unlock()
+		return
+	}
+	left := e.expires.Sub(e.now())
+	if left <= 0 {
+		e.stopped = true
+		e.mu.Unlock()
+		e.expire()
+		return
+	}
+	if !e.noticed && left <= e.notice+noticeSlack(e.notice) {
+		e.noticed = true
+		e.warn(left)
+	}
+	e.timer.Reset(e.nextLocked())
+	e.mu.Unlock()
+}
+
+// extend moves exp to expires (zero: the connection no longer expires)
+// and rearms the notice. It reports false when the connection has
+// already expired.
+func (e *tokenExpiry) extend(expires time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return false
+	}
+	e.expires, e.noticed = expires, false
+	if expires.IsZero() {
+		e.timer.Stop()
+		return true
+	}
+	e.timer.Reset(e.nextLocked())
+	return true
+}
+
+// stop ends the watch (the connection ended).
+func (e *tokenExpiry) stop() {
+	e.mu.Lock()
+	e.stopped = true
+	e.timer.Stop()
+	e.mu.Unlock()
+}
+
+// watchExpiry starts the expiry of a connection whose token has an exp.
+// It runs on the read goroutine (start, or a refresh), which owns
+// c.expiry.
+func (c *conn) watchExpiry(expires time.Time) {
+	c.expiry = newTokenExpiry(expires, c.s.cfg.RefreshNotice, time.Now,
+		func(left time.Duration) {
+			c.enqueue(protocol.AppendTokenExpiring(nil, max(left.Milliseconds(), 1)))
+		},
+		func() {
+			c.closeLater(websocket.StatusPolicyViolation, expiryReason, false, nil)
+		})
+}
+
+// refresh answers the refresh method: a valid token of the same user
+// replaces the connection's, moving (or lifting) its expiry. Any failure
+// is -32003 and leaves the connection as it was.
+func (c *conn) refresh(r *protocol.Request) (json.RawMessage, *protocol.Error) {
+	var p struct {
+		Token string `json:"token"`
+	}
+	if len(r.Params) == 0 || json.Unmarshal(r.Params, &p) != nil || p.Token == "" {
+		return nil, protocol.NewError(protocol.CodeInvalidParams, `params must be {"token": T}`, nil)
+	}
+	call := &c.builtin
+	call.Method, call.Topic = r.Method, ""
+	if perr := c.admit(call); perr != nil {
+		return nil, perr
+	}
+	defer call.Release()
+	forbidden := protocol.NewError(protocol.CodeForbidden, "", nil)
+	if c.s.gate == nil {
+		return nil, forbidden
+	}
+	id, err := c.s.gate.VerifyToken(c.ctx, p.Token)
+	if err != nil || id.User != c.ticket.User {
+		return nil, forbidden
+	}
+	switch {
+	case c.expiry != nil:
+		if !c.expiry.extend(id.Expires) {
+			return nil, forbidden // expired meanwhile: the close is under way
+		}
+	case !id.Expires.IsZero():
+		c.watchExpiry(id.Expires)
+	}
+	if id.Expires.IsZero() {
+		return json.RawMessage(`{"expiresAt":null}`), nil
+	}
+	b := strconv.AppendInt([]byte(`{"expiresAt":`), id.Expires.Unix(), 10)
+	return append(b, '}'), nil
+}
