@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/logx"
@@ -40,6 +41,12 @@ type Config struct {
 	Classes    map[string]message.Rule
 	Methods    map[string]string
 	FailPolicy message.FailPolicy
+
+	// Topics is the topic grants (topics.*): who may subscribe to and
+	// publish on which topic; Topics.Grants registers the application's
+	// own grants by name. The zero value lets everyone subscribe and
+	// publish (docs/access-control.md).
+	Topics access.Config
 
 	Redis Redis
 
@@ -75,6 +82,7 @@ type Node struct {
 	Gate     *handshake.Gate
 	Pressure *pressure.Monitor
 	Admit    *message.Admission
+	Access   *access.Checker // the topic grants
 	Server   *server.Server
 	cluster  *cluster // nil without Redis
 	// Cluster is the cluster-wide top-publisher view; nil without Redis.
@@ -136,6 +144,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("rtserver: admission methods: %w", err)
 	}
 
+	n.Access, err = access.New(cfg.Topics, n.Metrics, log)
+	if err != nil {
+		return nil, fmt.Errorf("rtserver: %w", err)
+	}
+
 	var fallback server.Handler
 	if cfg.RPCProxy.URL != "" {
 		if cfg.RPCProxy.Logger == nil {
@@ -169,6 +182,7 @@ func New(cfg Config) (*Node, error) {
 		Metrics:         n.Metrics,
 		Logger:          log,
 		Fallback:        fallback,
+		Access:          n.Access,
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
 	})
 	if n.cluster != nil {
@@ -189,6 +203,14 @@ func New(cfg Config) (*Node, error) {
 		n.adminMux.Handle("GET /metrics", metricsHandler)
 	}
 	return n, nil
+}
+
+// loopbackOnly reports whether addr accepts connections from this host
+// only (127.0.0.0/8, ::1). An unspecified address (0.0.0.0, ::) listens on
+// every interface.
+func loopbackOnly(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // snapshotRates serves the cluster rule from the local monitor's latest
@@ -275,6 +297,9 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struc
 		go func() { errc <- admin.Serve(aln) }()
 	}
 	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)
+	if n.Access.PublishableByAny() && !loopbackOnly(ln.Addr()) {
+		n.log.Warn("anyone, anonymous clients included, may publish on some topics while the server listens beyond loopback; restrict topics.default.publish and topics.namespaces (docs/access-control.md)", "addr", ln.Addr().String())
+	}
 
 	select {
 	case err := <-errc:

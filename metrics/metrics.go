@@ -26,6 +26,22 @@ var HandshakeRejectReasons = []string{
 	RejectPerIP, RejectOrigin, RejectAuth, RejectDraining,
 }
 
+// Topic grant labels: the action label of topic_denied_total and the
+// reason label of topic_proxy_errors_total (docs/access-control.md).
+const (
+	ActionSubscribe = "subscribe"
+	ActionPublish   = "publish"
+
+	ProxyErrorStatus      = "status"       // the backend answered a status other than 200
+	ProxyErrorBadResponse = "bad_response" // the body was not JSON {"allow": bool}
+	ProxyErrorTimeout     = "timeout"      // no answer within topics.proxy.timeout
+	ProxyErrorTransport   = "transport"    // the request could not be made (refused, reset, ...)
+)
+
+// ProxyErrorReasons lists every reason label of topic_proxy_errors_total,
+// pre-created at zero.
+var ProxyErrorReasons = []string{ProxyErrorStatus, ProxyErrorBadResponse, ProxyErrorTimeout, ProxyErrorTransport}
+
 // Metrics holds every collector. A nil *Metrics is not valid; use
 // NewDiscard in tests that do not look at metrics.
 type Metrics struct {
@@ -61,6 +77,9 @@ type Metrics struct {
 	MessagesSent            prometheus.Counter
 	SlowConsumerDisconnects prometheus.Counter
 	ProtocolErrors          *prometheus.CounterVec // code: bad input answered with an error or close code
+
+	TopicDenied      *prometheus.CounterVec // action: subscribe and publish calls no grant allowed (-32003)
+	TopicProxyErrors *prometheus.CounterVec // reason: proxy grant questions that failed (decided by topics.proxy.fail)
 }
 
 // New creates every metric and registers it, with the Go and process
@@ -100,6 +119,14 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 		MessagesSent:            f.counter("messages_sent_total", "Messages (responses and notifications) queued to clients."),
 		SlowConsumerDisconnects: f.counter("slow_consumer_disconnects_total", "Clients closed with 1013 because their send queue overflowed."),
 		ProtocolErrors:          f.counterVec("protocol_errors_total", "Bad client input answered with an error or close code, by code.", "code"),
+
+		TopicDenied:      f.counterVec("topic_denied_total", "Subscribe and publish calls refused by the topic grants (-32003), by action.", "action"),
+		TopicProxyErrors: f.counterVec("topic_proxy_errors_total", "Questions to the topic grant proxy that failed and were decided by topics.proxy.fail, by reason.", "reason"),
+	}
+	m.TopicDenied.WithLabelValues(ActionSubscribe)
+	m.TopicDenied.WithLabelValues(ActionPublish)
+	for _, r := range ProxyErrorReasons {
+		m.TopicProxyErrors.WithLabelValues(r)
 	}
 	for _, r := range HandshakeRejectReasons {
 		m.HandshakeRejected.WithLabelValues(r)

@@ -85,6 +85,12 @@ type RateLimitedData struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// TopicData is the data of a -32003 (or -32005) answer to a subscribe or
+// publish that the topic grants refused (docs/access-control.md).
+type TopicData struct {
+	Topic string `json:"topic"`
+}
+
 // LimitData is the data of a -32004 error.
 type LimitData struct {
 	Limit int `json:"limit"`

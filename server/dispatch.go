@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -41,6 +42,13 @@ func (c *conn) builtinCall(r *protocol.Request) (json.RawMessage, *protocol.Erro
 	p, perr := protocol.DecodeTopicParams(r.Params, r.Method == MethodPublish)
 	if perr != nil {
 		return nil, perr
+	}
+	if r.Method != MethodUnsubscribe {
+		// Grants first: a refused call spends no rate or cost budget and
+		// does not count as a publish attempt.
+		if perr := c.grant(r.Method, p.Topic); perr != nil {
+			return nil, perr
+		}
 	}
 	call := &c.builtin
 	call.Method, call.Topic = r.Method, p.Topic
@@ -100,6 +108,28 @@ func compactData(d json.RawMessage) json.RawMessage {
 		return d
 	}
 	return b.Bytes()
+}
+
+// grant asks the topic grants whether this connection may subscribe to
+// or publish on topic: -32003 when no grant allows, -32005 when a grant's
+// backend failed and nothing else allowed, both with data {"topic": T}.
+func (c *conn) grant(method, topic string) *protocol.Error {
+	a := c.s.access
+	if a == nil {
+		return nil
+	}
+	act := access.Subscribe
+	if method == MethodPublish {
+		act = access.Publish
+	}
+	q := access.Question{Action: act, Topic: topic, User: c.ticket.User, Claim: c.ticket.Topics, ConnID: c.id, IP: c.ticket.IP}
+	switch a.Check(c.ctx, q) {
+	case access.Allow:
+		return nil
+	case access.Unavailable:
+		return protocol.NewError(protocol.CodeUpstream, "", protocol.TopicData{Topic: topic})
+	}
+	return protocol.NewError(protocol.CodeForbidden, "", protocol.TopicData{Topic: topic})
 }
 
 // admit checks call against its method's class. A shed call answers -32001,

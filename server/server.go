@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/message"
@@ -96,6 +97,10 @@ type Options struct {
 	// Fallback serves application methods with no registered handler (the
 	// standalone binary's HTTP RPC proxy). Nil: -32601.
 	Fallback Handler
+	// Access decides subscribe and publish by topic grants, before the
+	// message tier (docs/access-control.md); nil: every topic not
+	// reserved for the server is open to everyone.
+	Access *access.Checker
 	// DrainRetryAfter is the base of the retry_after_ms hint sent with close
 	// code 1012 during a drain (jittered); default 1s.
 	DrainRetryAfter time.Duration
@@ -106,6 +111,7 @@ type Server struct {
 	cfg       Config
 	gate      *handshake.Gate
 	router    *message.Router
+	access    *access.Checker
 	pressure  *pressure.Monitor
 	bus       bus.Bus
 	m         *metrics.Metrics
@@ -134,6 +140,7 @@ func New(opts Options) *Server {
 		cfg:       cfg,
 		gate:      opts.Gate,
 		router:    opts.Router,
+		access:    opts.Access,
 		pressure:  opts.Pressure,
 		bus:       opts.Bus,
 		m:         opts.Metrics,

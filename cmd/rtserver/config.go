@@ -27,6 +27,7 @@ type Config struct {
 	Redis       RedisConfig       `yaml:"redis"`
 	Handshake   HandshakeConfig   `yaml:"handshake"`
 	Auth        AuthConfig        `yaml:"auth"`
+	Topics      TopicsConfig      `yaml:"topics"`
 	Limits      LimitsConfig      `yaml:"limits"`
 	Pressure    PressureConfig    `yaml:"pressure"`
 	PublishRate PublishRateConfig `yaml:"publishRate"`
@@ -81,6 +82,34 @@ type JWTConfig struct {
 	Audience      string   `yaml:"audience" help:"when set, a token's aud must contain it, else 401"`
 	Issuer        string   `yaml:"issuer" help:"when set, a token's iss must equal it, else 401"`
 	RefreshNotice Duration `yaml:"refreshNotice" help:"how long before its token's exp a connection gets the system tokenExpiring notice (positive); unrefreshed, it is closed with 1008 at exp"`
+}
+
+// TopicsConfig is the topic grants (docs/access-control.md).
+type TopicsConfig struct {
+	Namespaces []NamespaceConfig `yaml:"namespaces" help:"ordered list of {pattern, subscribe, publish}; the first whose pattern matches the topic decides (see Topic namespaces); default: none"`
+	Default    TopicRule         `yaml:"default"`
+	Proxy      TopicProxyConfig  `yaml:"proxy"`
+}
+
+// NamespaceConfig is one entry of topics.namespaces.
+type NamespaceConfig struct {
+	Pattern   string   `yaml:"pattern" help:"path.Match glob of topics ('*' stops at '/'); may hold {user} once, which matches exactly the connection's user (JWT sub) and never an anonymous connection"`
+	Subscribe []string `yaml:"subscribe" help:"grants, any of which lets a client subscribe: any, authenticated, owner (pattern holds {user}), claim (the token's topics claim), proxy (ask topics.proxy.url); empty: nobody"`
+	Publish   []string `yaml:"publish" help:"grants, any of which lets a client publish (same words); empty: nobody (the server API still may)"`
+}
+
+// TopicRule is the grants of topics that no namespace matches.
+type TopicRule struct {
+	Subscribe []string `yaml:"subscribe" help:"grants for subscribing to topics no namespace matches: any, authenticated, claim, proxy; empty: nobody"`
+	Publish   []string `yaml:"publish" help:"grants for publishing on topics no namespace matches (same words); empty: nobody"`
+}
+
+// TopicProxyConfig is the backend of the proxy grant.
+type TopicProxyConfig struct {
+	URL      string   `yaml:"url" help:"http(s) URL that receives each proxy-granted question as a JSON POST {action, topic, user, connId, clientIp} and answers 200 {\"allow\": bool}; required when a rule lists proxy"`
+	Timeout  Duration `yaml:"timeout" help:"longest wait for the backend's answer; past it topics.proxy.fail decides (positive)"`
+	CacheTTL Duration `yaml:"cacheTTL" help:"reuse a publish answer for an authenticated user per (user, topic) this long; 0 = ask every time"`
+	Fail     string   `yaml:"fail" help:"what a failed or timed-out question decides: open (allow) | closed (-32005)"`
 }
 
 // LimitsConfig bounds each connection.
@@ -204,6 +233,10 @@ func Default() Config {
 			AllowNoOrigin:  true,
 		},
 		Auth: AuthConfig{JWT: JWTConfig{RefreshNotice: Duration(30 * time.Second)}},
+		Topics: TopicsConfig{
+			Default: TopicRule{Subscribe: []string{"any"}, Publish: []string{"any"}},
+			Proxy:   TopicProxyConfig{Timeout: Duration(time.Second), Fail: "closed"},
+		},
 		Limits: LimitsConfig{
 			MaxMessageBytes:         65536,
 			MaxSubscriptionsPerConn: 128,

@@ -97,7 +97,7 @@ func applyEnv(cfg *Config, environ []string) error {
 
 // setFromString sets a leaf from an environment value: scalars literally
 // (strings are taken as they are, with no quoting or trimming), lists comma
-// separated, maps as a YAML flow value.
+// separated, maps and lists of sections as a YAML flow value.
 func setFromString(v reflect.Value, s, key, env string) []error {
 	bad := func(msg string) []error { return []error{&KeyError{Key: key, Msg: msg, Source: env}} }
 	t := v.Type()
@@ -137,14 +137,18 @@ func setFromString(v reflect.Value, s, key, env string) []error {
 			}
 		}
 		v.Set(reflect.ValueOf(list))
-	case t.Kind() == reflect.Map:
+	case t.Kind() == reflect.Map, t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		if trimmed == "" {
 			v.SetZero()
 			return nil
 		}
 		var doc yaml.Node
 		if err := yaml.Unmarshal([]byte(s), &doc); err != nil {
-			return bad("want a YAML flow mapping such as {a: b}: " + strings.TrimPrefix(err.Error(), "yaml: "))
+			want := "a YAML flow mapping such as {a: b}"
+			if t.Kind() == reflect.Slice {
+				want = "a YAML flow list such as [{a: b}]"
+			}
+			return bad("want " + want + ": " + strings.TrimPrefix(err.Error(), "yaml: "))
 		}
 		if len(doc.Content) == 0 {
 			v.SetZero()

@@ -124,6 +124,16 @@ func (c *Config) normalize() {
 	}
 	c.Handshake.TrustedProxies = nilIfEmpty(c.Handshake.TrustedProxies)
 	c.Handshake.AllowedOrigins = nilIfEmpty(c.Handshake.AllowedOrigins)
+	// Grant lists: nil and empty both mean nobody.
+	if len(c.Topics.Namespaces) == 0 {
+		c.Topics.Namespaces = nil
+	}
+	for i := range c.Topics.Namespaces {
+		n := &c.Topics.Namespaces[i]
+		n.Subscribe, n.Publish = nilIfEmpty(n.Subscribe), nilIfEmpty(n.Publish)
+	}
+	c.Topics.Default.Subscribe = nilIfEmpty(c.Topics.Default.Subscribe)
+	c.Topics.Default.Publish = nilIfEmpty(c.Topics.Default.Publish)
 	if len(c.Admission.Classes) == 0 {
 		c.Admission.Classes = nil
 	}

@@ -86,6 +86,19 @@ func ConfigReference() []byte {
 	rule(reflect.TypeFor[ClassRule](), "")
 	w("\nExample:\n\n```yaml\n%s```\n\n", exampleAdmission)
 
+	w("## Topic namespaces (`topics.namespaces[i]`)\n\n")
+	w("Who may subscribe to and publish on which topic; docs/access-control.md explains the grants\n")
+	w("and gives recipes. The first namespace whose pattern matches the topic decides; topics no\n")
+	w("namespace matches are decided by `topics.default`. A list of grants allows when any grant in it\n")
+	w("does; an empty list allows no client. In the environment the whole list is one YAML flow value\n")
+	w("(`%sTOPICS_NAMESPACES='[{pattern: \"user:{user}\", subscribe: [owner]}]'`).\n\n", envPrefix)
+	w("| key | description |\n|---|---|\n")
+	for i := range reflect.TypeFor[NamespaceConfig]().NumField() {
+		f := reflect.TypeFor[NamespaceConfig]().Field(i)
+		w("| `%s` | %s |\n", yamlName(f), mdEscape(f.Tag.Get("help")))
+	}
+	w("\nExample:\n\n```yaml\n%s```\n\n", exampleTopics)
+
 	w("## Defaults as YAML\n\nThe output of `rtserver --print-config` with no file, variables or flags:\n\n")
 	y, err := Default().YAML()
 	if err != nil {
@@ -105,6 +118,19 @@ const exampleAdmission = `admission:
     publish: cluster-broadcast
     "report.*": expensive-rpc
   failPolicy: open
+`
+
+// exampleTopics is the topics block of docs/access-control.md's first recipes.
+const exampleTopics = `topics:
+  namespaces:
+    - pattern: "user:{user}"     # private user topics
+      subscribe: [owner]
+      publish: []                # nobody: the server API still may
+    - pattern: "chat:*"
+      subscribe: [authenticated]
+      publish: [claim, proxy]
+  default: {subscribe: [any], publish: [authenticated]}
+  proxy: {url: "http://backend:9000/grant", timeout: 1s, cacheTTL: 5s, fail: closed}
 `
 
 // defaultCell renders a default value for the Markdown table.

@@ -49,6 +49,10 @@ handshake:
   allowNoOrigin: true
 auth:
   jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", refreshNotice: 30s}
+topics:
+  namespaces: []                 # ordered; the first whose pattern matches the topic decides
+  default: {subscribe: [any], publish: [any]}   # topics no namespace matches
+  proxy: {url: "", timeout: 1s, cacheTTL: 0s, fail: closed}
 limits:
   maxMessageBytes: 65536
   maxSubscriptionsPerConn: 128

@@ -149,6 +149,12 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	tp := &c.Topics.Proxy
+	positiveDur("topics.proxy.timeout", tp.Timeout)
+	nonNegativeDur("topics.proxy.cacheTTL", tp.CacheTTL)
+	oneOf("topics.proxy.fail", tp.Fail, "open", "closed")
+	errs = append(errs, c.Topics.validate()...)
+
 	l := &c.Limits
 	positive("limits.maxMessageBytes", l.MaxMessageBytes)
 	positive("limits.maxSubscriptionsPerConn", int64(l.MaxSubscriptionsPerConn))

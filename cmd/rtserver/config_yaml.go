@@ -230,6 +230,25 @@ func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 		}
 		v.Set(nv) // replaces, never merges into, an earlier value
 		return nil
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		// A list of sections (topics.namespaces): each element is decoded
+		// like a section, so its problems name the key with its index.
+		if isNull {
+			v.SetZero()
+			return nil
+		}
+		if n.Kind != yaml.SequenceNode {
+			d.fail(d.whole(key), n, "want a list")
+			return nil
+		}
+		list := reflect.MakeSlice(t, len(n.Content), len(n.Content))
+		for i, en := range n.Content {
+			if err := d.decode(en, list.Index(i), fmt.Sprintf("%s[%d]", key, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(list) // a list replaces the default (or file) list
+		return nil
 	case t.Kind() == reflect.Map:
 		if isNull {
 			v.SetZero()

@@ -146,6 +146,7 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 	hc.JWTAudience = c.Auth.JWT.Audience
 	hc.JWTIssuer = c.Auth.JWT.Issuer
 	n.Handshake = hc
+	n.Topics = c.Topics.accessConfig()
 
 	n.Limits = server.Config{
 		MaxMessageBytes:         c.Limits.MaxMessageBytes,

@@ -1,0 +1,305 @@
+package access
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// Action is what a client asks to do with a topic.
+type Action uint8
+
+const (
+	Subscribe Action = iota
+	Publish
+)
+
+// String is the action's wire name ("subscribe", "publish").
+func (a Action) String() string {
+	if a == Publish {
+		return metrics.ActionPublish
+	}
+	return metrics.ActionSubscribe
+}
+
+// Question is one access check: who asks to do what with which topic.
+type Question struct {
+	Action Action
+	Topic  string
+	User   string                // JWT sub; "" for an anonymous connection
+	Claim  *handshake.TopicClaim // the token's topics claim; nil when none
+	ConnID uint64
+	IP     netip.Addr // the client IP (trusted proxies applied)
+}
+
+// Decision is a Check's answer.
+type Decision uint8
+
+const (
+	// Deny: no grant allowed the call (-32003 with data {"topic": T}).
+	Deny Decision = iota
+	// Allow: a grant allowed the call.
+	Allow
+	// Unavailable: no grant allowed the call and one of them could not
+	// decide (the proxy failed under fail: closed, or an application
+	// grant returned an error or panicked): -32005.
+	Unavailable
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Allow:
+		return "allow"
+	case Unavailable:
+		return "unavailable"
+	}
+	return "deny"
+}
+
+// GrantFunc is a grant an embedding application registers by name in
+// Config.Grants. It is called only when no grant listed before it allowed;
+// ctx ends when the connection does. true allows; false lets the next
+// grant decide; an error (or a panic) means it could not decide: the next
+// grants are still tried, and when none allows the call answers -32005.
+// It runs on the connection's read path: keep it fast, or cache.
+type GrantFunc func(ctx context.Context, q Question) (bool, error)
+
+// Built-in grant names.
+const (
+	GrantAny           = "any"
+	GrantAuthenticated = "authenticated"
+	GrantOwner         = "owner"
+	GrantClaim         = "claim"
+	GrantProxy         = "proxy"
+)
+
+var builtinGrants = []string{GrantAny, GrantAuthenticated, GrantOwner, GrantClaim, GrantProxy}
+
+// Rule lists the grants of each action; any of them allows, an empty list
+// allows nobody.
+type Rule struct {
+	Subscribe []string
+	Publish   []string
+}
+
+// Namespace is a set of topics (Pattern) and its grants.
+type Namespace struct {
+	// Pattern is a path.Match glob ('*' matches any run of characters but
+	// '/') holding at most one "{user}", which matches exactly the
+	// connection's user and never an anonymous connection.
+	Pattern string
+	Rule
+}
+
+// Config is the topic grants (the topics.* keys). The zero value lets
+// everyone subscribe to and publish on every topic not reserved for the
+// server, as the standalone binary's default does.
+type Config struct {
+	// Namespaces are tried in order; the first whose pattern matches the
+	// topic decides.
+	Namespaces []Namespace
+	// Default decides topics no namespace matches; nil means
+	// {Subscribe: [any], Publish: [any]}.
+	Default *Rule
+	Proxy   Proxy
+	// Grants are the application's own grants by name, usable in every
+	// rule next to the built-ins. A name may not shadow a built-in.
+	Grants map[string]GrantFunc
+}
+
+// anyRule is the default rule when Config.Default is nil.
+var anyRule = Rule{Subscribe: []string{GrantAny}, Publish: []string{GrantAny}}
+
+type grantKind uint8
+
+const (
+	kindAny grantKind = iota
+	kindAuthenticated
+	kindOwner
+	kindClaim
+	kindProxy
+	kindFunc
+)
+
+type grant struct {
+	kind grantKind
+	name string    // for logs
+	fn   GrantFunc // kindFunc only
+}
+
+// rule is a compiled Rule, indexed by Action.
+type rule [2][]grant
+
+type namespace struct {
+	pat  pattern
+	rule rule
+}
+
+// Checker answers access questions. Create it with New; it is safe for
+// concurrent use.
+type Checker struct {
+	ns     []namespace
+	def    rule
+	proxy  *proxy // nil unless a rule lists the proxy grant
+	denied [2]prometheus.Counter
+	log    *slog.Logger
+	anyPub bool
+}
+
+// New validates cfg (every problem at once, as *ConfigError values joined)
+// and compiles it. m nil means metrics.NewDiscard(); log nil discards.
+func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
+	if err := Validate(cfg); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = metrics.NewDiscard()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Checker{log: log}
+	c.denied[Subscribe] = m.TopicDenied.WithLabelValues(metrics.ActionSubscribe)
+	c.denied[Publish] = m.TopicDenied.WithLabelValues(metrics.ActionPublish)
+	usesProxy := false
+	compile := func(r Rule) rule {
+		var out rule
+		for a, names := range [2][]string{r.Subscribe, r.Publish} {
+			for _, name := range names {
+				g := grant{name: name}
+				switch name {
+				case GrantAny:
+					g.kind = kindAny
+					if Action(a) == Publish {
+						c.anyPub = true
+					}
+				case GrantAuthenticated:
+					g.kind = kindAuthenticated
+				case GrantOwner:
+					g.kind = kindOwner
+				case GrantClaim:
+					g.kind = kindClaim
+				case GrantProxy:
+					g.kind = kindProxy
+					usesProxy = true
+				default:
+					g.kind, g.fn = kindFunc, cfg.Grants[name]
+				}
+				out[a] = append(out[a], g)
+			}
+		}
+		return out
+	}
+	for _, n := range cfg.Namespaces {
+		p, _ := compilePattern(n.Pattern) // validated above
+		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule)})
+	}
+	def := anyRule
+	if cfg.Default != nil {
+		def = *cfg.Default
+	}
+	c.def = compile(def)
+	if usesProxy {
+		c.proxy = newProxy(cfg.Proxy, m, log)
+	}
+	return c, nil
+}
+
+// PublishableByAny reports whether some rule lets anyone, anonymous
+// connections included, publish: the start-up warning's condition when
+// the server listens beyond loopback.
+func (c *Checker) PublishableByAny() bool { return c.anyPub }
+
+// Check answers q. A Deny is counted in topic_denied_total{action}.
+func (c *Checker) Check(ctx context.Context, q Question) Decision {
+	d := c.decide(ctx, q)
+	if d == Deny {
+		c.denied[q.Action&1].Inc()
+	}
+	return d
+}
+
+func (c *Checker) decide(ctx context.Context, q Question) Decision {
+	if protocol.Reserved(q.Topic) || q.Action > Publish {
+		return Deny
+	}
+	r := &c.def
+	for i := range c.ns {
+		if c.ns[i].pat.match(q.Topic, q.User) {
+			r = &c.ns[i].rule
+			break
+		}
+	}
+	failed := false
+	for _, g := range r[q.Action] {
+		switch g.kind {
+		case kindAny:
+			return Allow
+		case kindAuthenticated, kindOwner:
+			// owner is only valid in a namespace whose pattern holds
+			// {user}, and such a pattern matches only its own user.
+			if q.User != "" {
+				return Allow
+			}
+		case kindClaim:
+			if claimAllows(q.Claim, q.Action, q.Topic) {
+				return Allow
+			}
+		case kindProxy:
+			switch c.proxy.ask(ctx, q) {
+			case Allow:
+				return Allow
+			case Unavailable:
+				failed = true
+			}
+		case kindFunc:
+			ok, err := c.callGrant(ctx, g, q)
+			if err != nil {
+				failed = true
+				c.log.Warn("topic grant failed", "grant", g.name, "action", q.Action.String(), "topic", q.Topic, "err", err)
+			} else if ok {
+				return Allow
+			}
+		}
+	}
+	if failed {
+		return Unavailable
+	}
+	return Deny
+}
+
+// callGrant runs an application grant; a panic is its error.
+func (c *Checker) callGrant(ctx context.Context, g grant, q Question) (ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ok, err = false, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return g.fn(ctx, q)
+}
+
+// claimAllows reports whether the claim has a glob for a that matches
+// topic. The globs were checked when the token was verified.
+func claimAllows(claim *handshake.TopicClaim, a Action, topic string) bool {
+	if claim == nil {
+		return false
+	}
+	globs := claim.Subscribe
+	if a == Publish {
+		globs = claim.Publish
+	}
+	for _, g := range globs {
+		if ok, _ := path.Match(g, topic); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,249 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/metrics"
+)
+
+func TestPatternMatch(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		pattern, topic, user string
+		want                 bool
+	}{
+		{"chat:*", "chat:room1", "", true},
+		{"chat:*", "chat:a/b", "", false}, // path.Match: * stops at /
+		{"chat:*/*", "chat:a/b", "", true},
+		{"news", "news", "", true},
+		{"news", "news2", "", false},
+		{"user:{user}", "user:alice", "alice", true},
+		{"user:{user}", "user:alice", "bob", false},
+		{"user:{user}", "user:alice", "", false}, // never an anonymous connection
+		{"user:{user}", "user:", "", false},
+		{"user:{user}", "user:alicex", "alice", false},
+		{"user:{user}", "user:al", "alice", false},
+		{"user:{user}:*", "user:alice:inbox", "alice", true},
+		{"user:{user}:*", "user:alice:", "alice", true},
+		{"user:{user}:*", "user:bob:inbox", "alice", false},
+		{"*:{user}", "dm:alice", "alice", true},
+		{"*:{user}", "dm:x:alice", "alice", true}, // * crosses ":"
+		{"*:{user}", "a/b:alice", "alice", false},
+		{"{user}", "alice", "alice", true},
+		{"{user}*", "alicealice", "alice", true},
+		{"*{user}", "xalice", "alice", true},
+		// The user occurs twice; only the second occurrence fits.
+		{"a{user}:x", "aaa:x", "aa", true},
+		{"dm:*:{user}", "dm:alice:alice", "alice", true},
+		{"dm:{user}:bob", "dm:alice:bob", "alice", true},
+		{"dm:{user}:bob", "dm:alice:bob", "bob", false},
+	}
+	for _, tt := range tests {
+		p, err := compilePattern(tt.pattern)
+		if err != nil {
+			t.Fatalf("%q: %v", tt.pattern, err)
+		}
+		if got := p.match(tt.topic, tt.user); got != tt.want {
+			t.Errorf("%q.match(%q, user %q) = %v, want %v", tt.pattern, tt.topic, tt.user, got, tt.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	okFn := func(context.Context, Question) (bool, error) { return true, nil }
+	tests := []struct {
+		name     string
+		cfg      Config
+		wantKeys []string
+	}{
+		{name: "zero", cfg: Config{}},
+		{name: "everything valid", cfg: Config{
+			Namespaces: []Namespace{
+				{Pattern: "user:{user}", Rule: Rule{Subscribe: []string{"owner"}, Publish: []string{"owner", "claim"}}},
+				{Pattern: "chat:*", Rule: Rule{Subscribe: []string{"authenticated", "mine"}, Publish: []string{"proxy"}}},
+			},
+			Default: &Rule{Subscribe: []string{"any"}},
+			Proxy:   Proxy{URL: "http://127.0.0.1:1/grant"},
+			Grants:  map[string]GrantFunc{"mine": okFn},
+		}},
+		{name: "bad glob", cfg: Config{Namespaces: []Namespace{{Pattern: "a"}, {Pattern: "chat:["}}}, wantKeys: []string{"topics.namespaces[1].pattern"}},
+		{name: "bad glob after user", cfg: Config{Namespaces: []Namespace{{Pattern: "u:{user}:[z-"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
+		{name: "empty pattern", cfg: Config{Namespaces: []Namespace{{Pattern: ""}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
+		{name: "two users", cfg: Config{Namespaces: []Namespace{{Pattern: "{user}:{user}"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
+		{name: "other placeholder", cfg: Config{Namespaces: []Namespace{{Pattern: "room:{id}"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
+		{name: "unknown grant", cfg: Config{Namespaces: []Namespace{{Pattern: "a", Rule: Rule{Publish: []string{"any", "everyone"}}}}}, wantKeys: []string{"topics.namespaces[0].publish[1]"}},
+		{name: "owner without user", cfg: Config{Namespaces: []Namespace{{Pattern: "a:*", Rule: Rule{Subscribe: []string{"owner"}}}}}, wantKeys: []string{"topics.namespaces[0].subscribe[0]"}},
+		{name: "owner in default", cfg: Config{Default: &Rule{Publish: []string{"owner"}}}, wantKeys: []string{"topics.default.publish[0]"}},
+		{name: "proxy without url", cfg: Config{Default: &Rule{Subscribe: []string{"proxy"}}}, wantKeys: []string{"topics.default.subscribe[0]"}},
+		{name: "bad proxy settings", cfg: Config{Proxy: Proxy{URL: "ftp://x", Timeout: -1, CacheTTL: -1, CacheSize: -1}},
+			wantKeys: []string{"topics.proxy.url", "topics.proxy.timeout", "topics.proxy.cacheTTL", "topics.proxy.cacheSize"}},
+		{name: "grant shadows a built-in", cfg: Config{Grants: map[string]GrantFunc{"any": okFn}}, wantKeys: []string{"topics.grants.any"}},
+		{name: "nil grant", cfg: Config{Grants: map[string]GrantFunc{"x": nil}, Default: &Rule{Publish: []string{"x"}}},
+			wantKeys: []string{"topics.grants.x", "topics.default.publish[0]"}},
+	}
+	for _, tt := range tests {
+		err := Validate(tt.cfg)
+		var keys []string
+		if err != nil {
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var ce *ConfigError
+				if !errors.As(e, &ce) {
+					t.Fatalf("%s: %T is not a *ConfigError", tt.name, e)
+				}
+				keys = append(keys, ce.Key)
+			}
+		}
+		if !slices.Equal(keys, tt.wantKeys) {
+			t.Errorf("%s: keys %v, want %v (%v)", tt.name, keys, tt.wantKeys, err)
+		}
+		if _, nerr := New(tt.cfg, nil, nil); (nerr == nil) != (err == nil) {
+			t.Errorf("%s: New error %v, Validate %v", tt.name, nerr, err)
+		}
+	}
+}
+
+func newChecker(t testing.TB, cfg Config) (*Checker, *metrics.Metrics) {
+	t.Helper()
+	m := metrics.NewDiscard()
+	c, err := New(cfg, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, m
+}
+
+func TestBuiltinGrants(t *testing.T) {
+	t.Parallel()
+	c, m := newChecker(t, Config{
+		Namespaces: []Namespace{
+			{Pattern: "user:{user}", Rule: Rule{Subscribe: []string{"owner"}, Publish: []string{}}},
+			{Pattern: "user:*", Rule: Rule{}}, // other users' topics: nobody
+			{Pattern: "chat:*", Rule: Rule{Subscribe: []string{"authenticated"}, Publish: []string{"claim"}}},
+			{Pattern: "open:*", Rule: Rule{Subscribe: []string{"any"}, Publish: []string{"any"}}},
+		},
+		Default: &Rule{Subscribe: []string{"any"}},
+	})
+	claim := &handshake.TopicClaim{Subscribe: []string{"x"}, Publish: []string{"chat:room1", "chat:team-*"}}
+	tests := []struct {
+		action Action
+		topic  string
+		user   string
+		claim  *handshake.TopicClaim
+		want   Decision
+	}{
+		{Subscribe, "user:alice", "alice", nil, Allow},
+		{Subscribe, "user:alice", "bob", nil, Deny},
+		{Subscribe, "user:alice", "", nil, Deny},
+		{Publish, "user:alice", "alice", nil, Deny}, // empty list: nobody
+		{Subscribe, "chat:room1", "bob", nil, Allow},
+		{Subscribe, "chat:room1", "", nil, Deny},
+		{Publish, "chat:room1", "bob", claim, Allow},
+		{Publish, "chat:team-a", "bob", claim, Allow},
+		{Publish, "chat:room2", "bob", claim, Deny},
+		{Publish, "chat:room1", "bob", nil, Deny},
+		{Publish, "chat:room1", "bob", &handshake.TopicClaim{Subscribe: []string{"chat:*"}}, Deny}, // claim for the other action
+		{Subscribe, "open:x", "", nil, Allow},
+		{Publish, "open:x", "", nil, Allow},
+		{Subscribe, "elsewhere", "", nil, Allow}, // default
+		{Publish, "elsewhere", "alice", nil, Deny},
+		{Subscribe, "__system", "alice", nil, Deny}, // reserved: never granted
+		{Publish, "__open:x", "", nil, Deny},
+	}
+	var denied [2]int
+	for _, tt := range tests {
+		q := Question{Action: tt.action, Topic: tt.topic, User: tt.user, Claim: tt.claim, ConnID: 7, IP: netip.MustParseAddr("192.0.2.1")}
+		if got := c.Check(context.Background(), q); got != tt.want {
+			t.Errorf("%v %q by %q (claim %+v) = %v, want %v", tt.action, tt.topic, tt.user, tt.claim, got, tt.want)
+		}
+		if tt.want == Deny {
+			denied[tt.action]++
+		}
+	}
+	for a, n := range denied {
+		if got := testutil.ToFloat64(m.TopicDenied.WithLabelValues(Action(a).String())); got != float64(n) {
+			t.Errorf("topic_denied_total{action=%q} = %v, want %d", Action(a), got, n)
+		}
+	}
+	if c.PublishableByAny() != true {
+		t.Error("open:* is publishable by any")
+	}
+}
+
+func TestZeroConfigAllowsAllButReserved(t *testing.T) {
+	t.Parallel()
+	c, _ := newChecker(t, Config{})
+	for _, a := range []Action{Subscribe, Publish} {
+		if c.Check(context.Background(), Question{Action: a, Topic: "x"}) != Allow {
+			t.Errorf("%v x denied by the zero config", a)
+		}
+		if c.Check(context.Background(), Question{Action: a, Topic: "__x"}) != Deny {
+			t.Errorf("%v __x allowed", a)
+		}
+	}
+	if !c.PublishableByAny() {
+		t.Error("the zero config lets anyone publish")
+	}
+	locked, _ := newChecker(t, Config{Default: &Rule{Subscribe: []string{"any"}, Publish: []string{"authenticated"}}})
+	if locked.PublishableByAny() {
+		t.Error("publish: [authenticated] reported publishable by any")
+	}
+}
+
+func TestApplicationGrant(t *testing.T) {
+	t.Parallel()
+	var asked []string
+	c, m := newChecker(t, Config{
+		Namespaces: []Namespace{
+			{Pattern: "room:*", Rule: Rule{Subscribe: []string{"member"}, Publish: []string{"flaky", "member"}}},
+			{Pattern: "boom:*", Rule: Rule{Subscribe: []string{"panics"}, Publish: []string{"authenticated", "panics"}}},
+		},
+		Grants: map[string]GrantFunc{
+			"member": func(_ context.Context, q Question) (bool, error) {
+				asked = append(asked, q.Action.String()+" "+q.Topic+" "+q.User)
+				return q.User == "alice" && strings.HasSuffix(q.Topic, ":1"), nil
+			},
+			"flaky":  func(context.Context, Question) (bool, error) { return false, errors.New("db down") },
+			"panics": func(context.Context, Question) (bool, error) { panic("bug") },
+		},
+	})
+	ctx := context.Background()
+	check := func(a Action, topic, user string) Decision {
+		return c.Check(ctx, Question{Action: a, Topic: topic, User: user})
+	}
+	if d := check(Subscribe, "room:1", "alice"); d != Allow {
+		t.Errorf("member alice room:1 = %v", d)
+	}
+	if d := check(Subscribe, "room:2", "alice"); d != Deny {
+		t.Errorf("member alice room:2 = %v", d)
+	}
+	// An erring grant does not stop the next one from allowing...
+	if d := check(Publish, "room:1", "alice"); d != Allow {
+		t.Errorf("flaky then member = %v", d)
+	}
+	// ...and when nothing allows, the failure answers Unavailable, not Deny.
+	if d := check(Publish, "room:2", "alice"); d != Unavailable {
+		t.Errorf("flaky then member refusing = %v, want unavailable", d)
+	}
+	if d := check(Subscribe, "boom:1", "alice"); d != Unavailable {
+		t.Errorf("panicking grant = %v, want unavailable", d)
+	}
+	if d := check(Publish, "boom:1", "alice"); d != Allow {
+		t.Errorf("authenticated before a panicking grant = %v", d)
+	}
+	want := []string{"subscribe room:1 alice", "subscribe room:2 alice", "publish room:1 alice", "publish room:2 alice"}
+	if !slices.Equal(asked, want) {
+		t.Errorf("member asked %v, want %v", asked, want)
+	}
+	if got := testutil.ToFloat64(m.TopicDenied.WithLabelValues("subscribe")); got != 1 {
+		t.Errorf("denied subscribe = %v, want 1 (unavailable is not a denial)", got)
+	}
+}

@@ -1,0 +1,47 @@
+// Package access decides who may subscribe to and publish on which topic:
+// the topic grants of docs/access-control.md.
+//
+// A Config holds ordered namespaces, each a path.Match glob with at most
+// one "{user}" placeholder and, per action, a list of grants; the first
+// namespace whose pattern matches the topic decides, and the default rule
+// decides topics no namespace matches. A grant list allows a call when any
+// of its grants does, tried in the order listed; an empty list allows
+// nobody. The built-in grants:
+//
+//   - any: everyone, anonymous connections included;
+//   - authenticated: a connection with a JWT user;
+//   - owner: the namespace's pattern holds {user}, which matched this
+//     connection's user (a {user} pattern never matches an anonymous
+//     connection, nor another user's topic: such topics fall through to
+//     the next namespace);
+//   - claim: the token's "topics" claim has a glob for this action that
+//     matches the topic;
+//   - proxy: an HTTP backend answers {"allow": bool} to a POST of the
+//     question (see Proxy).
+//
+// An embedding application adds its own grants by name (Config.Grants);
+// they are listed in namespaces like the built-ins.
+//
+// Checker.Check answers Allow, Deny (the server answers -32003 with the
+// topic) or Unavailable (a grant's backend failed and nothing else
+// allowed: -32005). Topics starting with "__" are reserved for the server
+// and are never granted, whatever the configuration says.
+//
+// Must never: allocate or block on the built-in grants (any,
+// authenticated, owner, claim): patterns are compiled at New, split at
+// {user} into two globs, and matched with path.Match on substrings. Only
+// the proxy grant does I/O, and only when no grant listed before it
+// allowed.
+//
+// Invariants:
+//   - the proxy is asked each distinct question (action, topic, user,
+//     connection, client IP) at most once at a time: concurrent identical
+//     questions share one request (singleflight);
+//   - with CacheTTL > 0, publish answers for authenticated users are kept
+//     per (user, topic) for that long in a cache of at most CacheSize
+//     entries (two generations: when the young one is full it replaces
+//     the old one, so memory is bounded and no lookup scans);
+//   - every refused call is counted once in topic_denied_total{action},
+//     every failed proxy request once in topic_proxy_errors_total{reason},
+//     however many callers shared it.
+package access

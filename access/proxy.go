@@ -1,0 +1,243 @@
+package access
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/rtserver/rtserver/metrics"
+)
+
+// Proxy is the proxy grant's backend (topics.proxy.*).
+//
+// The question is POSTed as JSON,
+// {"action":"subscribe"|"publish","topic":T,"user":U,"connId":C,"clientIp":IP},
+// and the backend answers 200 with {"allow": true|false}. Any other
+// status, a body that is not that JSON, a timeout or a transport error is
+// a failure: counted in topic_proxy_errors_total{reason} and decided by
+// FailOpen.
+type Proxy struct {
+	URL     string
+	Timeout time.Duration // per question; 0 = 1s
+	// CacheTTL > 0 keeps publish answers for authenticated users per
+	// (user, topic) that long. Subscribe answers and anonymous
+	// connections' answers are never cached (the backend may decide by
+	// connection or client IP).
+	CacheTTL  time.Duration
+	CacheSize int  // most cached answers; 0 = 65536
+	FailOpen  bool // a failure allows (fail: open); false: -32005 (fail: closed)
+	// Client makes the requests; nil = a client that follows no redirects.
+	Client *http.Client
+	// Now is the cache's clock; nil = time.Now.
+	Now func() time.Time
+}
+
+// maxProxyAnswer bounds the body read from the backend: {"allow":true} is
+// 14 bytes.
+const maxProxyAnswer = 4 << 10
+
+type proxy struct {
+	cfg   Proxy
+	group singleflight.Group
+	cache *answerCache // nil without CacheTTL
+	errs  map[string]prometheus.Counter
+	log   *slog.Logger
+}
+
+func newProxy(cfg Proxy, m *metrics.Metrics, log *slog.Logger) *proxy {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.CacheSize <= 0 {
+		cfg.CacheSize = 65536
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &proxy{cfg: cfg, errs: map[string]prometheus.Counter{}, log: log}
+	for _, r := range metrics.ProxyErrorReasons {
+		p.errs[r] = m.TopicProxyErrors.WithLabelValues(r)
+	}
+	if cfg.CacheTTL > 0 {
+		p.cache = newAnswerCache(cfg.CacheSize)
+	}
+	return p
+}
+
+// question is the JSON body of a proxy request.
+type question struct {
+	Action   string `json:"action"`
+	Topic    string `json:"topic"`
+	User     string `json:"user"`
+	ConnID   uint64 `json:"connId"`
+	ClientIP string `json:"clientIp"`
+}
+
+// ask answers q through the cache, else the backend.
+func (p *proxy) ask(ctx context.Context, q Question) Decision {
+	cacheable := p.cache != nil && q.Action == Publish && q.User != ""
+	if cacheable {
+		if allow, ok := p.cache.get(q.User, q.Topic, p.cfg.Now()); ok {
+			return decisionOf(allow)
+		}
+	}
+	body := question{Action: q.Action.String(), Topic: q.Topic, User: q.User, ConnID: q.ConnID}
+	if q.IP.IsValid() {
+		body.ClientIP = q.IP.String()
+	}
+	key := body.Action + "\x00" + body.Topic + "\x00" + body.User + "\x00" + strconv.FormatUint(body.ConnID, 10) + "\x00" + body.ClientIP
+	ch := p.group.DoChan(key, func() (any, error) {
+		allow, err := p.post(body)
+		if err == nil && cacheable {
+			p.cache.put(q.User, q.Topic, allow, p.cfg.Now().Add(p.cfg.CacheTTL))
+		}
+		return allow, err
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			if p.cfg.FailOpen {
+				return Allow
+			}
+			return Unavailable
+		}
+		return decisionOf(res.Val.(bool))
+	case <-ctx.Done():
+		return Unavailable // the connection is gone; nobody reads the answer
+	}
+}
+
+func decisionOf(allow bool) Decision {
+	if allow {
+		return Allow
+	}
+	return Deny
+}
+
+// post asks the backend once. A failure is counted and logged here, once
+// for every caller that shared the question.
+func (p *proxy) post(q question) (bool, error) {
+	allow, reason, err := p.do(q)
+	if err != nil {
+		p.errs[reason].Inc()
+		p.log.Warn("topic grant proxy failed", "reason", reason, "action", q.Action, "topic", q.Topic, "failOpen", p.cfg.FailOpen, "err", err)
+	}
+	return allow, err
+}
+
+func (p *proxy) do(q question) (allow bool, reason string, err error) {
+	// Not the asking connection's context: the request is shared with
+	// every caller of the same question, and one of them leaving must not
+	// fail the others.
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
+	defer cancel()
+	b, _ := json.Marshal(q)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(b))
+	if err != nil {
+		return false, metrics.ProxyErrorTransport, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.cfg.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return false, metrics.ProxyErrorTimeout, err
+		}
+		return false, metrics.ProxyErrorTransport, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProxyAnswer+1))
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return false, metrics.ProxyErrorTimeout, err
+		}
+		return false, metrics.ProxyErrorTransport, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return false, metrics.ProxyErrorStatus, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	if len(body) > maxProxyAnswer {
+		return false, metrics.ProxyErrorBadResponse, fmt.Errorf("answer over %d bytes", maxProxyAnswer)
+	}
+	var a struct {
+		Allow *bool `json:"allow"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		return false, metrics.ProxyErrorBadResponse, fmt.Errorf(`want {"allow": true|false}: %w`, err)
+	}
+	if a.Allow == nil {
+		return false, metrics.ProxyErrorBadResponse, errors.New(`want {"allow": true|false}: no allow field`)
+	}
+	return *a.Allow, "", nil
+}
+
+// answerCache holds proxy answers until they expire, at most size of them.
+// Two generations: writes go to cur; when cur holds size/2, it becomes old
+// and a new cur starts. Lookups try cur, then old. Memory stays bounded,
+// nothing scans, and an entry in use within a generation's lifetime
+// survives at least one turnover (it is copied forward when read from old).
+type answerCache struct {
+	mu       sync.Mutex
+	cur, old map[answerKey]answer
+	half     int
+}
+
+type answerKey struct{ user, topic string }
+
+type answer struct {
+	allow   bool
+	expires time.Time
+}
+
+func newAnswerCache(size int) *answerCache {
+	half := max(size/2, 1)
+	return &answerCache{cur: make(map[answerKey]answer), half: half}
+}
+
+func (c *answerCache) get(user, topic string, now time.Time) (allow, ok bool) {
+	k := answerKey{user, topic}
+	c.mu.Lock()
+	a, found := c.cur[k]
+	if !found {
+		if a, found = c.old[k]; found && now.Before(a.expires) {
+			c.addLocked(k, a)
+		}
+	}
+	c.mu.Unlock()
+	if !found || !now.Before(a.expires) {
+		return false, false
+	}
+	return a.allow, true
+}
+
+func (c *answerCache) put(user, topic string, allow bool, expires time.Time) {
+	c.mu.Lock()
+	c.addLocked(answerKey{user, topic}, answer{allow: allow, expires: expires})
+	c.mu.Unlock()
+}
+
+func (c *answerCache) addLocked(k answerKey, a answer) {
+	if _, ok := c.cur[k]; !ok && len(c.cur) >= c.half {
+		c.old, c.cur = c.cur, make(map[answerKey]answer, c.half)
+	}
+	c.cur[k] = a
+}
+
+func (c *answerCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.cur) + len(c.old)
+}
