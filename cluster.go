@@ -16,9 +16,9 @@ import (
 	"github.com/rtserver/rtserver/server"
 )
 
-// Redis configures the cross-instance parts (redis.* and
-// publishRate.* in docs/configuration.md). An empty URL means a single instance: the in-memory
-// bus and no cluster view.
+// Redis configures the cross-instance parts (redis.* and publishRate.* in
+// docs/configuration.md). An empty URL means a single instance: the
+// in-memory bus and no cluster view.
 //
 // For a Redis Cluster, name more seed nodes in the URL's query:
 // redis://host1:6379?addr=host2:6379&addr=host3:6379 (any addr parameter
@@ -37,7 +37,8 @@ type Redis struct {
 	HMACSecret          []byte
 }
 
-// DefaultRedis is the redis.* and publishRate.* defaults of\n// docs/configuration.md.
+// DefaultRedis is the redis.* and publishRate.* defaults of
+// docs/configuration.md.
 func DefaultRedis() Redis {
 	return Redis{
 		Bus: "single", Partitions: 16, ChannelPrefix: "rt:",

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
@@ -264,74 +266,114 @@ func (n *Node) Run(ctx context.Context, hardStop <-chan struct{}) error {
 }
 
 // Serve is Run on a listener the caller opened.
+//
+// The listeners and the background loops run under one errgroup: an error
+// of any of them (a listener that fails) ends them all, without a drain,
+// in the same order as a normal stop, and Serve returns that first error.
+// Order of start: the server (and its bus), the pressure loop, the cluster
+// aggregator, then the listeners. Order of stop: drain (listeners still
+// serving /readyz 503 and /metrics), the server and its bus, the
+// listeners, the aggregator and Redis client, the pressure loop. Serve
+// returns only once every goroutine it started has ended.
 func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struct{}) error {
+	// The admin listener is opened first, so that nothing has started
+	// when it fails.
+	var aln net.Listener
+	if n.adminMux != nil {
+		var err error
+		if aln, err = net.Listen("tcp", n.cfg.AdminListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("rtserver: admin listen: %w", err)
+		}
+	}
+	closeListeners := func() {
+		ln.Close()
+		if aln != nil {
+			aln.Close()
+		}
+	}
 	bg, stopBg := context.WithCancel(context.Background())
 	defer stopBg()
 	if err := n.Server.Start(bg); err != nil {
-		ln.Close()
+		closeListeners()
 		return err
 	}
-	go n.Pressure.Run(bg)
 	if n.cluster != nil {
 		if err := n.cluster.start(bg); err != nil {
-			ln.Close()
-			return err
+			closeListeners()
+			return errors.Join(err, n.Server.Shutdown(context.Background()))
 		}
-		defer n.cluster.stop()
 	}
+
+	g, failed := errgroup.WithContext(context.Background())
+	g.Go(func() error { n.Pressure.Run(bg); return nil })
 
 	// While a cap is full, upgrades are shed at the door, before net/http
 	// spends a goroutine and two buffers parsing them (handshake.Listener).
 	ln = n.Gate.Listener(ln, "/ws")
 	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	g.Go(func() error { return serveHTTP(srv, ln) })
 	var admin *http.Server
-	if n.adminMux != nil {
-		admin = &http.Server{Addr: n.cfg.AdminListen, Handler: n.adminMux, ReadHeaderTimeout: 10 * time.Second}
-		aln, err := net.Listen("tcp", n.cfg.AdminListen)
-		if err != nil {
-			srv.Close()
-			return fmt.Errorf("rtserver: admin listen: %w", err)
-		}
-		go func() { errc <- admin.Serve(aln) }()
+	if aln != nil {
+		admin = &http.Server{Handler: n.adminMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
+		g.Go(func() error { return serveHTTP(admin, aln) })
 	}
 	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)
 	if n.Access.PublishableByAny() && !loopbackOnly(ln.Addr()) {
 		n.log.Warn("anyone, anonymous clients included, may publish on some topics while the server listens beyond loopback; restrict topics.default.publish and topics.namespaces (docs/access-control.md)", "addr", ln.Addr().String())
 	}
 
-	select {
-	case err := <-errc:
+	// The stopper: waits for the end of ctx (drain first) or for a member's
+	// failure (stop at once), then stops everything in order.
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+			n.drain(failed, hardStop)
+		case <-failed.Done():
+		}
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := n.Server.Shutdown(shutdownCtx)
 		srv.Close()
 		if admin != nil {
 			admin.Close()
 		}
+		if n.cluster != nil {
+			n.cluster.stop()
+		}
+		stopBg()
 		return err
-	case <-ctx.Done():
-	}
+	})
+	err := g.Wait()
+	n.log.Info("stopped")
+	return err
+}
 
+// drain closes every client spread over DrainDuration; hardStop (may be
+// nil) or the failure of a listener ends it early, closing the rest at
+// once.
+func (n *Node) drain(failed context.Context, hardStop <-chan struct{}) {
 	n.log.Info("draining", "duration", n.cfg.DrainDuration)
-	drainCtx, cancelDrain := context.WithCancel(context.Background())
+	drainCtx, cancelDrain := context.WithCancel(failed)
+	var watcher sync.WaitGroup
 	if hardStop != nil {
-		go func() {
+		watcher.Go(func() {
 			select {
 			case <-hardStop:
 				cancelDrain()
 			case <-drainCtx.Done():
 			}
-		}()
+		})
 	}
 	n.Server.Drain(drainCtx, n.cfg.DrainDuration)
 	cancelDrain()
+	watcher.Wait()
+}
 
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := n.Server.Shutdown(shutdownCtx)
-	srv.Close()
-	if admin != nil {
-		admin.Close()
+// serveHTTP serves srv on ln until srv is closed (which is not an error).
+func serveHTTP(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("rtserver: serve %s: %w", ln.Addr(), err)
 	}
-	n.log.Info("stopped")
-	return err
+	return nil
 }
