@@ -11,6 +11,11 @@ type Receiver interface {
 	// topic is valid and not reserved; data is valid JSON. Deliver must not
 	// block for long: it runs on the bus's receive loop.
 	Deliver(topic string, data []byte)
+	// DeliverControl hands over a control message sent by another
+	// instance's PublishControl (see control.go): key is a valid control
+	// key, data is valid JSON. Control and data messages from one channel
+	// arrive in order. Like Deliver, it must not block for long.
+	DeliverControl(key string, data []byte)
 	// BusState reports a change of cross-instance delivery: degraded true
 	// when it went down, false when it recovered.
 	BusState(degraded bool)
@@ -26,6 +31,11 @@ type Bus interface {
 	// dropped (and counted). It must not keep data after it returns: the
 	// caller's data may alias a read buffer that is reused.
 	Publish(topic string, data []byte) error
+	// PublishControl queues a control message for the other instances that
+	// declared interest in key (Subscribe(key); buses with one channel
+	// reach every instance). key is reserved, e.g. UserKey(user). Like
+	// Publish, it never blocks and returns the same errors.
+	PublishControl(key string, data []byte) error
 	// Subscribe and Unsubscribe declare this instance's interest in a topic:
 	// the hub calls Subscribe when a topic gets its first local subscriber
 	// and Unsubscribe when it loses its last. Buses that carry every topic

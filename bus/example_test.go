@@ -13,6 +13,9 @@ type printer string
 
 func (p printer) Deliver(topic string, data []byte) { fmt.Printf("%s got %s %s\n", p, topic, data) }
 func (p printer) BusState(degraded bool)            { fmt.Printf("%s degraded=%v\n", p, degraded) }
+func (p printer) DeliverControl(key string, data []byte) {
+	fmt.Printf("%s got control %s %s\n", p, key, data)
+}
 
 // Two instances in one process on a MemoryBroker, as if they shared a
 // Redis: what one publishes reaches the other, never itself (its own

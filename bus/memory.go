@@ -51,8 +51,24 @@ func (b *Memory) Start(_ context.Context, r Receiver) error {
 }
 
 func (b *Memory) Publish(topic string, data []byte) error {
+	b.each(func(r Receiver) { r.Deliver(topic, data) })
+	return nil
+}
+
+// PublishControl hands a control message to every sibling's Receiver,
+// synchronously.
+func (b *Memory) PublishControl(key string, data []byte) error {
+	if !validControlKey(key) {
+		return ErrBadTopic
+	}
+	b.each(func(r Receiver) { r.DeliverControl(key, data) })
+	return nil
+}
+
+// each calls f with every sibling's Receiver, in the broker's order.
+func (b *Memory) each(f func(Receiver)) {
 	if b.broker == nil {
-		return nil
+		return
 	}
 	b.m.BusPublished.Inc()
 	b.broker.mu.RLock()
@@ -66,10 +82,9 @@ func (b *Memory) Publish(topic string, data []byte) error {
 		sib.mu.RUnlock()
 		if r != nil {
 			sib.m.BusReceived.Inc()
-			r.Deliver(topic, data)
+			f(r)
 		}
 	}
-	return nil
 }
 
 func (b *Memory) Subscribe(string)   {}

@@ -54,6 +54,12 @@ func (b *Redis) Publish(topic string, data []byte) error {
 	return b.e.publish(b.channel, topic, data)
 }
 
+// PublishControl queues a control message for every other instance, on
+// the one channel. It never blocks; its errors are those of Publish.
+func (b *Redis) PublishControl(key string, data []byte) error {
+	return b.e.publishControl(b.channel, key, data)
+}
+
 // Subscribe does nothing: every topic is on the one channel.
 func (b *Redis) Subscribe(string) {}
 

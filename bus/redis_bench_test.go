@@ -24,7 +24,8 @@ func (r *countingReceiver) Deliver(string, []byte) {
 		r.done <- struct{}{}
 	}
 }
-func (r *countingReceiver) BusState(bool) {}
+func (r *countingReceiver) BusState(bool)                     {}
+func (r *countingReceiver) DeliverControl(key string, data []byte) { r.Deliver(key, data) }
 
 // BenchmarkRedisThroughput publishes through a real redis-server from
 // one bus and counts arrivals on a second: messages per second end to

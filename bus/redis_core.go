@@ -93,8 +93,9 @@ type outMsg struct {
 
 // inMsg is one message waiting for the Receiver.
 type inMsg struct {
-	topic string
-	data  []byte
+	topic   string // or, for a control message, its key
+	data    []byte
+	control bool
 }
 
 // engine is what the single-channel and the sharded Redis buses share: the
@@ -278,6 +279,21 @@ func (e *engine) publish(channel, topic string, data []byte) error {
 		e.dropBadTopic.Inc()
 		return ErrBadTopic
 	}
+	return e.enqueue(channel, topic, data, appendEnvelope)
+}
+
+// publishControl validates, encodes and queues one control message (see
+// control.go). It never blocks.
+func (e *engine) publishControl(channel, key string, data []byte) error {
+	if !validControlKey(key) {
+		e.dropBadTopic.Inc()
+		return ErrBadTopic
+	}
+	return e.enqueue(channel, key, data, appendControl)
+}
+
+// enqueue encodes one envelope with encode and queues it.
+func (e *engine) enqueue(channel, topic string, data []byte, encode func(dst []byte, instance, topic string, data []byte) []byte) error {
 	n := envelopeLen(e.id, topic, data)
 	if n > e.maxEnv {
 		e.dropOversize.Inc()
@@ -289,7 +305,7 @@ func (e *engine) publish(channel, topic string, data []byte) error {
 	}
 	// Encoding here, on the caller's goroutine, spreads the copying over
 	// the publishers and lets the caller reuse data at once.
-	m := outMsg{channel: channel, env: appendEnvelope(make([]byte, 0, n), e.id, topic, data)}
+	m := outMsg{channel: channel, env: encode(make([]byte, 0, n), e.id, topic, data)}
 	e.pubMu.RLock()
 	defer e.pubMu.RUnlock()
 	if e.closed {
@@ -427,7 +443,11 @@ func (e *engine) ping() {
 func (e *engine) deliverer(r Receiver) {
 	defer e.bg.Done()
 	for m := range e.deliver {
-		r.Deliver(m.topic, m.data)
+		if m.control {
+			r.DeliverControl(m.topic, m.data)
+		} else {
+			r.Deliver(m.topic, m.data)
+		}
 	}
 }
 
@@ -674,7 +694,11 @@ func (l *subLoop) ok() {
 // handle validates one received payload and queues it for the Receiver.
 func (l *subLoop) handle(p string) {
 	e := l.e
-	topic, data, own, reason := decodeEnvelope(p, e.id, e.maxEnv)
+	decode, control := decodeEnvelope, isControl(p)
+	if control {
+		decode = decodeControl
+	}
+	topic, data, own, reason := decode(p, e.id, e.maxEnv)
 	switch {
 	case own:
 		return
@@ -693,7 +717,7 @@ func (l *subLoop) handle(p string) {
 	}
 	// The topic is cloned so the Receiver may keep it without pinning the
 	// whole payload.
-	m := inMsg{topic: strings.Clone(topic), data: buf}
+	m := inMsg{topic: strings.Clone(topic), data: buf, control: control}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {

@@ -42,6 +42,10 @@ func (r *recorder) Deliver(topic string, data []byte) {
 	r.poke()
 }
 
+// DeliverControl records a control message as a message whose topic is
+// "control " + key, so tests see its order among data messages.
+func (r *recorder) DeliverControl(key string, data []byte) { r.Deliver("control "+key, data) }
+
 func (r *recorder) BusState(degraded bool) {
 	r.mu.Lock()
 	r.states = append(r.states, degraded)

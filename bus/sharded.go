@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // SubscriberCounter gives cluster-wide subscriber counts: the publishrate
@@ -156,6 +158,13 @@ func (b *Sharded) Publish(topic string, data []byte) error {
 	return b.e.publish(b.channels[b.partition(topic)], topic, data)
 }
 
+// PublishControl queues a control message on key's partition, for the
+// instances that declared interest in key with Subscribe(key). It never
+// blocks; its errors are those of Publish.
+func (b *Sharded) PublishControl(key string, data []byte) error {
+	return b.e.publishControl(b.channels[b.partition(key)], key, data)
+}
+
 // Subscribe adds a local reference to topic. When that makes its
 // partition wanted, the partition is SSUBSCRIBEd, and Subscribe waits (at
 // most PingTimeout, and not at all while degraded) for Redis to confirm,
@@ -215,6 +224,9 @@ func (b *Sharded) LocalSubjects() []TopicCount {
 	b.mu.RLock()
 	out := make([]TopicCount, 0, len(b.topics))
 	for t, n := range b.topics {
+		if protocol.Reserved(t) {
+			continue // a control key (UserKey), not a topic
+		}
 		out = append(out, TopicCount{Topic: t, Count: n})
 	}
 	b.mu.RUnlock()

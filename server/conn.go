@@ -40,7 +40,8 @@ type conn struct {
 
 	// Read-goroutine state.
 	invalid int // frames in a row answered only with -32700/-32600
-	subs    map[string]struct{}
+	subsMu  sync.Mutex          // guards subs: the server API's Unsubscribe edits them too
+	subs    map[string]struct{} // topics subscribed (control.go)
 	builtin message.Call // reused for built-ins, which run inline
 	calls   atomic.Int32 // application RPC goroutines in flight
 
@@ -457,11 +458,7 @@ func (c *conn) cleanup() {
 	c.queue = nil
 	c.mu.Unlock()
 	c.cancel()
-	for topic := range c.subs {
-		s.hub.unsubscribe(c, topic)
-	}
-	s.subscriptions.Add(-int64(len(c.subs)))
-	c.subs = nil
+	c.dropSubs()
 	c.callsMu.Lock()
 	for call := range c.inflight {
 		call.Release()

@@ -63,24 +63,11 @@ func (c *conn) builtinCall(r *protocol.Request) (json.RawMessage, *protocol.Erro
 	defer call.Release()
 	switch r.Method {
 	case MethodSubscribe:
-		if _, ok := c.subs[p.Topic]; ok {
-			return emptyResult, nil
+		if perr := c.addSub(p.Topic); perr != nil {
+			return nil, perr
 		}
-		if len(c.subs) >= s.cfg.MaxSubscriptionsPerConn {
-			return nil, protocol.NewError(protocol.CodeLimitExceeded, "too many subscriptions", protocol.LimitData{Limit: s.cfg.MaxSubscriptionsPerConn})
-		}
-		if c.subs == nil {
-			c.subs = map[string]struct{}{}
-		}
-		c.subs[p.Topic] = struct{}{}
-		s.subscriptions.Add(1)
-		s.hub.subscribe(c, p.Topic)
 	case MethodUnsubscribe:
-		if _, ok := c.subs[p.Topic]; ok {
-			delete(c.subs, p.Topic)
-			s.subscriptions.Add(-1)
-			s.hub.unsubscribe(c, p.Topic)
-		}
+		c.removeSub(p.Topic)
 	case MethodPublish:
 		data := compactData(p.Data)
 		s.hub.publish(p.Topic, data)

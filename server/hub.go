@@ -123,3 +123,15 @@ func (h *hub) count(topic string) int {
 	defer sh.mu.RUnlock()
 	return len(sh.topics[topic])
 }
+
+// topics is the number of topics with local subscribers.
+func (h *hub) topics() int {
+	n := 0
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.RLock()
+		n += len(sh.topics)
+		sh.mu.RUnlock()
+	}
+	return n
+}

@@ -124,6 +124,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
+	users map[string][]*conn // authenticated connections by user (control.go)
 
 	nextID        atomic.Uint64
 	subscriptions atomic.Int64
@@ -148,6 +149,7 @@ func New(opts Options) *Server {
 		fallback:  opts.Fallback,
 		drainHint: opts.DrainRetryAfter,
 		conns:     map[*conn]struct{}{},
+		users:     map[string][]*conn{},
 	}
 	if s.m == nil {
 		s.m = metrics.NewDiscard()
@@ -216,6 +218,16 @@ func (s *Server) Subjects() []bus.TopicCount { return s.hub.subjects() }
 
 // LocalSubscribers is the number of this instance's subscribers of topic.
 func (s *Server) LocalSubscribers(topic string) int { return s.hub.count(topic) }
+
+// Draining reports whether Drain has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Degraded reports whether cross-instance delivery is down now.
+func (s *Server) Degraded() bool { return s.bus.Degraded() }
+
+// Topics is the number of topics with at least one subscriber on this
+// instance.
+func (s *Server) Topics() int { return s.hub.topics() }
 
 // Ready reports whether this instance should receive new connections: not
 // draining and cross-instance delivery up.
@@ -301,20 +313,32 @@ func (s *Server) snapshotConns() []*conn {
 	return out
 }
 
+// addConn registers c. A user's first connection here declares this
+// instance's interest in the user's control messages (control.go), after
+// s.mu is released: a sharded bus may wait for Redis to confirm.
 func (s *Server) addConn(c *conn) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed.Load() {
+		s.mu.Unlock()
 		return false
 	}
 	s.conns[c] = struct{}{}
+	first := s.indexUser(c)
+	s.mu.Unlock()
+	if first {
+		s.bus.Subscribe(bus.UserKey(c.ticket.User))
+	}
 	return true
 }
 
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	last := s.unindexUser(c)
 	s.mu.Unlock()
+	if last {
+		s.bus.Unsubscribe(bus.UserKey(c.ticket.User))
+	}
 }
 
 // Drain refuses new upgrades, tells every client it is draining, and closes

@@ -1,0 +1,150 @@
+package bus
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/internal/redistest"
+)
+
+func TestControlEnvelopeRoundTrip(t *testing.T) {
+	env := appendControl(nil, "a", UserKey("alice"), []byte(`{"op":"disconnect"}`))
+	if !isControl(string(env)) {
+		t.Fatal("a control envelope is not recognised as one")
+	}
+	key, data, own, reason := decodeControl(string(env), "b", DefaultMaxEnvelopeBytes)
+	if own || reason != "" || key != "__user:alice" || data != `{"op":"disconnect"}` {
+		t.Fatalf("decode = %q %q own=%v reason=%q", key, data, own, reason)
+	}
+	if _, _, own, _ := decodeControl(string(env), "a", DefaultMaxEnvelopeBytes); !own {
+		t.Error("own control envelope not recognised")
+	}
+	// A data envelope decoder refuses control envelopes, and the other
+	// way round, so neither kind can be taken for the other.
+	if _, _, _, reason := decodeEnvelope(string(env), "b", DefaultMaxEnvelopeBytes); reason != DropMalformed {
+		t.Errorf("decodeEnvelope(control) reason %q, want malformed", reason)
+	}
+	for _, tt := range []struct {
+		name, give, want string
+	}{
+		{"unreserved key", string(appendControl(nil, "a", "room", []byte(`1`))), DropBadTopic},
+		{"bare prefix", string(appendControl(nil, "a", "__", []byte(`1`))), DropBadTopic},
+		{"long key", string(appendControl(nil, "a", UserKey(strings.Repeat("u", 1025)), []byte(`1`))), DropBadTopic},
+		{"truncated", string(env[:4]), DropMalformed},
+		{"oversize", string(appendControl(nil, "a", UserKey("u"), []byte(`"`+strings.Repeat("x", 5000)+`"`))), DropOversize},
+	} {
+		if _, _, _, reason := decodeControl(tt.give, "b", 4096); reason != tt.want {
+			t.Errorf("%s: reason %q, want %q", tt.name, reason, tt.want)
+		}
+	}
+}
+
+// controlExchange checks that control messages cross from a to b, in
+// publish order, and (when ordered: data and control share one channel) in
+// order with data messages; and that bad keys are refused at the sender.
+func controlExchange(t *testing.T, a, b Bus, rb *recorder, key string, ordered bool) {
+	t.Helper()
+	if err := a.PublishControl("room", []byte(`1`)); err != ErrBadTopic {
+		t.Errorf("PublishControl(unreserved) = %v, want ErrBadTopic", err)
+	}
+	topic := "ctl-room"
+	b.Subscribe(topic)
+	defer b.Unsubscribe(topic)
+	var want, wantData, wantCtl []got
+	for i := range 3 {
+		d := got{topic, fmt.Sprint(i)}
+		c := got{"control " + key, fmt.Sprintf(`{"n":%d}`, i)}
+		if err := a.Publish(topic, []byte(d.data)); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.PublishControl(key, []byte(c.data)); err != nil {
+			t.Fatal(err)
+		}
+		want, wantData, wantCtl = append(want, d, c), append(wantData, d), append(wantCtl, c)
+	}
+	msgs := rb.awaitMsgs(t, 6)
+	var gotData, gotCtl []got
+	for _, m := range msgs {
+		if m.topic == topic {
+			gotData = append(gotData, m)
+		} else {
+			gotCtl = append(gotCtl, m)
+		}
+	}
+	if !slices.Equal(gotData, wantData) || !slices.Equal(gotCtl, wantCtl) || ordered && !slices.Equal(msgs, want) {
+		t.Fatalf("got %v, want %v (ordered %v)", msgs, want, ordered)
+	}
+}
+
+func TestControlMemory(t *testing.T) {
+	broker := NewMemoryBroker()
+	a, _ := started(t, NewMemory(broker, nil), nil)
+	b, rb := started(t, NewMemory(broker, nil), nil)
+	controlExchange(t, a, b, rb, UserKey("alice"), true)
+}
+
+func TestControlRedis(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	a, _ := startRedis(t, testOptions(c, "a"))
+	b, rb := startRedis(t, testOptions(c, "b"))
+	controlExchange(t, a, b, rb, UserKey("alice"), true)
+	a.Close()
+	b.Close()
+	noBusGoroutines(t)
+}
+
+// On the sharded bus a control message reaches the instances that declared
+// interest in its key, on the key's partition, and no other: the server
+// subscribes UserKey(U) while U has a connection on it. The cluster puts
+// the partitions on three nodes, so this also proves the key's partition
+// is found on whichever node holds it.
+func TestControlShardedCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	newCC := func() *redis.ClusterClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	const parts = 16
+	a, _ := startSharded(t, shardedOptions(newCC(), "a", parts))
+	b, rb := startSharded(t, shardedOptions(newCC(), "b", parts))
+	c, rc := startSharded(t, shardedOptions(newCC(), "c", parts))
+
+	// A user whose key shares no partition with the data topic, so b hears
+	// it only through its interest in the key.
+	user := "alice"
+	for i := 0; Partition(UserKey(user), parts) == Partition("ctl-room", parts); i++ {
+		user = fmt.Sprintf("alice-%d", i)
+	}
+	key := UserKey(user)
+	b.Subscribe(key)
+	controlExchange(t, a, b, rb, key, false)
+	if got := b.LocalSubjects(); len(got) != 0 {
+		t.Errorf("LocalSubjects lists control keys: %v", got)
+	}
+
+	// c has no interest in the key: a control message for it, fenced by a
+	// data message c does want on the same partition, never arrives.
+	fence := topicsIn(Partition(key, parts), parts, 1, "fence")[0]
+	c.Subscribe(fence)
+	if err := a.PublishControl(key, []byte(`{"n":"late"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish(fence, []byte(`"fence"`)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := rc.awaitMsgs(t, 1)
+	if len(msgs) != 1 || msgs[0].topic != fence {
+		t.Errorf("c without interest got %v, want only the fence", msgs)
+	}
+	b.Unsubscribe(key)
+	for _, x := range []*Sharded{a, b, c} {
+		x.Close()
+	}
+	noBusGoroutines(t)
+}
