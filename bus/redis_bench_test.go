@@ -24,7 +24,7 @@ func (r *countingReceiver) Deliver(string, []byte) {
 		r.done <- struct{}{}
 	}
 }
-func (r *countingReceiver) BusState(bool)                     {}
+func (r *countingReceiver) BusState(bool)                          {}
 func (r *countingReceiver) DeliverControl(key string, data []byte) { r.Deliver(key, data) }
 
 // BenchmarkRedisThroughput publishes through a real redis-server from

@@ -39,11 +39,11 @@ type conn struct {
 	expiry    *tokenExpiry // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
-	invalid int // frames in a row answered only with -32700/-32600
+	invalid int                 // frames in a row answered only with -32700/-32600
 	subsMu  sync.Mutex          // guards subs: the server API's Unsubscribe edits them too
 	subs    map[string]struct{} // topics subscribed (control.go)
-	builtin message.Call // reused for built-ins, which run inline
-	calls   atomic.Int32 // application RPC goroutines in flight
+	builtin message.Call        // reused for built-ins, which run inline
+	calls   atomic.Int32        // application RPC goroutines in flight
 
 	callsMu  sync.Mutex
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
