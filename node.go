@@ -58,6 +58,11 @@ type Config struct {
 
 	DrainDuration time.Duration // default 10s
 
+	// APIKey turns the server API on (POST /api/..., docs/server-api.md):
+	// callers present it as "Authorization: apikey KEY". Served on
+	// AdminListen when set, else on Listen. Empty: the API is off.
+	APIKey string
+
 	// Registry receives every metric (default: a new registry);
 	// MetricsNamespace prefixes their names.
 	Registry         *prometheus.Registry
@@ -90,8 +95,9 @@ type Node struct {
 	// Cluster is the cluster-wide top-publisher view; nil without Redis.
 	Cluster *publishrate.Aggregator
 
-	mux      *http.ServeMux
-	adminMux *http.ServeMux
+	mux        *http.ServeMux
+	adminMux   *http.ServeMux
+	instanceID string
 }
 
 // New builds a node; nothing listens until Run (or until Handler is
@@ -163,6 +169,7 @@ func New(cfg Config) (*Node, error) {
 	}
 
 	var b bus.Bus
+	n.instanceID = newInstanceID()
 	if cfg.Redis.URL != "" {
 		n.cluster, err = newCluster(cfg.Redis, n.Metrics, log, n.Pressure)
 		if err != nil {
@@ -170,6 +177,7 @@ func New(cfg Config) (*Node, error) {
 		}
 		b = n.cluster.bus
 		n.Cluster = n.cluster.agg
+		n.instanceID = n.cluster.agg.InstanceID()
 		// The cluster-wide view (own rates plus every fresh sibling's)
 		// replaces the local top publishers.
 		n.Admit.SetRates(n.cluster.agg)
@@ -203,6 +211,11 @@ func New(cfg Config) (*Node, error) {
 	} else {
 		n.adminMux = http.NewServeMux()
 		n.adminMux.Handle("GET /metrics", metricsHandler)
+	}
+	if cfg.APIKey != "" {
+		if err := n.mountAPI(); err != nil {
+			return nil, fmt.Errorf("rtserver: api: %w", err)
+		}
 	}
 	return n, nil
 }

@@ -80,6 +80,8 @@ type Metrics struct {
 
 	TopicDenied      *prometheus.CounterVec // action: subscribe and publish calls no grant allowed (-32003)
 	TopicProxyErrors *prometheus.CounterVec // reason: proxy grant questions that failed (decided by topics.proxy.fail)
+
+	APIRequests *prometheus.CounterVec // method, code: server API calls (docs/server-api.md)
 }
 
 // New creates every metric and registers it, with the Go and process
@@ -122,6 +124,8 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 
 		TopicDenied:      f.counterVec("topic_denied_total", "Subscribe and publish calls refused by the topic grants (-32003), by action.", "action"),
 		TopicProxyErrors: f.counterVec("topic_proxy_errors_total", "Questions to the topic grant proxy that failed and were decided by topics.proxy.fail, by reason.", "reason"),
+
+		APIRequests: f.counterVec("api_requests_total", "Server API calls, by method (unknown methods as \"unknown\") and HTTP status code.", "method", "code"),
 	}
 	m.TopicDenied.WithLabelValues(ActionSubscribe)
 	m.TopicDenied.WithLabelValues(ActionPublish)

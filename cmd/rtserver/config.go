@@ -33,6 +33,7 @@ type Config struct {
 	PublishRate PublishRateConfig `yaml:"publishRate"`
 	Admission   AdmissionConfig   `yaml:"admission"`
 	RPC         RPCConfig         `yaml:"rpc"`
+	API         APIConfig         `yaml:"api"`
 	Drain       DrainConfig       `yaml:"drain"`
 	Metrics     MetricsConfig     `yaml:"metrics"`
 	Log         LogConfig         `yaml:"log"`
@@ -190,6 +191,11 @@ type RPCConfig struct {
 type ProxyConfig struct {
 	URL     string   `yaml:"url" help:"http(s) URL that receives each application RPC as a JSON-RPC POST and answers with the JSON-RPC response; empty: unknown methods answer -32601"`
 	Timeout Duration `yaml:"timeout" help:"longest wait for the backend; past it the call answers -32005 (positive)"`
+}
+
+// APIConfig is the server API for backends (docs/server-api.md).
+type APIConfig struct {
+	Key string `yaml:"key" help:"API key backends send as \"Authorization: apikey KEY\" to POST /api/{publish,broadcast,disconnect,unsubscribe,info}, served on adminListen when set, else on listen; printable ASCII without spaces; empty: the server API is off"`
 }
 
 // DrainConfig is graceful shutdown.

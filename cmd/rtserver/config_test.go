@@ -85,6 +85,8 @@ admission:
   failPolicy: open               # what a rule that errors or panics decides: open | closed
 rpc:
   proxy: {url: "", timeout: 5s}  # POST the JSON-RPC request, relay the JSON-RPC response
+api:
+  key: ""                        # empty: the server API is off
 drain:
   duration: 10s                  # connections are closed with 1012 spread over this window
 metrics:
@@ -533,6 +535,8 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{give: "admission: {classes: {a: {reasons: [MEMORY]}}, methods: {'[x': a}}", wantKey: "admission.methods.[x"},
 		{give: "rpc: {proxy: {url: 'ftp://x'}}", wantKey: "rpc.proxy.url"},
 		{give: "rpc: {proxy: {url: 'http://'}}", wantKey: "rpc.proxy.url"},
+		{give: "api: {key: 'has space'}", wantKey: "api.key"},
+		{give: "api: {key: \"tab\\there\"}", wantKey: "api.key"},
 		{give: "rpc: {proxy: {timeout: 0s}}", wantKey: "rpc.proxy.timeout"},
 		{give: "drain: {duration: -1s}", wantKey: "drain.duration"},
 		{give: "metrics: {namespace: 'my-app'}", wantKey: "metrics.namespace"},

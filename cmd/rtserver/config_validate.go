@@ -230,6 +230,10 @@ func (c *Config) Validate() error {
 	urlOf("rpc.proxy.url", c.RPC.Proxy.URL, "http", "https")
 	positiveDur("rpc.proxy.timeout", c.RPC.Proxy.Timeout)
 
+	if k := c.API.Key; k != "" && !headerToken(k) {
+		bad("api.key", "must be printable ASCII without spaces (it travels in an HTTP header)")
+	}
+
 	nonNegativeDur("drain.duration", c.Drain.Duration)
 
 	if ns := c.Metrics.Namespace; ns != "" && !metricNamespaceRE.MatchString(ns) {
@@ -245,4 +249,14 @@ func (c *Config) Validate() error {
 func classDefined(classes map[string]ClassRule, name string) bool {
 	_, ok := classes[name]
 	return ok
+}
+
+// headerToken reports whether s is printable ASCII without spaces.
+func headerToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }

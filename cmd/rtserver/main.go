@@ -110,6 +110,7 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 	n.Logger = log
 	n.MetricsNamespace = c.Metrics.Namespace
 	n.DrainDuration = time.Duration(c.Drain.Duration)
+	n.APIKey = c.API.Key
 
 	h := c.Handshake
 	hc := handshake.DefaultConfig()

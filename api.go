@@ -1,0 +1,90 @@
+package rtserver
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net"
+
+	"github.com/rtserver/rtserver/serverapi"
+)
+
+// mountAPI serves the server API (docs/server-api.md) on the admin
+// listener when there is one, else on the main listener. The API key
+// guards it either way; on a main listener reachable beyond loopback it
+// also faces the clients' network, which start-up says once.
+func (n *Node) mountAPI() error {
+	h, err := serverapi.New(serverapi.Options{
+		Key:          n.cfg.APIKey,
+		MaxBodyBytes: n.cfg.Limits.MaxMessageBytes,
+		Backend:      apiBackend{n},
+		Metrics:      n.Metrics,
+		Logger:       n.log,
+	})
+	if err != nil {
+		return err
+	}
+	if n.adminMux != nil {
+		n.adminMux.Handle(serverapi.Prefix, h)
+		return nil
+	}
+	n.mux.Handle(serverapi.Prefix, h)
+	if !loopback(n.cfg.Listen) {
+		n.log.Warn("the server API is served on the main listener, which listens beyond loopback: set adminListen to keep it off the clients' network", "listen", n.cfg.Listen)
+	}
+	return nil
+}
+
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// newInstanceID is a single instance's id (with Redis, the bus and the
+// aggregator share theirs).
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// errDegraded refuses an API publish while cross-instance delivery is
+// down, before any local subscriber has it: the backend's retry then
+// duplicates nothing.
+var errDegraded = errors.New("cross-instance delivery is down; retry later")
+
+// apiBackend carries out server API calls on this node.
+type apiBackend struct{ n *Node }
+
+func (b apiBackend) Publish(topic string, data json.RawMessage) error {
+	if b.n.Server.Degraded() {
+		return errDegraded
+	}
+	return b.n.Server.Publish(topic, data)
+}
+
+func (b apiBackend) Disconnect(user string) error { return b.n.Server.Disconnect(user) }
+
+func (b apiBackend) Unsubscribe(user, topic string) error {
+	return b.n.Server.Unsubscribe(user, topic)
+}
+
+func (b apiBackend) Draining() bool { return b.n.Server.Draining() }
+
+func (b apiBackend) Info() serverapi.Info {
+	conns, _ := b.n.Server.Counts()
+	info := serverapi.Info{InstanceID: b.n.instanceID, Connections: conns, Topics: b.n.Server.Topics(), Instances: 1}
+	if b.n.Cluster != nil {
+		info.Instances += b.n.Cluster.Stats().Instances
+	}
+	return info
+}
