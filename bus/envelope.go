@@ -3,6 +3,7 @@ package bus
 import (
 	"encoding/json"
 	"errors"
+	"unicode/utf8"
 
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -84,9 +85,14 @@ func decodeEnvelope(p string, self string, maxBytes int) (topic, data string, ow
 }
 
 // validData reports whether data, the copied data part of an envelope, is
-// one JSON value. It runs on the copy that is delivered, so checking costs
-// no extra allocation.
-func validData(data []byte) bool { return len(data) > 0 && json.Valid(data) }
+// one JSON value in valid UTF-8. It runs on the copy that is delivered, so
+// checking costs no extra allocation. json.Valid alone passes invalid
+// UTF-8 inside strings, and a browser fails its whole connection on a text
+// frame that is not UTF-8: anyone who can publish to Redis could otherwise
+// disconnect every browser subscribed to a topic.
+func validData(data []byte) bool {
+	return len(data) > 0 && utf8.Valid(data) && json.Valid(data)
+}
 
 // readField reads a uvarint length (at most limit) and that many bytes.
 func readField(s string, limit int) (field, rest string, ok bool) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"pgregory.net/rapid"
 
@@ -123,9 +124,19 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			if len(p) > 4096 {
 				t.Fatal("accepted an envelope over the cap")
 			}
-			if validData([]byte(data)) != json.Valid([]byte(data)) && len(data) > 0 {
-				t.Fatal("validData disagrees with json.Valid")
+			if want := json.Valid([]byte(data)) && utf8.ValidString(data); validData([]byte(data)) != want && len(data) > 0 {
+				t.Fatal("validData disagrees with json.Valid and utf8.Valid")
 			}
 		}
 	})
+}
+
+// Invalid UTF-8 inside a JSON string passes json.Valid, but a browser
+// fails its connection on it: such data is dropped as malformed.
+func TestValidDataRefusesInvalidUTF8(t *testing.T) {
+	for data, want := range map[string]bool{`"ok"`: true, `"é"`: true, "\"\xff\xfe\"": false, `{"a":"` + "\xc3" + `"}`: false, ``: false} {
+		if got := validData([]byte(data)); got != want {
+			t.Errorf("validData(%q) = %v, want %v", data, got, want)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 )
 
 // Request is one decoded JSON-RPC request or notification.
@@ -16,6 +17,13 @@ type Request struct {
 	// Err is set when this element of the frame is not a valid request. The
 	// caller answers it with Err (using ID, which may be nil: then null).
 	Err *Error
+	// Plain is true when the request object had no members but jsonrpc,
+	// id, method and params, each once at most (keys compared after
+	// unescaping). Its bytes then mean the same request to every JSON
+	// decoder, case-insensitive ones included, and may be forwarded as
+	// they are; any other object must be re-encoded from the decoded
+	// members, or a backend could run another method than the one admitted.
+	Plain bool
 }
 
 // IsNotification reports whether the request carries no id.
@@ -48,14 +56,7 @@ func Decode(frame []byte) (Frame, *Error) {
 		if !json.Valid(data) {
 			return Frame{}, NewError(CodeParseError, "", nil)
 		}
-		if r, ok := fastRequest(data); ok {
-			return Frame{Requests: []Request{r}}, nil
-		}
-		var w wireRequest
-		if json.Unmarshal(data, &w) != nil {
-			return Frame{}, NewError(CodeParseError, "", nil)
-		}
-		return Frame{Requests: []Request{w.request()}}, nil
+		return Frame{Requests: []Request{decodeRequest(data)}}, nil
 	case '[':
 	default:
 		if !json.Valid(data) {
@@ -76,20 +77,56 @@ func Decode(frame []byte) (Frame, *Error) {
 			reqs[i] = Request{ID: json.RawMessage("null"), Err: NewError(CodeInvalidRequest, "batch too large", nil)}
 			continue
 		}
-		if e[0] == '{' {
-			if r, ok := fastRequest(e); ok {
-				reqs[i] = r
-				continue
-			}
-		}
-		var w wireRequest
-		if e[0] != '{' || json.Unmarshal(e, &w) != nil {
+		if e[0] != '{' {
 			reqs[i] = invalid(nil, "request must be an object")
 			continue
 		}
-		reqs[i] = w.request()
+		reqs[i] = decodeRequest(e)
 	}
 	return Frame{Requests: reqs, Batch: true}, nil
+}
+
+// decodeRequest decodes one request object (valid JSON, starting with
+// '{') with exact keys (see fast.go).
+func decodeRequest(data []byte) Request {
+	var w wireRequest
+	plain := true
+	dup := ""
+	ok := walkObject(data, func(key, value []byte) bool {
+		var m *json.RawMessage
+		switch string(key) {
+		case "jsonrpc":
+			m = &w.JSONRPC
+		case "id":
+			m = &w.ID
+		case "method":
+			m = &w.Method
+		case "params":
+			m = &w.Params
+		default:
+			plain = false
+			return true
+		}
+		if *m != nil {
+			dup = string(key)
+			return false
+		}
+		*m = value
+		return true
+	})
+	if dup != "" {
+		id := w.ID
+		if id != nil && (dup == "id" || !validID(id)) {
+			id = nil
+		}
+		return invalid(id, "duplicate member "+strconv.Quote(dup))
+	}
+	if !ok {
+		return invalid(nil, "request must be an object")
+	}
+	r := w.request()
+	r.Plain = plain && r.Err == nil
+	return r
 }
 
 // wireRequest mirrors the request object. RawMessage fields keep an absent
@@ -164,10 +201,8 @@ func DecodeTopicParams(params json.RawMessage, withData bool) (TopicParams, *Err
 	if !json.Valid(params) {
 		return p, NewError(CodeInvalidParams, "params are not valid JSON", nil)
 	}
-	if fp, ok := fastTopicParams(params); ok {
-		p = fp
-	} else if err := json.Unmarshal(params, &p); err != nil {
-		return p, NewError(CodeInvalidParams, "params: "+err.Error(), nil)
+	if perr := decodeTopicParams(params, &p); perr != nil {
+		return p, perr
 	}
 	if err := CheckTopic(p.Topic); err != "" {
 		return p, NewError(CodeInvalidParams, err, nil)
@@ -176,6 +211,45 @@ func DecodeTopicParams(params json.RawMessage, withData bool) (TopicParams, *Err
 		return p, NewError(CodeInvalidParams, "missing data", nil)
 	}
 	return p, nil
+}
+
+// decodeTopicParams decodes topic and data with exact keys, like
+// decodeRequest: other members are ignored, a repeated topic or data is
+// -32600, and a topic that is not a string is -32602.
+func decodeTopicParams(params []byte, p *TopicParams) *Error {
+	var topic []byte
+	dup := ""
+	walkObject(params, func(key, value []byte) bool {
+		var m *[]byte
+		switch string(key) {
+		case "topic":
+			m = &topic
+		case "data":
+			m = (*[]byte)(&p.Data)
+		default:
+			return true
+		}
+		if *m != nil {
+			dup = string(key)
+			return false
+		}
+		*m = value
+		return true
+	})
+	if dup != "" {
+		return NewError(CodeInvalidRequest, "duplicate member "+strconv.Quote(dup)+" in params", nil)
+	}
+	if topic != nil {
+		if topic[0] != '"' {
+			return NewError(CodeInvalidParams, "topic must be a string", nil)
+		}
+		if plainString(topic) {
+			p.Topic = string(topic[1 : len(topic)-1])
+		} else if err := json.Unmarshal(topic, &p.Topic); err != nil {
+			return NewError(CodeInvalidParams, "topic must be a string", nil)
+		}
+	}
+	return nil
 }
 
 // methodName returns the method as a string, without allocating for the

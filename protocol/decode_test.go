@@ -40,6 +40,18 @@ func TestDecode(t *testing.T) {
 		{name: "method number", give: `{"jsonrpc":"2.0","id":1,"method":1}`, want: []Request{{ID: raw("1")}}, errCodes: []int{CodeInvalidRequest}},
 		{name: "empty method", give: `{"jsonrpc":"2.0","id":1,"method":""}`, want: []Request{{ID: raw("1")}}, errCodes: []int{CodeInvalidRequest}},
 		{name: "params scalar", give: `{"jsonrpc":"2.0","id":1,"method":"m","params":3}`, want: []Request{{ID: raw("1")}}, errCodes: []int{CodeInvalidRequest}},
+		{name: "keys are case-sensitive", give: `{"jsonrpc":"2.0","id":1,"method":"admin.wipe","Method":"harmless"}`,
+			want: []Request{{ID: raw("1"), Method: "admin.wipe"}}, errCodes: []int{0}},
+		{name: "escaped key is the key", give: `{"jsonrpc":"2.0","id":1,"\u006dethod":"m"}`,
+			want: []Request{{ID: raw("1"), Method: "m"}}, errCodes: []int{0}},
+		{name: "repeated method", give: `{"jsonrpc":"2.0","id":1,"method":"a","method":"b"}`,
+			want: []Request{{ID: raw("1")}}, errCodes: []int{CodeInvalidRequest}},
+		{name: "repeated method, escaped", give: `{"jsonrpc":"2.0","id":1,"method":"a","\u006dethod":"b"}`,
+			want: []Request{{ID: raw("1")}}, errCodes: []int{CodeInvalidRequest}},
+		{name: "repeated id answers null", give: `{"jsonrpc":"2.0","id":1,"id":2,"method":"a"}`,
+			want: []Request{{ID: raw("null")}}, errCodes: []int{CodeInvalidRequest}},
+		{name: "repeated params", give: `{"jsonrpc":"2.0","id":1,"method":"a","params":[],"params":{}}`,
+			want: []Request{{ID: raw("1")}}, errCodes: []int{CodeInvalidRequest}},
 		{name: "batch mixed", give: `[{"jsonrpc":"2.0","id":1,"method":"a"},1,{"jsonrpc":"2.0","method":"b"}]`, batch: true,
 			want:     []Request{{ID: raw("1"), Method: "a"}, {ID: raw("null")}, {Method: "b"}},
 			errCodes: []int{0, CodeInvalidRequest, 0}},
@@ -130,6 +142,9 @@ func TestDecodeTopicParams(t *testing.T) {
 		{`[1]`, false, true, "", ""},
 		{``, false, true, "", ""},
 		{`{"topic":"__x"}`, false, true, "", ""},
+		{`{"topic":"ok","Topic":"__x"}`, false, false, "ok", ""},
+		{`{"Topic":"t"}`, false, true, "", ""},
+		{`{"t\u006fpic":"t","extra":{"topic":1}}`, false, false, "t", ""},
 	}
 	for _, tt := range tests {
 		p, err := DecodeTopicParams(raw(tt.give), tt.withData)
@@ -145,6 +160,31 @@ func TestDecodeTopicParams(t *testing.T) {
 		}
 		if p.Topic != tt.topic || string(p.Data) != tt.data {
 			t.Errorf("DecodeTopicParams(%s) = %q %s", tt.give, p.Topic, p.Data)
+		}
+	}
+}
+
+// A repeated topic or data is -32600, like a repeated request member.
+func TestDecodeTopicParamsRepeatedMember(t *testing.T) {
+	for _, give := range []string{`{"topic":"a","topic":"b"}`, `{"topic":"a","data":1,"data":2}`, `{"topic":"a","to\u0070ic":"b"}`} {
+		if _, err := DecodeTopicParams(raw(give), false); err == nil || err.Code != CodeInvalidRequest {
+			t.Errorf("DecodeTopicParams(%s) = %v, want -32600", give, err)
+		}
+	}
+}
+
+// Only a request with exactly the four members, once each, is Plain.
+func TestDecodePlain(t *testing.T) {
+	for give, want := range map[string]bool{
+		`{"jsonrpc":"2.0","id":1,"method":"m","params":{"Method":"x"}}`: true,
+		`{"jsonrpc":"2.0","\u0069d":1,"method":"m"}`:                    true,
+		`{"jsonrpc":"2.0","id":1,"method":"m","Method":"x"}`:            false,
+		`{"jsonrpc":"2.0","id":1,"method":"m","extra":0}`:               false,
+		`{"jsonrpc":"1.0","id":1,"method":"m"}`:                         false,
+	} {
+		f, _ := Decode([]byte(give))
+		if got := f.Requests[0].Plain; got != want {
+			t.Errorf("%s: Plain = %v, want %v", give, got, want)
 		}
 	}
 }

@@ -1,8 +1,11 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecode: no input panics, and every answer Decode implies is valid
@@ -52,39 +55,119 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// FuzzFastPath: wherever the fast path answers, it answers exactly what
-// encoding/json would.
-func FuzzFastPath(f *testing.F) {
+// refMembers reads the members of a JSON object with encoding/json's
+// tokenizer, keys exact and in order: an independent reference for
+// walkObject.
+func refMembers(b []byte) (keys []string, vals [][]byte, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, nil, false
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, nil, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, false
+		}
+		keys = append(keys, t.(string))
+		vals = append(vals, bytes.TrimSpace(v))
+	}
+	return keys, vals, true
+}
+
+// refPick returns the first value of each of names, whether one of them
+// is repeated, and whether any other key is present.
+func refPick(keys []string, vals [][]byte, names ...string) (got map[string][]byte, dup, other bool) {
+	got = map[string][]byte{}
+	for i, k := range keys {
+		if !slices.Contains(names, k) {
+			other = true
+			continue
+		}
+		if _, seen := got[k]; seen {
+			dup = true
+		}
+		if got[k] == nil {
+			got[k] = vals[i]
+		}
+	}
+	return got, dup, other
+}
+
+// FuzzExactDecode: the decoder reads exactly the members a tokenizer
+// sees, key for key (case-sensitive, escapes resolved), answers a repeated
+// member -32600, and calls a request Plain only when encoding/json's
+// case-insensitive, last-wins decoding means the same method, id and
+// params: the bytes of a plain request can be forwarded as they are.
+func FuzzExactDecode(f *testing.F) {
 	for _, s := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":{"x":[1,"]}"]}}}`,
 		`{"method":"m","jsonrpc":"2.0"}`, `{"id":"a\"b","jsonrpc":"2.0","method":"m","params":null}`,
 		`{"jsonrpc":"2.0","method":"m\u0041"}`, `{"jsonrpc":"2.0","jsonrpc":"1.0","method":"m"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"admin.wipe","Method":"harmless"}`,
+		`{"jsonrpc":"2.0","id":1,"Method":"admin.wipe","method":"harmless"}`,
+		`{"jsonrpc":"2.0","id":1,"\u006dethod":"a","method":"b"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"a","meth\u017fod":"b"}`,
 		`{"topic":"t","data":null}`, `{"data":"x","topic":"a"}`, `{"Topic":"t"}`, `{"topic":"t","extra":1}`,
+		`{"topic":"ok","Topic":"__x"}`, `{"topic":"a","topic":"b"}`, `{"topic":"\u0061"}`,
 		`{ "topic" : "t" , "data" : [ 1 , 2 ] }`, `{}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if !json.Valid(b) {
+		if !json.Valid(b) || !utf8.Valid(b) {
+			return // the server closes a frame that is not UTF-8 before decoding (1007)
+		}
+		keys, vals, ok := refMembers(b)
+		if !ok {
 			return
 		}
-		if fr, ok := fastRequest(b); ok {
-			var w wireRequest
-			if err := json.Unmarshal(b, &w); err != nil {
-				t.Fatalf("fast path accepted what encoding/json refuses: %v", err)
+		fr, ferr := Decode(b)
+		if ferr != nil || len(fr.Requests) != 1 {
+			t.Fatalf("object answered %v %+v", ferr, fr)
+		}
+		r := fr.Requests[0]
+		m, dup, other := refPick(keys, vals, "jsonrpc", "id", "method", "params")
+		if dup {
+			if r.Err == nil || r.Err.Code != CodeInvalidRequest {
+				t.Fatalf("repeated member not refused: %+v", r)
 			}
-			sr := w.request()
-			if string(fr.ID) != string(sr.ID) || fr.Method != sr.Method || string(fr.Params) != string(sr.Params) || (fr.Err == nil) != (sr.Err == nil) {
-				t.Fatalf("fast %+v, slow %+v", fr, sr)
+		} else {
+			w := wireRequest{JSONRPC: m["jsonrpc"], ID: m["id"], Method: m["method"], Params: m["params"]}
+			want := w.request()
+			if string(r.ID) != string(want.ID) || r.Method != want.Method || string(r.Params) != string(want.Params) || (r.Err == nil) != (want.Err == nil) {
+				t.Fatalf("decoded %+v, reference %+v", r, want)
+			}
+			if r.Plain != (r.Err == nil && !other) {
+				t.Fatalf("Plain = %v with other members %v", r.Plain, other)
 			}
 		}
-		if fp, ok := fastTopicParams(b); ok {
-			var sp TopicParams
-			if err := json.Unmarshal(b, &sp); err != nil {
-				t.Fatalf("fast params accepted what encoding/json refuses: %v", err)
+		if r.Plain {
+			var loose struct {
+				ID     json.RawMessage
+				Method string
+				Params json.RawMessage
 			}
-			if fp.Topic != sp.Topic || string(fp.Data) != string(sp.Data) {
-				t.Fatalf("fast %q %s, slow %q %s", fp.Topic, fp.Data, sp.Topic, sp.Data)
+			if err := json.Unmarshal(b, &loose); err != nil || loose.Method != r.Method ||
+				string(loose.ID) != string(r.ID) || string(loose.Params) != string(r.Params) {
+				t.Fatalf("plain request %+v means %+v to encoding/json (%v)", r, loose, err)
+			}
+		}
+
+		p, perr := DecodeTopicParams(b, false)
+		pm, pdup, _ := refPick(keys, vals, "topic", "data")
+		switch {
+		case pdup:
+			if perr == nil || perr.Code != CodeInvalidRequest {
+				t.Fatalf("repeated params member not refused: %+v %v", p, perr)
+			}
+		case perr == nil:
+			var topic string
+			if err := json.Unmarshal(pm["topic"], &topic); err != nil || topic != p.Topic || string(pm["data"]) != string(p.Data) {
+				t.Fatalf("params %q %s, reference %s %s", p.Topic, p.Data, pm["topic"], pm["data"])
 			}
 		}
 	})

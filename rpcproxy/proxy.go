@@ -69,18 +69,9 @@ type response struct {
 }
 
 func (p *proxy) call(ctx context.Context, req *server.Request) (any, error) {
-	body := req.Raw
-	if body == nil {
-		var err error
-		body, err = json.Marshal(struct {
-			JSONRPC string          `json:"jsonrpc"`
-			ID      json.RawMessage `json:"id,omitempty"`
-			Method  string          `json:"method"`
-			Params  json.RawMessage `json:"params,omitempty"`
-		}{"2.0", req.ID, req.Method, req.Params})
-		if err != nil {
-			return nil, upstream()
-		}
+	body, err := requestBody(req)
+	if err != nil {
+		return nil, upstream()
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
@@ -111,6 +102,22 @@ func (p *proxy) call(ctx context.Context, req *server.Request) (any, error) {
 		return nil, upstream()
 	}
 	return decode(data)
+}
+
+// requestBody is what the backend receives: the client's bytes when they
+// mean exactly the admitted request to any JSON decoder (req.Raw is set
+// only then), else the request encoded from the method, id and params that
+// were decoded and admitted. FuzzForwardedIsAdmitted checks both.
+func requestBody(req *server.Request) ([]byte, error) {
+	if req.Raw != nil {
+		return req.Raw, nil
+	}
+	return json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id,omitempty"`
+		Method  string          `json:"method"`
+		Params  json.RawMessage `json:"params,omitempty"`
+	}{"2.0", req.ID, req.Method, req.Params})
 }
 
 // decode turns the backend's answer into the call's result or error.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -96,6 +97,15 @@ func (c *conn) readLoop() {
 			c.readFailed(err)
 			return
 		}
+		if !utf8.Valid(buf.Bytes()) {
+			// RFC 6455 section 8.1: a text frame must be UTF-8. The
+			// WebSocket library does not check, and relaying these bytes
+			// would make every browser subscriber fail its connection.
+			putBuffer(buf)
+			s.m.ProtocolErrors.WithLabelValues("1007").Inc()
+			c.closeWith(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8", false)
+			return
+		}
 		c.handleFrame(buf.Bytes())
 		putBuffer(buf)
 	}
@@ -182,7 +192,9 @@ func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 	for i := range f.Requests {
 		r := &f.Requests[i]
 		var whole []byte
-		if !f.Batch {
+		if !f.Batch && r.Plain {
+			// Only a plain object is forwarded as sent: any other one is
+			// re-encoded from what was decoded and admitted.
 			whole = raw
 		}
 		resp := c.handle(r, whole)

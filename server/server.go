@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -66,9 +67,11 @@ func (c *Config) setDefaults() {
 type Request struct {
 	Method string
 	Params json.RawMessage // raw params, or nil
-	// Raw is the whole JSON-RPC request object as the client sent it (the
-	// RPC proxy forwards it as is). Nil for the elements of a batch that
-	// were re-encoded.
+	// Raw is the whole JSON-RPC request object as the client sent it when
+	// those bytes mean exactly Method, Params and ID to any JSON decoder
+	// (protocol.Request.Plain; the RPC proxy forwards it as is). Nil
+	// otherwise, and for the elements of a batch: encode the request from
+	// Method, Params and ID instead.
 	Raw    json.RawMessage
 	ID     json.RawMessage // nil for a notification
 	User   string          // JWT sub, or "" when anonymous
@@ -193,8 +196,8 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 	if msg := protocol.CheckTopic(topic); msg != "" {
 		return errors.New("server: " + msg)
 	}
-	if !json.Valid(data) {
-		return errors.New("server: data is not valid JSON")
+	if !json.Valid(data) || !utf8.Valid(data) {
+		return errors.New("server: data is not valid JSON in UTF-8")
 	}
 	data = compactData(data)
 	s.hub.publish(topic, data)

@@ -180,6 +180,29 @@ func TestBinaryFrameCloses1003(t *testing.T) {
 	}
 }
 
+// RFC 6455 section 8.1: a text frame that is not UTF-8 fails the
+// connection with 1007. Relayed, it would fail every browser subscriber's
+// connection instead; they never see it.
+func TestInvalidUTF8Closes1007(t *testing.T) {
+	leakcheck.Check(t)
+	m := metrics.NewDiscard()
+	_, url := startServer(t, Options{Metrics: m})
+	sub := wstest.Dial(t, url)
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
+	c := wstest.Dial(t, url)
+	c.Send(`{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":"` + "\xff\xfe" + `"}}`)
+	if code, _ := c.CloseStatus(); code != websocket.StatusInvalidFramePayloadData {
+		t.Fatalf("close %d, want 1007", code)
+	}
+	if v := testutilValue(m.ProtocolErrors.WithLabelValues("1007")); v != 1 {
+		t.Fatalf("protocol_errors_total{code=1007} = %v", v)
+	}
+	wstest.MustOK(t, wstest.Dial(t, url).Call("publish", `{"topic":"t","data":"é"}`))
+	if got := sub.ExpectMessage("t"); got != `"é"` {
+		t.Fatalf("subscriber got %q first", got)
+	}
+}
+
 func TestOversizeMessageCloses1009(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
@@ -291,7 +314,7 @@ func TestServerSidePublish(t *testing.T) {
 	for _, bad := range []struct {
 		topic string
 		data  string
-	}{{"__sys", "1"}, {"a b", "1"}, {"ok", "{"}} {
+	}{{"__sys", "1"}, {"a b", "1"}, {"ok", "{"}, {"ok", "\"\xff\xfe\""}} {
 		if err := s.Publish(bad.topic, json.RawMessage(bad.data)); err == nil {
 			t.Errorf("Publish(%q, %q) accepted", bad.topic, bad.data)
 		}

@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/wstest"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// Holes found by an adversarial test of the built binary (issue 13). Each
+// test here failed on the build it attacked.
+
+// A publish whose data holds invalid UTF-8 (FF FE inside a JSON string)
+// passes json.Valid; relayed, it makes every browser subscriber fail its
+// connection. The publisher is closed with 1007 instead, and an envelope
+// carrying such data through Redis is dropped and counted: subscribers,
+// local and remote, only ever see the valid messages.
+func TestInvalidUTF8IsNeverRelayed(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	a, b := start(t, fleetConfig(r.URL(), "")), start(t, fleetConfig(r.URL(), ""))
+	local, remote := wstest.Dial(t, a.WS()), wstest.Dial(t, b.WS())
+	wstest.MustOK(t, local.Call("subscribe", `{"topic":"t"}`))
+	wstest.MustOK(t, remote.Call("subscribe", `{"topic":"t"}`))
+
+	bad := wstest.Dial(t, a.WS())
+	bad.Send(`{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":"` + "\xff\xfe" + `"}}`)
+	if code, _ := bad.CloseStatus(); code != websocket.StatusInvalidFramePayloadData {
+		t.Fatalf("invalid UTF-8 frame: close %d, want 1007", code)
+	}
+	a.waitMetric(`protocol_errors_total{code="1007"}`, 10*time.Second, func(v float64) bool { return v == 1 })
+
+	// The same bytes injected straight into the bus channel, as a sibling
+	// (or anyone who can publish to Redis) could.
+	env := []byte{1, 5}
+	env = append(env, "other"...)
+	env = append(env, 1, 't')
+	env = append(env, "\"\xff\xfe\""...)
+	if _, err := r.Do("PUBLISH", "rt:bus", string(env)); err != nil {
+		t.Fatal(err)
+	}
+	b.waitMetric(`bus_messages_dropped_total{reason="malformed"}`, 10*time.Second, func(v float64) bool { return v == 1 })
+
+	wstest.MustOK(t, wstest.Dial(t, a.WS()).Call("publish", `{"topic":"t","data":"ok"}`))
+	for name, c := range map[string]*wstest.Conn{"local": local, "remote": remote} {
+		if got := c.ExpectMessage("t"); got != `"ok"` {
+			t.Fatalf("%s subscriber got %q first, want the valid message", name, got)
+		}
+	}
+}
+
+// exactBackend is an RPC backend that reads keys exactly and keeps the
+// last of a repeated one, as JavaScript's JSON.parse does; it answers with
+// the method it ran. (The Go-style reading, case-insensitive keys, is
+// covered by rpcproxy's FuzzForwardedIsAdmitted.)
+func exactBackend(t *testing.T) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dec := json.NewDecoder(r.Body)
+		members := map[string]json.RawMessage{}
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			http.Error(w, "not an object", http.StatusBadRequest)
+			return
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			var v json.RawMessage
+			if err != nil || dec.Decode(&v) != nil {
+				http.Error(w, "bad object", http.StatusBadRequest)
+				return
+			}
+			members[tok.(string)] = v
+		}
+		w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(members["id"]) + `,"result":{"method":` + string(members["method"]) + `}}`))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// A key that differs only in case must not split what is admitted from
+// what runs: {"method":"admin.wipe","Method":"harmless"} is admin.wipe to
+// the admission check and to the backend, and
+// {"method":"harmless","Method":"admin.wipe"} is harmless to both. A
+// repeated member is -32600.
+func TestCaseVariantKeysCannotBypassAdmission(t *testing.T) {
+	leakcheck.Check(t)
+	be := exactBackend(t)
+	p := start(t, fmt.Sprintf(`
+rpc: {proxy: {url: %q}}
+admission:
+  classes: {admin: {rate: {limit: 1, per: 1h, by: conn}}}
+  methods: {"admin.*": admin}
+`, be.URL))
+	c := wstest.Dial(t, p.WS())
+	ran := func(frame string) (string, *int) {
+		t.Helper()
+		c.Send(frame)
+		f := c.Recv()
+		if f.Error != nil {
+			return "", &f.Error.Code
+		}
+		var res struct{ Method string }
+		if err := json.Unmarshal(f.Result, &res); err != nil {
+			t.Fatalf("result %s: %v", f.Result, err)
+		}
+		return res.Method, nil
+	}
+
+	if m, code := ran(`{"jsonrpc":"2.0","id":1,"method":"admin.wipe","Method":"harmless"}`); code != nil || m != "admin.wipe" {
+		t.Fatalf("first admin.wipe: backend ran %q, error %v", m, code)
+	}
+	// The admin class allows one call per hour on this connection.
+	if m, code := ran(`{"jsonrpc":"2.0","id":2,"method":"admin.wipe","Method":"harmless"}`); code == nil || *code != protocol.CodeRateLimited {
+		t.Fatalf("second admin.wipe was not rate limited: the backend ran %q", m)
+	}
+	if m, code := ran(`{"jsonrpc":"2.0","id":3,"method":"harmless","Method":"admin.wipe","METHOD":"admin.wipe"}`); code != nil || m != "harmless" {
+		t.Fatalf("admitted harmless, backend ran %q (error %v)", m, code)
+	}
+	if _, code := ran(`{"jsonrpc":"2.0","id":4,"method":"harmless","method":"admin.wipe"}`); code == nil || *code != protocol.CodeInvalidRequest {
+		t.Fatalf("repeated method: error %v, want -32600", code)
+	}
+
+	// Built-in params decode exactly too.
+	sub := wstest.Dial(t, p.WS())
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"ok"}`))
+	wstest.MustOK(t, c.Call("publish", `{"topic":"ok","Topic":"__x","data":1}`))
+	if got := sub.ExpectMessage("ok"); got != "1" {
+		t.Fatalf("got %s on ok", got)
+	}
+	if f := c.Call("publish", `{"topic":"ok","topic":"other","data":1}`); f.Error == nil || f.Error.Code != protocol.CodeInvalidRequest {
+		t.Fatalf("repeated topic: %+v, want -32600", f)
+	}
+}
