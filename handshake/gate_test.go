@@ -262,9 +262,10 @@ func TestRetryHint(t *testing.T) {
 	seen := map[int64]bool{}
 	for range 50 {
 		ms := g.overloadHint(g.clock())
-		// 50 rejections in this second add at most 50ms to the 1s base.
-		if ms < 500 || ms > 1575 {
-			t.Fatalf("calm hint %dms outside [500, 1575]", ms)
+		// The 49 rejections before the last add at most 49ms to the 1s
+		// base: h <= 1.049s, hints in [h/2, 3h/2) rounded up.
+		if ms < 500 || ms > 1574 {
+			t.Fatalf("calm hint %dms outside [500, 1574]", ms)
 		}
 		seen[ms] = true
 	}
@@ -276,13 +277,15 @@ func TestRetryHint(t *testing.T) {
 	for range 20_000 {
 		g.overloadHint(g.clock())
 	}
-	// Up to 20,101 recent rejections: h <= 1s + 20.101s, hints in [h/2, 3h/2).
+	// Up to 20,100 rejections before each: h <= 1s + 20.1s, hints in
+	// [h/2, 3h/2).
 	for range 50 {
-		if ms := g.overloadHint(g.clock()); ms < 10_000 || ms > 31_652 {
-			t.Fatalf("storm hint %dms outside [10000, 31652]", ms)
+		if ms := g.overloadHint(g.clock()); ms < 10_000 || ms > 31_650 {
+			t.Fatalf("storm hint %dms outside [10000, 31650]", ms)
 		}
 	}
-	// Two quiet seconds later it is back to the base.
+	// Two quiet seconds later it is back to the base exactly (no earlier
+	// rejection counts), so the hint is in [500, 1500] ms.
 	now = now.Add(2 * time.Second)
 	if ms := g.overloadHint(g.clock()); ms < 500 || ms > 1500 {
 		t.Fatalf("hint after the storm %dms", ms)

@@ -62,8 +62,12 @@ func (c *shedCounter) add(now int64) int64 {
 // upgrades per second pacing lets through, or nominalCapacity without
 // pacing), capped at 60 × the base. Jitter is uniform over [h/2, 3h/2) so
 // a rejected crowd does not return in lockstep. Never below 1ms.
+//
+// R counts the rejections before this one: a lone rejection after a quiet
+// spell gets exactly the base, so its hint is in [base/2, 3·base/2) and,
+// rounded up to whole milliseconds, never above 3·base/2.
 func (g *Gate) overloadHint(now int64) int64 {
-	recent := g.shed.add(now)
+	recent := g.shed.add(now) - 1
 	h := g.base + time.Duration(float64(recent)/g.capacity*float64(time.Second))
 	h = min(h, g.maxHint)
 	return jitterMs(h/2, h)
