@@ -33,6 +33,12 @@ if ! tidy=$(go mod tidy -diff); then
   echo "$tidy" >&2
   exit 1
 fi
+# The repository stands alone: its spec is docs/, not a file outside it.
+# (The patterns are written so that they do not match this script.)
+if grep -rnI --exclude-dir=.git -e 'CONTRACT[.]md' -e '[.][.]/shared' -e 'CONTRACT[ ]section' . >&2; then
+  echo "the lines above cite a spec outside the repository: cite docs/ or state the rule in place" >&2
+  exit 1
+fi
 go vet ./...
 # staticcheck is a tool dependency of the module (go.mod's tool line), so
 # the module proxy supplies it at the pinned version; nothing to install.
