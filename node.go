@@ -33,6 +33,8 @@ import (
 type Config struct {
 	Listen      string // default 127.0.0.1:8080
 	AdminListen string // empty: /metrics on Listen
+	// HTTP bounds how long both listeners wait on a client (http.*).
+	HTTP HTTPTimeouts
 
 	Handshake handshake.Config
 	Limits    server.Config
@@ -324,11 +326,11 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struc
 	// While a cap is full, upgrades are shed at the door, before net/http
 	// spends a goroutine and two buffers parsing them (handshake.Listener).
 	ln = n.Gate.Listener(ln, "/ws")
-	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
+	srv := n.cfg.HTTP.server(n.mux, slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
 	g.Go(func() error { return serveHTTP(srv, ln) })
 	var admin *http.Server
 	if aln != nil {
-		admin = &http.Server{Handler: n.adminMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
+		admin = n.cfg.HTTP.server(n.adminMux, srv.ErrorLog)
 		g.Go(func() error { return serveHTTP(admin, aln) })
 	}
 	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)

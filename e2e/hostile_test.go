@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -138,4 +144,66 @@ admission:
 	if f := c.Call("publish", `{"topic":"ok","topic":"other","data":1}`); f.Error == nil || f.Error.Code != protocol.CodeInvalidRequest {
 		t.Fatalf("repeated topic: %+v, want -32600", f)
 	}
+}
+
+// closedByServer sends head on a fresh TCP connection to addr, reads the
+// response, then sends tail (maybe nothing) and stays silent: it reports
+// whether the server closed the connection within 20 seconds (far above
+// the timeouts the test configures).
+func closedByServer(t *testing.T, addr, head, tail string) bool {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("first response: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if tail != "" {
+		if _, err := c.Write([]byte(tail)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = br.ReadByte()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	if err != io.EOF {
+		t.Fatalf("read after the first response: %v", err)
+	}
+	return true
+}
+
+// A client that sends one request and then stays silent, or sends the
+// first bytes of another and stops, is closed after http.idleTimeout, on
+// the main and the admin listener. A WebSocket open for longer than every
+// HTTP timeout is not affected: the upgrade cleared its deadlines.
+func TestIdleHTTPConnectionsAreClosed(t *testing.T) {
+	leakcheck.Check(t)
+	admin := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	p := start(t, fmt.Sprintf(`
+adminListen: %q
+http: {readHeaderTimeout: 300ms, readTimeout: 300ms, idleTimeout: 300ms}
+`, admin))
+	ws := wstest.Dial(t, p.WS())
+	const get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, tc := range []struct{ name, addr, head, tail string }{
+		{"silent after one request", p.Addr, get, ""},
+		{"three bytes of a second request", p.Addr, get, "GET"},
+		{"admin listener", admin, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "G"},
+	} {
+		if !closedByServer(t, tc.addr, tc.head, tc.tail) {
+			t.Errorf("%s: the connection was still open after 20s", tc.name)
+		}
+	}
+	wstest.MustOK(t, ws.Call("subscribe", `{"topic":"t"}`))
 }

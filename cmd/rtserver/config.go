@@ -24,6 +24,7 @@ import (
 type Config struct {
 	Listen      string            `yaml:"listen" help:"address of the HTTP listener serving /ws, /healthz, /readyz (and /metrics unless adminListen is set)"`
 	AdminListen string            `yaml:"adminListen" help:"separate address for /metrics; empty: /metrics on the main listener"`
+	HTTP        HTTPConfig        `yaml:"http"`
 	Redis       RedisConfig       `yaml:"redis"`
 	Handshake   HandshakeConfig   `yaml:"handshake"`
 	Auth        AuthConfig        `yaml:"auth"`
@@ -37,6 +38,14 @@ type Config struct {
 	Drain       DrainConfig       `yaml:"drain"`
 	Metrics     MetricsConfig     `yaml:"metrics"`
 	Log         LogConfig         `yaml:"log"`
+}
+
+// HTTPConfig bounds how long the HTTP listeners (main and admin) wait on
+// a client; an upgraded WebSocket is not affected (pings watch it).
+type HTTPConfig struct {
+	ReadHeaderTimeout Duration `yaml:"readHeaderTimeout" help:"longest time to read a request's head (positive)"`
+	ReadTimeout       Duration `yaml:"readTimeout" help:"longest time to read a whole request, body included (positive)"`
+	IdleTimeout       Duration `yaml:"idleTimeout" help:"a keep-alive connection with no next request within this is closed; keep it above your load balancer's idle timeout (positive)"`
 }
 
 // RedisConfig is the cross-instance bus.
@@ -221,6 +230,11 @@ func Default() Config {
 	return Config{
 		Listen:      "127.0.0.1:8080",
 		AdminListen: "",
+		HTTP: HTTPConfig{
+			ReadHeaderTimeout: Duration(10 * time.Second),
+			ReadTimeout:       Duration(30 * time.Second),
+			IdleTimeout:       Duration(120 * time.Second),
+		},
 		Redis: RedisConfig{
 			URL:           "",
 			Bus:           "single",

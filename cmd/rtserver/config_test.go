@@ -30,6 +30,10 @@ import (
 // shape, not defaults.
 const contractYAML = `listen: 127.0.0.1:8080
 adminListen: ""                  # empty: /metrics on the main listener
+http:
+  readHeaderTimeout: 10s         # request head
+  readTimeout: 30s               # whole request
+  idleTimeout: 120s              # keep-alive connection with no next request
 redis:
   url: ""                        # empty: single instance, in-memory bus
   bus: single                    # single (one channel) | sharded (SSUBSCRIBE, Redis 7+, Redis Cluster)
@@ -505,6 +509,9 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{give: "limits: {sendQueueBytes: -1}", wantKey: "limits.sendQueueBytes"},
 		{give: "limits: {writeTimeout: 0s}", wantKey: "limits.writeTimeout"},
 		{give: "limits: {pingInterval: -1s}", wantKey: "limits.pingInterval"},
+		{give: "http: {idleTimeout: 0s}", wantKey: "http.idleTimeout"},
+		{give: "http: {readTimeout: -1s}", wantKey: "http.readTimeout"},
+		{give: "http: {readHeaderTimeout: 0s}", wantKey: "http.readHeaderTimeout"},
 		{give: "pressure: {sampleInterval: 0s}", wantKey: "pressure.sampleInterval"},
 		{give: "pressure: {memoryHeapUsedRatio: 1.5}", wantKey: "pressure.memoryHeapUsedRatio"},
 		{give: "pressure: {memoryHeapUsedRatio: -0.1}", wantKey: "pressure.memoryHeapUsedRatio"},

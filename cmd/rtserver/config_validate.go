@@ -89,6 +89,9 @@ func (c *Config) Validate() error {
 
 	hostPort("listen", c.Listen, false)
 	hostPort("adminListen", c.AdminListen, true)
+	positiveDur("http.readHeaderTimeout", c.HTTP.ReadHeaderTimeout)
+	positiveDur("http.readTimeout", c.HTTP.ReadTimeout)
+	positiveDur("http.idleTimeout", c.HTTP.IdleTimeout)
 
 	urlOf("redis.url", c.Redis.URL, "redis", "rediss")
 	oneOf("redis.bus", c.Redis.Bus, "single", "sharded")

@@ -107,6 +107,11 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 	n := rtserver.DefaultConfig()
 	n.Listen = c.Listen
 	n.AdminListen = c.AdminListen
+	n.HTTP = rtserver.HTTPTimeouts{
+		ReadHeaderTimeout: time.Duration(c.HTTP.ReadHeaderTimeout),
+		ReadTimeout:       time.Duration(c.HTTP.ReadTimeout),
+		IdleTimeout:       time.Duration(c.HTTP.IdleTimeout),
+	}
 	n.Logger = log
 	n.MetricsNamespace = c.Metrics.Namespace
 	n.DrainDuration = time.Duration(c.Drain.Duration)
