@@ -21,6 +21,7 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
   rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID]
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--server-pid PID]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
+  rtbench api      --url http://127.0.0.1:9090/api/publish --key KEY -c 16 --duration 10s [--body JSON] [--server-pid PID]
   rtbench serve503 --listen 127.0.0.1:9503 [--max-time 1h]
 
 Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m).
@@ -136,6 +137,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			return runRPC(ctx, rpcConfig{URL: u, Method: *method, Params: json.RawMessage(*params), Rate: *rate, Duration: *dur,
 				C: *c, Window: *window, DialTimeout: *dialTimeout, ServerPID: *pid})
+		}
+	case "api":
+		key := fs.String("key", "", "server API key (api.key)")
+		body := fs.String("body", `{"topic":"rtbench.api","data":{"price":101.5,"symbol":"ABC"}}`, "request body")
+		c := fs.Int("c", 16, "concurrent callers, each on its own keep-alive connection")
+		dur := fs.Duration("duration", 10*time.Second, "calling time")
+		runMode = func(ctx context.Context) (any, error) {
+			u, err := checkURL(*rawURL)
+			if err != nil {
+				return nil, err
+			}
+			return runAPI(ctx, apiConfig{URL: u, Key: *key, Body: *body, C: *c, Duration: *dur, ServerPID: *pid})
 		}
 	case "serve503":
 		listen := fs.String("listen", "127.0.0.1:9503", "address to answer 503 on (loopback only)")

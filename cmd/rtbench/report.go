@@ -77,6 +77,14 @@ func printTable(out io.Writer, res any) {
 		if r.ServerCPU > 0 {
 			row("server CPU", "%.3f s", r.ServerCPU)
 		}
+	case *apiResult:
+		row("target", "%s, %d callers", r.URL, r.C)
+		row("requests", "%d in %.2f s = %.0f/s, transport errors %d", r.Requests, r.Seconds, r.PerSec, r.Errors)
+		row("status", "%s", counts(r.Status))
+		lat("latency", r.Latency)
+		if r.ServerCPU > 0 {
+			row("server CPU", "%.3f s = %.1f us per request = %.0f requests per CPU second", r.ServerCPU, r.CPUPerRequestUs, r.PerCPUSecond)
+		}
 	default:
 		fmt.Fprintf(w, "%+v\n", res)
 	}
