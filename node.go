@@ -252,7 +252,7 @@ func (n *Node) Publish(topic string, data json.RawMessage) error {
 func (n *Node) HandleHTTP(pattern string, h http.Handler) { n.mux.Handle(pattern, h) }
 
 // Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
-// /metrics unless AdminListen is set).
+// /metrics and the server API unless AdminListen is set).
 func (n *Node) Handler() http.Handler { return n.mux }
 
 func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {

@@ -12,6 +12,12 @@
 // (size cap, topic grammar, no reserved topics) and with this instance's own
 // echoes removed.
 //
+// Besides messages, the bus carries control messages (PublishControl,
+// Receiver.DeliverControl): the server API's disconnect and unsubscribe,
+// routed by a reserved key such as UserKey(user), as a second envelope
+// kind on the same channels and connections (see control.go). They never
+// reach topic subscribers.
+//
 // Invariants: nothing is lost silently (every drop is counted in
 // bus_messages_dropped_total{reason}); Publish never blocks on the network
 // (it queues, bounded, and a full queue drops and counts); the Redis read

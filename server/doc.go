@@ -22,6 +22,12 @@
 //     the connection ends (connections_open and maxConnections follow it);
 //   - every concurrency lease taken by admission is released exactly once:
 //     when the handler returns or panics, or when the connection dies;
-//   - lock order: Server.mu, then hub shard locks, then conn.mu; no lock is
-//     held while writing to a socket.
+//   - lock order: Server.mu, then conn.subsMu, then hub shard locks, then
+//     conn.mu; no lock is held while writing to a socket, and neither
+//     Server.mu nor a hub shard lock while the bus is told of interest in a
+//     topic or a user (a sharded bus may wait for Redis; conn.subsMu may be
+//     held, which delays only that connection's own subscription changes);
+//   - authenticated connections are indexed by user (Server.users) from
+//     addConn to removeConn, so the server API's Disconnect and Unsubscribe
+//     (control.go) reach them on every instance; anonymous ones are not.
 package server

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
@@ -228,6 +229,11 @@ func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, *apiErro
 	body := bytes.TrimSpace(buf.Bytes())
 	if !json.Valid(body) {
 		return nil, fail(http.StatusBadRequest, protocol.CodeParseError, "the body is not JSON")
+	}
+	if !utf8.Valid(body) {
+		// encoding/json lets invalid UTF-8 through inside strings, and a
+		// browser fails its whole connection on a frame that is not UTF-8.
+		return nil, fail(http.StatusBadRequest, protocol.CodeParseError, "the body is not valid UTF-8")
 	}
 	if body[0] != '{' {
 		return nil, fail(http.StatusBadRequest, protocol.CodeInvalidRequest, "the body must be a JSON object")

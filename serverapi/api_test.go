@@ -173,6 +173,7 @@ func TestErrors(t *testing.T) {
 		{"array", "POST", "publish", auth, `[{"topic":"a","data":1}]`, 400, -32600, "publish"},
 		{"string", "POST", "info", auth, `"x"`, 400, -32600, "info"},
 		{"two values", "POST", "info", auth, `{} {}`, 400, -32700, "info"},
+		{"invalid UTF-8", "POST", "publish", auth, "{\"topic\":\"a\",\"data\":\"\xff\"}", 400, -32700, "publish"},
 		{"missing topic", "POST", "publish", auth, `{"data":1}`, 400, -32602, "publish"},
 		{"bad topic", "POST", "publish", auth, `{"topic":"a b","data":1}`, 400, -32602, "publish"},
 		{"reserved topic", "POST", "publish", auth, `{"topic":"__sys","data":1}`, 400, -32602, "publish"},
