@@ -71,6 +71,69 @@ func benchPaths() []benchPath {
 			now := time.Now()
 			return rateConcurrencyPath(tb, func() time.Time { return now })
 		}},
+		// Adaptive concurrency: Check and Release (two clock reads).
+		{"adaptive", func(tb testing.TB) func() {
+			return adaptivePath(tb, nil)
+		}},
+		// The same on a clock that steps 1µs per read: every call is a
+		// latency sample and a window closes every 50,000 reads.
+		{"adaptive_steppedclock", func(tb testing.TB) func() {
+			return adaptivePath(tb, steppedClock(time.Microsecond))
+		}},
+		// Sliding window at its steady state: 100 per second, the clock
+		// steps 10ms per read, so each call expires one event and adds one.
+		{"slidingWindow_steppedclock", func(tb testing.TB) func() {
+			a := New(Options{Now: steppedClock(10 * time.Millisecond)})
+			c := mustRegister(tb, a, "x", Rule{Rate: &Rate{Limit: 100, Per: time.Second, Strategy: "slidingWindow"}})
+			call := &Call{Method: "chat.send", User: "alice"}
+			return func() {
+				if !c.Check(call).Allowed {
+					tb.Fatal("denied")
+				}
+			}
+		}},
+		{"cost", func(tb testing.TB) func() {
+			return costPath(tb, nil)
+		}},
+		{"cost_fixedclock", func(tb testing.TB) func() {
+			now := time.Now()
+			return costPath(tb, func() time.Time { return now })
+		}},
+	}
+}
+
+// steppedClock is a clock that advances by step on every read (for one
+// goroutine).
+func steppedClock(step time.Duration) func() time.Time {
+	t := time.Now()
+	return func() time.Time {
+		t = t.Add(step)
+		return t
+	}
+}
+
+func adaptivePath(tb testing.TB, now func() time.Time) func() {
+	a := New(Options{Now: now})
+	c := mustRegister(tb, a, "x", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 4, Max: 128}})
+	call := &Call{Method: "llm.complete", User: "alice"}
+	return func() {
+		if !c.Check(call).Allowed {
+			tb.Fatal("denied")
+		}
+		call.Release()
+	}
+}
+
+// costPath charges a fan-out call (1 byte to 1 subscriber, so a fixed
+// clock does not run the budget dry within a benchmark).
+func costPath(tb testing.TB, now func() time.Time) func() {
+	a := New(Options{Now: now})
+	c := mustRegister(tb, a, "x", Rule{Cost: &Cost{Budget: 2_000_000_000, Per: time.Nanosecond, Of: "fanout"}})
+	call := &Call{Method: "publish", Topic: "t", User: "alice", Bytes: 1, Subscribers: 1}
+	return func() {
+		if !c.Check(call).Allowed {
+			tb.Fatal("denied")
+		}
 	}
 }
 
@@ -107,8 +170,8 @@ func BenchmarkCheck(b *testing.B) {
 // metric children) are where contention would show.
 func BenchmarkCheckParallel(b *testing.B) {
 	for _, p := range benchPaths() {
-		if strings.HasPrefix(p.name, "rate+concurrency") {
-			continue // one Call per goroutine is needed; below
+		if strings.HasPrefix(p.name, "rate+concurrency") || strings.HasPrefix(p.name, "adaptive") || strings.HasSuffix(p.name, "steppedclock") {
+			continue // one Call (or clock) per goroutine is needed
 		}
 		b.Run(p.name, func(b *testing.B) {
 			f := p.run(b)

@@ -47,9 +47,10 @@ var ProxyErrorReasons = []string{ProxyErrorStatus, ProxyErrorBadResponse, ProxyE
 type Metrics struct {
 	Registry prometheus.Gatherer
 
-	AdmissionAccepted *prometheus.CounterVec // class
-	AdmissionRejected *prometheus.CounterVec // class, reason
-	AdmissionErrors   *prometheus.CounterVec // class: rules that errored or panicked (decided by failPolicy)
+	AdmissionAccepted  *prometheus.CounterVec // class
+	AdmissionRejected  *prometheus.CounterVec // class, reason
+	AdmissionErrors    *prometheus.CounterVec // class: rules that errored or panicked (decided by failPolicy)
+	AdmissionConcLimit *prometheus.GaugeVec   // class: the current limit of an adaptiveConcurrency part
 
 	HandshakeAccepted   prometheus.Counter
 	HandshakeRejected   *prometheus.CounterVec // reason
@@ -91,9 +92,10 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 	m := &Metrics{
 		Registry: reg,
 
-		AdmissionAccepted: f.counterVec("admission_accepted_total", "Message-tier calls admitted, by class.", "class"),
-		AdmissionRejected: f.counterVec("admission_rejected_total", "Message-tier calls shed, by class and binding reason.", "class", "reason"),
-		AdmissionErrors:   f.counterVec("admission_rule_errors_total", "Rule predicates that errored or panicked and were decided by failPolicy, by class.", "class"),
+		AdmissionAccepted:  f.counterVec("admission_accepted_total", "Message-tier calls admitted, by class.", "class"),
+		AdmissionRejected:  f.counterVec("admission_rejected_total", "Message-tier calls shed, by class and binding reason.", "class", "reason"),
+		AdmissionErrors:    f.counterVec("admission_rule_errors_total", "Rule parts that errored or panicked (a predicate, a cluster-scoped check whose Redis failed, an unreadable cost param) and were decided by failPolicy, by class.", "class"),
+		AdmissionConcLimit: f.gaugeVec("admission_concurrency_limit", "The current in-flight limit of each class with an adaptiveConcurrency part.", "class"),
 
 		HandshakeAccepted:   f.counter("handshake_accepted_total", "WebSocket upgrades admitted by the handshake tier."),
 		HandshakeRejected:   f.counterVec("handshake_rejected_total", "WebSocket upgrades rejected by the handshake tier, by reason.", "reason"),

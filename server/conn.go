@@ -473,7 +473,7 @@ func (c *conn) cleanup() {
 	c.dropSubs()
 	c.callsMu.Lock()
 	for call := range c.inflight {
-		call.Release()
+		call.ReleaseWith(message.Dropped) // the client is gone mid-call
 	}
 	c.inflight = nil
 	c.callsMu.Unlock()

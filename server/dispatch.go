@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"sync"
 	"time"
@@ -30,14 +31,24 @@ var emptyResult = json.RawMessage("{}")
 func (c *conn) dispatch(r *protocol.Request, raw []byte) (json.RawMessage, *protocol.Error) {
 	switch r.Method {
 	case MethodSubscribe, MethodUnsubscribe, MethodPublish:
-		return c.builtinCall(r)
+		return c.builtinCall(r, raw)
 	case MethodRefresh:
 		return c.refresh(r)
 	}
 	return c.appCall(r, raw)
 }
 
-func (c *conn) builtinCall(r *protocol.Request) (json.RawMessage, *protocol.Error) {
+// requestBytes is a call's size for cost parts (of: bytes, fanout): the
+// frame of a single request; for an element of a batch, which has no frame
+// of its own, its params.
+func requestBytes(r *protocol.Request, raw []byte) int64 {
+	if raw != nil {
+		return int64(len(raw))
+	}
+	return int64(len(r.Params))
+}
+
+func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *protocol.Error) {
 	s := c.s
 	p, perr := protocol.DecodeTopicParams(r.Params, r.Method == MethodPublish)
 	if perr != nil {
@@ -51,7 +62,12 @@ func (c *conn) builtinCall(r *protocol.Request) (json.RawMessage, *protocol.Erro
 		}
 	}
 	call := &c.builtin
-	call.Method, call.Topic = r.Method, p.Topic
+	call.Method, call.Topic, call.Params = r.Method, p.Topic, r.Params
+	call.Bytes, call.Subscribers = requestBytes(r, raw), 0
+	if r.Method == MethodPublish {
+		// What a fan-out cost part charges: this instance's subscribers.
+		call.Subscribers = int64(s.hub.count(p.Topic))
+	}
 	if r.Method == MethodPublish && s.pressure != nil {
 		// Attempts count for top publishers whether admitted or not, so a
 		// publisher that keeps hammering stays shed until it slows down.
@@ -166,13 +182,19 @@ func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage,
 	} else {
 		return nil, protocol.NewError(protocol.CodeMethodNotFound, "", nil)
 	}
-	call := &message.Call{Method: r.Method, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
+	call := &message.Call{
+		Method: r.Method, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id,
+		Bytes: requestBytes(r, raw), Params: r.Params,
+	}
 	if perr := c.admit(call); perr != nil {
 		return nil, perr
 	}
 	// The lease is released exactly once: here when the handler returns or
-	// panics, or by cleanup if the connection dies first.
-	defer call.Release()
+	// panics, or by cleanup if the connection dies first. An adaptive limit
+	// learns from the outcome: a panic, an internal or upstream error, or a
+	// client gone before the answer counts as dropped.
+	outcome := message.Dropped
+	defer func() { call.ReleaseWith(outcome) }()
 	if !c.track(call) {
 		return nil, protocol.NewError(protocol.CodeInternal, "connection closed", nil)
 	}
@@ -186,6 +208,7 @@ func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage,
 	}()
 	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
 	v, err := h(c.ctx, req)
+	outcome = callOutcome(c.ctx, err)
 	if err != nil {
 		return nil, protocol.AsError(err)
 	}
@@ -203,6 +226,24 @@ func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage,
 		return nil, protocol.NewError(protocol.CodeInternal, "", nil)
 	}
 	return b, nil
+}
+
+// callOutcome is how a handler's call ended, for an adaptive concurrency
+// limit: dropped when the client is gone or the handler failed for reasons
+// of its own (internal or upstream error: a timeout, a failing backend);
+// completed otherwise, including errors the client caused (bad params,
+// forbidden).
+func callOutcome(ctx context.Context, err error) message.Outcome {
+	if ctx.Err() != nil {
+		return message.Dropped
+	}
+	if err != nil {
+		switch protocol.AsError(err).Code {
+		case protocol.CodeInternal, protocol.CodeUpstream:
+			return message.Dropped
+		}
+	}
+	return message.Completed
 }
 
 var bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}

@@ -1,0 +1,179 @@
+package message
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of AdaptiveConcurrency's tuning fields: Envoy's adaptive
+// concurrency filter's (gradient controller) defaults, except ProbeCalls
+// (Envoy: 50), halved so a probe pins the limit for half as long.
+const (
+	defaultTolerance  = 1.25
+	defaultWindow     = 100 * time.Millisecond
+	defaultProbeEvery = 60 * time.Second
+	defaultProbeCalls = 25
+	// probeJitter spreads probes: each interval is ProbeEvery plus up to
+	// this fraction of it (Envoy's default jitter is 15%).
+	probeJitter = 0.15
+	// The gradient is clamped to [minGradient, maxGradient] per update, so
+	// one window can at most halve or double the limit (Envoy's bounds).
+	minGradient = 0.5
+	maxGradient = 2.0
+)
+
+// adaptiveLimit is the gradient controller of an AdaptiveConcurrency part.
+//
+// Every Window it compares the mean latency of the calls completed in the
+// window (sample) with the no-load latency (minRTT):
+//
+//	gradient = clamp(Tolerance × minRTT / sample, 0.5, 2)
+//	limit    = clamp(limit × gradient + sqrt(limit × gradient), Min, Max)
+//
+// The square root is burst headroom: at gradient 1 the limit still creeps
+// up, which is how it finds out that more concurrency is fine. When the
+// busiest moment of the window used less than half the limit, the limit
+// does not grow (the calls, not the limit, were the bottleneck).
+//
+// A dropped call (Outcome Dropped) counts as a sample of at least
+// 2 × Tolerance × minRTT: alone it drives the gradient to its floor, and
+// mixed with completed calls it drags the mean up in proportion.
+//
+// minRTT is measured by a probe: at start and every ProbeEvery (+ up to 15%
+// jitter) the limit is pinned to Min until ProbeCalls calls that started
+// during the probe have completed (or, at low traffic, at least one has and
+// ProbeEvery/12 has passed); their mean latency is the new minRTT and the
+// limit returns to where it was. Pinning is what makes the measurement a
+// no-load one even under sustained overload.
+type adaptiveLimit struct {
+	min, max   int64
+	tolerance  float64
+	window     int64 // ns
+	probeEvery int64 // ns
+	probeCalls int
+	now        func() time.Time
+	epoch      time.Time
+	gauge      prometheus.Gauge
+
+	limit atomic.Int64 // what Check enforces: est, or Min while probing
+
+	mu         sync.Mutex
+	est        float64 // the controller's limit
+	minRTT     float64 // ns; 0 until the first probe ends
+	winStart   int64
+	sum        float64 // latency (ns) of the window's samples
+	n          int
+	peak       int64 // most calls in flight seen at a release in this window
+	probing    bool
+	probeStart int64
+	probeSum   float64
+	probeN     int
+	nextProbe  int64
+}
+
+func newAdaptiveLimit(p AdaptiveConcurrency, now func() time.Time, gauge prometheus.Gauge) (*adaptiveLimit, error) {
+	if p.Min < 1 || p.Max < p.Min {
+		return nil, fmt.Errorf("min and max must satisfy 1 <= min <= max (got min %d, max %d)", p.Min, p.Max)
+	}
+	if p.Tolerance == 0 {
+		p.Tolerance = defaultTolerance
+	}
+	if !(p.Tolerance > 1) || math.IsInf(p.Tolerance, 1) {
+		return nil, fmt.Errorf("tolerance must be a number > 1 (got %v)", p.Tolerance)
+	}
+	if p.Window == 0 {
+		p.Window = defaultWindow
+	}
+	if p.ProbeEvery == 0 {
+		p.ProbeEvery = defaultProbeEvery
+	}
+	if p.ProbeCalls == 0 {
+		p.ProbeCalls = defaultProbeCalls
+	}
+	if p.Window < 0 || p.ProbeEvery < 0 || p.ProbeCalls < 0 {
+		return nil, errors.New("window, probeEvery and probeCalls must not be negative")
+	}
+	al := &adaptiveLimit{
+		min: int64(p.Min), max: int64(p.Max), tolerance: p.Tolerance,
+		window: int64(p.Window), probeEvery: int64(p.ProbeEvery), probeCalls: p.ProbeCalls,
+		now: now, epoch: now(), gauge: gauge,
+		est: float64(p.Min),
+	}
+	// The first probe starts at once: nothing is known about the latency.
+	al.probing = true
+	al.set(al.min)
+	return al, nil
+}
+
+// since is t in ns since the limiter's epoch.
+func (al *adaptiveLimit) since(t time.Time) int64 { return int64(t.Sub(al.epoch)) }
+
+func (al *adaptiveLimit) current() int64 { return al.limit.Load() }
+
+func (al *adaptiveLimit) set(l int64) {
+	al.limit.Store(l)
+	al.gauge.Set(float64(l))
+}
+
+// observe feeds one released call: it started at start and ended at end (ns
+// since epoch), inflight calls were in flight just before it was released.
+func (al *adaptiveLimit) observe(start, end, inflight int64, o Outcome) {
+	lat := float64(max(end-start, 0))
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	if al.probing {
+		al.observeProbe(start, end, lat, o)
+		return
+	}
+	if o == Dropped {
+		lat = max(lat, 2*al.tolerance*al.minRTT)
+	}
+	al.sum += lat
+	al.n++
+	al.peak = max(al.peak, inflight)
+	if end-al.winStart < al.window {
+		return
+	}
+	sample := al.sum / float64(al.n)
+	g := maxGradient
+	if sample > 0 {
+		g = min(max(al.tolerance*al.minRTT/sample, minGradient), maxGradient)
+	}
+	appLimited := float64(al.peak) < al.est/2
+	if !(g >= 1 && appLimited) {
+		l := al.est * g
+		al.est = min(max(l+math.Sqrt(l), float64(al.min)), float64(al.max))
+	}
+	al.winStart, al.sum, al.n, al.peak = end, 0, 0, 0
+	if end >= al.nextProbe {
+		al.probing, al.probeStart, al.probeSum, al.probeN = true, end, 0, 0
+		al.set(al.min)
+		return
+	}
+	al.set(int64(al.est))
+}
+
+// observeProbe counts calls that started during the probe, so ran at no
+// more than Min in flight; completed calls only (a drop is not a speed).
+func (al *adaptiveLimit) observeProbe(start, end int64, lat float64, o Outcome) {
+	if start < al.probeStart || o != Completed {
+		return
+	}
+	al.probeSum += lat
+	al.probeN++
+	if al.probeN < al.probeCalls && end-al.probeStart < al.probeEvery/12 {
+		return
+	}
+	al.minRTT = al.probeSum / float64(al.probeN)
+	al.probing = false
+	al.nextProbe = end + al.probeEvery + int64(rand.Float64()*probeJitter*float64(al.probeEvery))
+	al.winStart, al.sum, al.n, al.peak = end, 0, 0, 0
+	al.set(int64(al.est))
+}

@@ -1,0 +1,215 @@
+package clusterrate
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
+
+	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/ratelimit"
+)
+
+var t0 = time.Unix(1_760_000_000, 0)
+
+// clock is an injected Options.Now.
+type clock struct{ t atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.t.Load()) }
+func (c *clock) Set(t time.Time)         { c.t.Store(t.UnixNano()) }
+func newClock() *clock                   { c := &clock{}; c.Set(t0); return c }
+func (c *clock) Advance(d time.Duration) { c.t.Add(int64(d)) }
+
+func register(t interface{ Fatal(...any) }, a *message.Admission, name string, r message.Rule) *message.Class {
+	if err := a.Register(name, r); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := a.Class(name)
+	return c
+}
+
+func client(t testing.TB, s *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestLocalAndClusterAgree: the seed's conformance idea. For random
+// timelines of calls from a few users, a local rate part and a
+// cluster-scoped one (real redis-server) give the same stream of
+// decisions: allowed or not, remaining, and the exact wait.
+func TestLocalAndClusterAgree(t *testing.T) {
+	s := redistest.Start(t)
+	rc := client(t, s)
+	round, denied := 0, 0
+	rapid.Check(t, func(rt *rapid.T) {
+		round++
+		limit := rapid.IntRange(1, 5).Draw(rt, "limit")
+		// A whole number of milliseconds per call, so the emission
+		// interval is exact in both (ns locally, µs in Redis).
+		per := time.Duration(limit*rapid.IntRange(1, 20).Draw(rt, "msPerCall")) * time.Millisecond
+		clk := newClock()
+		local := message.New(message.Options{Now: clk.Now})
+		shared := message.New(message.Options{Now: clk.Now, Shared: New(rc, Options{Prefix: fmt.Sprintf("conf%d:", round)})})
+		lc := register(rt, local, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per}})
+		sc := register(rt, shared, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per, Scope: "cluster"}})
+		users := []string{"ann", "bob"}
+		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
+		for i := range steps {
+			clk.Advance(time.Duration(rapid.IntRange(0, 30).Draw(rt, fmt.Sprintf("gapMs%d", i))) * time.Millisecond / 2)
+			u := rapid.SampledFrom(users).Draw(rt, fmt.Sprintf("user%d", i))
+			dl := lc.Check(&message.Call{User: u})
+			ds := sc.Check(&message.Call{User: u})
+			if dl != ds {
+				rt.Fatalf("step %d (user %s): local %+v, cluster %+v", i, u, dl, ds)
+			}
+			if !dl.Allowed {
+				denied++
+			}
+		}
+	})
+	if denied == 0 {
+		t.Fatal("no timeline reached a denial: the comparison proved nothing")
+	}
+}
+
+// TestClusterLimitHoldsAcrossInstances: two instances (two Admissions on
+// one Redis) share one budget: together they admit exactly one instance's
+// limit.
+func TestClusterLimitHoldsAcrossInstances(t *testing.T) {
+	s := redistest.Start(t)
+	clk := newClock()
+	var classes []*message.Class
+	for range 2 {
+		a := message.New(message.Options{Now: clk.Now, Shared: New(client(t, s), Options{})})
+		classes = append(classes, register(t, a, "global", message.Rule{Rate: &message.Rate{Limit: 50, Per: time.Second, Scope: "cluster"}}))
+	}
+	admitted := 0
+	for i := range 200 {
+		if classes[i%2].Check(&message.Call{User: "u"}).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 50 {
+		t.Fatalf("two instances admitted %d, want one instance's limit 50", admitted)
+	}
+	// A second later the budget is back, for both.
+	clk.Advance(time.Second)
+	if !classes[0].Check(&message.Call{User: "u"}).Allowed || !classes[1].Check(&message.Call{User: "u"}).Allowed {
+		t.Fatal("the budget did not refill")
+	}
+}
+
+// TestFusedRateAndCostChargeAllOrNothing: a cost denial leaves the rate
+// budget untouched, and one check is one command on the wire.
+func TestFusedRateAndCostChargeAllOrNothing(t *testing.T) {
+	s := redistest.Start(t)
+	rc := client(t, s)
+	var cmds atomic.Int64
+	rc.AddHook(countHook{&cmds})
+	clk := newClock()
+	a := message.New(message.Options{Now: clk.Now, Shared: New(rc, Options{})})
+	c := register(t, a, "llm", message.Rule{
+		Rate: &message.Rate{Limit: 2, Per: time.Minute, Scope: "cluster"},
+		Cost: &message.Cost{Budget: 100, Per: time.Minute, Of: "bytes", Scope: "cluster"},
+	})
+	if d := c.Check(&message.Call{User: "u", Bytes: 60}); !d.Allowed || d.Limit != 2 || d.Remaining != 1 {
+		t.Fatalf("first: %+v", d)
+	}
+	if d := c.Check(&message.Call{User: "u", Bytes: 60}); d.Allowed || d.Reason != message.ReasonCost {
+		t.Fatalf("over the cost budget: %+v, want COST", d)
+	}
+	if d := c.Check(&message.Call{User: "u", Bytes: 40}); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the denied call must not have spent a rate token: %+v", d)
+	}
+	d := c.Check(&message.Call{User: "u", Bytes: 1})
+	if d.Allowed || d.Reason != message.ReasonRate || d.RetryAfter != 30*time.Second {
+		t.Fatalf("third admitted call: %+v, want RATE with a 30s wait", d)
+	}
+	cmds.Store(0)
+	for range 10 {
+		c.Check(&message.Call{User: "v", Bytes: 1})
+	}
+	if n := cmds.Load(); n != 10 {
+		t.Fatalf("10 checks sent %d commands, want one round trip each", n)
+	}
+	if ttl, err := rc.PTTL(context.Background(), "{rt:adm:llm:user:v}:rate").Result(); err != nil || ttl <= 0 || ttl > time.Minute+2*time.Second {
+		t.Fatalf("rate key PTTL %v, %v: want it to expire when the bucket is full again", ttl, err)
+	}
+}
+
+type countHook struct{ n *atomic.Int64 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestOnRedisCluster: the fused script works on a real 3-node Redis
+// Cluster (its keys share a hash tag, so one slot), for many callers
+// spread over every node.
+func TestOnRedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	t.Cleanup(func() { rc.Close() })
+	clk := newClock()
+	a := message.New(message.Options{Now: clk.Now, Shared: New(rc, Options{})})
+	c := register(t, a, "g", message.Rule{
+		Rate: &message.Rate{Limit: 3, Per: time.Minute, Scope: "cluster"},
+		Cost: &message.Cost{Budget: 1000, Per: time.Minute, Of: "bytes", Scope: "cluster"},
+	})
+	for u := range 30 {
+		user := fmt.Sprintf("user-%d", u)
+		for i := range 4 {
+			d := c.Check(&message.Call{User: user, Bytes: 10})
+			if d.Allowed != (i < 3) {
+				t.Fatalf("%s call %d: %+v", user, i, d)
+			}
+		}
+	}
+}
+
+// TestRedisDownIsAnError: a failing Redis is reported, not decided here.
+func TestRedisDownIsAnError(t *testing.T) {
+	s := redistest.Start(t)
+	l := New(client(t, s), Options{Timeout: 200 * time.Millisecond})
+	s.Stop()
+	res := make([]ratelimit.Result, 1)
+	err := l.AllowShared(context.Background(), "c:user:u", t0, []message.SharedLimit{{Name: "rate", Limit: 1, Per: time.Second, N: 1}}, res)
+	if err == nil {
+		t.Fatal("no error with Redis down")
+	}
+}
+
+// BenchmarkClusterCheck is one cluster-scoped check against a local
+// redis-server; it reports the p99 latency too.
+func BenchmarkClusterCheck(b *testing.B) {
+	s := redistest.Start(b)
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer rc.Close()
+	a := message.New(message.Options{Shared: New(rc, Options{})})
+	c := register(b, a, "g", message.Rule{Rate: &message.Rate{Limit: 1_000_000_000, Per: time.Second, Scope: "cluster"}})
+	call := &message.Call{User: "u"}
+	c.Check(call) // load the script
+	lat := make([]time.Duration, 0, 1<<16)
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		if !c.Check(call).Allowed {
+			b.Fatal("denied")
+		}
+		lat = append(lat, time.Since(start))
+	}
+	reportP99(b, lat)
+}
