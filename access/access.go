@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"path"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -297,7 +296,7 @@ func claimAllows(claim *handshake.TopicClaim, a Action, topic string) bool {
 		globs = claim.Publish
 	}
 	for _, g := range globs {
-		if ok, _ := path.Match(g, topic); ok {
+		if matchGlob(g, topic) {
 			return true
 		}
 	}

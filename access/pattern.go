@@ -15,10 +15,47 @@ const userPlaceholder = "{user}"
 // occurrence of the user in it has a matching prefix before and suffix
 // after. Matching allocates nothing.
 type pattern struct {
-	glob           string // the whole pattern when !hasUser
-	prefix, suffix string
+	glob           glob // the whole pattern when !hasUser
+	prefix, suffix glob
 	hasUser        bool
 }
+
+// glob is a path.Match pattern with its literal head split off: most
+// namespace patterns are a literal ("news") or a literal and a star
+// ("chat:*"), which need no call to path.Match at all.
+type glob struct {
+	pat  string
+	head int // bytes before the first of *?[\
+}
+
+func newGlob(p string) glob {
+	head := strings.IndexAny(p, `*?[\`)
+	if head < 0 {
+		head = len(p)
+	}
+	return glob{pat: p, head: head}
+}
+
+// match is path.Match(g.pat, s) for a valid pattern.
+func (g glob) match(s string) bool {
+	lit := g.pat[:g.head]
+	if len(s) < len(lit) || s[:len(lit)] != lit {
+		return false
+	}
+	rest, tail := s[len(lit):], g.pat[g.head:]
+	switch tail {
+	case "":
+		return rest == ""
+	case "*":
+		return strings.IndexByte(rest, '/') < 0
+	}
+	ok, _ := path.Match(tail, rest)
+	return ok
+}
+
+// matchGlob is path.Match(pattern, s) for a valid pattern, without the
+// call when the literal head already decides (the claim grant's globs).
+func matchGlob(pattern, s string) bool { return newGlob(pattern).match(s) }
 
 func compilePattern(s string) (pattern, error) {
 	if s == "" {
@@ -37,15 +74,14 @@ func compilePattern(s string) (pattern, error) {
 		}
 	}
 	if !found {
-		return pattern{glob: s}, nil
+		return pattern{glob: newGlob(s)}, nil
 	}
-	return pattern{prefix: before, suffix: after, hasUser: true}, nil
+	return pattern{prefix: newGlob(before), suffix: newGlob(after), hasUser: true}, nil
 }
 
 func (p *pattern) match(topic, user string) bool {
 	if !p.hasUser {
-		ok, _ := path.Match(p.glob, topic)
-		return ok
+		return p.glob.match(topic)
 	}
 	if user == "" {
 		return false
@@ -56,10 +92,8 @@ func (p *pattern) match(topic, user string) bool {
 			return false
 		}
 		at := from + i
-		if ok, _ := path.Match(p.prefix, topic[:at]); ok {
-			if ok, _ := path.Match(p.suffix, topic[at+len(user):]); ok {
-				return true
-			}
+		if p.prefix.match(topic[:at]) && p.suffix.match(topic[at+len(user):]) {
+			return true
 		}
 		from = at + 1
 	}

@@ -53,6 +53,9 @@ type proxy struct {
 	cache *answerCache // nil without CacheTTL
 	errs  map[string]prometheus.Counter
 	log   *slog.Logger
+	// waiting, when set (tests), is called once a caller waits for the
+	// answer to its question, shared or not.
+	waiting func()
 }
 
 func newProxy(cfg Proxy, m *metrics.Metrics, log *slog.Logger) *proxy {
@@ -107,6 +110,9 @@ func (p *proxy) ask(ctx context.Context, q Question) Decision {
 		}
 		return allow, err
 	})
+	if p.waiting != nil {
+		p.waiting()
+	}
 	select {
 	case res := <-ch:
 		if res.Err != nil {
