@@ -1,0 +1,5 @@
+//go:build !race
+
+package admithttp_test
+
+const raceEnabled = false
