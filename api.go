@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 
 	"github.com/rtserver/rtserver/serverapi"
 )
@@ -25,11 +26,14 @@ func (n *Node) mountAPI() error {
 	if err != nil {
 		return err
 	}
+	// POST only: a pattern for every method would conflict with an
+	// application's "GET /" on the same mux (HandleHTTP).
+	pattern := http.MethodPost + " " + serverapi.Prefix
 	if n.adminMux != nil {
-		n.adminMux.Handle(serverapi.Prefix, h)
+		n.adminMux.Handle(pattern, h)
 		return nil
 	}
-	n.mux.Handle(serverapi.Prefix, h)
+	n.mux.Handle(pattern, h)
 	if !loopback(n.cfg.Listen) {
 		n.log.Warn("the server API is served on the main listener, which listens beyond loopback: set adminListen to keep it off the clients' network", "listen", n.cfg.Listen)
 	}

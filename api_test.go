@@ -3,6 +3,8 @@ package rtserver_test
 import (
 	"bytes"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -33,6 +35,38 @@ func TestAPIWarnsBeyondLoopback(t *testing.T) {
 		}
 		if got := strings.Count(buf.String(), "server API is served on the main listener"); got != map[bool]int{true: 1, false: 0}[tt.warn] {
 			t.Errorf("listen %s admin %q: %d warnings, want warn=%v\n%s", tt.listen, tt.admin, got, tt.warn, buf.String())
+		}
+	}
+}
+
+// The server API's routes leave an application's own "GET /" free: an
+// app serving pages at the root and the API on one listener must not
+// panic on conflicting patterns, and each request reaches its handler.
+func TestAPIBesideApplicationRoutes(t *testing.T) {
+	cfg := rtserver.DefaultConfig()
+	cfg.APIKey = "k"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := rtserver.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.HandleHTTP("GET /", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("page")) }))
+	for _, tt := range []struct {
+		method, path, body string
+		want               int
+		contains           string
+	}{
+		{"POST", "/api/info", `{}`, 200, `"instances":1`},
+		{"GET", "/", "", 200, "page"},
+		{"GET", "/api/info", "", 200, "page"}, // the application's route
+		{"POST", "/api/nope", `{}`, 404, `-32601`},
+	} {
+		req := httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body))
+		req.Header.Set("Authorization", "apikey k")
+		w := httptest.NewRecorder()
+		n.Handler().ServeHTTP(w, req)
+		if w.Code != tt.want || !strings.Contains(w.Body.String(), tt.contains) {
+			t.Errorf("%s %s: %d %q, want %d containing %q", tt.method, tt.path, w.Code, w.Body.String(), tt.want, tt.contains)
 		}
 	}
 }

@@ -11,6 +11,13 @@
 // anonymous): past it the call answers -32002 RATE_LIMITED with a retry
 // hint, and the page shows it. SIGTERM or SIGINT drains (clients are told,
 // then closed with 1012 spread over -drain); a second signal stops at once.
+//
+// Topic grants: clients may subscribe to room:* and announce:*, and to
+// user:<their user> only; they publish nothing themselves (chat.say and
+// the server API publish from the server's side). With -api-key the
+// server API is on (announcements and private messages from a backend, or
+// curl); with -demo-auth the page signs in as ?user=NAME with a token
+// from GET /token (a demo: anyone may take any name).
 package main
 
 import (
@@ -51,6 +58,13 @@ type options struct {
 	// from disk; the default fits `go run ./examples/chat` from the repository
 	// root.
 	Assets string
+	// APIKey turns the server API on (POST /api/...), on the same
+	// listener; "" = off.
+	APIKey string
+	// DemoAuth is an HS256 secret: connections need a JWT, which GET
+	// /token?user=NAME hands to anyone who asks (a demo of private topics,
+	// not authentication). "" = anonymous connections, no /token.
+	DemoAuth string
 }
 
 func defaultOptions() options {
@@ -69,6 +83,8 @@ func main() {
 	flag.StringVar(&o.Reject, "reject", o.Reject, "how a shed upgrade is refused: http (503) or close (upgrade, then close 1013)")
 	flag.DurationVar(&o.Drain, "drain", o.Drain, "on SIGTERM, close clients spread over this window")
 	flag.StringVar(&o.Assets, "assets", o.Assets, "directory of the browser client, served under /clients/js/")
+	flag.StringVar(&o.APIKey, "api-key", o.APIKey, "turn the server API on with this key (POST /api/publish ...)")
+	flag.StringVar(&o.DemoAuth, "demo-auth", o.DemoAuth, "HS256 secret: require tokens and mint them at GET /token?user=NAME (demo only)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -128,11 +144,19 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 		"chat": {Rate: &message.Rate{Limit: 5, Per: time.Second, By: "user"}},
 	}
 	cfg.Methods = map[string]string{"chat.say": "chat"}
+	cfg.Topics = topicGrants()
+	cfg.APIKey = o.APIKey
+	if o.DemoAuth != "" {
+		cfg.Handshake.JWTHMACSecret = []byte(o.DemoAuth)
+	}
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	node.Handle("chat.say", say(node.Publish))
+	if o.DemoAuth != "" {
+		node.HandleHTTP("GET /token", demoTokens([]byte(o.DemoAuth)))
+	}
 
 	if _, err := os.Stat(o.Assets + "/rtclient.js"); err != nil {
 		return nil, fmt.Errorf("-assets: no rtclient.js in %q (run from the repository root, or point -assets at clients/js)", o.Assets)

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/rtserver/rtserver/access"
+)
+
+// topicGrants: everyone may read rooms and announcements, a user may read
+// only their own private topic, and no client publishes anything itself.
+// Messages reach room:* through chat.say (which validates them and names
+// the sender), and announce:* and user:* through the server API: both
+// publish from the server's side, where grants do not apply.
+func topicGrants() access.Config {
+	return access.Config{
+		Namespaces: []access.Namespace{
+			// {user} matches only the connection's own user; another
+			// user's topic (or an anonymous connection) falls through to
+			// the next namespace, which allows nobody.
+			{Pattern: "user:{user}", Rule: access.Rule{Subscribe: []string{access.GrantOwner}}},
+			{Pattern: "user:*", Rule: access.Rule{}},
+			{Pattern: "announce:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}}},
+		},
+		// room:* and anything else: read by anyone, published by nobody.
+		Default: &access.Rule{Subscribe: []string{access.GrantAny}},
+	}
+}
+
+// demoUser is what /token accepts as a user name: no '/', ':' or '@', so
+// user:<name> is exactly one topic that "user:*" also covers.
+var demoUser = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,40}$`)
+
+// demoTokens serves GET /token?user=NAME: an HS256 JWT for that user,
+// valid for an hour. Anyone may ask for any name: it shows private topics
+// at work, it is not authentication. A real application issues tokens
+// after signing its users in.
+func demoTokens(secret []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user := r.URL.Query().Get("user")
+		if !demoUser.MatchString(user) {
+			http.Error(w, "user must be 1 to 40 characters of [A-Za-z0-9_.-]", http.StatusBadRequest)
+			return
+		}
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+			"sub": user,
+			"exp": time.Now().Add(time.Hour).Unix(),
+		}).SignedString(secret)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write([]byte(tok))
+	})
+}
