@@ -160,7 +160,7 @@ func (c *Client) run(cn *conn) {
 			return // Close: it cancels c.ctx once the close handshake is over
 		}
 		cause := cn.err
-		if !c.opts.Reconnect || permanent(cause) {
+		if !c.opts.Reconnect || c.final(cause, nil) {
 			c.cancel()
 			c.setState(Closed, cause)
 			return
@@ -176,6 +176,7 @@ func (c *Client) run(cn *conn) {
 // reconnect dials until a connection is up and resubscribed. It returns
 // nil when the client is closed or refused for good.
 func (c *Client) reconnect(hint time.Duration) *conn {
+	var prev error // the previous attempt's error
 	for attempt := 0; ; attempt++ {
 		d := backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff, hint, c.opts.Rand())
 		c.opts.Logger.Debug("rtclient: reconnecting", "attempt", attempt, "wait", d, "hint", hint)
@@ -203,12 +204,13 @@ func (c *Client) reconnect(hint time.Duration) *conn {
 		if c.closing.Load() {
 			return nil
 		}
-		if permanent(err) {
+		if c.final(err, prev) {
 			c.cancel()
 			c.setState(Closed, err)
 			return nil
 		}
 		c.setState(Disconnected, err)
 		hint = retryHint(err)
+		prev = err
 	}
 }

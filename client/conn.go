@@ -64,9 +64,13 @@ type delivery struct {
 // close frame precedes any pong on the stream, so a connection that
 // survives the ping was really admitted.
 func (c *Client) connect(ctx context.Context) (*conn, error) {
+	header, err := c.header(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ws, resp, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{
 		HTTPClient:   c.opts.HTTPClient,
-		HTTPHeader:   c.opts.Header,
+		HTTPHeader:   header,
 		Subprotocols: c.opts.Subprotocols,
 	})
 	if err != nil {
@@ -237,6 +241,7 @@ func (c *Client) notification(cn *conn, m *inbound) bool {
 		var p struct {
 			Event            string `json:"event"`
 			ReconnectAfterMs int64  `json:"reconnectAfterMs"`
+			Topic            string `json:"topic"`
 		}
 		if err := json.Unmarshal(m.Params, &p); err != nil {
 			c.opts.Logger.Warn("rtclient: bad system notification", "err", err)
@@ -247,6 +252,7 @@ func (c *Client) notification(cn *conn, m *inbound) bool {
 			cn.drain = msHint(strconv.FormatInt(p.ReconnectAfterMs, 10))
 			cn.mu.Unlock()
 		}
+		c.systemEvent(p.Event, p.Topic)
 		d.event, d.data = p.Event, m.Params
 	default:
 		c.opts.Logger.Debug("rtclient: ignoring notification", "method", m.Method)

@@ -13,6 +13,15 @@
 // refusal that will not change by waiting (HTTP 401/403 and other 4xx except
 // 429; close codes 1002, 1003, 1007, 1008, 1009), or reconnect sooner than
 // the server asked (Retry-After on 503/429, retry_after_ms on 1012/1013).
+// The one exception is what a fresh token changes: with Options.TokenFunc
+// a close 1008 "token expired" reconnects, and a 401 is retried once.
+//
+// Authentication (docs/authentication.md): Options.TokenFunc is asked for a
+// token on every connection attempt and whenever the server sends the
+// system event tokenExpiring, which the client answers with the refresh
+// method. A topic the server takes away (system event unsubscribed) is
+// forgotten, not re-sent after a reconnect; a subscribe refused with
+// -32003 is returned to the caller and never retried.
 //
 // Invariants:
 //   - Goroutines: per Client one run loop (reconnect) and one dispatcher

@@ -64,6 +64,16 @@ type Options struct {
 	Header http.Header
 	// Token, when set, is sent as "Authorization: Bearer <Token>".
 	Token string
+	// TokenFunc, when set, is asked for a token before every connection
+	// attempt (sent as "Authorization: Bearer <token>" in place of Token)
+	// and again when the server announces that the connection's token is
+	// expiring (the system event tokenExpiring): the client then sends the
+	// new one with the refresh method, and the connection lives on. With
+	// it, a close 1008 "token expired" and a 401 on reconnect are retried
+	// with a fresh token (a second 401 in a row is final); an error it
+	// returns fails that attempt (Dial returns it; reconnects back off and
+	// try again). It must be safe to call from several goroutines.
+	TokenFunc func(ctx context.Context) (string, error)
 	// Subprotocols offered. nil offers BatchSubprotocol; a non-nil slice is
 	// sent as given (an empty slice offers none, and the server then sends
 	// one JSON value per frame).
@@ -87,8 +97,11 @@ type Options struct {
 	ReadLimit int64
 
 	// OnSystem is called for each "system" notification (degraded,
-	// recovered, draining) with the event name and the whole params
-	// object. It runs on the handler goroutine, in order with messages.
+	// recovered, draining, tokenExpiring, unsubscribed) with the event
+	// name and the whole params object. It runs on the handler goroutine,
+	// in order with messages. The client has already acted on the events
+	// that concern it: a refresh started for tokenExpiring (with
+	// TokenFunc), the topic forgotten for unsubscribed.
 	OnSystem func(event string, params json.RawMessage)
 	// OnState is called on every state change, with the error that caused
 	// it (nil for Connecting, Connected and a Close by the caller). Calls

@@ -27,6 +27,9 @@ import (
 //	hang   never answered; signals hung
 //	burst  {topic, n}: n message notifications plus the response, in one
 //	       array frame (needs rt.batch)
+//	refresh  {token}: recorded; answers {"expiresAt":null}
+//
+// and subscribing to a topic starting with "secret" answers -32003.
 type testServer struct {
 	t   *testing.T
 	srv *httptest.Server
@@ -40,6 +43,7 @@ type testServer struct {
 	topics     map[string]map[*tconn]struct{}
 	subscribes map[string]int
 	headers    []http.Header
+	refreshes  chan string // tokens of refresh calls
 	// reject, when set, may answer the upgrade request itself (returning
 	// true): how tests produce 503, 429, 401.
 	reject func(w http.ResponseWriter, r *http.Request) bool
@@ -61,6 +65,7 @@ func newTestServer(t *testing.T) *testServer {
 		conns:      map[*tconn]struct{}{},
 		topics:     map[string]map[*tconn]struct{}{},
 		subscribes: map[string]int{},
+		refreshes:  make(chan string, 16),
 	}
 	s.srv = httptest.NewServer(s)
 	s.url = "ws" + strings.TrimPrefix(s.srv.URL, "http") + "/ws"
@@ -141,6 +146,11 @@ func (s *testServer) handle(tc *tconn, req protocol.Request) {
 		s.mu.Lock()
 		if req.Method == "subscribe" {
 			s.subscribes[p.Topic]++
+			if strings.HasPrefix(p.Topic, "secret") {
+				s.mu.Unlock()
+				reply(nil, protocol.NewError(protocol.CodeForbidden, "", map[string]string{"topic": p.Topic}))
+				return
+			}
 			if s.topics[p.Topic] == nil {
 				s.topics[p.Topic] = map[*tconn]struct{}{}
 			}
@@ -169,6 +179,13 @@ func (s *testServer) handle(tc *tconn, req protocol.Request) {
 		reply(nil, nil)
 	case "echo":
 		go reply(req.Params, nil)
+	case "refresh":
+		var p struct {
+			Token string `json:"token"`
+		}
+		json.Unmarshal(req.Params, &p)
+		s.refreshes <- p.Token
+		reply(json.RawMessage(`{"expiresAt":null}`), nil)
 	case "fail":
 		reply(nil, protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{Class: "chat", Reason: "MEMORY", RetryAfterMs: 250}))
 	case "gate":

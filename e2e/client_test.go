@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -68,5 +70,60 @@ func TestGoClientReconnectsAndResubscribesAcrossRestart(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no message after reconnecting")
+	}
+}
+
+// The Go client keeps a connection alive past its token's exp: it answers
+// each tokenExpiring with a token from its TokenFunc and the refresh
+// method, and never reconnects.
+func TestGoClientRefreshesItsToken(t *testing.T) {
+	leakcheck.Check(t)
+	p := start(t, fmt.Sprintf("auth: {jwt: {hmacSecret: %q, refreshNotice: 1s}}\nhandshake: {perTickBudget: 0}\n", expirySecret))
+	var issued atomic.Int64
+	opts := client.DefaultOptions()
+	opts.TokenFunc = func(context.Context) (string, error) {
+		issued.Add(1)
+		return hsToken(t, "alice", time.Now().Add(3*time.Second)), nil
+	}
+	notices := make(chan struct{}, 4)
+	opts.OnSystem = func(event string, _ json.RawMessage) {
+		if event == "tokenExpiring" {
+			notices <- struct{}{}
+		}
+	}
+	var drops atomic.Int64
+	opts.OnState = func(s client.State, _ error) {
+		if s == client.Disconnected {
+			drops.Add(1)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, p.WS(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := make(chan string, 4)
+	if _, err := c.Subscribe(ctx, "news", func(_ string, data json.RawMessage) { got <- string(data) }); err != nil {
+		t.Fatal(err)
+	}
+	// Three notices on one connection: each one after the first follows a
+	// refresh (an unrefreshed connection is closed at exp instead).
+	for range 3 {
+		select {
+		case <-notices:
+		case <-ctx.Done():
+			t.Fatal("no tokenExpiring notice")
+		}
+	}
+	if err := c.Publish(ctx, "news", "still here"); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-got; d != `"still here"` {
+		t.Fatalf("got %s", d)
+	}
+	if drops.Load() != 0 || issued.Load() < 3 {
+		t.Fatalf("%d disconnects, %d tokens issued; want 0 and at least 3 (connect + refreshes)", drops.Load(), issued.Load())
 	}
 }
