@@ -9,7 +9,15 @@
 //     to repeat. Calls and notifications made while disconnected wait in a
 //     bounded queue and go out once a connection is up.
 //   - Close codes 1002, 1003, 1007, 1008 and 1009 are refusals that waiting
-//     will not change: no reconnect. Neither after close().
+//     will not change: no reconnect. Neither after close(). The exception
+//     is 1008 "token expired" when the token option is a function: a fresh
+//     token changes it, so the client reconnects.
+//   - With a token function, a "tokenExpiring" system event is answered
+//     with a new token through the "refresh" method, so the connection
+//     outlives its token (docs/authentication.md).
+//   - A topic the server takes away (system event "unsubscribed") is
+//     forgotten, not re-sent after a reconnect; a subscribe refused with
+//     -32003 (or any other error) is final: ready rejects, no retry.
 //   - retry_after_ms=N in a close reason (1012 while draining, 1013 when
 //     shed or too slow) is a floor: the next attempt waits N plus jitter.
 //     A "draining" system event's reconnectAfterMs is the fallback hint.
@@ -17,6 +25,9 @@
 //     401 all look like close 1006), so those are retried with plain backoff.
 
 const PERMANENT_CLOSE = new Set([1002, 1003, 1007, 1008, 1009]);
+
+// The close reason of a connection whose token expired unrefreshed.
+const TOKEN_EXPIRED = "token expired";
 
 // A bogus huge hint must not park a client for days (same cap as the Go client).
 const MAX_HINT_MS = 10 * 60 * 1000;
@@ -80,12 +91,16 @@ export class RPCError extends Error {
 /**
  * Opens a client. Options (all optional):
  *   token          string, or a function returning one (or a Promise of one),
- *                  asked again before every attempt; sent as ?token=
+ *                  asked again before every attempt (sent as ?token=) and
+ *                  when the server says the token is expiring (sent with
+ *                  the "refresh" method)
  *   batch          offer the "rt.batch" subprotocol (the server may then send
  *                  several messages in one frame as a JSON array)
  *   minBackoffMs   default 500
  *   maxBackoffMs   default 20000
- *   onSystem(params)        server "system" notifications (degraded, recovered, draining)
+ *   onSystem(params)        server "system" notifications (degraded, recovered,
+ *                  draining, tokenExpiring, unsubscribed), after the client
+ *                  acted on them
  *   onState(state, info)    "connecting" | "open" | "disconnected" | "closed";
  *                  "open" comes after every subscription was re-sent and
  *                  answered; "disconnected" carries {code, reason,
@@ -291,7 +306,8 @@ class Client {
     // null when the attempt failed before a socket existed).
     this._failPending((p) => ws !== null && p.ws === ws, new RPCError("DISCONNECTED", "rtclient: disconnected"));
     if (this._stopped) return;
-    if (PERMANENT_CLOSE.has(code)) {
+    const fresh = code === 1008 && reason === TOKEN_EXPIRED && typeof this._token === "function";
+    if (PERMANENT_CLOSE.has(code) && !fresh) {
       this._stop({ code, reason });
       return;
     }
@@ -388,6 +404,8 @@ class Client {
         }
       } else if (m.method === "system") {
         if (params.event === "draining") this._drainHint = hintMs(params.reconnectAfterMs);
+        else if (params.event === "tokenExpiring") this._refresh();
+        else if (params.event === "unsubscribed") this._subs.delete(params.topic);
         try {
           this._onSystem(params);
         } catch (err) {
@@ -402,6 +420,20 @@ class Client {
       this._settle(m.id, new RPCError(e.code, e.message || "error " + e.code, e.data));
     } else {
       this._settle(m.id, null, m.result);
+    }
+  }
+
+  // _refresh answers tokenExpiring: a new token from the token function,
+  // sent with "refresh". When it fails the server closes with 1008 "token
+  // expired" at exp and the client reconnects with a token asked for then.
+  async _refresh() {
+    if (typeof this._token !== "function") return;
+    try {
+      const token = await this._token();
+      if (this._stopped) return;
+      await this.call("refresh", { token });
+    } catch (err) {
+      if (!this._stopped) this._onError(err);
     }
   }
 

@@ -306,6 +306,125 @@ for (const code of [1002, 1003, 1007, 1008, 1009]) {
   });
 }
 
+// --- authentication ---
+
+test("tokenExpiring is answered with a fresh token through refresh", async () => {
+  const h = harness();
+  let n = 0;
+  const c = connect("ws://x/ws", h.opts({ token: async () => "tok" + ++n }));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "tokenExpiring", expiresInMs: 30000 } });
+  await tick();
+  const refresh = ws.sent.find((m) => m.method === "refresh");
+  eq(refresh && refresh.params, { token: "tok2" }, "refresh params");
+  eq(h.system, [{ event: "tokenExpiring", expiresInMs: 30000 }], "onSystem still told");
+  ws.recv({ jsonrpc: "2.0", id: refresh.id, result: { expiresAt: 1796000000 } });
+  await tick();
+  eq(h.errors.length, 0, "no error");
+  c.close();
+});
+
+test("tokenExpiring with a fixed token only reaches onSystem", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts({ token: "fixed" }));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "tokenExpiring", expiresInMs: 30000 } });
+  await tick();
+  eq(ws.sent.filter((m) => m.method === "refresh").length, 0, "no refresh");
+  eq(h.system.length, 1, "onSystem told");
+  c.close();
+});
+
+test("a refused refresh is reported, and the connection stays", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts({ token: () => "t" }));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "tokenExpiring", expiresInMs: 1000 } });
+  await tick();
+  const refresh = ws.sent.find((m) => m.method === "refresh");
+  ws.recv({ jsonrpc: "2.0", id: refresh.id, error: { code: -32003, message: "FORBIDDEN" } });
+  await tick();
+  eq(h.errors.map((e) => e.code), [-32003], "reported");
+  eq(c.state, "open", "still open");
+  eq(h.sockets.length, 1, "same socket");
+  c.close();
+});
+
+test("close 1008 token expired reconnects with a fresh token when token is a function", async () => {
+  const h = harness();
+  let n = 0;
+  const c = connect("ws://x/ws", h.opts({ token: () => "tok" + ++n }));
+  await tick();
+  h.last().open();
+  h.last().drop(1008, "token expired");
+  await h.advance(1000);
+  eq(h.sockets.length, 2, "reconnected");
+  eq(h.last().url, "ws://x/ws?token=tok2", "with a fresh token");
+  h.last().open();
+  h.last().drop(1008, "repeated invalid requests");
+  await h.advance(60000);
+  eq([h.sockets.length, c.state], [2, "closed"], "any other 1008 is final");
+});
+
+test("close 1008 token expired is final with a fixed token", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts({ token: "fixed" }));
+  await tick();
+  h.last().open();
+  h.last().drop(1008, "token expired");
+  await h.advance(60000);
+  eq([h.sockets.length, c.state], [1, "closed"], "no reconnect");
+});
+
+test("a topic the server took away (unsubscribed) is not re-sent after a reconnect", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  let ws = h.last();
+  ws.open();
+  const got = [];
+  c.subscribe("kept", () => {});
+  c.subscribe("taken", (d) => got.push(d));
+  answerAll(ws);
+  ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "unsubscribed", topic: "taken" } });
+  ws.recv({ jsonrpc: "2.0", method: "message", params: { topic: "taken", data: 1 } });
+  eq(got, [], "no delivery after unsubscribed");
+  eq(h.system, [{ event: "unsubscribed", topic: "taken" }], "onSystem told");
+  ws.drop(1006);
+  await h.advance(1000);
+  ws = h.last();
+  ws.open();
+  eq(ws.sent.filter((m) => m.method === "subscribe").map((m) => m.params.topic), ["kept"], "resubscribed");
+  c.close();
+});
+
+test("a subscribe refused with -32003 is final: ready rejects, never re-sent", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  let ws = h.last();
+  ws.open();
+  const off = c.subscribe("secret", () => {});
+  const sub = ws.sent.find((m) => m.method === "subscribe");
+  ws.recv({ jsonrpc: "2.0", id: sub.id, error: { code: -32003, message: "FORBIDDEN", data: { topic: "secret" } } });
+  const err = await off.ready.catch((e) => e);
+  eq([err.code, err.data], [-32003, { topic: "secret" }], "ready rejects with the server's error");
+  await h.advance(60000);
+  eq(ws.sent.filter((m) => m.method === "subscribe").length, 1, "not retried");
+  ws.drop(1006);
+  await h.advance(1000);
+  ws = h.last();
+  ws.open();
+  eq(ws.sent.filter((m) => m.method === "subscribe").length, 0, "not re-sent after a reconnect");
+  c.close();
+});
+
 test("close() is final and rejects everything waiting", async () => {
   const h = harness();
   const c = connect("ws://x/ws", h.opts());
