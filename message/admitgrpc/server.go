@@ -1,0 +1,176 @@
+package admitgrpc
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rtserver/rtserver/internal/clientip"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/message/internal/admittrace"
+)
+
+// Option configures the server interceptors.
+type Option func(*config)
+
+type config struct {
+	key        func(context.Context) string
+	trusted    []netip.Prefix
+	onReleased func(message.Outcome) // tests: called by each admitted call's release
+}
+
+// Key sets the call's user key: the budget a Rate or Cost part with
+// by: user charges (typically the authenticated subject, from ctx). The
+// default, and a key function that returns "", keys the call by its client
+// IP, in a key space apart from user keys.
+func Key(f func(ctx context.Context) string) Option {
+	return func(c *config) { c.key = f }
+}
+
+// TrustedProxies lists the peers whose x-forwarded-for metadata is
+// believed, by the rule of handshake.trustedProxies (docs/configuration.md):
+// behind them the client is the right-most entry that is not itself a
+// trusted proxy. Without it the peer is the client and the metadata is
+// never read.
+func TrustedProxies(p ...netip.Prefix) Option {
+	return func(c *config) { c.trusted = append([]netip.Prefix(nil), p...) }
+}
+
+// UnaryServerInterceptor admits unary calls by their method's class; a
+// method the router maps to no class runs unchecked.
+func UnaryServerInterceptor(r *message.Router, opts ...Option) grpc.UnaryServerInterceptor {
+	g := newGuard(r, opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		c := g.router.ClassOf(info.FullMethod)
+		if c == nil {
+			return handler(ctx, req)
+		}
+		var size int64
+		if m, ok := req.(proto.Message); ok {
+			size = int64(proto.Size(m))
+		}
+		p, err := g.admit(ctx, c, info.FullMethod, size)
+		if err != nil {
+			return nil, err
+		}
+		defer p.finish()
+		resp, err := handler(ctx, req)
+		p.returned = true
+		return resp, err
+	}
+}
+
+// StreamServerInterceptor admits streams by their method's class; the
+// lease, if any, is held until the stream ends.
+func StreamServerInterceptor(r *message.Router, opts ...Option) grpc.StreamServerInterceptor {
+	g := newGuard(r, opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		c := g.router.ClassOf(info.FullMethod)
+		if c == nil {
+			return handler(srv, ss)
+		}
+		p, err := g.admit(ss.Context(), c, info.FullMethod, 0)
+		if err != nil {
+			return err
+		}
+		defer p.finish()
+		err = handler(srv, ss)
+		p.returned = true
+		return err
+	}
+}
+
+type guard struct {
+	router *message.Router
+	cfg    config
+	pool   sync.Pool
+}
+
+func newGuard(r *message.Router, opts []Option) *guard {
+	if r == nil {
+		panic("admitgrpc: interceptor needs a router")
+	}
+	g := &guard{router: r}
+	for _, o := range opts {
+		o(&g.cfg)
+	}
+	g.pool.New = func() any { return &pending{g: g} }
+	return g
+}
+
+// pending is one admitted call's state, pooled.
+type pending struct {
+	call     message.Call
+	g        *guard
+	ctx      context.Context
+	returned bool
+}
+
+// admit checks the call and returns its state, or the shed status.
+func (g *guard) admit(ctx context.Context, c *message.Class, method string, size int64) (*pending, error) {
+	p := g.pool.Get().(*pending)
+	p.call.Method = method
+	p.call.IP = g.clientKey(ctx)
+	if g.cfg.key != nil {
+		p.call.User = g.cfg.key(ctx)
+	}
+	p.call.Bytes = size
+	d := c.Check(&p.call)
+	admittrace.Record(ctx, c.Name(), d)
+	if !d.Allowed {
+		g.put(p)
+		return nil, shedError(c.Name(), d)
+	}
+	p.ctx = ctx
+	return p, nil
+}
+
+// finish is deferred around the handler: it runs on return and on panic
+// (the panic goes on after it), exactly once per admitted call.
+func (p *pending) finish() {
+	o := message.Completed
+	if !p.returned || p.ctx.Err() != nil {
+		o = message.Dropped
+	}
+	p.call.ReleaseWith(o)
+	if f := p.g.cfg.onReleased; f != nil {
+		f(o)
+	}
+	p.g.put(p)
+}
+
+func (g *guard) put(p *pending) {
+	p.call.Method, p.call.IP, p.call.User, p.call.Bytes = "", "", "", 0
+	p.ctx, p.returned = nil, false
+	g.pool.Put(p)
+}
+
+// clientKey is the peer's IP key, or behind a trusted proxy the forwarded
+// client's; "" when the transport knows no peer.
+func (g *guard) clientKey(ctx context.Context) string {
+	pr, ok := peer.FromContext(ctx)
+	if !ok || pr.Addr == nil {
+		return ""
+	}
+	if len(g.cfg.trusted) == 0 {
+		if a, ok := pr.Addr.(*net.TCPAddr); ok {
+			// The common case without formatting and re-parsing the
+			// address: the same key as Resolve gives.
+			if ip, ok := netip.AddrFromSlice(a.IP); ok {
+				return clientip.Key(ip.Unmap())
+			}
+		}
+	}
+	var xff []string
+	if len(g.cfg.trusted) > 0 {
+		xff = metadata.ValueFromIncomingContext(ctx, "x-forwarded-for")
+	}
+	_, key := clientip.Resolve(pr.Addr.String(), xff, g.cfg.trusted)
+	return key
+}
