@@ -5,12 +5,14 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/json"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/MicahParks/jwkset"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/rtserver/rtserver/internal/jwttest"
@@ -200,4 +202,52 @@ func TestAudienceIssuer(t *testing.T) {
 	if _, err := New(anon, nil); err == nil {
 		t.Error("audience without a key accepted")
 	}
+}
+
+// The key set comes from a configured URL, but it is still bytes from the
+// network: parsing never panics, and what it keeps is usable.
+func FuzzParseJWKS(f *testing.F) {
+	rsaKey, _ := rsa.GenerateKey(rand.Reader, 1024)
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	var set jwkset.JWKSMarshal
+	for kid, pub := range map[string]any{"r": &rsaKey.PublicKey, "e": &ecKey.PublicKey} {
+		j, err := jwkset.NewJWKFromKey(pub, jwkset.JWKOptions{Metadata: jwkset.JWKMetadataOptions{KID: kid}})
+		if err != nil {
+			f.Fatal(err)
+		}
+		set.Keys = append(set.Keys, j.Marshal())
+	}
+	good, _ := json.Marshal(set)
+	f.Add(good)
+	f.Add([]byte(`{"keys":[]}`))
+	f.Add([]byte(`{"keys":[{"kty":"oct","kid":"s","k":"c2VjcmV0"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"RSA","kid":"x","n":"","e":"AQAB"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"EC","kid":"x","crv":"P-256","x":"AA","y":"AA"}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		keys, err := parseJWKS(body)
+		if err != nil {
+			return
+		}
+		if len(keys) == 0 {
+			t.Fatal("no error and no key")
+		}
+		for kid, k := range keys {
+			if kid == "" {
+				t.Fatal("a key without kid kept")
+			}
+			switch key := k.key.(type) {
+			case *rsa.PublicKey:
+				if key.N == nil {
+					t.Fatalf("kid %q: RSA key without modulus", kid)
+				}
+			case *ecdsa.PublicKey:
+				if key.Curve != elliptic.P256() {
+					t.Fatalf("kid %q: EC key on %s", kid, key.Curve.Params().Name)
+				}
+			default:
+				t.Fatalf("kid %q: kept a %T", kid, k.key)
+			}
+		}
+	})
 }
