@@ -52,6 +52,13 @@ const (
 // ProbeEvery/12 has passed); their mean latency is the new minRTT and the
 // limit returns to where it was. Pinning is what makes the measurement a
 // no-load one even under sustained overload.
+//
+// The hot path takes no lock: Check loads the limit, Release adds its
+// sample to atomic window sums; the Release that finds the window over
+// takes the mutex (TryLock: the others go on) and computes the next limit.
+// A sample that lands while a window is being closed may count towards the
+// next one; the mean does not notice. Probes are rare (25 calls a minute)
+// and run under the mutex.
 type adaptiveLimit struct {
 	min, max   int64
 	tolerance  float64
@@ -62,16 +69,17 @@ type adaptiveLimit struct {
 	epoch      time.Time
 	gauge      prometheus.Gauge
 
-	limit atomic.Int64 // what Check enforces: est, or Min while probing
+	limit     atomic.Int64 // what Check enforces: est, or Min while probing
+	probing   atomic.Bool
+	dropFloor atomic.Int64 // ns: a dropped call's least sample, 2 × Tolerance × minRTT
+	winStart  atomic.Int64
+	sum       atomic.Int64 // latency (ns) of the window's samples
+	n         atomic.Int64
+	peak      atomic.Int64 // most calls in flight seen at a release in this window
 
-	mu         sync.Mutex
-	est        float64 // the controller's limit
-	minRTT     float64 // ns; 0 until the first probe ends
-	winStart   int64
-	sum        float64 // latency (ns) of the window's samples
-	n          int
-	peak       int64 // most calls in flight seen at a release in this window
-	probing    bool
+	mu         sync.Mutex // closes windows; guards the fields below
+	est        float64    // the controller's limit
+	minRTT     float64    // ns; 0 until the first probe ends
 	probeStart int64
 	probeSum   float64
 	probeN     int
@@ -107,7 +115,7 @@ func newAdaptiveLimit(p AdaptiveConcurrency, now func() time.Time, gauge prometh
 		est: float64(p.Min),
 	}
 	// The first probe starts at once: nothing is known about the latency.
-	al.probing = true
+	al.probing.Store(true)
 	al.set(al.min)
 	return al, nil
 }
@@ -125,35 +133,51 @@ func (al *adaptiveLimit) set(l int64) {
 // observe feeds one released call: it started at start and ended at end (ns
 // since epoch), inflight calls were in flight just before it was released.
 func (al *adaptiveLimit) observe(start, end, inflight int64, o Outcome) {
-	lat := float64(max(end-start, 0))
-	al.mu.Lock()
-	defer al.mu.Unlock()
-	if al.probing {
-		al.observeProbe(start, end, lat, o)
-		return
+	lat := max(end-start, 0)
+	if al.probing.Load() {
+		al.mu.Lock()
+		if al.probing.Load() {
+			al.observeProbe(start, end, lat, o)
+			al.mu.Unlock()
+			return
+		}
+		al.mu.Unlock()
 	}
 	if o == Dropped {
-		lat = max(lat, 2*al.tolerance*al.minRTT)
+		lat = max(lat, al.dropFloor.Load())
 	}
-	al.sum += lat
-	al.n++
-	al.peak = max(al.peak, inflight)
-	if end-al.winStart < al.window {
+	al.sum.Add(lat)
+	al.n.Add(1)
+	for p := al.peak.Load(); inflight > p; p = al.peak.Load() {
+		if al.peak.CompareAndSwap(p, inflight) {
+			break
+		}
+	}
+	if end-al.winStart.Load() < al.window || !al.mu.TryLock() {
 		return
 	}
-	sample := al.sum / float64(al.n)
+	defer al.mu.Unlock()
+	if end-al.winStart.Load() < al.window || al.probing.Load() {
+		return // another release closed it meanwhile
+	}
+	al.winStart.Store(end)
+	sum, n, peak := al.sum.Swap(0), al.n.Swap(0), al.peak.Swap(0)
+	if n <= 0 {
+		return
+	}
+	sample := float64(sum) / float64(n)
 	g := maxGradient
 	if sample > 0 {
 		g = min(max(al.tolerance*al.minRTT/sample, minGradient), maxGradient)
 	}
-	appLimited := float64(al.peak) < al.est/2
+	appLimited := float64(peak) < al.est/2
 	if !(g >= 1 && appLimited) {
 		l := al.est * g
 		al.est = min(max(l+math.Sqrt(l), float64(al.min)), float64(al.max))
 	}
-	al.winStart, al.sum, al.n, al.peak = end, 0, 0, 0
 	if end >= al.nextProbe {
-		al.probing, al.probeStart, al.probeSum, al.probeN = true, end, 0, 0
+		al.probeStart, al.probeSum, al.probeN = end, 0, 0
+		al.probing.Store(true)
 		al.set(al.min)
 		return
 	}
@@ -162,18 +186,23 @@ func (al *adaptiveLimit) observe(start, end, inflight int64, o Outcome) {
 
 // observeProbe counts calls that started during the probe, so ran at no
 // more than Min in flight; completed calls only (a drop is not a speed).
-func (al *adaptiveLimit) observeProbe(start, end int64, lat float64, o Outcome) {
+// Called with al.mu held.
+func (al *adaptiveLimit) observeProbe(start, end, lat int64, o Outcome) {
 	if start < al.probeStart || o != Completed {
 		return
 	}
-	al.probeSum += lat
+	al.probeSum += float64(lat)
 	al.probeN++
 	if al.probeN < al.probeCalls && end-al.probeStart < al.probeEvery/12 {
 		return
 	}
 	al.minRTT = al.probeSum / float64(al.probeN)
-	al.probing = false
+	al.dropFloor.Store(int64(2 * al.tolerance * al.minRTT))
 	al.nextProbe = end + al.probeEvery + int64(rand.Float64()*probeJitter*float64(al.probeEvery))
-	al.winStart, al.sum, al.n, al.peak = end, 0, 0, 0
+	al.winStart.Store(end)
+	al.sum.Store(0)
+	al.n.Store(0)
+	al.peak.Store(0)
+	al.probing.Store(false)
 	al.set(int64(al.est))
 }

@@ -3,6 +3,7 @@ package message
 import (
 	"container/heap"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,5 +178,41 @@ func TestAdaptiveWithConcurrencyMax(t *testing.T) {
 	}
 	if c.InFlight() != 0 {
 		t.Fatal("leases not given back")
+	}
+}
+
+// TestAdaptiveConcurrent: many goroutines checking and releasing at once
+// (the race detector watches the lock-free window sums); in flight never
+// passes the largest limit and ends at zero, and the limit stays in range.
+func TestAdaptiveConcurrent(t *testing.T) {
+	a := New(Options{})
+	c := mustRegister(t, a, "x", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{
+		Min: 2, Max: 16, Window: time.Millisecond, ProbeEvery: 20 * time.Millisecond, ProbeCalls: 3,
+	}})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			call := &Call{}
+			for i := range 2000 {
+				if !c.Check(call).Allowed {
+					continue
+				}
+				if n := c.InFlight(); n > 16 {
+					t.Errorf("in flight %d over max 16", n)
+				}
+				if l := c.ConcurrencyLimit(); l < 2 || l > 16 {
+					t.Errorf("limit %d outside [2, 16]", l)
+				}
+				if (g+i)%7 == 0 {
+					call.ReleaseWith(Dropped)
+				} else {
+					call.Release()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := c.InFlight(); n != 0 {
+		t.Fatalf("in flight %d after every release", n)
 	}
 }
