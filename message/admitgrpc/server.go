@@ -21,6 +21,7 @@ type Option func(*config)
 
 type config struct {
 	key        func(context.Context) string
+	describe   func(ctx context.Context, req any, c *message.Call)
 	trusted    []netip.Prefix
 	onReleased func(message.Outcome) // tests: called by each admitted call's release
 }
@@ -31,6 +32,19 @@ type config struct {
 // IP, in a key space apart from user keys.
 func Key(f func(ctx context.Context) string) Option {
 	return func(c *config) { c.key = f }
+}
+
+// Describe fills in what a rule needs beyond the defaults, just before the
+// check: the defaults are IP (the client IP key), User (from Key), Method
+// (the full method name) and Bytes (the request message's encoded size for
+// a unary call, 0 for a stream). req is the request message of a unary
+// call and nil for a stream (whose messages come later). Set Params for a
+// cost part priced by param:<name> (a JSON object, e.g. {"maxTokens":700}
+// from the request's fields), Topic for a predicate, or override any
+// default. f runs on every call before the handler: keep it cheap. The
+// Call is the interceptor's: do not keep it.
+func Describe(f func(ctx context.Context, req any, c *message.Call)) Option {
+	return func(c *config) { c.describe = f }
 }
 
 // TrustedProxies lists the peers whose x-forwarded-for metadata is
@@ -55,7 +69,7 @@ func UnaryServerInterceptor(r *message.Router, opts ...Option) grpc.UnaryServerI
 		if m, ok := req.(proto.Message); ok {
 			size = int64(proto.Size(m))
 		}
-		p, err := g.admit(ctx, c, info.FullMethod, size)
+		p, err := g.admit(ctx, c, info.FullMethod, req, size)
 		if err != nil {
 			return nil, err
 		}
@@ -75,7 +89,7 @@ func StreamServerInterceptor(r *message.Router, opts ...Option) grpc.StreamServe
 		if c == nil {
 			return handler(srv, ss)
 		}
-		p, err := g.admit(ss.Context(), c, info.FullMethod, 0)
+		p, err := g.admit(ss.Context(), c, info.FullMethod, nil, 0)
 		if err != nil {
 			return err
 		}
@@ -113,7 +127,7 @@ type pending struct {
 }
 
 // admit checks the call and returns its state, or the shed status.
-func (g *guard) admit(ctx context.Context, c *message.Class, method string, size int64) (*pending, error) {
+func (g *guard) admit(ctx context.Context, c *message.Class, method string, req any, size int64) (*pending, error) {
 	p := g.pool.Get().(*pending)
 	p.call.Method = method
 	p.call.IP = g.clientKey(ctx)
@@ -121,6 +135,9 @@ func (g *guard) admit(ctx context.Context, c *message.Class, method string, size
 		p.call.User = g.cfg.key(ctx)
 	}
 	p.call.Bytes = size
+	if g.cfg.describe != nil {
+		g.cfg.describe(ctx, req, &p.call)
+	}
 	d := c.Check(&p.call)
 	admittrace.Record(ctx, c.Name(), d)
 	if !d.Allowed {
@@ -146,7 +163,8 @@ func (p *pending) finish() {
 }
 
 func (g *guard) put(p *pending) {
-	p.call.Method, p.call.IP, p.call.User, p.call.Bytes = "", "", "", 0
+	p.call.Method, p.call.IP, p.call.User, p.call.Topic = "", "", "", ""
+	p.call.Bytes, p.call.Subscribers, p.call.Params, p.call.ConnID = 0, 0, nil, 0
 	p.ctx, p.returned = nil, false
 	g.pool.Put(p)
 }

@@ -3,6 +3,7 @@ package admitgrpc_test
 import (
 	"context"
 	"io"
+	"strconv"
 	"testing"
 	"time"
 
@@ -201,6 +202,38 @@ func TestKeys(t *testing.T) {
 			if codesGot != want {
 				t.Errorf("codes %v, want %v", codesGot, want)
 			}
+		})
+	}
+}
+
+// TestCostParts: a unary call's Bytes is its request's encoded size, and
+// Describe can price it by a param; a cost denial is ResourceExhausted
+// with reason COST.
+func TestCostParts(t *testing.T) {
+	req := &healthpb.HealthCheckRequest{Service: "0123456789012345678901234567"} // 30 bytes encoded
+	tests := []struct {
+		name string
+		cost message.Cost
+		opts []admitgrpc.Option
+	}{
+		{name: "bytes", cost: message.Cost{Budget: 40, Per: time.Hour, Of: "bytes", By: "ip"}},
+		{name: "param via Describe", cost: message.Cost{Budget: 40, Per: time.Hour, Of: "param:chars", By: "ip"},
+			opts: []admitgrpc.Option{admitgrpc.Describe(func(ctx context.Context, req any, c *message.Call) {
+				n := len(req.(*healthpb.HealthCheckRequest).GetService())
+				c.Params = []byte(`{"chars":` + strconv.Itoa(n) + `}`)
+			})}},
+	}
+	s := startServer(t)
+	cl := s.dial(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, r := newRouter(t, message.Options{}, map[string]message.Rule{"c": {Cost: &tt.cost}}, map[string]string{methodCheck: "c"})
+			s.set(admitgrpc.UnaryServerInterceptor(r, tt.opts...), nil)
+			if _, err := cl.Check(t.Context(), req); err != nil {
+				t.Fatalf("first call: %v", err)
+			}
+			_, err := cl.Check(t.Context(), req)
+			shedDetails(t, err, codes.ResourceExhausted, message.ReasonCost, "c")
 		})
 	}
 }

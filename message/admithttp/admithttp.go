@@ -17,6 +17,7 @@ type Option func(*config)
 
 type config struct {
 	key        func(*http.Request) string
+	describe   func(*http.Request, *message.Call)
 	trusted    []netip.Prefix
 	dropOn5xx  bool
 	onGone     bool
@@ -29,6 +30,19 @@ type config struct {
 // user id never shares a budget with an address.
 func Key(f func(*http.Request) string) Option {
 	return func(c *config) { c.key = f }
+}
+
+// Describe fills in what a rule needs beyond the defaults, just before the
+// check: the defaults are IP (the client IP key), User (from Key), Method
+// (the URL path) and Bytes (Content-Length, 0 when unknown). Set Params
+// for a cost part priced by param:<name> (a JSON object, e.g. built from a
+// header or a decoded body), Topic or Subscribers for a predicate or a
+// fan-out cost, or override any default. f runs for every request, on the
+// request's goroutine, before the handler: keep it cheap, and if it reads
+// the body, give the handler a fresh reader. The Call is the middleware's:
+// do not keep it.
+func Describe(f func(r *http.Request, c *message.Call)) Option {
+	return func(c *config) { c.describe = f }
 }
 
 // TrustedProxies lists the proxies whose X-Forwarded-For is believed, as
@@ -122,6 +136,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.call.Method = r.URL.Path
 	p.call.Bytes = max(r.ContentLength, 0)
+	if m.cfg.describe != nil {
+		m.cfg.describe(r, &p.call)
+	}
 	d := m.class.Check(&p.call)
 	ctx := r.Context()
 	admittrace.Record(ctx, m.class.Name(), d)
@@ -173,7 +190,8 @@ func (p *pending) release(o message.Outcome) {
 
 // put clears what would keep the request alive and pools the state.
 func (m *middleware) put(p *pending) {
-	p.call.User, p.call.IP, p.call.Method, p.call.Bytes = "", "", "", 0
+	p.call.User, p.call.IP, p.call.Method, p.call.Topic = "", "", "", ""
+	p.call.Bytes, p.call.Subscribers, p.call.Params, p.call.ConnID = 0, 0, nil, 0
 	p.ctx, p.returned, p.stop = nil, false, nil
 	p.sw.ResponseWriter = nil
 	m.pool.Put(p)

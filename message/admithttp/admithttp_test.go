@@ -315,3 +315,40 @@ func TestConcurrentRequestsNeverExceedMax(t *testing.T) {
 		t.Errorf("in flight %d at the end", n)
 	}
 }
+
+// TestCostParts: a cost part priced by bytes reads Content-Length, one
+// priced by a param reads what Describe puts in Params; either denial is
+// 429 RATE_LIMITED with reason COST.
+func TestCostParts(t *testing.T) {
+	tests := []struct {
+		name string
+		cost message.Cost
+		opts []admithttp.Option
+	}{
+		{name: "bytes", cost: message.Cost{Budget: 10, Per: time.Hour, Of: "bytes", By: "ip"}},
+		{name: "param via Describe", cost: message.Cost{Budget: 10, Per: time.Hour, Of: "param:maxTokens", By: "ip"},
+			opts: []admithttp.Option{admithttp.Describe(func(r *http.Request, c *message.Call) {
+				c.Params = []byte(`{"maxTokens":` + r.Header.Get("X-Max-Tokens") + `}`)
+			})}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newClass(t, message.Rule{Cost: &tt.cost})
+			h := admithttp.Middleware(c, tt.opts...)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			serve := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest("POST", "/v1/complete", strings.NewReader("12345678")) // 8 bytes
+				r.Header.Set("X-Max-Tokens", "8")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, r)
+				return rec
+			}
+			if rec := serve(); rec.Code != 200 {
+				t.Fatalf("first request (8 of 10): %d %s", rec.Code, rec.Body)
+			}
+			b := decodeShed(t, serve(), http.StatusTooManyRequests)
+			if b.Error != "RATE_LIMITED" || b.Reason != message.ReasonCost {
+				t.Errorf("second request: %+v, want RATE_LIMITED COST", b)
+			}
+		})
+	}
+}
