@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,10 +12,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
@@ -206,4 +211,93 @@ http: {readHeaderTimeout: 300ms, readTimeout: 300ms, idleTimeout: 300ms}
 		}
 	}
 	wstest.MustOK(t, ws.Call("subscribe", `{"topic":"t"}`))
+}
+
+// A signed cluster-rate envelope captured off Redis is not accepted again
+// once its sender has been forgotten: the attacker needs no secret, only
+// the right to publish to Redis, and used to keep a topic shed for as
+// long as the replays went on.
+func TestReplayedRateEnvelopeIsDropped(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	cfg := fleetConfig(r.URL(), `admission:
+  classes: {broadcast: {clusterTopPublisher: {threshold: 20, by: topic}}}
+  methods: {publish: broadcast}
+`)
+	cfg = strings.Replace(cfg, "staleAfter: 1s}", "staleAfter: 1s, hmacSecret: s3cret}", 1)
+	a, b := start(t, cfg), start(t, cfg)
+
+	// Capture one of B's signed envelopes with "hot" in its slice.
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	ps := rc.Subscribe(context.Background(), "rt:pressure:rates")
+	defer ps.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	paced(t, b, "hot", 50, stop, &wg)
+	var captured string
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for captured == "" {
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatalf("no envelope of B with hot: %v", err)
+		}
+		var e struct {
+			Slice []struct {
+				Topic          string
+				MessagesPerSec float64
+			}
+		}
+		if json.Unmarshal([]byte(msg.Payload), &e) == nil {
+			for _, s := range e.Slice {
+				if s.Topic == "hot" && s.MessagesPerSec >= 20 {
+					captured = msg.Payload
+				}
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	// A has heard of B (and so of an envelope at least as new as the
+	// captured one) before B dies.
+	a.waitMetric("cluster_publish_rate_instances", 10*time.Second, func(v float64) bool { return v == 1 })
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	a.waitMetric("cluster_publish_rate_instances", 10*time.Second, func(v float64) bool { return v == 0 })
+
+	before := a.metric("cluster_publish_rate_parse_errors_total")
+	for range 3 {
+		if _, err := r.Do("PUBLISH", "rt:pressure:rates", captured); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A marker after the replays: once it is counted, they were handled.
+	if _, err := r.Do("PUBLISH", "rt:pressure:rates", "marker"); err != nil {
+		t.Fatal(err)
+	}
+	a.waitMetric("cluster_publish_rate_parse_errors_total", 10*time.Second, func(v float64) bool { return v == before+1 })
+	if v := a.metric("cluster_publish_rate_instances"); v != 0 {
+		t.Fatalf("the replayed envelope brought B back: cluster_publish_rate_instances = %v", v)
+	}
+	wstest.MustOK(t, wstest.Dial(t, a.WS()).Call("publish", `{"topic":"hot","data":1}`))
+}
+
+// A second signal stops at once even when clients never answer the close
+// handshake: it used to wait out the WebSocket library's 5s close timeout
+// for each connection already closing.
+func TestSecondSignalDoesNotWaitForSilentClients(t *testing.T) {
+	leakcheck.Check(t)
+	p := start(t, "drain: {duration: 1h}\n")
+	for range 3 {
+		// These clients never read again, so never answer a close frame.
+		wstest.MustOK(t, wstest.Dial(t, p.WS()).Call("subscribe", `{"topic":"t"}`))
+	}
+	p.signal(syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	p.signal(syscall.SIGTERM)
+	// Far below the 5s close-handshake wait the bug spent, far above the
+	// milliseconds a stop takes.
+	if code := p.exitCode(3 * time.Second); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
 }

@@ -437,6 +437,13 @@ func (c *conn) abort() {
 	c.closed = true
 	c.queue = nil
 	c.mu.Unlock()
+	// A close handshake in progress (the WebSocket library's Close waits
+	// up to 5s for the peer's answer, and a hostile or stuck peer never
+	// sends one) makes CloseNow wait for it too; closing the socket under
+	// it first ends that wait now, so a hard stop is at once.
+	if c.raw != nil {
+		_ = c.raw.Close()
+	}
 	_ = c.ws.CloseNow()
 }
 
