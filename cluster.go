@@ -34,6 +34,7 @@ type Redis struct {
 	RatePublishInterval time.Duration
 	RateStaleAfter      time.Duration
 	RateTopN            int
+	RateMaxClockSkew    time.Duration
 	HMACSecret          []byte
 }
 
@@ -44,6 +45,7 @@ func DefaultRedis() Redis {
 		Bus: "single", Partitions: 16, ChannelPrefix: "rt:",
 		RateChannel: "rt:pressure:rates", RatePublishInterval: 5 * time.Second,
 		RateStaleAfter: 12 * time.Second, RateTopN: 20,
+		RateMaxClockSkew: 5 * time.Second,
 	}
 }
 
@@ -67,6 +69,7 @@ func newCluster(cfg Redis, m *metrics.Metrics, log *slog.Logger, mon *pressure.M
 		PublishInterval: cfg.RatePublishInterval,
 		StaleAfter:      cfg.RateStaleAfter,
 		TopN:            cfg.RateTopN,
+		MaxClockSkew:    cfg.RateMaxClockSkew,
 		HMACSecret:      cfg.HMACSecret,
 		Subjects:        c.subjects,
 		LocalSubscribers: func(topic string) int {

@@ -45,6 +45,11 @@ type Aggregator struct {
 	mg     *merger
 	latest *pressure.Snapshot
 	win    *window
+	// seen is each sibling's highest accepted ts (sender's clock, ms),
+	// kept after the sibling is forgotten for as long as an envelope that
+	// old could still pass the clock window: a captured envelope is never
+	// accepted twice. See accept.
+	seen map[string]int64
 
 	// life serialises Activate and Deactivate.
 	life   sync.Mutex
@@ -55,7 +60,7 @@ type Aggregator struct {
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
 	received, parseErrors, outdated, instIgnored atomic.Uint64
 
-	logParse, logPublish, logSkip, logInstances, logRecv logLimit
+	logParse, logPublish, logSkip, logInstances, logRecv, logClock logLimit
 }
 
 // Stats are counters kept beside the Prometheus metrics, for things
@@ -66,7 +71,7 @@ type Stats struct {
 	BreakerSkips     uint64 // broadcasts skipped while the breaker was open
 	Received         uint64 // sibling envelopes accepted (cluster_publish_rate_received_total)
 	ParseErrors      uint64 // envelopes dropped: oversize, malformed, unsigned, forged
-	Outdated         uint64 // sibling envelopes not newer (by sender ts) than the one held
+	Outdated         uint64 // sibling envelopes dropped: ts not newer than the last accepted from the sender, or too far from this clock (a replay)
 	InstancesIgnored uint64 // envelopes from new instances past MaxInstances
 	Instances        int    // fresh siblings in the current view
 }
@@ -92,6 +97,7 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		log:     opts.Logger.With("component", "publishrate", "instanceId", opts.InstanceID),
 		maxList: max(2*opts.TopN, 64),
 		mg:      newMerger(),
+		seen:    map[string]int64{},
 		latest:  local.Snapshot(),
 		win:     newWindow(max(8*opts.TopN, 256), now),
 	}
@@ -254,6 +260,7 @@ func (a *Aggregator) mergeLocked(now time.Time) {
 			a.mg.drop(id)
 		}
 	}
+	a.forgetSeen(now)
 	v := a.mg.build(a.opts.TopN)
 	a.view.Store(v)
 
@@ -288,12 +295,11 @@ func (a *Aggregator) receive(payload []byte) {
 	if !a.active {
 		return
 	}
-	if r, ok := a.mg.remotes[e.InstanceID]; ok {
-		if e.TS <= r.ts && now.Sub(r.arrived) < a.opts.StaleAfter {
-			a.outdated.Add(1)
-			return
-		}
-	} else if len(a.mg.remotes) >= a.opts.MaxInstances {
+	if !a.fresh(e, now) {
+		a.outdated.Add(1)
+		return
+	}
+	if _, ok := a.mg.remotes[e.InstanceID]; !ok && len(a.mg.remotes) >= a.opts.MaxInstances {
 		a.mergeLocked(now) // forgets stale siblings, freeing room
 		if len(a.mg.remotes) >= a.opts.MaxInstances {
 			a.instIgnored.Add(1)
@@ -304,10 +310,41 @@ func (a *Aggregator) receive(payload []byte) {
 			return
 		}
 	}
+	a.seen[e.InstanceID] = e.TS
 	a.mg.put(e.InstanceID, &remote{ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)
+}
+
+// fresh reports whether e may be accepted: its ts is within
+// StaleAfter+MaxClockSkew of this instance's clock, and newer than any
+// envelope accepted from the same sibling. Without these, an envelope
+// captured off Redis (signed, so it passes the HMAC check) could be
+// replayed once its sender was forgotten, however old, and keep its
+// topics shed for as long as the replays go on. a.mu is held.
+func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
+	window := a.opts.StaleAfter + a.opts.MaxClockSkew
+	if age := now.Sub(time.UnixMilli(e.TS)); age > window || age < -window {
+		if a.logClock.allow(now) {
+			a.log.Warn("dropped cluster rate envelope: its ts is too far from this instance's clock (a replay, or clocks apart by more than publishRate.maxClockSkew)",
+				"from", e.InstanceID, "age", age, "window", window)
+		}
+		return false
+	}
+	hw, ok := a.seen[e.InstanceID]
+	return !ok || e.TS > hw
+}
+
+// forgetSeen drops the high-water marks that the clock window alone now
+// enforces: any envelope at or below them is too old to pass. a.mu is held.
+func (a *Aggregator) forgetSeen(now time.Time) {
+	oldest := now.Add(-(a.opts.StaleAfter + a.opts.MaxClockSkew)).UnixMilli()
+	for id, ts := range a.seen {
+		if ts < oldest {
+			delete(a.seen, id)
+		}
+	}
 }
 
 func (a *Aggregator) receiveLoop(ctx context.Context, ps *redis.PubSub) {

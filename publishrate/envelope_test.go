@@ -56,9 +56,9 @@ func TestSignatureCoversBody(t *testing.T) {
 }
 
 func TestSignedEnvelopes(t *testing.T) {
-	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1, Slice: []wireTopic{{"hot", 600, 1}}}, secret)
-	unsigned, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1, Slice: []wireTopic{{"hot", 600, 1}}}, nil)
-	forged, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1, Slice: []wireTopic{{"hot", 600, 1}}}, []byte("other"))
+	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, secret)
+	unsigned, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, nil)
+	forged, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, []byte("other"))
 	tampered := bytes.Replace(good, []byte("600"), []byte("900"), 1)
 	cut := len(good) - sigTailLen
 	sigFirst := []byte(`{"sig":"` + string(good[cut+len(sigPrefix):len(good)-2]) + `",` + string(unsigned[1:]))
@@ -175,11 +175,11 @@ func TestTolerantEnvelopes(t *testing.T) {
 		give     string
 		wantRate float64
 	}{
-		{"unknown fields", `{"v":1,"instanceId":"A","ts":1,"region":"eu","slice":[{"topic":"hot","messagesPerSec":5,"bytesPerSec":1,"p99":3}],"extra":{"a":[1]}}`, 5},
-		{"no users, no subs, no sig", `{"v":1,"instanceId":"A","ts":1,"slice":[{"topic":"hot","messagesPerSec":5,"bytesPerSec":1}]}`, 5},
-		{"sig without a secret", `{"v":1,"instanceId":"A","ts":1,"slice":[{"topic":"hot","messagesPerSec":5,"bytesPerSec":1}],"sig":"00"}`, 5},
-		{"no slice", `{"v":1,"instanceId":"A","ts":1}`, 0},
-		{"whitespace", " {\n \"v\": 1, \"instanceId\": \"A\", \"ts\": 1, \"slice\": [ {\"topic\": \"hot\", \"messagesPerSec\": 2.5e0, \"bytesPerSec\": 0} ] }\n", 2.5},
+		{"unknown fields", `{"v":1,"instanceId":"A","ts":1700000000001,"region":"eu","slice":[{"topic":"hot","messagesPerSec":5,"bytesPerSec":1,"p99":3}],"extra":{"a":[1]}}`, 5},
+		{"no users, no subs, no sig", `{"v":1,"instanceId":"A","ts":1700000000001,"slice":[{"topic":"hot","messagesPerSec":5,"bytesPerSec":1}]}`, 5},
+		{"sig without a secret", `{"v":1,"instanceId":"A","ts":1700000000001,"slice":[{"topic":"hot","messagesPerSec":5,"bytesPerSec":1}],"sig":"00"}`, 5},
+		{"no slice", `{"v":1,"instanceId":"A","ts":1700000000001}`, 0},
+		{"whitespace", " {\n \"v\": 1, \"instanceId\": \"A\", \"ts\": 1700000000001, \"slice\": [ {\"topic\": \"hot\", \"messagesPerSec\": 2.5e0, \"bytesPerSec\": 0} ] }\n", 2.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -194,8 +194,8 @@ func TestTolerantEnvelopes(t *testing.T) {
 }
 
 func FuzzEnvelope(f *testing.F) {
-	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1, Slice: []wireTopic{{"hot", 1, 2}}, Users: []wireUser{{"u", 1}}, Subs: []wireSub{{"hot", 3}}}, nil)
-	signed, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1, Slice: []wireTopic{{"hot", 1, 2}}}, secret)
+	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2}}, Users: []wireUser{{"u", 1}}, Subs: []wireSub{{"hot", 3}}}, nil)
+	signed, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2}}}, secret)
 	for _, s := range [][]byte{good, signed, []byte(`{}`), []byte(`{"v":1}`), []byte(`{,"sig":"` + strings.Repeat("0", 64) + `"}`), []byte("\xff")} {
 		f.Add(s, false)
 		f.Add(s, true)

@@ -62,7 +62,18 @@ type fakeClock struct {
 	t  time.Time
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+// testEpoch is where every fake clock starts. Envelopes made by env carry
+// ts offsets from it, so they are within the clock window of a receiver
+// on a fake clock.
+var testEpoch = time.UnixMilli(testEpochMs)
+
+// testEpochMs is testEpoch as an envelope ts; testTS is one ms later.
+const (
+	testEpochMs = 1_700_000_000_000
+	testTS      = testEpochMs + 1
+)
+
+func newFakeClock() *fakeClock { return &fakeClock{t: testEpoch} }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
@@ -94,6 +105,9 @@ func newOffline(t testing.TB, local Local, opts Options) *Aggregator {
 	if opts.Logger == nil {
 		opts.Logger = discardLog
 	}
+	if opts.Now == nil {
+		opts.Now = newFakeClock().Now
+	}
 	a, err := New(deadClient(t), local, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -105,10 +119,11 @@ func newOffline(t testing.TB, local Local, opts Options) *Aggregator {
 	return a
 }
 
-// env marshals an unsigned envelope from id at ts with the given slice.
+// env marshals an unsigned envelope from id, ts milliseconds after
+// testEpoch, with the given slice.
 func env(t testing.TB, id string, ts int64, slice ...wireTopic) []byte {
 	t.Helper()
-	b, err := marshalEnvelope(&envelope{V: 1, InstanceID: id, TS: ts, Slice: slice, Users: []wireUser{}}, nil)
+	b, err := marshalEnvelope(&envelope{V: 1, InstanceID: id, TS: testEpochMs + ts, Slice: slice, Users: []wireUser{}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func TestMergeUsersAndSubscribers(t *testing.T) {
 	if _, err := a.collect(clk.Now()); err != nil { // takes the local subjects
 		t.Fatal(err)
 	}
-	b, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1,
+	b, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS,
 		Users: []wireUser{{"alice", 10}, {"bob", 2}},
 		Subs:  []wireSub{{"room", 4}, {"lobby", 1}},
 	}, nil)
@@ -98,30 +98,24 @@ func TestSubscribersOfLiveLocal(t *testing.T) {
 	if _, err := a.collect(time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: 1, Subs: []wireSub{{"room", 2}}}, nil)
+	b, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Subs: []wireSub{{"room", 2}}}, nil)
 	a.receive(b)
 	if got := a.SubscribersOf("room"); got != 7 {
 		t.Errorf("SubscribersOf(room) = %d, want 5 live + 2 remote", got)
 	}
 }
 
+// Freshness is by the receiver's clock; order is by the sender's ts, and
+// a sibling's clock may be off by up to MaxClockSkew.
 func TestStalenessByReceiverClock(t *testing.T) {
 	const stale = 12 * time.Second
-	tests := []struct {
-		name string
-		ts   func(now time.Time) int64
-	}{
-		{"sender clock in sync", func(now time.Time) int64 { return now.UnixMilli() }},
-		{"sender clock far in the past", func(time.Time) int64 { return 1 }},
-		{"sender clock far in the future", func(now time.Time) int64 { return now.Add(1000 * time.Hour).UnixMilli() }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, off := range []time.Duration{0, -4 * time.Second, 4 * time.Second} {
+		t.Run(fmt.Sprint("sender clock off by ", off), func(t *testing.T) {
 			clk := newFakeClock()
 			m := metrics.NewDiscard()
 			local := newFakeLocal()
 			a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, StaleAfter: stale, PublishInterval: 5 * time.Second})
-			ts := tt.ts(clk.Now())
+			ts := off.Milliseconds() // the sender's clock, as an offset from testEpoch
 			a.receive(env(t, "A", ts, wireTopic{"hot", 600, 1}))
 			if a.RateOf("hot") != 600 {
 				t.Fatalf("RateOf(hot) = %v after arrival, want 600", a.RateOf("hot"))
@@ -129,10 +123,11 @@ func TestStalenessByReceiverClock(t *testing.T) {
 
 			// A newer envelope (by sender ts) refreshes; an older or equal one does not.
 			clk.Advance(stale - time.Second)
-			a.receive(env(t, "A", ts+1, wireTopic{"hot", 700, 1}))
+			last := ts + (stale - time.Second).Milliseconds()
+			a.receive(env(t, "A", last, wireTopic{"hot", 700, 1}))
 			clk.Advance(stale - time.Millisecond)
-			a.receive(env(t, "A", ts, wireTopic{"hot", 1, 1}))
-			a.receive(env(t, "A", ts+1, wireTopic{"hot", 1, 1}))
+			a.receive(env(t, "A", last, wireTopic{"hot", 1, 1}))
+			a.receive(env(t, "A", last-5000, wireTopic{"hot", 1, 1}))
 			if got := a.Stats().Outdated; got != 2 {
 				t.Errorf("Outdated = %d, want 2", got)
 			}
@@ -153,12 +148,68 @@ func TestStalenessByReceiverClock(t *testing.T) {
 				t.Errorf("instances = %v, want 0", got)
 			}
 
-			// Once stale, even an envelope with an older ts is news again.
-			a.receive(env(t, "A", ts-5, wireTopic{"hot", 42, 1}))
+			// Forgotten, its last envelope replayed is still old news; a
+			// newer one from the sibling brings it back.
+			a.receive(env(t, "A", last, wireTopic{"hot", 700, 1}))
+			if got := a.RateOf("hot"); got != 0 {
+				t.Errorf("a replayed envelope of a forgotten sibling was accepted: RateOf = %v", got)
+			}
+			a.receive(env(t, "A", ts+(2*stale).Milliseconds(), wireTopic{"hot", 42, 1}))
 			if got := a.RateOf("hot"); got != 42 {
 				t.Errorf("after a stale sibling came back: RateOf = %v, want 42", got)
 			}
 		})
+	}
+}
+
+// A captured envelope cannot be replayed: not while its sender is
+// tracked, not once it was forgotten (the high-water mark outlives it),
+// and not once the mark is gone (the ts is then outside the clock window
+// of StaleAfter+MaxClockSkew).
+func TestReplayedEnvelopesAreDropped(t *testing.T) {
+	const stale, skew = 12 * time.Second, 5 * time.Second
+	clk := newFakeClock()
+	local := newFakeLocal()
+	a := newOffline(t, local, Options{Now: clk.Now, StaleAfter: stale, PublishInterval: 5 * time.Second, HMACSecret: secret})
+	signed := func(ts int64) []byte {
+		b, err := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testEpochMs + ts, Slice: []wireTopic{{"hot", 1e6, 1}}}, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	captured := signed(0)
+	a.receive(captured)
+	if a.RateOf("hot") != 1e6 {
+		t.Fatal("the original envelope was not accepted")
+	}
+	for _, step := range []time.Duration{time.Second, stale, skew - time.Second, time.Second, time.Hour} {
+		clk.Advance(step)
+		local.emit(&pressure.Snapshot{}) // merge: forgets stale siblings and old marks
+		a.receive(captured)
+		if got := a.RateOf("hot"); got != 0 && clk.Now().Sub(testEpoch) >= stale {
+			t.Fatalf("%v after capture: replay accepted, RateOf(hot) = %v", clk.Now().Sub(testEpoch), got)
+		}
+	}
+	a.mu.Lock()
+	marks := len(a.seen)
+	a.mu.Unlock()
+	if marks != 0 {
+		t.Errorf("%d high-water marks kept past the clock window", marks)
+	}
+
+	// A sender's clock far off either way is dropped (and counted), signed or not.
+	for _, ts := range []time.Duration{-1000 * time.Hour, -(stale + skew + time.Second), stale + skew + time.Second, 1000 * time.Hour} {
+		before := a.Stats().Outdated
+		a.receive(signed(clk.Now().Sub(testEpoch).Milliseconds() + ts.Milliseconds()))
+		if a.Stats().Outdated != before+1 || a.RateOf("hot") != 0 {
+			t.Errorf("sender clock off by %v: accepted", ts)
+		}
+	}
+	// At the edge of the window it is taken.
+	a.receive(signed(clk.Now().Sub(testEpoch).Milliseconds() - (stale + skew).Milliseconds()))
+	if a.RateOf("hot") != 1e6 {
+		t.Errorf("sender clock StaleAfter+MaxClockSkew behind: dropped")
 	}
 }
 

@@ -20,6 +20,7 @@ const (
 	DefaultTopN             = 20
 	DefaultMaxInstances     = 1024
 	DefaultMaxEnvelopeBytes = 64 << 10
+	DefaultMaxClockSkew     = 5 * time.Second
 
 	// MaxInstanceIDLen bounds instance ids, ours and those read off the wire.
 	MaxInstanceIDLen = 128
@@ -107,6 +108,12 @@ type Options struct {
 	MaxInstances int
 	// MaxEnvelopeBytes bounds an envelope, sent or received. Default 64 KiB.
 	MaxEnvelopeBytes int
+	// MaxClockSkew is how far apart the instances' clocks may be. An
+	// envelope whose ts is further than StaleAfter+MaxClockSkew from this
+	// instance's clock is dropped (Stats.Outdated), as is one not newer
+	// than the last accepted from its sender, even after that sender was
+	// forgotten: a captured envelope cannot be replayed. Default 5s.
+	MaxClockSkew time.Duration
 }
 
 // withDefaults fills zero fields and validates the rest.
@@ -114,7 +121,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Channel == "" {
 		o.Channel = DefaultChannel
 	}
-	if o.PublishInterval < 0 || o.StaleAfter < 0 || o.TopN < 0 || o.MaxInstances < 0 || o.MaxEnvelopeBytes < 0 {
+	if o.PublishInterval < 0 || o.StaleAfter < 0 || o.TopN < 0 || o.MaxInstances < 0 || o.MaxEnvelopeBytes < 0 || o.MaxClockSkew < 0 {
 		return o, errors.New("publishrate: negative option")
 	}
 	if o.PublishInterval == 0 {
@@ -134,6 +141,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxEnvelopeBytes == 0 {
 		o.MaxEnvelopeBytes = DefaultMaxEnvelopeBytes
+	}
+	if o.MaxClockSkew == 0 {
+		o.MaxClockSkew = DefaultMaxClockSkew
 	}
 	if o.Metrics == nil {
 		o.Metrics = metrics.NewDiscard()

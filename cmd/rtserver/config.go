@@ -150,6 +150,7 @@ type PublishRateConfig struct {
 	PublishInterval Duration `yaml:"publishInterval" help:"period of this instance's envelope (positive)"`
 	StaleAfter      Duration `yaml:"staleAfter" help:"a sibling's slice is dropped when nothing newer arrived within this; at least publishInterval"`
 	TopN            int      `yaml:"topN" help:"topics and users carried per envelope (at least 1)"`
+	MaxClockSkew    Duration `yaml:"maxClockSkew" help:"how far apart the instances' clocks may be: an envelope whose ts is further than staleAfter + this from the receiver's clock is dropped, as is a replayed one (positive)"`
 	HMACSecret      string   `yaml:"hmacSecret" help:"when set, envelopes are signed and unsigned or badly signed ones are dropped"`
 }
 
@@ -279,6 +280,7 @@ func Default() Config {
 			PublishInterval: Duration(5 * time.Second),
 			StaleAfter:      Duration(12 * time.Second),
 			TopN:            20,
+			MaxClockSkew:    Duration(5 * time.Second),
 		},
 		Admission: AdmissionConfig{FailPolicy: "open"},
 		RPC:       RPCConfig{Proxy: ProxyConfig{Timeout: Duration(5 * time.Second)}},

@@ -77,6 +77,7 @@ publishRate:                     # the cluster aggregator; active when redis.url
   publishInterval: 5s
   staleAfter: 12s
   topN: 20
+  maxClockSkew: 5s               # clocks may be this far apart; older envelopes and replays are dropped
   hmacSecret: ""                 # when set, unsigned or badly signed envelopes are dropped
 admission:
   classes:                       # class name -> rule
@@ -510,6 +511,7 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{give: "limits: {writeTimeout: 0s}", wantKey: "limits.writeTimeout"},
 		{give: "limits: {pingInterval: -1s}", wantKey: "limits.pingInterval"},
 		{give: "http: {idleTimeout: 0s}", wantKey: "http.idleTimeout"},
+		{give: "publishRate: {maxClockSkew: 0s}", wantKey: "publishRate.maxClockSkew"},
 		{give: "http: {readTimeout: -1s}", wantKey: "http.readTimeout"},
 		{give: "http: {readHeaderTimeout: 0s}", wantKey: "http.readHeaderTimeout"},
 		{give: "pressure: {sampleInterval: 0s}", wantKey: "pressure.sampleInterval"},

@@ -186,6 +186,7 @@ func (c *Config) Validate() error {
 		bad("publishRate.staleAfter", "must be at least publishRate.publishInterval (%s), got %s", pr.PublishInterval, pr.StaleAfter)
 	}
 	positive("publishRate.topN", int64(pr.TopN))
+	positiveDur("publishRate.maxClockSkew", pr.MaxClockSkew)
 
 	a := &c.Admission
 	oneOf("admission.failPolicy", a.FailPolicy, "open", "closed")

@@ -213,6 +213,7 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 		RatePublishInterval: time.Duration(c.PublishRate.PublishInterval),
 		RateStaleAfter:      time.Duration(c.PublishRate.StaleAfter),
 		RateTopN:            c.PublishRate.TopN,
+		RateMaxClockSkew:    time.Duration(c.PublishRate.MaxClockSkew),
 		HMACSecret:          []byte(c.PublishRate.HMACSecret),
 	}
 	return n, nil
