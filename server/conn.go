@@ -130,11 +130,13 @@ func (c *conn) handleFrame(frame []byte) {
 		c.countInvalid(true)
 		return
 	}
-	async, valid := false, false
+	async, builtin, valid := false, false, false
 	for i := range f.Requests {
 		if r := &f.Requests[i]; r.Err == nil {
 			valid = true
-			if !isBuiltin(r.Method) {
+			if isBuiltin(r.Method) {
+				builtin = true
+			} else {
 				async = true
 			}
 		}
@@ -142,7 +144,11 @@ func (c *conn) handleFrame(frame []byte) {
 	if c.countInvalid(!valid) {
 		return
 	}
-	if !async {
+	// Built-ins touch state only the read goroutine may (subscriptions,
+	// the reused call, the token's expiry and claims), so a batch mixing
+	// them with application methods runs here too: the read waits for
+	// its application calls, as when MaxCallsPerConn is reached.
+	if !async || builtin {
 		c.runFrame(f, frame)
 		return
 	}
