@@ -131,6 +131,11 @@ func (d *door) Accept() (net.Conn, error) {
 			d.peekers.Add(-1)
 			return c, nil
 		}
+		// The peek deadline is set before c is registered, never by the
+		// peeker: Close wakes registered connections by moving their
+		// deadline to the past, and a deadline set after that would undo
+		// the wake-up (the peeker would then sleep until the timeout).
+		_ = c.SetReadDeadline(time.Now().Add(d.timeout))
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
@@ -187,7 +192,6 @@ func (d *door) peek(c net.Conn) {
 	defer peekBufs.Put(bp)
 	buf := bp[:]
 
-	_ = c.SetReadDeadline(time.Now().Add(d.timeout))
 	n, v, scanned := 0, headMore, 0
 	var err error
 	for v == headMore {
