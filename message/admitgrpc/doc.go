@@ -24,7 +24,8 @@
 //     return is the stream's end), and when the handler panics, before
 //     the panic goes on unchanged. A call whose handler panicked or whose
 //     context had ended (client gone, deadline) is released as
-//     message.Dropped, otherwise as message.Completed.
+//     message.Dropped, and so is one whose error has a DropOnCodes code;
+//     otherwise as message.Completed.
 //   - A shed call never reached the handler, so retrying it is safe even
 //     for a method that is not idempotent; that is why the client
 //     interceptor retries only on RetryInfo.

@@ -7,8 +7,10 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rtserver/rtserver/internal/clientip"
@@ -22,6 +24,7 @@ type Option func(*config)
 type config struct {
 	key        func(context.Context) string
 	describe   func(ctx context.Context, req any, c *message.Call)
+	dropOn     uint32 // bit c set: a handler error with code c counts as Dropped
 	trusted    []netip.Prefix
 	onReleased func(message.Outcome) // tests: called by each admitted call's release
 }
@@ -45,6 +48,22 @@ func Key(f func(ctx context.Context) string) Option {
 // Call is the interceptor's: do not keep it.
 func Describe(f func(ctx context.Context, req any, c *message.Call)) Option {
 	return func(c *config) { c.describe = f }
+}
+
+// DropOnCodes reports a call whose handler returned an error with one of
+// these codes as message.Dropped rather than Completed, so an adaptive
+// concurrency part reads backend failures as overload (the gRPC form of
+// admithttp.DropOn5xx). Typical: codes.Unavailable, codes.DeadlineExceeded,
+// codes.Internal. Application answers such as NotFound or InvalidArgument
+// are completions: the backend did its work.
+func DropOnCodes(cs ...codes.Code) Option {
+	return func(c *config) {
+		for _, code := range cs {
+			if code < 32 {
+				c.dropOn |= 1 << code
+			}
+		}
+	}
 }
 
 // TrustedProxies lists the peers whose x-forwarded-for metadata is
@@ -75,7 +94,7 @@ func UnaryServerInterceptor(r *message.Router, opts ...Option) grpc.UnaryServerI
 		}
 		defer p.finish()
 		resp, err := handler(ctx, req)
-		p.returned = true
+		p.returned, p.err = true, err
 		return resp, err
 	}
 }
@@ -95,7 +114,7 @@ func StreamServerInterceptor(r *message.Router, opts ...Option) grpc.StreamServe
 		}
 		defer p.finish()
 		err = handler(srv, ss)
-		p.returned = true
+		p.returned, p.err = true, err
 		return err
 	}
 }
@@ -124,6 +143,7 @@ type pending struct {
 	g        *guard
 	ctx      context.Context
 	returned bool
+	err      error // the handler's
 }
 
 // admit checks the call and returns its state, or the shed status.
@@ -152,7 +172,7 @@ func (g *guard) admit(ctx context.Context, c *message.Class, method string, req 
 // (the panic goes on after it), exactly once per admitted call.
 func (p *pending) finish() {
 	o := message.Completed
-	if !p.returned || p.ctx.Err() != nil {
+	if !p.returned || p.ctx.Err() != nil || p.dropErr() {
 		o = message.Dropped
 	}
 	p.call.ReleaseWith(o)
@@ -162,10 +182,19 @@ func (p *pending) finish() {
 	p.g.put(p)
 }
 
+// dropErr reports whether the handler's error has a DropOnCodes code.
+func (p *pending) dropErr() bool {
+	if p.err == nil || p.g.cfg.dropOn == 0 {
+		return false
+	}
+	code := status.Code(p.err)
+	return code < 32 && p.g.cfg.dropOn&(1<<code) != 0
+}
+
 func (g *guard) put(p *pending) {
 	p.call.Method, p.call.IP, p.call.User, p.call.Topic = "", "", "", ""
 	p.call.Bytes, p.call.Subscribers, p.call.Params, p.call.ConnID = 0, 0, nil, 0
-	p.ctx, p.returned = nil, false
+	p.ctx, p.returned, p.err = nil, false, nil
 	g.pool.Put(p)
 }
 

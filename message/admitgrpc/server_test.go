@@ -237,3 +237,55 @@ func TestCostParts(t *testing.T) {
 		})
 	}
 }
+
+// ctxStream is a grpc.ServerStream that only has a context, for calling
+// the stream interceptor directly.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
+
+// TestDropOnCodes: a handler error with a listed code is released as
+// Dropped; other errors, and every error without the option, as Completed.
+func TestDropOnCodes(t *testing.T) {
+	drop := admitgrpc.DropOnCodes(codes.Unavailable, codes.Internal)
+	tests := []struct {
+		name   string
+		opts   []admitgrpc.Option
+		err    error
+		stream bool
+		want   message.Outcome
+	}{
+		{name: "ok", opts: []admitgrpc.Option{drop}, want: message.Completed},
+		{name: "NotFound is a completion", opts: []admitgrpc.Option{drop}, err: status.Error(codes.NotFound, "x"), want: message.Completed},
+		{name: "Unavailable listed", opts: []admitgrpc.Option{drop}, err: status.Error(codes.Unavailable, "x"), want: message.Dropped},
+		{name: "Unavailable without the option", err: status.Error(codes.Unavailable, "x"), want: message.Completed},
+		{name: "stream Internal listed", opts: []admitgrpc.Option{drop}, err: status.Error(codes.Internal, "x"), stream: true, want: message.Dropped},
+		{name: "stream ok", opts: []admitgrpc.Option{drop}, stream: true, want: message.Completed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, r := newRouter(t, message.Options{}, map[string]message.Rule{"c": {Concurrency: &message.Concurrency{Max: 1}}},
+				map[string]string{"/s/*": "c"})
+			c, _ := a.Class("c")
+			var got []message.Outcome
+			opts := append(tt.opts, admitgrpc.OnReleased(func(o message.Outcome) { got = append(got, o) }))
+			var err error
+			if tt.stream {
+				err = admitgrpc.StreamServerInterceptor(r, opts...)(nil, ctxStream{ctx: t.Context()}, &grpc.StreamServerInfo{FullMethod: "/s/M"},
+					func(any, grpc.ServerStream) error { return tt.err })
+			} else {
+				_, err = admitgrpc.UnaryServerInterceptor(r, opts...)(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: "/s/M"},
+					func(context.Context, any) (any, error) { return nil, tt.err })
+			}
+			if err != tt.err {
+				t.Errorf("returned %v, want the handler's %v", err, tt.err)
+			}
+			if len(got) != 1 || got[0] != tt.want || c.InFlight() != 0 {
+				t.Errorf("outcomes %v, in flight %d; want [%v], 0", got, c.InFlight(), tt.want)
+			}
+		})
+	}
+}
