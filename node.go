@@ -20,9 +20,11 @@ import (
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
+	"github.com/rtserver/rtserver/ratelimit"
 	"github.com/rtserver/rtserver/rpcproxy"
 	"github.com/rtserver/rtserver/server"
 )
@@ -137,12 +139,21 @@ func New(cfg Config) (*Node, error) {
 	// server, which is created below: the closure resolves it late.
 	n.Pressure = pressure.New(cfg.Pressure, func() (int64, int64) { return n.Server.Counts() }, n.Metrics, log)
 
+	// Cluster-scoped rate and cost parts check a budget in Redis; the
+	// client is made below, so the limiter is bound to it there.
+	var shared *lateShared
+	var sharedOpt message.SharedLimiter
+	if cfg.Redis.URL != "" {
+		shared = &lateShared{}
+		sharedOpt = shared
+	}
 	n.Admit = message.New(message.Options{
 		Snapshot:   n.Pressure.Snapshot,
 		Rates:      snapshotRates{n.Pressure},
 		FailPolicy: cfg.FailPolicy,
 		RetryAfter: cfg.Handshake.RetryAfter,
 		Metrics:    n.Metrics,
+		Shared:     sharedOpt,
 	})
 	for name, rule := range cfg.Classes {
 		if err := n.Admit.Register(name, rule); err != nil {
@@ -180,6 +191,7 @@ func New(cfg Config) (*Node, error) {
 		b = n.cluster.bus
 		n.Cluster = n.cluster.agg
 		n.instanceID = n.cluster.agg.InstanceID()
+		shared.l = clusterrate.New(n.cluster.client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix})
 		// The cluster-wide view (own rates plus every fresh sibling's)
 		// replaces the local top publishers.
 		n.Admit.SetRates(n.cluster.agg)
@@ -228,6 +240,14 @@ func New(cfg Config) (*Node, error) {
 func loopbackOnly(addr net.Addr) bool {
 	tcp, ok := addr.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+// lateShared is the cluster-scoped limiter of message.Options.Shared,
+// bound to the Redis client once it exists (in New, before anything runs).
+type lateShared struct{ l *clusterrate.Limiter }
+
+func (s *lateShared) AllowShared(ctx context.Context, key string, now time.Time, limits []message.SharedLimit, results []ratelimit.Result) error {
+	return s.l.AllowShared(ctx, key, now, limits, results)
 }
 
 // snapshotRates serves the cluster rule from the local monitor's latest

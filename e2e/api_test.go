@@ -201,14 +201,29 @@ func TestServerAPIOnAdminListen(t *testing.T) {
 }
 
 // disconnect and unsubscribe issued on one instance reach the user's
-// connections on another, through a real redis-server, on both buses.
+// connections on another, through a real redis-server on both buses, and
+// through a real 3-node Redis Cluster on the sharded bus (the user's
+// control partition lives on whichever node holds it).
 func TestServerAPIAcrossInstances(t *testing.T) {
-	for _, busKind := range []string{"single", "sharded"} {
-		t.Run(busKind, func(t *testing.T) {
+	for _, tt := range []struct {
+		name, bus string
+		cluster   bool
+	}{
+		{"single", "single", false},
+		{"sharded", "sharded", false},
+		{"sharded-cluster", "sharded", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			r := redistest.Start(t)
-			cfg := fleetConfig(r.URL(), apiConfig)
-			env := "RTSERVER_REDIS_BUS=" + busKind
+			var url string
+			if tt.cluster {
+				cl := redistest.StartCluster(t)
+				url = "redis://" + cl.Addrs[0] + "?addr=" + cl.Addrs[1] + "&addr=" + cl.Addrs[2]
+			} else {
+				url = redistest.Start(t).URL()
+			}
+			cfg := fleetConfig(url, apiConfig)
+			env := "RTSERVER_REDIS_BUS=" + tt.bus
 			a, b := start(t, cfg, env), start(t, cfg, env)
 			onB := []*wstest.Conn{dialUser(t, b, "alice"), dialUser(t, b, "alice")}
 			bob := dialUser(t, b, "bob")

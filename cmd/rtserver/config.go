@@ -169,7 +169,9 @@ type ClassRule struct {
 	Reasons             []string                 `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS"`
 	ClusterTopPublisher *ClusterTopPublisherRule `yaml:"clusterTopPublisher,omitempty"`
 	Rate                *RateRule                `yaml:"rate,omitempty"`
+	Cost                *CostRule                `yaml:"cost,omitempty"`
 	Concurrency         *ConcurrencyRule         `yaml:"concurrency,omitempty"`
+	AdaptiveConcurrency *AdaptiveConcurrencyRule `yaml:"adaptiveConcurrency,omitempty"`
 }
 
 // ClusterTopPublisherRule sheds while the topic's (or user's) cluster-wide
@@ -185,11 +187,28 @@ type RateRule struct {
 	Per      Duration `yaml:"per" help:"the period (positive)"`
 	By       string   `yaml:"by" help:"user | conn | ip; an anonymous connection's user key is its client IP; empty: user"`
 	Strategy string   `yaml:"strategy" help:"gcra (a token bucket: a full burst, then one call per per/limit) | slidingWindow (the true count: at most limit calls in any window of per; memory up to limit timestamps per key); empty: gcra"`
+	Scope    string   `yaml:"scope" help:"local (each instance counts its own calls) | cluster (one budget shared by every instance through Redis: needs redis.url, strategy gcra; one round trip per check; a Redis failure is decided by admission.failPolicy and counted in admission_rule_errors_total); empty: local"`
+}
+
+// CostRule charges each call's cost against a per-key budget.
+type CostRule struct {
+	Budget int64    `yaml:"budget" help:"cost units allowed per period and key: a token bucket of this size, refilled evenly over per (1 to 2147483647)"`
+	Per    Duration `yaml:"per" help:"the period (positive)"`
+	Of     string   `yaml:"of" help:"what a call costs: bytes (the request frame) | fanout (the request's bytes x this instance's subscribers of the topic, for publish) | param:<name> (the call's top-level numeric param <name>, rounded up; a call without it is decided by admission.failPolicy); denied calls answer -32002 with reason COST"`
+	By     string   `yaml:"by" help:"user | conn | ip, as for rate; empty: user"`
+	Scope  string   `yaml:"scope" help:"local | cluster, as for rate; a class whose rate and cost are both cluster-scoped checks both in one round trip and needs the same by for both; empty: local"`
 }
 
 // ConcurrencyRule caps in-flight calls of the class.
 type ConcurrencyRule struct {
 	Max int `yaml:"max" help:"calls of this class in flight at once on this instance (positive)"`
+}
+
+// AdaptiveConcurrencyRule caps in-flight calls at a limit that follows the
+// calls' latency (docs/admission.md).
+type AdaptiveConcurrencyRule struct {
+	Min int `yaml:"min" help:"lowest in-flight limit, and the limit while the no-load latency is probed (positive)"`
+	Max int `yaml:"max" help:"highest in-flight limit (at least min); the limit starts at min and moves with the calls' latency and drops (reason CONCURRENCY; gauge admission_concurrency_limit)"`
 }
 
 // RPCConfig is application RPC forwarding.

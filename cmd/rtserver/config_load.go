@@ -147,11 +147,18 @@ func (c *Config) normalize() {
 			ctp.By = "topic"
 			r.ClusterTopPublisher = &ctp
 		}
-		if r.Rate != nil && (r.Rate.By == "" || r.Rate.Strategy == "") {
+		if r.Rate != nil && (r.Rate.By == "" || r.Rate.Strategy == "" || r.Rate.Scope == "") {
 			rate := *r.Rate
 			rate.By = cmp.Or(rate.By, "user")
 			rate.Strategy = cmp.Or(rate.Strategy, "gcra")
+			rate.Scope = cmp.Or(rate.Scope, "local")
 			r.Rate = &rate
+		}
+		if r.Cost != nil && (r.Cost.By == "" || r.Cost.Scope == "") {
+			cost := *r.Cost
+			cost.By = cmp.Or(cost.By, "user")
+			cost.Scope = cmp.Or(cost.Scope, "local")
+			r.Cost = &cost
 		}
 		c.Admission.Classes[name] = r
 	}

@@ -114,6 +114,10 @@ const exampleAdmission = `admission:
     expensive-rpc: {reasons: [MEMORY, PUBLISH_RATE]}
     cluster-broadcast: {clusterTopPublisher: {threshold: 1000, by: topic}}
     chat: {rate: {limit: 20, per: 1s, by: user}, concurrency: {max: 8}}
+    llm: {adaptiveConcurrency: {min: 4, max: 128}}
+    fanout: {cost: {budget: 1000000, per: 1m, of: fanout, by: user}}
+    fair: {rate: {limit: 100, per: 1m, by: user, strategy: slidingWindow}}
+    global: {rate: {limit: 50, per: 1s, by: user, scope: cluster}}   # needs redis.url
   methods:                       # method name or glob -> class
     publish: cluster-broadcast
     "report.*": expensive-rpc

@@ -105,7 +105,7 @@ func contractAdmission() AdmissionConfig {
 			"expensive-rpc":     {Reasons: []string{"MEMORY", "PUBLISH_RATE"}},
 			"cluster-broadcast": {ClusterTopPublisher: &ClusterTopPublisherRule{Threshold: 1000, By: "topic"}},
 			"chat": {
-				Rate:        &RateRule{Limit: 20, Per: Duration(time.Second), By: "user", Strategy: "gcra"},
+				Rate:        &RateRule{Limit: 20, Per: Duration(time.Second), By: "user", Strategy: "gcra", Scope: "local"},
 				Concurrency: &ConcurrencyRule{Max: 8},
 			},
 		},
@@ -161,6 +161,7 @@ func TestDefaultMatchesContract(t *testing.T) {
 	}
 	raw := contractAdmission()
 	raw.Classes["chat"].Rate.Strategy = "" // filled in by normalize, not by the decoder
+	raw.Classes["chat"].Rate.Scope = ""
 	if !reflect.DeepEqual(fromContract.Admission, raw) {
 		t.Errorf("contract admission decoded to %+v", fromContract.Admission)
 	}
@@ -317,7 +318,7 @@ func TestLoadEnvValues(t *testing.T) {
 		{"RTSERVER_LIMITS_SENDQUEUEBYTES=2097152", func(c *Config) { c.Limits.SendQueueBytes = 2097152 }},
 		{"RTSERVER_ADMISSION_CLASSES={chat: {rate: {limit: 5, per: 2s}}, big: {reasons: [MEMORY]}}", func(c *Config) {
 			c.Admission.Classes = map[string]ClassRule{
-				"chat": {Rate: &RateRule{Limit: 5, Per: Duration(2 * time.Second), By: "user", Strategy: "gcra"}},
+				"chat": {Rate: &RateRule{Limit: 5, Per: Duration(2 * time.Second), By: "user", Strategy: "gcra", Scope: "local"}},
 				"big":  {Reasons: []string{"MEMORY"}},
 			}
 		}},
@@ -385,7 +386,7 @@ admission:
     a: {rate: {<<: [{limit: 1, by: ip}, {limit: 2, per: 3s}], limit: 9}}
 `[1:], func(c *Config) {
 			c.Handshake.PerIP = PerIPConfig{Limit: 4, Per: Duration(2 * time.Second)}
-			c.Admission.Classes = map[string]ClassRule{"a": {Rate: &RateRule{Limit: 9, Per: Duration(3 * time.Second), By: "ip", Strategy: "gcra"}}}
+			c.Admission.Classes = map[string]ClassRule{"a": {Rate: &RateRule{Limit: 9, Per: Duration(3 * time.Second), By: "ip", Strategy: "gcra", Scope: "local"}}}
 		}},
 	}
 	for _, tt := range tests {
@@ -539,6 +540,20 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{give: "admission: {classes: {a: {rate: {limit: 1, per: 0s}}}}", wantKey: "admission.classes.a.rate.per"},
 		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, by: topic}}}}", wantKey: "admission.classes.a.rate.by"},
 		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, strategy: leaky}}}}", wantKey: "admission.classes.a.rate.strategy"},
+		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, scope: global}}}}", wantKey: "admission.classes.a.rate.scope"},
+		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster}}}}", wantKey: "admission.classes.a.rate.scope"},
+		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster, strategy: slidingWindow}}}}", wantKey: "admission.classes.a.rate.scope"},
+		{give: "admission: {classes: {a: {cost: {budget: 0, per: 1s, of: bytes}}}}", wantKey: "admission.classes.a.cost.budget"},
+		{give: "admission: {classes: {a: {cost: {budget: 3000000000, per: 1s, of: bytes}}}}", wantKey: "admission.classes.a.cost.budget"},
+		{give: "admission: {classes: {a: {cost: {budget: 1, per: 0s, of: bytes}}}}", wantKey: "admission.classes.a.cost.per"},
+		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: tokens}}}}", wantKey: "admission.classes.a.cost.of"},
+		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: 'param:'}}}}", wantKey: "admission.classes.a.cost.of"},
+		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes, by: topic}}}}", wantKey: "admission.classes.a.cost.by"},
+		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes, scope: all}}}}", wantKey: "admission.classes.a.cost.scope"},
+		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes, scope: cluster}}}}", wantKey: "admission.classes.a.cost.scope"},
+		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster, by: ip}, cost: {budget: 1, per: 1s, of: bytes, scope: cluster}}}}", wantKey: "admission.classes.a.cost.by"},
+		{give: "admission: {classes: {a: {adaptiveConcurrency: {min: 0, max: 4}}}}", wantKey: "admission.classes.a.adaptiveConcurrency.min"},
+		{give: "admission: {classes: {a: {adaptiveConcurrency: {min: 5, max: 4}}}}", wantKey: "admission.classes.a.adaptiveConcurrency.max"},
 		{give: "admission: {classes: {a: {concurrency: {max: 0}}}}", wantKey: "admission.classes.a.concurrency.max"},
 		{give: "admission: {methods: {publish: missing}}", wantKey: "admission.methods.publish"},
 		{give: "admission: {classes: {a: {reasons: [MEMORY]}}, methods: {'[x': a}}", wantKey: "admission.methods.[x"},
@@ -628,6 +643,10 @@ func TestValidateAccepts(t *testing.T) {
 		"metrics: {namespace: rt_server}",
 		"log: {format: json, level: debug}",
 		"adminListen: ':9090'",
+		"admission: {classes: {llm: {adaptiveConcurrency: {min: 4, max: 128}}, one: {adaptiveConcurrency: {min: 1, max: 1}}}}",
+		"admission: {classes: {f: {cost: {budget: 1000000, per: 1m, of: fanout, by: user}}, p: {cost: {budget: 2147483647, per: 1s, of: 'param:maxTokens', by: ip}}}}",
+		"admission: {classes: {fair: {rate: {limit: 100, per: 1m, by: user, strategy: slidingWindow}}}}",
+		"redis: {url: 'redis://127.0.0.1:6379'}\nadmission: {classes: {g: {rate: {limit: 50, per: 1s, scope: cluster}, cost: {budget: 9, per: 1s, of: bytes, scope: cluster}}}}",
 	}
 	for _, give := range tests {
 		t.Run(give, func(t *testing.T) {
@@ -646,8 +665,15 @@ func TestClassRuleByDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := cfg.Admission.Classes["a"]
-	if r.ClusterTopPublisher.By != "topic" || r.Rate.By != "user" {
-		t.Errorf("by defaults: %+v %+v", r.ClusterTopPublisher, r.Rate)
+	if r.ClusterTopPublisher.By != "topic" || r.Rate.By != "user" || r.Rate.Strategy != "gcra" || r.Rate.Scope != "local" {
+		t.Errorf("defaults: %+v %+v", r.ClusterTopPublisher, r.Rate)
+	}
+	cfg, _, err = Load([]string{"--config", writeFile(t, "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes}}}}")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Admission.Classes["a"].Cost; c.By != "user" || c.Scope != "local" {
+		t.Errorf("cost defaults: %+v", c)
 	}
 }
 
@@ -875,7 +901,8 @@ func TestConfigReferenceCoversEveryKey(t *testing.T) {
 			t.Errorf("reference lacks %s / %s", l.path, l.env)
 		}
 	}
-	for _, k := range []string{"reasons", "clusterTopPublisher.threshold", "clusterTopPublisher.by", "rate.limit", "rate.per", "rate.by", "rate.strategy", "concurrency.max"} {
+	for _, k := range []string{"reasons", "clusterTopPublisher.threshold", "clusterTopPublisher.by", "rate.limit", "rate.per", "rate.by", "rate.strategy", "rate.scope",
+		"cost.budget", "cost.per", "cost.of", "cost.by", "cost.scope", "concurrency.max", "adaptiveConcurrency.min", "adaptiveConcurrency.max"} {
 		if !strings.Contains(ref, "| `"+k+"` |") {
 			t.Errorf("reference lacks class rule key %s", k)
 		}

@@ -196,8 +196,8 @@ func (c *Config) Validate() error {
 		if name == "" || !utf8.ValidString(name) {
 			bad(key, "class name must be non-empty UTF-8 text")
 		}
-		if len(r.Reasons) == 0 && r.ClusterTopPublisher == nil && r.Rate == nil && r.Concurrency == nil {
-			bad(key, "a rule needs at least one of reasons, clusterTopPublisher, rate, concurrency")
+		if len(r.Reasons) == 0 && r.ClusterTopPublisher == nil && r.Rate == nil && r.Cost == nil && r.Concurrency == nil && r.AdaptiveConcurrency == nil {
+			bad(key, "a rule needs at least one of reasons, clusterTopPublisher, rate, cost, concurrency, adaptiveConcurrency")
 		}
 		for _, reason := range r.Reasons {
 			if !slices.Contains(knownReasons, reason) {
@@ -215,6 +215,40 @@ func (c *Config) Validate() error {
 			positiveDur(key+".rate.per", rt.Per)
 			oneOf(key+".rate.by", rt.By, "user", "conn", "ip")
 			oneOf(key+".rate.strategy", rt.Strategy, "gcra", "slidingWindow")
+			oneOf(key+".rate.scope", rt.Scope, "local", "cluster")
+			if rt.Scope == "cluster" {
+				if rt.Strategy == "slidingWindow" {
+					bad(key+".rate.scope", "cluster supports strategy gcra only (a sliding window is per instance)")
+				}
+				if c.Redis.URL == "" {
+					bad(key+".rate.scope", "cluster needs redis.url (the shared budget lives in Redis)")
+				}
+			}
+		}
+		if ct := r.Cost; ct != nil {
+			if ct.Budget < 1 || ct.Budget > math.MaxInt32 {
+				bad(key+".cost.budget", "must be in [1, %d], got %d", math.MaxInt32, ct.Budget)
+			}
+			positiveDur(key+".cost.per", ct.Per)
+			if name, isParam := strings.CutPrefix(ct.Of, "param:"); !(ct.Of == "bytes" || ct.Of == "fanout" || (isParam && name != "")) {
+				bad(key+".cost.of", "must be bytes, fanout or param:<name>, got %q", ct.Of)
+			}
+			oneOf(key+".cost.by", ct.By, "user", "conn", "ip")
+			oneOf(key+".cost.scope", ct.Scope, "local", "cluster")
+			if ct.Scope == "cluster" {
+				if c.Redis.URL == "" {
+					bad(key+".cost.scope", "cluster needs redis.url (the shared budget lives in Redis)")
+				}
+				if rt := r.Rate; rt != nil && rt.Scope == "cluster" && rt.By != ct.By {
+					bad(key+".cost.by", "must equal rate.by (%q) when both are scope cluster: they share one key and one round trip", rt.By)
+				}
+			}
+		}
+		if ac := r.AdaptiveConcurrency; ac != nil {
+			positive(key+".adaptiveConcurrency.min", int64(ac.Min))
+			if ac.Max < ac.Min || ac.Max < 1 {
+				bad(key+".adaptiveConcurrency.max", "must be at least min (%d), got %d", ac.Min, ac.Max)
+			}
 		}
 		if cc := r.Concurrency; cc != nil {
 			positive(key+".concurrency.max", int64(cc.Max))

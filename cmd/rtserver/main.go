@@ -193,7 +193,13 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 			r.ClusterTopPublisher = &message.ClusterTopPublisher{Threshold: t.Threshold, By: t.By}
 		}
 		if rr := cr.Rate; rr != nil {
-			r.Rate = &message.Rate{Limit: rr.Limit, Per: time.Duration(rr.Per), By: rr.By, Strategy: rr.Strategy}
+			r.Rate = &message.Rate{Limit: rr.Limit, Per: time.Duration(rr.Per), By: rr.By, Strategy: rr.Strategy, Scope: rr.Scope}
+		}
+		if cr := cr.Cost; cr != nil {
+			r.Cost = &message.Cost{Budget: cr.Budget, Per: time.Duration(cr.Per), Of: cr.Of, By: cr.By, Scope: cr.Scope}
+		}
+		if ac := cr.AdaptiveConcurrency; ac != nil {
+			r.AdaptiveConcurrency = &message.AdaptiveConcurrency{Min: ac.Min, Max: ac.Max}
 		}
 		if cc := cr.Concurrency; cc != nil {
 			r.Concurrency = &message.Concurrency{Max: cc.Max}
