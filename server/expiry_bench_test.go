@@ -1,0 +1,18 @@
+package server
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkTokenExpiryWatch is what a connection whose token has an exp
+// costs to watch (allocations: the watch and its timer) and to stop.
+// Connections without exp pay nothing.
+func BenchmarkTokenExpiryWatch(b *testing.B) {
+	exp := time.Now().Add(time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		e := newTokenExpiry(exp, 30*time.Second, time.Now, func(time.Duration) {}, func() {})
+		e.stop()
+	}
+}
