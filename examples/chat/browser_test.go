@@ -319,3 +319,36 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising
 	}
 }
+
+// A page whose tokens live three seconds stays connected through several
+// of them: rtclient.js answers each tokenExpiring with a token from its
+// token function and the refresh method, and never reconnects.
+func TestBrowserRefreshesShortLivedTokens(t *testing.T) {
+	b := needBrowser(t)
+	leakcheck.Check(t)
+	a := startApp(t, options{DemoAuth: "s3cret", TokenTTL: 3 * time.Second, RefreshNotice: time.Second}, "")
+	ctx := testContext(t, 30*time.Second)
+	p := openPage(t, ctx, b, a.url("/test/blank.html"))
+	var res struct {
+		Notices, Tokens, Drops int
+		State                  string
+	}
+	p.mustEval(t, ctx, `import(location.origin + "/clients/js/rtclient.js").then((m) => new Promise((resolve) => {
+		const r = { notices: 0, tokens: 0, drops: 0 };
+		const c = m.connect("/ws", {
+			token: async () => { r.tokens++; return (await fetch("/token?user=ann")).text(); },
+			onState: (s) => { if (s === "disconnected") r.drops++; },
+			onSystem: (ev) => {
+				if (ev.event !== "tokenExpiring" || ++r.notices < 3) return;
+				r.state = c.state;
+				c.close();
+				resolve(r);
+			},
+		});
+	}))`, &res)
+	// Three notices on one connection: the second and third each follow
+	// a refresh (an unrefreshed connection is closed at exp instead).
+	if res.Notices != 3 || res.Drops != 0 || res.State != "open" || res.Tokens < 3 {
+		t.Fatalf("%+v: want 3 notices on one open connection, no drop, a token per connect and refresh", res)
+	}
+}

@@ -38,7 +38,10 @@ var demoUser = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,40}$`)
 // valid for an hour. Anyone may ask for any name: it shows private topics
 // at work, it is not authentication. A real application issues tokens
 // after signing its users in.
-func demoTokens(secret []byte) http.Handler {
+func demoTokens(secret []byte, ttl time.Duration) http.Handler {
+	if ttl <= 0 {
+		ttl = time.Hour
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user := r.URL.Query().Get("user")
 		if !demoUser.MatchString(user) {
@@ -47,7 +50,7 @@ func demoTokens(secret []byte) http.Handler {
 		}
 		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 			"sub": user,
-			"exp": time.Now().Add(time.Hour).Unix(),
+			"exp": time.Now().Add(ttl).Unix(),
 		}).SignedString(secret)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

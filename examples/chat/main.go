@@ -65,6 +65,11 @@ type options struct {
 	// /token?user=NAME hands to anyone who asks (a demo of private topics,
 	// not authentication). "" = anonymous connections, no /token.
 	DemoAuth string
+	// TokenTTL is the lifetime of a /token token; 0 = one hour. The page
+	// refreshes it on the server's tokenExpiring notice, which comes
+	// RefreshNotice (0 = 30s) before it expires.
+	TokenTTL      time.Duration
+	RefreshNotice time.Duration
 }
 
 func defaultOptions() options {
@@ -85,6 +90,8 @@ func main() {
 	flag.StringVar(&o.Assets, "assets", o.Assets, "directory of the browser client, served under /clients/js/")
 	flag.StringVar(&o.APIKey, "api-key", o.APIKey, "turn the server API on with this key (POST /api/publish ...)")
 	flag.StringVar(&o.DemoAuth, "demo-auth", o.DemoAuth, "HS256 secret: require tokens and mint them at GET /token?user=NAME (demo only)")
+	flag.DurationVar(&o.TokenTTL, "token-ttl", o.TokenTTL, "lifetime of a /token token (0 = 1h); pages refresh it before it expires")
+	flag.DurationVar(&o.RefreshNotice, "refresh-notice", o.RefreshNotice, "how long before a token expires the server says so (0 = 30s)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -149,13 +156,14 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	if o.DemoAuth != "" {
 		cfg.Handshake.JWTHMACSecret = []byte(o.DemoAuth)
 	}
+	cfg.Limits.RefreshNotice = o.RefreshNotice
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	node.Handle("chat.say", say(node.Publish))
 	if o.DemoAuth != "" {
-		node.HandleHTTP("GET /token", demoTokens([]byte(o.DemoAuth)))
+		node.HandleHTTP("GET /token", demoTokens([]byte(o.DemoAuth), o.TokenTTL))
 	}
 
 	if _, err := os.Stat(o.Assets + "/rtclient.js"); err != nil {
