@@ -301,3 +301,32 @@ func TestSecondSignalDoesNotWaitForSilentClients(t *testing.T) {
 		t.Fatalf("exit code %d, want 0", code)
 	}
 }
+
+// During a Redis outage go-redis's own lines go through the structured,
+// rate-limited log: no bare "redis: ..." lines, at most one "redis client"
+// warning per 10s (with a count of those suppressed).
+func TestRedisClientLogsAreStructuredAndLimited(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	p := start(t, fleetConfig(r.URL(), "log: {format: json}\n"))
+	r.Stop()
+	waitFor(t, 20*time.Second, "a redis client warning", func() bool {
+		return strings.Contains(p.log.String(), `"msg":"redis client"`)
+	})
+	waitFor(t, 20*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	n := 0
+	for _, line := range strings.Split(p.log.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		if !json.Valid([]byte(line)) {
+			t.Errorf("unstructured log line: %q", line)
+		}
+		if strings.Contains(line, `"msg":"redis client"`) {
+			n++
+		}
+	}
+	if n > 2 {
+		t.Errorf("%d redis client warnings within the first seconds of an outage, want 1 per 10s (limited)", n)
+	}
+}

@@ -11,7 +11,9 @@ package logx
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -84,4 +86,20 @@ func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h *handler) WithGroup(name string) slog.Handler {
 	return &handler{inner: h.inner.WithGroup(name), s: h.s}
+}
+
+// Printf adapts a logger to the Printf(ctx, format, args...) interface of
+// libraries that log free text, such as go-redis (redis.SetLogger). Each
+// line becomes one Warn record with the constant message Msg, so that a
+// Limit handler under Logger lets one through per interval with a count
+// instead of a line per failed dial, and the library's text goes in
+// "detail".
+type Printf struct {
+	Logger *slog.Logger
+	Msg    string
+}
+
+// Printf logs one line of the library's.
+func (p Printf) Printf(ctx context.Context, format string, v ...any) {
+	p.Logger.WarnContext(ctx, p.Msg, "detail", strings.TrimSpace(fmt.Sprintf(format, v...)))
 }

@@ -51,3 +51,18 @@ func TestKeyBound(t *testing.T) {
 		t.Fatalf("%d lines, want %d", n, maxKeys+10)
 	}
 }
+
+// A library's free-text lines (go-redis during an outage: a line per
+// failed dial) become limited, structured warnings.
+func TestPrintfLinesAreLimited(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Unix(0, 0)
+	p := Printf{Logger: slog.New(Limit(slog.NewTextHandler(&out, nil), 10*time.Second, func() time.Time { return now })), Msg: "redis client"}
+	for i := range 12 {
+		p.Printf(t.Context(), "redis: connection pool: failed to dial after %d attempts: %v\n", i, "connection refused")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `level=WARN msg="redis client" detail="redis: connection pool: failed to dial after 0 attempts: connection refused"`) {
+		t.Fatalf("got:\n%s", out.String())
+	}
+}
