@@ -2,10 +2,11 @@ package redistest
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
-
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +21,8 @@ type Server struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	// exited is closed when cmd has ended and its output is complete.
+	exited chan struct{}
 }
 
 // URL is the redis:// URL of the server.
@@ -36,6 +39,36 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// clusterBusOffset: a cluster-enabled redis-server also listens on its
+// port + 10000 (the cluster bus), so that port must be free too, and the
+// port at most 65535 - 10000.
+const clusterBusOffset = 10000
+
+// freeClusterPort returns a loopback port that, with its cluster bus port,
+// was free a moment ago.
+func freeClusterPort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		port := FreePort(t)
+		if port+clusterBusOffset > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+clusterBusOffset))
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port
+	}
+	t.Fatal("redistest: no free port pair for a cluster node in 100 tries")
+	return 0
+}
+
+// startAttempts bounds how often Start picks another port: between the
+// check that a port is free and redis-server's bind, another process on
+// this shared machine may take it (or, for a cluster node, its bus port).
+const startAttempts = 5
+
 // Start runs redis-server on a free loopback port, without persistence,
 // and stops it when the test ends. extra are more redis-server arguments.
 func Start(t testing.TB, extra ...string) *Server {
@@ -44,34 +77,69 @@ func Start(t testing.TB, extra ...string) *Server {
 	if err != nil {
 		t.Fatalf("redistest: redis-server not found (apt-get install redis-server): %v", err)
 	}
-	port := FreePort(t)
-	s := &Server{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
-	s.args = append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
-	}, extra...)
-
-	s.start()
-	t.Cleanup(s.Stop)
-	return s
+	cluster := slices.Contains(extra, "--cluster-enabled")
+	for attempt := 1; ; attempt++ {
+		port := 0
+		if cluster {
+			port = freeClusterPort(t)
+		} else {
+			port = FreePort(t)
+		}
+		// A directory per attempt: a failed cluster node may leave a nodes
+		// file naming its port behind.
+		s := &Server{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
+		s.args = append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", s.dir,
+			"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
+		}, extra...)
+		err := s.launch()
+		if err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		if attempt == startAttempts {
+			t.Fatalf("redistest: %v", err)
+		}
+		t.Logf("redistest: %v; trying another port", err)
+	}
 }
 
 func (s *Server) start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", s.args...)
-	s.cmd.Dir = s.dir
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("redistest: start redis-server: %v", err)
+	if err := s.launch(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
 	}
+}
+
+// launch runs redis-server and waits until it answers PING. It fails,
+// with the server's own output, when the process exits first (e.g. its
+// port was taken) or does not answer within 10 seconds.
+func (s *Server) launch() error {
+	out := new(bytes.Buffer)
+	cmd := exec.Command("redis-server", s.args...)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if ping(s.Addr) == nil {
-			return
+			return nil
+		}
+		select {
+		case <-exited: // Wait has returned: out is complete
+			s.cmd = nil
+			return fmt.Errorf("redis-server on %s exited before answering PING (%v):\n%s", s.Addr, cmd.ProcessState, out)
+		default:
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			s.t.Fatalf("redistest: redis-server on %s did not answer PING", s.Addr)
+			return fmt.Errorf("redis-server on %s did not answer PING within 10s:\n%s", s.Addr, out)
 		}
 		time.Sleep(20 * time.Millisecond) // polling a process we do not control
 	}
@@ -79,11 +147,11 @@ func (s *Server) start() {
 
 // Stop kills the server and waits for it. Idempotent.
 func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.cmd == nil {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
