@@ -2,16 +2,20 @@ package admitgrpc
 
 import (
 	"context"
+	"io"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-// ClientOption configures UnaryClientInterceptor.
+// ClientOption configures UnaryClientInterceptor and
+// StreamClientInterceptor.
 type ClientOption func(*clientConfig)
 
 type clientConfig struct {
@@ -50,29 +54,147 @@ func MaxDelay(d time.Duration) ClientOption {
 // Any other error is returned as is: retrying failures in general is the
 // job of gRPC's own retry policy.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	cfg := newClientConfig(opts)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for attempt := 0; ; attempt++ {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err == nil {
+				return nil
+			}
+			if err := cfg.backoff(ctx, attempt, err); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// StreamClientInterceptor retries a server-streaming call that the
+// server's admission shed, by the rules of UnaryClientInterceptor. A shed
+// stream fails at its first receive, before any message: the interceptor
+// then waits, opens a new stream, sends the same request again and
+// receives from that one. Once a message has arrived, errors are returned
+// as they are. Client-streaming and bidirectional calls are not retried
+// (their messages would have to be kept to be sent again).
+func StreamClientInterceptor(opts ...ClientOption) grpc.StreamClientInterceptor {
+	cfg := newClientConfig(opts)
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || desc.ClientStreams || cfg.maxRetries == 0 {
+			return cs, err
+		}
+		return &retryStream{cur: cs, ctx: ctx, cfg: &cfg, open: func() (grpc.ClientStream, error) {
+			return streamer(ctx, desc, cc, method, opts...)
+		}}, nil
+	}
+}
+
+// retryStream is a server-streaming call that may be reopened until its
+// first message arrives.
+type retryStream struct {
+	ctx  context.Context
+	cfg  *clientConfig
+	open func() (grpc.ClientStream, error)
+
+	mu       sync.Mutex
+	cur      grpc.ClientStream // the current attempt's stream
+	req      any               // the one request message, to send again
+	closed   bool              // CloseSend was called
+	received bool              // a message arrived: no more retries
+	attempt  int
+}
+
+func (s *retryStream) stream() grpc.ClientStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+func (s *retryStream) Header() (metadata.MD, error) { return s.stream().Header() }
+func (s *retryStream) Trailer() metadata.MD         { return s.stream().Trailer() }
+func (s *retryStream) Context() context.Context     { return s.stream().Context() }
+
+func (s *retryStream) SendMsg(m any) error {
+	s.mu.Lock()
+	s.req = m
+	cur := s.cur
+	s.mu.Unlock()
+	return cur.SendMsg(m)
+}
+
+func (s *retryStream) CloseSend() error {
+	s.mu.Lock()
+	s.closed = true
+	cur := s.cur
+	s.mu.Unlock()
+	return cur.CloseSend()
+}
+
+func (s *retryStream) RecvMsg(m any) error {
+	for {
+		cur := s.stream()
+		err := cur.RecvMsg(m)
+		if err == nil {
+			s.mu.Lock()
+			s.received = true
+			s.mu.Unlock()
+			return nil
+		}
+		s.mu.Lock()
+		received, attempt := s.received, s.attempt
+		s.mu.Unlock()
+		if received || err == io.EOF {
+			return err
+		}
+		if err := s.cfg.backoff(s.ctx, attempt, err); err != nil {
+			return err
+		}
+		next, err := s.open()
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.cur, s.attempt = next, attempt+1
+		req, closed := s.req, s.closed
+		s.mu.Unlock()
+		if req != nil {
+			if err := next.SendMsg(req); err != nil && err != io.EOF {
+				return err
+			}
+		}
+		if closed {
+			if err := next.CloseSend(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func newClientConfig(opts []ClientOption) clientConfig {
 	cfg := clientConfig{maxRetries: DefaultMaxRetries, maxDelay: DefaultMaxDelay, sleep: sleep}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		for attempt := 0; ; attempt++ {
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			if err == nil || attempt >= cfg.maxRetries {
-				return err
-			}
-			hint, ok := RetryHint(err)
-			if !ok || hint > cfg.maxDelay {
-				return err
-			}
-			wait := hint + rand.N(hint/2+1)
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-				return err
-			}
-			if werr := cfg.sleep(ctx, wait); werr != nil {
-				return status.FromContextError(werr).Err()
-			}
-		}
+	return cfg
+}
+
+// backoff decides retry number attempt+1 of a call that failed with err:
+// nil after waiting (retry now), or the error to end the call with.
+func (c *clientConfig) backoff(ctx context.Context, attempt int, err error) error {
+	if attempt >= c.maxRetries {
+		return err
 	}
+	hint, ok := RetryHint(err)
+	if !ok || hint > c.maxDelay {
+		return err
+	}
+	wait := hint + rand.N(hint/2+1)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		return err
+	}
+	if werr := c.sleep(ctx, wait); werr != nil {
+		return status.FromContextError(werr).Err()
+	}
+	return nil
 }
 
 // RetryHint returns the delay a shed call's status asks for: the

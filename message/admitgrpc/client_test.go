@@ -3,6 +3,7 @@ package admitgrpc_test
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -172,4 +173,57 @@ func TestClientGivesUp(t *testing.T) {
 			t.Error("RetryHint of a plain error")
 		}
 	})
+}
+
+// TestStreamClientRetries: a server stream shed by a concurrency part is
+// reopened after the hint (the wait here ends the call that held the
+// slot), the request is sent again, and the caller sees only the retried
+// stream's end; with no retries left it sees the shed status.
+func TestStreamClientRetries(t *testing.T) {
+	a, r := newRouter(t, message.Options{RetryAfter: time.Hour},
+		map[string]message.Rule{"c": {Concurrency: &message.Concurrency{Max: 1}}},
+		map[string]string{methodWatch: "c"})
+	class, _ := a.Class("c")
+	s := startServer(t)
+	s.set(nil, admitgrpc.StreamServerInterceptor(r))
+
+	for _, retries := range []int{1, 0} {
+		hctx, hold := s.controlled(t.Context())
+		held, err := s.dial(t).Watch(hctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-hold.entered
+		var waits []time.Duration
+		release := func(ctx context.Context, d time.Duration) error {
+			waits = append(waits, d)
+			hold.act <- actReturn
+			<-hold.finished
+			return nil
+		}
+		cl := s.dial(t, grpc.WithChainStreamInterceptor(admitgrpc.StreamClientInterceptor(
+			admitgrpc.MaxDelay(2*time.Hour), admitgrpc.MaxRetries(retries), admitgrpc.Sleep(release))))
+		stream, err := cl.Watch(t.Context(), &healthpb.HealthCheckRequest{Service: "again"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		if retries == 1 {
+			if err != io.EOF || len(waits) != 1 || waits[0] < 30*time.Minute {
+				t.Fatalf("retried stream: %v after waits %v; want EOF after one wait of at least the hint", err, waits)
+			}
+		} else {
+			if status.Code(err) != codes.Unavailable || len(waits) != 0 {
+				t.Fatalf("no retries: %v after waits %v; want Unavailable at once", err, waits)
+			}
+			hold.act <- actReturn
+			<-hold.finished
+		}
+		if _, err := held.Recv(); err != io.EOF {
+			t.Fatalf("holding stream: %v", err)
+		}
+		if n := class.InFlight(); n != 0 {
+			t.Fatalf("in flight %d", n)
+		}
+	}
 }

@@ -4,8 +4,9 @@
 // (exact names or path.Match globs, e.g. "/pkg.Service/*"), check it, and
 // end a shed call at once with codes.ResourceExhausted (a RATE or COST
 // budget binds) or codes.Unavailable (anything else), carrying
-// google.rpc.RetryInfo and google.rpc.ErrorInfo (docs/admission.md). A
-// client interceptor retries calls shed that way after the hinted delay.
+// google.rpc.RetryInfo and google.rpc.ErrorInfo (docs/admission.md).
+// Client interceptors (unary, and server-streaming until the first
+// message) retry calls shed that way after the hinted delay.
 //
 // It owns each admitted call's message.Call and concurrency lease. Calls
 // are keyed by the peer's IP (behind TrustedProxies, the x-forwarded-for
