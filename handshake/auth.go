@@ -87,7 +87,7 @@ func newVerifier(cfg *Config) (*verifier, error) {
 	}
 	if cfg.JWKSURL != "" {
 		var err error
-		if v.jwks, err = newJWKS(cfg.JWKSURL, cfg.JWKSClient, cfg.Now); err != nil {
+		if v.jwks, err = newJWKS(cfg.JWKSURL, cfg.JWKSClient, cfg.Now, cfg.Logger); err != nil {
 			return nil, err
 		}
 		algs = append(algs, "RS256", "ES256")

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,7 @@ type jwks struct {
 	url    string
 	client *http.Client
 	now    func() time.Time
+	log    *slog.Logger
 
 	keys atomic.Pointer[map[string]jwksKey] // read without a lock on every token
 
@@ -72,11 +74,11 @@ type jwks struct {
 
 // newJWKS fetches the set once; an error (unreachable URL, bad document,
 // no usable key) stops start-up, naming the URL.
-func newJWKS(url string, client *http.Client, now func() time.Time) (*jwks, error) {
+func newJWKS(url string, client *http.Client, now func() time.Time, log *slog.Logger) (*jwks, error) {
 	if client == nil {
 		client = &http.Client{Timeout: jwksTimeout}
 	}
-	k := &jwks{url: url, client: client, now: now, sem: make(chan struct{}, 1)}
+	k := &jwks{url: url, client: client, now: now, log: log, sem: make(chan struct{}, 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), jwksTimeout)
 	defer cancel()
 	if err := k.fetch(ctx); err != nil {
@@ -111,8 +113,10 @@ func (k *jwks) key(ctx context.Context, kid, alg string) (any, error) {
 	// again for every token.
 	k.lastFetch = now
 	if err := k.fetch(ctx); err != nil {
+		k.log.Warn("auth.jwt.jwksUrl: refetch for an unknown kid failed; keeping the cached keys", "kid", kid, "err", err)
 		return nil, fmt.Errorf("%w %q: refetch: %w", errUnknownKID, kid, err)
 	}
+	k.log.Info("auth.jwt.jwksUrl: key set refetched for an unknown kid", "kid", kid, "keys", len(*k.keys.Load()))
 	if key, ok := (*k.keys.Load())[kid]; ok {
 		return key.forAlg(alg)
 	}

@@ -60,17 +60,19 @@ func (e *tokenExpiry) nextLocked() time.Duration {
 }
 
 // fire runs on the timer: it decides from the current state, so a refresh
-// that moved exp just before is honoured.
+// that moved exp just before is honoured. warn and expire run under e.mu,
+// so once stop has returned neither runs again (the connection's cleanup
+// relies on it: expire starts a close owned by the server's WaitGroup).
+// Both only queue work; lock order: e.mu before the connection's mu.
 func (e *tokenExpiry) fire() {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.stopped || e.expires.IsZero() {
-		e.mu.Unlock()
 		return
 	}
 	left := e.expires.Sub(e.now())
 	if left <= 0 {
 		e.stopped = true
-		e.mu.Unlock()
 		e.expire()
 		return
 	}
@@ -79,7 +81,6 @@ func (e *tokenExpiry) fire() {
 		e.warn(left)
 	}
 	e.timer.Reset(e.nextLocked())
-	e.mu.Unlock()
 }
 
 // extend moves exp to expires (zero: the connection no longer expires)
