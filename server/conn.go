@@ -27,7 +27,8 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// Send queue. Frames are shared between subscribers and never modified.
+	// Send queue (write.go). Frames are whole WebSocket frames, shared
+	// between subscribers and never modified.
 	mu      sync.Mutex
 	idle    sync.Cond // on mu; signalled when the writer goroutine exits
 	queue   [][]byte
@@ -242,154 +243,6 @@ func (c *conn) handle(r *protocol.Request, raw []byte) []byte {
 	return protocol.AppendResult(nil, r.ID, result)
 }
 
-// enqueue queues a frame for the client. A client whose backlog would pass
-// SendQueueBytes is closed with 1013: it is too slow to read, and holding
-// more for it would let one client cost the server unbounded memory.
-func (c *conn) enqueue(frame []byte) {
-	s := c.s
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	if c.queued+len(frame) > s.cfg.SendQueueBytes {
-		c.closed = true
-		c.queue = nil
-		c.mu.Unlock()
-		s.m.SlowConsumerDisconnects.Inc()
-		c.closeLater(websocket.StatusTryAgainLater, retryReason(s.jitter(time.Second)), false, nil)
-		return
-	}
-	c.queue = append(c.queue, frame)
-	c.queued += len(frame)
-	start := !c.writing
-	if start {
-		c.writing = true
-		s.wg.Add(1)
-	}
-	c.mu.Unlock()
-	s.m.MessagesSent.Inc()
-	if start {
-		go c.writeLoop()
-	}
-}
-
-// writeLoop writes queued frames until the queue is empty, then exits: an
-// idle connection has no writer goroutine.
-func (c *conn) writeLoop() {
-	defer c.s.wg.Done()
-	var spare [][]byte
-	for {
-		c.mu.Lock()
-		if len(c.queue) == 0 {
-			c.writing = false
-			c.idle.Broadcast()
-			c.mu.Unlock()
-			return
-		}
-		frames := c.queue
-		c.queue = spare[:0]
-		c.mu.Unlock()
-
-		n, err := c.write(frames)
-		clear(frames)
-		spare = frames
-
-		c.mu.Lock()
-		c.queued -= n
-		if err != nil {
-			c.closed = true
-			c.queue = nil
-			c.writing = false
-			c.idle.Broadcast()
-			c.mu.Unlock()
-			if !errors.Is(err, errSealed) { // a close is under way: let it finish
-				c.abort()
-			}
-			return
-		}
-		c.mu.Unlock()
-	}
-}
-
-// maxCoalesced bounds one coalesced batch frame, so a client's read limit
-// is not surprised by a huge array.
-const maxCoalesced = 64 << 10
-
-// maxSend is the most bytes gathered before they go to the socket.
-const maxSend = 256 << 10
-
-// write frames the queued messages itself (header and payload into one
-// pooled buffer, no per-message work in the WebSocket library) and sends
-// them in as few writes as it can, each bounded by the write timeout. It
-// returns the bytes of queued messages written. With rt.batch, queued
-// messages also go out as JSON arrays of up to maxCoalesced bytes: fewer
-// frames for the client to parse.
-func (c *conn) write(frames [][]byte) (int, error) {
-	buf := getBuffer()
-	defer putBuffer(buf)
-	written, sent := 0, 0
-	send := func() error {
-		if buf.Len() == 0 {
-			return nil
-		}
-		err := c.raw.send(buf.Bytes(), c.s.cfg.WriteTimeout)
-		buf.Reset()
-		if err == nil {
-			sent = written
-		}
-		return err
-	}
-	var hdr [10]byte
-	for i := 0; i < len(frames); {
-		if buf.Len() >= maxSend {
-			if err := send(); err != nil {
-				return sent, err
-			}
-		}
-		if !c.batch || i == len(frames)-1 {
-			f := frames[i]
-			buf.Write(appendTextHeader(hdr[:0], len(f)))
-			buf.Write(f)
-			written += len(f)
-			i++
-			continue
-		}
-		// rt.batch: as many queued messages as fit one array frame. A
-		// batch response is already an array: its elements are spliced.
-		j, size := i, 1
-		for j < len(frames) {
-			n := len(arrayElems(frames[j])) + 1 // with its ',' or ']'
-			if j > i && size+n > maxCoalesced {
-				break
-			}
-			size += n
-			j++
-		}
-		buf.Write(appendTextHeader(hdr[:0], size))
-		buf.WriteByte('[')
-		for k := i; k < j; k++ {
-			if k > i {
-				buf.WriteByte(',')
-			}
-			buf.Write(arrayElems(frames[k]))
-			written += len(frames[k])
-		}
-		buf.WriteByte(']')
-		i = j
-	}
-	return written, send()
-}
-
-// arrayElems is what a queued message contributes to a batch array: the
-// message itself, or a batch response's elements without their brackets.
-func arrayElems(f []byte) []byte {
-	if len(f) >= 2 && f[0] == '[' {
-		return f[1 : len(f)-1]
-	}
-	return f
-}
-
 // closeWith closes the connection with a status code. With flush, frames
 // already queued (a draining notice) are written first, bounded by the
 // write timeout.
@@ -409,7 +262,7 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 			c.idle.Broadcast()
 			c.mu.Unlock()
 		})
-		for c.writing && len(c.queue) > 0 {
+		for c.writing && (len(c.queue) > 0 || c.raw.pending()) {
 			c.idle.Wait()
 		}
 		deadline.Stop()

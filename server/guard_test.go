@@ -2,7 +2,9 @@ package server
 
 import (
 	"bytes"
+	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +71,7 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 			}
 		}()
 		return testing.AllocsPerRun(1000, func() {
-			s.hub.publish(topic, data)
+			s.hub.publish(topic, data, false)
 			for _, c := range conns {
 				c.mu.Lock()
 				c.queue, c.queued = c.queue[:0], 0
@@ -80,5 +82,54 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 	one, hundred := allocs(1), allocs(100)
 	if one != 1 || hundred != 1 {
 		t.Fatalf("publish allocates %v with 1 subscriber and %v with 100; want 1 (the shared frame) each", one, hundred)
+	}
+}
+
+// A delivery to a subscriber whose socket takes the frame at once is one
+// write from the publishing goroutine: no writer goroutine, no
+// allocation. The publish allocates its frame once, whatever the fan-out.
+func TestDirectDeliveryAllocatesNothing(t *testing.T) {
+	s := New(Options{Metrics: metrics.NewDiscard()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const runs = 200
+	data := []byte(`{"text":"hello"}`)
+	allocs := func(subs int) float64 {
+		topic := "direct:" + strconv.Itoa(subs)
+		conns := make([]*conn, subs)
+		for i := range conns {
+			client, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close() // never read: runs+1 small frames fit the socket buffers
+			server, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer server.Close()
+			c := &conn{s: s, raw: newRawConn(server)}
+			c.idle.L = &c.mu
+			conns[i] = c
+			s.hub.subscribe(c, topic)
+		}
+		n := testing.AllocsPerRun(runs, func() { s.hub.publish(topic, data, false) })
+		for _, c := range conns {
+			if c.writing || c.queued != 0 || c.raw.pending() {
+				t.Fatalf("a delivery was queued, not written directly (writing %v, queued %d)", c.writing, c.queued)
+			}
+			s.hub.unsubscribe(c, topic)
+		}
+		return n
+	}
+	one, hundred := allocs(1), allocs(100)
+	if one != 1 || hundred != 1 {
+		t.Fatalf("publish allocates %v with 1 subscriber and %v with 100; want 1 (the shared frame) each", one, hundred)
+	}
+	if g := serverGoroutines(); g != 0 {
+		t.Fatalf("%d server goroutines after direct deliveries, want 0", g)
 	}
 }

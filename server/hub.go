@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/rtserver/rtserver/bus"
-	"github.com/rtserver/rtserver/protocol"
 )
 
 // hubShards spreads topics over independently locked maps so publishes to
@@ -81,20 +80,45 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 }
 
 // publish delivers data to every local subscriber of topic. The frame is
-// encoded once and shared: queues hold references to the same bytes.
-func (h *hub) publish(topic string, data []byte) {
+// built once and shared: queues hold references to the same bytes. With
+// burst (more publishes are already waiting behind this one) frames are
+// only queued, so each subscriber's writer sends several with one write;
+// otherwise a socket that takes a frame at once gets it right away. The
+// subscribers are copied out so the socket writes happen without the
+// shard's lock held (a subscribe to another topic of the shard does not
+// wait for a fan-out).
+func (h *hub) publish(topic string, data []byte, burst bool) {
 	sh := h.shard(topic)
 	sh.mu.RLock()
-	defer sh.mu.RUnlock()
 	subs := sh.topics[topic]
 	if len(subs) == 0 {
+		sh.mu.RUnlock()
 		return
 	}
-	frame := protocol.AppendMessage(make([]byte, 0, protocol.MessageOverhead+len(topic)+len(data)), topic, data)
+	lp := deliveryPool.Get().(*[]*conn)
+	list := *lp
 	for c := range subs {
-		c.enqueue(frame)
+		list = append(list, c)
+	}
+	sh.mu.RUnlock()
+	frame := frameMessage(topic, data)
+	sent := 0
+	for _, c := range list {
+		if c.enqueueFrame(frame, !burst) {
+			sent++
+		}
+	}
+	h.s.m.MessagesSent.Add(float64(sent))
+	if cap(list) <= maxPooledDelivery {
+		clear(list)
+		*lp = list[:0]
+		deliveryPool.Put(lp)
 	}
 }
+
+// maxPooledDelivery bounds the subscriber lists kept for reuse: one huge
+// topic must not pin its list forever.
+const maxPooledDelivery = 1 << 14
 
 // subjects lists topics with local subscribers, most subscribed first.
 func (h *hub) subjects() []bus.TopicCount {

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -33,7 +35,7 @@ func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	rc := &rawConn{Conn: nc}
+	rc := newRawConn(nc)
 	u.conn = rc
 	r := brw.Reader
 	if r.Buffered() == 0 {
@@ -41,41 +43,189 @@ func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		// sent before our 101 must be kept, so then it stays.)
 		r = bufio.NewReaderSize(nc, readBufferSize)
 	}
+	rc.br = r
 	return rc, bufio.NewReadWriter(r, bufio.NewWriterSize(rc, writeBufferSize)), nil
 }
 
 // rawConn is the socket under a WebSocket connection, shared by two
 // writers: the WebSocket library, which writes control frames (each in one
-// Write, see writeBufferSize), and our writer, which frames data messages
-// itself and sends a whole batch of them with one send. A mutex keeps the
-// two from interleaving mid-frame.
+// Write, see writeBufferSize), and our write path, which frames data
+// messages itself. A mutex keeps the two from interleaving mid-frame.
+//
+// When the socket has a file descriptor (TCP, Unix), data frames are
+// written with write(2) through syscall.RawConn: tryWrite never waits (a
+// publisher writes to an idle connection's socket itself and hands only
+// what the socket would not take to a writer goroutine), and send, the
+// writer's blocking write, records while it waits for the socket to drain
+// (stalled): the send queue limit is enforced against bytes the socket
+// would not take, not bytes that merely wait for a goroutine to run.
 type rawConn struct {
 	net.Conn
+	sc syscall.RawConn // nil: no descriptor, plain blocking writes
+
 	mu     sync.Mutex
-	sealed bool // a close frame is on its way: no more data frames
+	sealed bool        // a close frame is on its way: no more data frames
+	tail   []byte      // the unsent rest of a frame tryWrite began: written before anything else
+	rest   atomic.Bool // len(tail) > 0, read without mu
+
+	// The write(2) callback's arguments and results, under mu (one
+	// callback per connection, made once: a write allocates nothing).
+	fn    func(fd uintptr) bool
+	pend  []byte
+	n     int
+	err   error
+	block bool // wait for the socket to drain (send), or not (tryWrite)
+
+	stalled atomic.Bool // send is waiting for the socket to drain
+
+	// Read side, used by the read goroutine only.
+	br      *bufio.Reader    // what the WebSocket library reads from
+	inputFn func(fd uintptr) // made on first use: most clients never publish
+	input   int              // its result
+}
+
+func newRawConn(nc net.Conn) *rawConn {
+	c := &rawConn{Conn: nc, sc: syscallConn(nc)}
+	if c.sc != nil {
+		c.fn = c.writeFD
+	}
+	return c
 }
 
 // errSealed reports a batch dropped because the connection is closing.
 var errSealed = errors.New("server: connection is closing")
 
-// Write is the WebSocket library's path (control frames).
+// Write is the WebSocket library's path (control frames). A frame must
+// not start inside another: the rest of a data frame goes first.
 func (c *rawConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.tail) > 0 {
+		_, err := c.Conn.Write(c.tail)
+		c.setTail(nil)
+		if err != nil {
+			return 0, err
+		}
+	}
 	return c.Conn.Write(p)
 }
 
-// send writes b (whole data frames) in one write bounded by timeout.
+// tryWrite writes the whole data frame f if the socket takes it at once,
+// without waiting. It reports sent false when f must be queued instead:
+// no descriptor, the socket in use by another writer, or full. When the
+// socket takes only part of f, the rest becomes the tail (sent and rest
+// true): a writer must send it before anything else.
+func (c *rawConn) tryWrite(f []byte) (sent, rest bool, err error) {
+	if c == nil || c.sc == nil || !c.mu.TryLock() {
+		return false, false, nil
+	}
+	defer c.mu.Unlock()
+	if c.sealed {
+		return false, false, errSealed
+	}
+	if len(c.tail) > 0 {
+		return false, false, nil
+	}
+	n, err := c.rawWrite(f, false)
+	if err != nil {
+		return false, false, err
+	}
+	if n == 0 {
+		return false, false, nil // the socket is full: queue it whole
+	}
+	if n < len(f) {
+		c.setTail(f[n:])
+		return true, true, nil
+	}
+	return true, false, nil
+}
+
+func (c *rawConn) setTail(t []byte) {
+	c.tail = t
+	c.rest.Store(len(t) > 0)
+}
+
+// pending reports whether the rest of a frame waits to be sent.
+func (c *rawConn) pending() bool { return c != nil && c.rest.Load() }
+
+// send writes the tail, if any, then b (whole data frames), bounded by
+// timeout. Once sealed only the tail is written: a close frame follows.
 func (c *rawConn) send(b []byte, timeout time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sealed {
+	if c.sealed && len(c.tail) == 0 {
 		return errSealed
 	}
 	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
-	_, err := c.Conn.Write(b)
-	c.Conn.SetWriteDeadline(time.Time{})
+	defer c.Conn.SetWriteDeadline(time.Time{})
+	if len(c.tail) > 0 {
+		err := c.write(c.tail)
+		c.setTail(nil)
+		if err != nil {
+			return err
+		}
+	}
+	if c.sealed {
+		return errSealed
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return c.write(b)
+}
+
+// write writes all of b, waiting for the socket as needed. c.mu held.
+func (c *rawConn) write(b []byte) error {
+	if c.sc == nil {
+		_, err := c.Conn.Write(b)
+		return err
+	}
+	_, err := c.rawWrite(b, true)
 	return err
+}
+
+// full reports whether the socket would not take more data: a send is
+// waiting for it to drain. Without a descriptor it cannot tell, and says
+// yes: the send queue limit then counts every queued byte.
+func (c *rawConn) full() bool {
+	return c == nil || c.sc == nil || c.stalled.Load()
+}
+
+// rawWrite runs the write(2) callback. c.mu held.
+func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
+	c.pend, c.n, c.err, c.block = b, 0, nil, block
+	err := c.sc.Write(c.fn)
+	if c.stalled.Load() {
+		c.stalled.Store(false)
+	}
+	n := c.n
+	if err == nil {
+		err = c.err
+	}
+	c.pend, c.err = nil, nil
+	return n, err
+}
+
+// moreInput reports whether the client has sent more than has been read:
+// bytes in the read buffer, or in the socket. Read goroutine only.
+func (c *rawConn) moreInput() bool {
+	if c == nil || c.br == nil {
+		return false
+	}
+	if c.br.Buffered() > 0 {
+		return true
+	}
+	if c.sc == nil {
+		return false
+	}
+	if c.inputFn == nil {
+		c.inputFn = c.inputFD
+	}
+	c.input = 0
+	if c.sc.Control(c.inputFn) != nil {
+		return false
+	}
+	return c.input > 0
 }
 
 // seal stops data frames before the close frame is written: nothing may

@@ -200,7 +200,7 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		return errors.New("server: data is not valid JSON in UTF-8")
 	}
 	data = compactData(data)
-	s.hub.publish(topic, data)
+	s.hub.publish(topic, data, false)
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
@@ -284,7 +284,7 @@ func (r *busReceiver) Deliver(topic string, data []byte) {
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
-	s.hub.publish(topic, data)
+	s.hub.publish(topic, data, false)
 }
 
 func (r *busReceiver) BusState(degraded bool) {
@@ -299,10 +299,13 @@ func (r *busReceiver) BusState(degraded bool) {
 	s.broadcast(protocol.AppendSystem(nil, event, 0))
 }
 
-// broadcast queues one frame to every connection.
-func (s *Server) broadcast(frame []byte) {
+// broadcast sends one message to every connection, framed once.
+func (s *Server) broadcast(payload []byte) {
+	frame := frameText(payload)
 	for _, c := range s.snapshotConns() {
-		c.enqueue(frame)
+		if c.enqueueFrame(frame, true) {
+			s.m.MessagesSent.Inc()
+		}
 	}
 }
 

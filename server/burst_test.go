@@ -1,0 +1,89 @@
+package server
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
+	"github.com/rtserver/rtserver/metrics"
+)
+
+// The send queue limit is about clients that do not read, not about
+// bursts: with a 64 KiB limit, a subscriber that reads continuously gets
+// every message of a 20,000-message burst of ~950-byte messages published
+// as fast as the server answers (64 publishes in flight), while one that
+// stops reading is still closed with 1013.
+func TestBurstReachesContinuousReaderStalledOneIsCutOff(t *testing.T) {
+	leakcheck.Check(t)
+	m := metrics.NewDiscard()
+	_, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: 65536}})
+	healthy, stalled, pub := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
+	wstest.MustOK(t, healthy.Call("subscribe", `{"topic":"burst"}`))
+	wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"burst"}`))
+
+	const n, window = 20000, 64
+	pad := strings.Repeat("x", 900)
+
+	healthyDone := make(chan string, 1)
+	go func() {
+		for i := range n {
+			b, err := healthy.Read()
+			if err != nil {
+				healthyDone <- "read " + strconv.Itoa(i) + ": " + err.Error()
+				return
+			}
+			var f wstest.Frame
+			var d struct{ I int }
+			if json.Unmarshal(b, &f) != nil || json.Unmarshal(f.Params.Data, &d) != nil || d.I != i {
+				healthyDone <- "message " + strconv.Itoa(i) + " missing or out of order: " + string(b[:min(len(b), 80)])
+				return
+			}
+		}
+		healthyDone <- ""
+	}()
+
+	// The publisher keeps 64 publishes unanswered: a slot is taken per
+	// publish and given back per answer.
+	slots := make(chan struct{}, window)
+	answers := make(chan string, 1)
+	go func() {
+		for range n {
+			b, err := pub.Read()
+			if err != nil {
+				answers <- err.Error()
+				return
+			}
+			var f wstest.Frame
+			if json.Unmarshal(b, &f) != nil || f.Error != nil || f.ID == nil {
+				answers <- "publish answered " + string(b)
+				return
+			}
+			<-slots
+		}
+		answers <- ""
+	}()
+	for i := range n {
+		slots <- struct{}{}
+		if !pub.TrySend(`{"jsonrpc":"2.0","id":` + strconv.Itoa(i) + `,"method":"publish","params":{"topic":"burst","data":{"i":` + strconv.Itoa(i) + `,"p":"` + pad + `"}}}`) {
+			t.Fatalf("publish %d: write failed", i)
+		}
+	}
+	if msg := <-answers; msg != "" {
+		t.Fatalf("publisher: %s", msg)
+	}
+	if msg := <-healthyDone; msg != "" {
+		t.Fatalf("healthy subscriber: %s", msg)
+	}
+	code, reason := stalled.CloseStatus()
+	if code != websocket.StatusTryAgainLater {
+		t.Fatalf("stalled subscriber closed with %d %q, want 1013", code, reason)
+	}
+	if v := testutilValue(m.SlowConsumerDisconnects); v != 1 {
+		t.Fatalf("slow_consumer_disconnects_total = %v, want 1 (the stalled one only)", v)
+	}
+}
