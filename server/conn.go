@@ -46,6 +46,7 @@ type conn struct {
 	subs    map[string]struct{} // topics subscribed (control.go)
 	builtin message.Call        // reused for built-ins, which run inline
 	calls   atomic.Int32        // application RPC goroutines in flight
+	burst   atomic.Bool         // more input waits behind the frame being run: its publishes only queue (hub.publish)
 
 	callsMu  sync.Mutex
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
@@ -131,7 +132,7 @@ func (c *conn) handleFrame(frame []byte) {
 		c.countInvalid(true)
 		return
 	}
-	async, builtin, valid := false, false, false
+	async, builtin, valid, publish := false, false, false, false
 	for i := range f.Requests {
 		if r := &f.Requests[i]; r.Err == nil {
 			valid = true
@@ -140,6 +141,7 @@ func (c *conn) handleFrame(frame []byte) {
 			} else {
 				async = true
 			}
+			publish = publish || r.Method == MethodPublish
 		}
 	}
 	if c.countInvalid(!valid) {
@@ -150,6 +152,9 @@ func (c *conn) handleFrame(frame []byte) {
 	// them with application methods runs here too: the read waits for
 	// its application calls, as when MaxCallsPerConn is reached.
 	if !async || builtin {
+		if publish {
+			c.burst.Store(c.raw.moreInput())
+		}
 		c.runFrame(f, frame)
 		return
 	}
