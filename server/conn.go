@@ -80,6 +80,10 @@ func (c *conn) readLoop() {
 	defer c.cleanup()
 	s := c.s
 	for {
+		// An idle connection waits here, a few frames deep, rather than
+		// inside the WebSocket library's read: its goroutine then keeps
+		// the smallest stack (see netconn.go, awaitInput).
+		c.raw.awaitInput()
 		// A plain context: a cancelable one costs the WebSocket library a
 		// context.AfterFunc per read. Every way a connection ends closes
 		// the socket, which ends the read.

@@ -19,8 +19,8 @@ import (
 // control frames (ping, pong, close: at most 2+125 bytes, we never mask),
 // and must hold a whole one so that each leaves in a single Write.
 const (
-	readBufferSize  = 512
-	writeBufferSize = 256
+	readBufferSize  = 256
+	writeBufferSize = 128
 )
 
 // upgradeWriter wraps the ResponseWriter of an upgrade so the hijacked
@@ -79,9 +79,11 @@ type rawConn struct {
 	stalled atomic.Bool // send is waiting for the socket to drain
 
 	// Read side, used by the read goroutine only.
-	br      *bufio.Reader    // what the WebSocket library reads from
-	inputFn func(fd uintptr) // made on first use: most clients never publish
-	input   int              // its result
+	br      *bufio.Reader         // what the WebSocket library reads from
+	inputFn func(fd uintptr)      // made on first use: most clients never publish
+	input   int                   // its result
+	awaitFn func(fd uintptr) bool // awaitInput\'s callback, made on first use
+	waited  bool                  // awaitFD has waited once
 }
 
 func newRawConn(nc net.Conn) *rawConn {
@@ -204,6 +206,23 @@ func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
 	}
 	c.pend, c.err = nil, nil
 	return n, err
+}
+
+// awaitInput returns when the client has sent something (or the socket
+// is closed or failed). It waits in the runtime's poller a few frames
+// deep: an idle connection's read goroutine parked here uses little
+// stack, so the garbage collector shrinks it to the minimum, where a read
+// parked inside the WebSocket library's frame reader keeps twice that.
+// Read goroutine only.
+func (c *rawConn) awaitInput() {
+	if c == nil || c.sc == nil || c.br == nil || c.br.Buffered() > 0 {
+		return
+	}
+	if c.awaitFn == nil {
+		c.awaitFn = c.awaitFD
+	}
+	c.waited = false
+	_ = c.sc.Read(c.awaitFn) // an error: the read that follows reports it
 }
 
 // moreInput reports whether the client has sent more than has been read:

@@ -56,3 +56,15 @@ func (c *rawConn) inputFD(fd uintptr) {
 		c.input = int(n)
 	}
 }
+
+// awaitFD returns true once bytes (or an end) can be read: at once when
+// the socket already holds some, else after one wait for readiness.
+func (c *rawConn) awaitFD(fd uintptr) bool {
+	if c.waited {
+		return true
+	}
+	c.waited = true
+	c.input = 0
+	c.inputFD(fd)
+	return c.input > 0
+}

@@ -14,3 +14,5 @@ func syscallConn(net.Conn) syscall.RawConn { return nil }
 func (c *rawConn) writeFD(uintptr) bool { return true }
 
 func (c *rawConn) inputFD(uintptr) {}
+
+func (c *rawConn) awaitFD(uintptr) bool { return true }

@@ -38,8 +38,17 @@ type idleResult struct {
 	GoAfter     float64 `json:"serverGoroutinesAfter,omitempty"`
 	GoPerConn   float64 `json:"serverGoroutinesPerConn,omitempty"`
 	ConnsOpen   float64 `json:"serverConnectionsOpen,omitempty"`
+	// Where the memory is: growth of the Go runtime's own counters per
+	// open connection (live heap, heap spans in use, goroutine stacks).
+	HeapAllocPerConn float64 `json:"serverHeapAllocPerConnBytes,omitempty"`
+	HeapInusePerConn float64 `json:"serverHeapInusePerConnBytes,omitempty"`
+	StackPerConn     float64 `json:"serverStackInusePerConnBytes,omitempty"`
 	AcceptLat   latency `json:"acceptLatency"`
 }
+
+// memSeries are the Go runtime gauges rtserver exports, read before and
+// after connecting.
+var memSeries = [...]string{"go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes"}
 
 // runIdle opens cfg.N idle connections, measures the server, and closes
 // them.
@@ -57,9 +66,13 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 			return nil, fmt.Errorf("server rss: %w", err)
 		}
 	}
+	var memBefore [len(memSeries)]float64
 	if cfg.MetricsURL != "" {
 		if res.GoBefore, err = scrapeMetric(ctx, cfg.MetricsURL, "go_goroutines"); err != nil {
 			return nil, err
+		}
+		for i, name := range memSeries {
+			memBefore[i], _ = scrapeMetric(ctx, cfg.MetricsURL, name)
 		}
 	}
 
@@ -143,6 +156,15 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 			res.GoPerConn = (res.GoAfter - res.GoBefore) / float64(res.Open)
 		}
 		res.ConnsOpen, _ = scrapeMetric(ctx, cfg.MetricsURL, "connections_open")
+		if res.Open > 0 {
+			per := make([]float64, len(memSeries))
+			for i, name := range memSeries {
+				if v, err := scrapeMetric(ctx, cfg.MetricsURL, name); err == nil {
+					per[i] = (v - memBefore[i]) / float64(res.Open)
+				}
+			}
+			res.HeapAllocPerConn, res.HeapInusePerConn, res.StackPerConn = per[0], per[1], per[2]
+		}
 	}
 	return res, nil
 }
