@@ -48,6 +48,19 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	if g := serverGoroutines(); g != n {
 		t.Fatalf("%d server goroutines for %d idle connections, want exactly one each", g, n)
 	}
+	// Each comes to wait in awaitInput, not inside the WebSocket library:
+	// that keeps its stack at the minimum.
+	waiting := func() int {
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		return bytes.Count(buf, []byte("server.(*rawConn).awaitInput("))
+	}
+	for waiting() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d idle read loops wait in awaitInput", waiting(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // A publish encodes its frame once, whatever the number of subscribers:

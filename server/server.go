@@ -30,7 +30,7 @@ import (
 type Config struct {
 	MaxMessageBytes         int64         // read limit per message; default 65536; past it: close 1009
 	MaxSubscriptionsPerConn int           // default 128; past it: -32004
-	SendQueueBytes          int           // default 1 MiB; past it: close 1013
+	SendQueueBytes          int           // default 1 MiB; past it while the socket is full: close 1013 (write.go)
 	WriteTimeout            time.Duration // default 5s
 	PingInterval            time.Duration // default 25s; a peer that misses a pong is closed
 	MaxCallsPerConn         int           // application RPCs in flight per connection; default 16

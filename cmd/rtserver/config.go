@@ -126,7 +126,7 @@ type TopicProxyConfig struct {
 type LimitsConfig struct {
 	MaxMessageBytes         int64    `yaml:"maxMessageBytes" help:"largest client message; a larger one closes the connection with 1009 (positive)"`
 	MaxSubscriptionsPerConn int      `yaml:"maxSubscriptionsPerConn" help:"topics one connection may subscribe to; past it: -32004 LIMIT_EXCEEDED (positive)"`
-	SendQueueBytes          int64    `yaml:"sendQueueBytes" help:"bytes queued in the server for one client, not yet written to its socket; past this: close 1013 (positive)"`
+	SendQueueBytes          int64    `yaml:"sendQueueBytes" help:"bytes queued in the server for one client that its socket would not take (the client is not reading); past this while the socket is full: close 1013 (positive)"`
 	WriteTimeout            Duration `yaml:"writeTimeout" help:"longest one socket write may take (positive)"`
 	PingInterval            Duration `yaml:"pingInterval" help:"period of WebSocket pings that detect dead peers (positive)"`
 }
