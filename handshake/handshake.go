@@ -468,6 +468,19 @@ func (g *Gate) reserve() (reason, bool) {
 	}
 }
 
+// doorFull reports whether the door should shed an upgrade now, and under
+// which reason: a cap is full (step 1), or the pacing queue is at its bound
+// so a newcomer would be refused queue_timeout at step 5 anyway.
+func (g *Gate) doorFull() (reason, bool) {
+	if why, full := g.capsFull(g.slots.Load()); full {
+		return why, true
+	}
+	if g.pacer != nil && g.pacer.overflowing() {
+		return rQueueTimeout, true
+	}
+	return 0, false
+}
+
 // capsFull is step 1's decision on slot word v: which cap (connections
 // first) leaves no room for one more upgrade. Admit (through reserve) and
 // the door (Listener) both decide with it, so the door sheds exactly what

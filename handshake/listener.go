@@ -40,7 +40,9 @@ const (
 )
 
 // Listener wraps inner with the door: while the gate's reject mode is
-// RejectHTTP and a cap (MaxConnections or MaxConcurrent) is full, a new
+// RejectHTTP and a cap (MaxConnections or MaxConcurrent) is full, or the
+// pacing queue holds as many upgrades as can be served within
+// MaxQueueWait (a newcomer would only wait to time out), a new
 // connection whose request is `GET path` (path exactly, or path?query;
 // HTTP/1.0 or 1.1) is answered here with the documented 503 (docs/handshake.md), counted in
 // handshake_rejected_total under the same reason Admit would give, and
@@ -48,7 +50,9 @@ const (
 // head it does not fully understand, a cap no longer full) is handed to
 // the server with the bytes already read replayed. The door never reserves
 // a slot and never sheds for draining, rate, origin or auth: those stay in
-// Admit, which the handler for path must call first.
+// Admit, which the handler for path must call first. (While the door
+// sheds, an upgrade that would have failed origin or auth is answered 503
+// too: under overload the cheapest answer comes first, as with caps.)
 //
 // Connections are accepted from inner by the caller's Accept loop as
 // usual; a handed-on connection is returned by a later Accept, which is
@@ -124,7 +128,7 @@ func (d *door) Accept() (net.Conn, error) {
 		if g.cfg.Reject != RejectHTTP {
 			return c, nil
 		}
-		if _, full := g.capsFull(g.slots.Load()); !full {
+		if _, full := g.doorFull(); !full {
 			return c, nil
 		}
 		if d.peekers.Add(1) > d.max {
@@ -206,7 +210,7 @@ func (d *door) peek(c net.Conn) {
 
 	if v == headShed {
 		g := d.g
-		if why, full := g.capsFull(g.slots.Load()); full {
+		if why, full := g.doorFull(); full {
 			d.forget(c)
 			g.rejected[why].Inc()
 			ms := g.overloadHint(g.clock())

@@ -663,3 +663,51 @@ func TestClassifyHeadProperty(t *testing.T) {
 		}
 	})
 }
+
+// While the pacing queue holds as many upgrades as can be served within
+// MaxQueueWait, the door sheds a newcomer (it would only wait to be
+// refused queue_timeout) without net/http, counted as queue_timeout.
+func TestDoorShedsWhenPacingQueueIsFull(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.PerTickBudget = 1
+	cfg.Tick = time.Hour
+	cfg.MaxQueueWait = time.Hour // one tick: the queue holds one waiter
+	e := startDoor(t, cfg, 10*time.Second, maxPeekers)
+	hold := make(chan struct{})
+	e.hold.Store(&hold)
+	a := e.raw(t)
+	write(t, a, upgradeHead)
+	<-e.admitd // a took this tick's token
+	b := e.raw(t)
+	write(t, b, upgradeHead)
+	for e.g.QueueDepth() != 1 { // b waits for the next tick
+		time.Sleep(time.Millisecond)
+	}
+
+	c := e.raw(t)
+	write(t, c, upgradeHead)
+	checkDoorShed(t, c)
+	e.event(t, "peek")
+	e.event(t, "shed")
+	if got := rejected(e.m, metrics.RejectQueueTimeout); got != 1 {
+		t.Fatalf("queue_timeout = %v, want 1", got)
+	}
+	if e.handled.Load() != 2 {
+		t.Fatalf("handled %d, want 2: the shed upgrade must not reach net/http", e.handled.Load())
+	}
+
+	close(hold)
+	if resp, _ := readHead(t, a); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("admitted upgrade: %d", resp.StatusCode)
+	}
+	a.Close()
+	<-e.ended
+	b.Close() // gone from the queue: the door stops shedding
+	for e.g.QueueDepth() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, full := e.g.doorFull(); full {
+		t.Fatal("the door still sheds with an empty queue")
+	}
+}

@@ -3,6 +3,7 @@ package handshake
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,8 @@ type pacer struct {
 	maxQueue int
 	clock    func() int64
 	depth    prometheus.Gauge
+
+	over atomic.Bool // n >= maxQueue: read by the door without mu
 
 	mu       sync.Mutex
 	window   int64 // tick index that used counts for
@@ -212,6 +215,7 @@ func (p *pacer) push(w *waiter) {
 	p.tail = w
 	p.n++
 	p.depth.Set(float64(p.n))
+	p.over.Store(p.maxQueue > 0 && p.n >= p.maxQueue)
 }
 
 func (p *pacer) remove(w *waiter) {
@@ -228,7 +232,13 @@ func (p *pacer) remove(w *waiter) {
 	w.prev, w.next = nil, nil
 	p.n--
 	p.depth.Set(float64(p.n))
+	p.over.Store(p.maxQueue > 0 && p.n >= p.maxQueue)
 }
+
+// overflowing reports whether the queue is at its bound: a newcomer that
+// finds no token would be refused with queue_timeout. Lock-free, for the
+// door; draining is not its business.
+func (p *pacer) overflowing() bool { return p.over.Load() }
 
 func floorDiv(a, b int64) int64 {
 	q := a / b
