@@ -29,12 +29,15 @@ func TestBurstReachesContinuousReaderStalledOneIsCutOff(t *testing.T) {
 	wstest.MustOK(t, healthy.Call("subscribe", `{"topic":"burst"}`))
 	wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"burst"}`))
 
+	// 20,000 messages of ~950 bytes (19 MB) are several times what the
+	// stalled subscriber's socket buffers hold. Under the race detector
+	// the run is a tenth as long, with messages ten times larger so the
+	// stalled socket still fills.
 	const window = 64
-	n := 20000
+	n, pad := 20000, strings.Repeat("x", 900)
 	if raceEnabled {
-		n = 4000 // the same shape, a fifth of the length: the suite stays fast
+		n, pad = 2000, strings.Repeat("x", 9000)
 	}
-	pad := strings.Repeat("x", 900)
 
 	healthyDone := make(chan string, 1)
 	go func() {
@@ -106,7 +109,12 @@ func TestBurstReachesContinuousReaderStalledOneIsCutOff(t *testing.T) {
 	if msg := <-healthyDone; msg != "" {
 		t.Fatalf("healthy subscriber: %s", msg)
 	}
-	st := <-stalledDone
+	var st closed
+	select {
+	case st = <-stalledDone:
+	case <-time.After(time.Minute): // a hang guard, not a threshold
+		t.Fatal("the stalled subscriber was never cut off with 1013")
+	}
 	if st.code != websocket.StatusTryAgainLater {
 		t.Fatalf("stalled subscriber closed with %d %q, want 1013", st.code, st.reason)
 	}

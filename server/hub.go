@@ -80,10 +80,14 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 }
 
 // publish delivers data to every local subscriber of topic. The frame is
-// built once and shared: queues hold references to the same bytes. With
-// burst (more publishes are already waiting behind this one) frames are
-// only queued, so each subscriber's writer sends several with one write;
-// otherwise a socket that takes a frame at once gets it right away. The
+// built once and shared: queues hold references to the same bytes. A
+// socket that takes the frame at once gets it right away, from this
+// goroutine; but in a burst (more publishes already wait behind this one)
+// to a large topic, frames are only queued: writing them here would hold
+// the publisher for a write per subscriber, while the subscribers'
+// writers run on every core and send whatever queued meanwhile with one
+// write each. (A small topic in a burst gains little from queueing: each
+// subscriber rarely has a second frame waiting.) The
 // subscribers are copied out so the socket writes happen without the
 // shard's lock held (a subscribe to another topic of the shard does not
 // wait for a fan-out).
@@ -102,9 +106,10 @@ func (h *hub) publish(topic string, data []byte, burst bool) {
 	}
 	sh.mu.RUnlock()
 	frame := frameMessage(topic, data)
+	direct := !burst || len(list) < queuedFanout
 	sent := 0
 	for _, c := range list {
-		if c.enqueueFrame(frame, !burst) {
+		if c.enqueueFrame(frame, direct) {
 			sent++
 		}
 	}
@@ -115,6 +120,9 @@ func (h *hub) publish(topic string, data []byte, burst bool) {
 		deliveryPool.Put(lp)
 	}
 }
+
+// queuedFanout is the smallest topic whose deliveries a burst only queues.
+const queuedFanout = 64
 
 // maxPooledDelivery bounds the subscriber lists kept for reuse: one huge
 // topic must not pin its list forever.
