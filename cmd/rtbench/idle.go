@@ -43,7 +43,7 @@ type idleResult struct {
 	HeapAllocPerConn float64 `json:"serverHeapAllocPerConnBytes,omitempty"`
 	HeapInusePerConn float64 `json:"serverHeapInusePerConnBytes,omitempty"`
 	StackPerConn     float64 `json:"serverStackInusePerConnBytes,omitempty"`
-	AcceptLat   latency `json:"acceptLatency"`
+	AcceptLat        latency `json:"acceptLatency"`
 }
 
 // memSeries are the Go runtime gauges rtserver exports, read before and
