@@ -6,8 +6,10 @@ import (
 )
 
 // Keyed is a GCRA limiter per key (limit events per period, burst = limit)
-// in a bounded store: when full it evicts the least recently used key; it
-// never fails open. Safe for concurrent use; Allow on an existing key
+// in a bounded store: when full it evicts, of its least recently used keys,
+// the one that has used least of its burst, so that a flood of new keys
+// (a client with many source addresses) cannot flush a limited key back to
+// a fresh burst; it never fails open. Safe for concurrent use; Allow on an existing key
 // allocates nothing.
 type Keyed struct {
 	p            params
@@ -19,7 +21,11 @@ type Keyed struct {
 // maxKeys keys (maxKeys <= 0 means a default of 65536). It panics when
 // limit < 1 or per <= 0.
 func NewKeyed(limit int, per time.Duration, maxKeys int) *Keyed {
-	return &Keyed{p: newParams(limit, per), epoch: time.Now(), store: newStore[int64](maxKeys)}
+	// A key's debt is its theoretical arrival time: the later, the more
+	// of its burst it has used. Evicting a limited key would hand it a
+	// fresh burst, so a full store evicts the least indebted of its least
+	// recently used keys instead (see store).
+	return &Keyed{p: newParams(limit, per), epoch: time.Now(), store: newStore(maxKeys, func(tat *int64) int64 { return *tat })}
 }
 
 // Allow records one event for key at now and decides it. Allowed or not,
@@ -50,7 +56,8 @@ func (k *Keyed) AllowN(key string, n int64, now time.Time) Result {
 func (k *Keyed) Len() int { return k.len() }
 
 // Evictions is how many keys have been evicted to make room for new ones
-// since the store was created. A key evicted while still limited comes
-// back with a full burst, so a steadily rising count means maxKeys is too
-// small for the number of distinct clients.
+// since the store was created. Eviction prefers keys that used least of
+// their burst, but a key evicted while still limited comes back with a
+// full burst, so a steadily rising count means maxKeys is too small for
+// the number of distinct clients (or a flood of source addresses).
 func (k *Keyed) Evictions() uint64 { return k.evictions() }

@@ -161,3 +161,32 @@ func TestAllowExistingKeyAllocatesNothing(t *testing.T) {
 		t.Fatalf("GCRA.Allow: %v allocs", n)
 	}
 }
+
+// A client with many source addresses (an IPv6 /48 holds 65,536 /64s)
+// floods the store with new keys to evict its own limited key and get a
+// fresh burst. The store evicts the flood's keys instead: they have used
+// less of their burst. Both limiters, a full default-sized store, twice
+// as many flood keys as it holds.
+func TestFloodOfNewKeysCannotFlushALimitedKey(t *testing.T) {
+	now := time.Now()
+	for name, allow := range map[string]func() func(key string, now time.Time) Result{
+		"gcra":   func() func(string, time.Time) Result { return NewKeyed(5, 10*time.Second, 0).Allow },
+		"window": func() func(string, time.Time) Result { return NewWindow(5, 10*time.Second, 0).Allow },
+	} {
+		t.Run(name, func(t *testing.T) {
+			allow := allow()
+			for range 5 {
+				allow("2001:db8:0:1::/64", now)
+			}
+			if allow("2001:db8:0:1::/64", now).Allowed {
+				t.Fatal("the sixth event was allowed")
+			}
+			for i := range 2 * DefaultMaxKeys {
+				allow(fmt.Sprintf("2001:db8:1:%x::/64", i), now)
+			}
+			if allow("2001:db8:0:1::/64", now).Allowed {
+				t.Fatal("after a flood of new keys the limited key had a fresh burst")
+			}
+		})
+	}
+}

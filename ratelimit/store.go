@@ -12,12 +12,19 @@ const DefaultMaxKeys = 65536
 const (
 	maxShards     = 64
 	minShardSlots = 128 // fewer keys than this per shard and LRU order gets too coarse
+	// evictScan is how many of the least recently used keys an eviction
+	// weighs by debt. A limited key that reaches the tail stays there
+	// while at least one of the others owes less.
+	evictScan = 8
 )
 
 // store is the bounded, sharded LRU map from key to a limiter's per-key
 // state V that Keyed and Window share. It never holds more than maxKeys
-// keys; inserting into a full shard evicts that shard's least recently
-// used key.
+// keys; inserting into a full shard evicts one of that shard's least
+// recently used keys: with a debt function, the one owing least among the
+// evictScan least recently used (so a flood of new keys from many source
+// addresses evicts the flood's own keys, not a limited key that would come
+// back with a fresh burst), else the least recently used.
 type store[V any] struct {
 	seed   maphash.Seed
 	mask   uint64
@@ -35,7 +42,8 @@ type shard[V any] struct {
 	tail    int32
 	cap     int
 	evicted uint64
-	_       [64]byte // keep neighbouring shards' mutexes off one cache line
+	debt    func(*V) int64 // nil: plain LRU
+	_       [64]byte       // keep neighbouring shards' mutexes off one cache line
 }
 
 type entry[V any] struct {
@@ -44,7 +52,10 @@ type entry[V any] struct {
 	prev, next int32
 }
 
-func newStore[V any](maxKeys int) store[V] {
+// newStore makes a store of at most maxKeys keys (<= 0: DefaultMaxKeys).
+// debt, when not nil, says how much a key's state owes (more: further from
+// a fresh key's, so costlier to forget); eviction prefers the least.
+func newStore[V any](maxKeys int, debt func(*V) int64) store[V] {
 	if maxKeys <= 0 {
 		maxKeys = DefaultMaxKeys
 	}
@@ -61,6 +72,7 @@ func newStore[V any](maxKeys int) store[V] {
 		}
 		s.idx = make(map[string]int32)
 		s.head, s.tail = -1, -1
+		s.debt = debt
 	}
 	return st
 }
@@ -86,7 +98,7 @@ func (s *shard[V]) get(key string) (v *V, fresh bool) {
 		i = int32(len(s.ents))
 		s.ents = append(s.ents, entry[V]{})
 	} else {
-		i = s.tail
+		i = s.victim()
 		s.unlink(i)
 		delete(s.idx, s.ents[i].key)
 		s.evicted++
@@ -99,6 +111,23 @@ func (s *shard[V]) get(key string) (v *V, fresh bool) {
 	s.idx[key] = i
 	s.pushFront(i)
 	return &e.val, true
+}
+
+// victim picks the slot to evict from a full shard: the least recently
+// used, or with a debt function the one owing least of the evictScan least
+// recently used (ties: the less recently used).
+func (s *shard[V]) victim() int32 {
+	v := s.tail
+	if s.debt == nil {
+		return v
+	}
+	least := s.debt(&s.ents[v].val)
+	for i, n := s.ents[v].prev, 1; i >= 0 && n < evictScan; i, n = s.ents[i].prev, n+1 {
+		if d := s.debt(&s.ents[i].val); d < least {
+			v, least = i, d
+		}
+	}
+	return v
 }
 
 func (st *store[V]) len() int {

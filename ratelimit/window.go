@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -37,7 +38,17 @@ func NewWindow(limit int, per time.Duration, maxKeys int) *Window {
 	if limit < 1 || per <= 0 {
 		panic(fmt.Sprintf("ratelimit: invalid limit %d per %v (want limit >= 1, per > 0)", limit, per))
 	}
-	return &Window{limit: limit, per: int64(per), epoch: time.Now(), store: newStore[ring](maxKeys)}
+	// A key below its limit owes little (less the fewer events it holds);
+	// a full one owes until its oldest event leaves the window. A full
+	// store evicts the least indebted of its least recently used keys, so
+	// a flood of new keys cannot flush a limited one (see store).
+	debt := func(r *ring) int64 {
+		if r.n < limit {
+			return math.MinInt64 + int64(r.n)
+		}
+		return r.ts[r.head]
+	}
+	return &Window{limit: limit, per: int64(per), epoch: time.Now(), store: newStore(maxKeys, debt)}
 }
 
 // Allow records one event for key at now and decides it. A denied event
