@@ -95,7 +95,8 @@ type Node struct {
 	Admit    *message.Admission
 	Access   *access.Checker // the topic grants
 	Server   *server.Server
-	cluster  *cluster // nil without Redis
+	cluster  *cluster    // nil without Redis
+	shared   *lateShared // nil without Redis
 	// Cluster is the cluster-wide top-publisher view; nil without Redis.
 	Cluster *publishrate.Aggregator
 
@@ -141,11 +142,15 @@ func New(cfg Config) (*Node, error) {
 
 	// Cluster-scoped rate and cost parts check a budget in Redis; the
 	// client is made below, so the limiter is bound to it there.
-	var shared *lateShared
 	var sharedOpt message.SharedLimiter
 	if cfg.Redis.URL != "" {
-		shared = &lateShared{}
-		sharedOpt = shared
+		n.shared = &lateShared{}
+		sharedOpt = n.shared
+		for _, r := range cfg.Classes {
+			if (r.Rate != nil && r.Rate.Scope == "cluster") || (r.Cost != nil && r.Cost.Scope == "cluster") {
+				n.shared.used = true
+			}
+		}
 	}
 	n.Admit = message.New(message.Options{
 		Snapshot:   n.Pressure.Snapshot,
@@ -191,7 +196,7 @@ func New(cfg Config) (*Node, error) {
 		b = n.cluster.bus
 		n.Cluster = n.cluster.agg
 		n.instanceID = n.cluster.agg.InstanceID()
-		shared.l = clusterrate.New(n.cluster.client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix})
+		n.shared.l = clusterrate.New(n.cluster.client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix})
 		// The cluster-wide view (own rates plus every fresh sibling's)
 		// replaces the local top publishers.
 		n.Admit.SetRates(n.cluster.agg)
@@ -244,7 +249,10 @@ func loopbackOnly(addr net.Addr) bool {
 
 // lateShared is the cluster-scoped limiter of message.Options.Shared,
 // bound to the Redis client once it exists (in New, before anything runs).
-type lateShared struct{ l *clusterrate.Limiter }
+type lateShared struct {
+	l    *clusterrate.Limiter
+	used bool // some class has a cluster-scoped part
+}
 
 func (s *lateShared) AllowShared(ctx context.Context, key string, now time.Time, limits []message.SharedLimit, results []ratelimit.Result) error {
 	return s.l.AllowShared(ctx, key, now, limits, results)
@@ -338,6 +346,16 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struc
 			closeListeners()
 			return errors.Join(err, n.Server.Shutdown(context.Background()))
 		}
+	}
+	if n.shared != nil && n.shared.used {
+		// A cold first cluster-scoped check (dial, cluster slots, script
+		// load) can outlast its 100ms timeout and be decided by the fail
+		// policy; warm up before taking clients. Best effort.
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		if err := n.shared.l.Preload(ctx); err != nil {
+			n.log.Warn("cluster-scoped admission: Redis not ready at start; checks decide by admission.failPolicy until it is", "err", err)
+		}
+		cancel()
 	}
 
 	g, failed := errgroup.WithContext(context.Background())

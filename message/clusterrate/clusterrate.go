@@ -88,6 +88,18 @@ end
 return out
 `)
 
+// Preload loads the script on Redis (on every master of a Redis Cluster)
+// and so also opens a connection to each and learns the cluster's slots.
+// Checks work without it (the first one loads the script), but a cold
+// first check can take longer than Options.Timeout; the node calls it at
+// start, before it listens. It is bounded by ctx only.
+func (l *Limiter) Preload(ctx context.Context) error {
+	if err := gcraScript.Load(ctx, l.client).Err(); err != nil {
+		return fmt.Errorf("clusterrate: preload: %w", err)
+	}
+	return nil
+}
+
 // errReply is a reply the script cannot have sent.
 var errReply = errors.New("clusterrate: malformed script reply")
 

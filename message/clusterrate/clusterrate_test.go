@@ -163,18 +163,20 @@ func TestOnRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
 	t.Cleanup(func() { rc.Close() })
-	clk := newClock()
-	a := message.New(message.Options{Now: clk.Now, Shared: New(rc, Options{})})
-	c := register(t, a, "g", message.Rule{
-		Rate: &message.Rate{Limit: 3, Per: time.Minute, Scope: "cluster"},
-		Cost: &message.Cost{Budget: 1000, Per: time.Minute, Of: "bytes", Scope: "cluster"},
-	})
+	l := New(rc, Options{Timeout: 5 * time.Second})
+	limits := []message.SharedLimit{{Name: "rate", Limit: 3, Per: time.Minute, N: 1}, {Name: "cost", Limit: 1000, Per: time.Minute, N: 10}}
+	res := make([]ratelimit.Result, 2)
+	// The cost left after each call; the 4th is denied by its rate, so its
+	// cost result says what it would leave, were it charged (it is not).
+	wantCostLeft := []int64{990, 980, 970, 960}
 	for u := range 30 {
-		user := fmt.Sprintf("user-%d", u)
+		key := fmt.Sprintf("g:user:user-%d", u)
 		for i := range 4 {
-			d := c.Check(&message.Call{User: user, Bytes: 10})
-			if d.Allowed != (i < 3) {
-				t.Fatalf("%s call %d: %+v", user, i, d)
+			if err := l.AllowShared(context.Background(), key, t0, limits, res); err != nil {
+				t.Fatalf("%s call %d: %v", key, i, err)
+			}
+			if res[0].Allowed != (i < 3) || res[1].Remaining != wantCostLeft[i] {
+				t.Fatalf("%s call %d: %+v", key, i, res)
 			}
 		}
 	}
