@@ -93,6 +93,9 @@ func newCluster(cfg Redis, m *metrics.Metrics, log *slog.Logger, mon *pressure.M
 		InstanceID:    c.agg.InstanceID(),
 		Metrics:       m,
 		Logger:        log,
+		// One fleet secret signs both kinds of envelope: whoever can
+		// forge one could forge the other.
+		HMACSecret: cfg.HMACSecret,
 	}
 	switch cfg.Bus {
 	case "", "single":

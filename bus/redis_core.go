@@ -63,6 +63,11 @@ type RedisOptions struct {
 	// at most this long for Redis to confirm a new partition subscription.
 	// 0: 500ms.
 	PingTimeout time.Duration
+	// HMACSecret, when set, signs every envelope this instance publishes
+	// and makes it drop (reason malformed) every received envelope that is
+	// unsigned or signed with another secret (see sign.go). Every instance
+	// of a fleet must use the same secret. nil: unsigned.
+	HMACSecret []byte
 }
 
 const (
@@ -101,6 +106,7 @@ type engine struct {
 	id        string
 	log       *slog.Logger
 	maxEnv    int
+	signer    *signer // nil: unsigned envelopes
 	batch     int
 	pingEvery time.Duration
 	pingWait  time.Duration
@@ -155,6 +161,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	}
 	e.log = e.log.With("component", "bus", "instance", e.id)
 	e.maxEnv = orDefault(o.MaxEnvelopeBytes, DefaultMaxEnvelopeBytes)
+	e.signer = newSigner(o.HMACSecret)
 	e.batch = orDefault(o.BatchSize, defaultBatchSize)
 	e.pingEvery = orDefault(o.PingInterval, defaultPingInterval)
 	e.pingWait = orDefault(o.PingTimeout, defaultPingTimeout)

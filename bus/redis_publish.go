@@ -36,6 +36,9 @@ func (e *engine) publishControl(channel, key string, data []byte) error {
 // enqueue encodes one envelope with encode and queues it.
 func (e *engine) enqueue(channel, topic string, data []byte, encode func(dst []byte, instance, topic string, data []byte) []byte) error {
 	n := envelopeLen(e.id, topic, data)
+	if e.signer != nil {
+		n += sigLen
+	}
 	if n > e.maxEnv {
 		e.dropOversize.Inc()
 		return ErrTooLarge
@@ -47,6 +50,9 @@ func (e *engine) enqueue(channel, topic string, data []byte, encode func(dst []b
 	// Encoding here, on the caller's goroutine, spreads the copying over
 	// the publishers and lets the caller reuse data at once.
 	m := outMsg{channel: channel, env: encode(make([]byte, 0, n), e.id, topic, data)}
+	if e.signer != nil {
+		m.env = e.signer.sign(m.env)
+	}
 	e.pubMu.RLock()
 	defer e.pubMu.RUnlock()
 	if e.closed {

@@ -227,6 +227,19 @@ func (l *subLoop) ok() {
 // handle validates one received payload and queues it for the Receiver.
 func (l *subLoop) handle(p string) {
 	e := l.e
+	if len(p) > e.maxEnv {
+		e.dropReceived(DropOversize, l.channel, len(p))
+		return
+	}
+	if e.signer != nil {
+		env, ok := e.signer.verify(p)
+		if !ok {
+			// Counted as malformed; the log line says why.
+			e.dropReceived("bad_signature", l.channel, len(p))
+			return
+		}
+		p = env
+	}
 	decode, control := decodeEnvelope, isControl(p)
 	if control {
 		decode = decodeControl

@@ -330,3 +330,28 @@ func TestRedisClientLogsAreStructuredAndLimited(t *testing.T) {
 		t.Errorf("%d redis client warnings within the first seconds of an outage, want 1 per 10s (limited)", n)
 	}
 }
+
+// With publishRate.hmacSecret set the bus is signed too: a well-formed
+// message injected straight into Redis (anyone who can PUBLISH there
+// could inject on any topic) is dropped and counted; real traffic flows.
+func TestSignedBusDropsInjectedMessages(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	cfg := strings.Replace(fleetConfig(r.URL(), ""), "staleAfter: 1s}", "staleAfter: 1s, hmacSecret: s3cret}", 1)
+	a, b := start(t, cfg), start(t, cfg)
+	sub := wstest.Dial(t, b.WS())
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
+
+	env := []byte{1, 5}
+	env = append(env, "other"...)
+	env = append(env, 1, 't')
+	env = append(env, `"injected"`...)
+	if _, err := r.Do("PUBLISH", "rt:bus", string(env)); err != nil {
+		t.Fatal(err)
+	}
+	b.waitMetric(`bus_messages_dropped_total{reason="malformed"}`, 10*time.Second, func(v float64) bool { return v == 1 })
+	wstest.MustOK(t, wstest.Dial(t, a.WS()).Call("publish", `{"topic":"t","data":"real"}`))
+	if got := sub.ExpectMessage("t"); got != `"real"` {
+		t.Fatalf("subscriber got %s first, want the real message", got)
+	}
+}

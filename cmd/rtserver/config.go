@@ -151,7 +151,7 @@ type PublishRateConfig struct {
 	StaleAfter      Duration `yaml:"staleAfter" help:"a sibling's slice is dropped when nothing newer arrived within this; at least publishInterval"`
 	TopN            int      `yaml:"topN" help:"topics and users carried per envelope (at least 1)"`
 	MaxClockSkew    Duration `yaml:"maxClockSkew" help:"how far apart the instances' clocks may be: an envelope whose ts is further than staleAfter + this from the receiver's clock is dropped, as is a replayed one (positive)"`
-	HMACSecret      string   `yaml:"hmacSecret" help:"when set, envelopes are signed and unsigned or badly signed ones are dropped"`
+	HMACSecret      string   `yaml:"hmacSecret" help:"when set, rate envelopes and bus messages are signed (HMAC-SHA256) and unsigned or badly signed ones are dropped; the same on every instance"`
 }
 
 // AdmissionConfig is the message tier: class rules and the method routing.
