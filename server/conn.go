@@ -271,7 +271,12 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 			c.idle.Broadcast()
 			c.mu.Unlock()
 		})
-		for c.writing && (len(c.queue) > 0 || c.raw.pending()) {
+		// Until the writer is idle, not merely until the queue is empty:
+		// the writer takes the whole queue before writing it, and sealing
+		// while it writes would drop what it took (a draining notice lost
+		// before its 1012). The deadline above empties the queue; the
+		// writer's own writes are bounded by the write timeout.
+		for c.writing {
 			c.idle.Wait()
 		}
 		deadline.Stop()
