@@ -27,6 +27,14 @@
 //     Server.mu nor a hub shard lock while the bus is told of interest in a
 //     topic or a user (a sharded bus may wait for Redis; conn.subsMu may be
 //     held, which delays only that connection's own subscription changes);
+//   - a token's exp binds its connection (expiry.go, docs/authentication.md):
+//     a connection whose token has an exp holds one tokenExpiry (one timer,
+//     no goroutine), one without holds a nil pointer; the timer sends
+//     tokenExpiring, then closes with 1008 "token expired", and refresh
+//     moves it. Its callbacks run under tokenExpiry.mu (taken before
+//     conn.mu), so once cleanup has stopped it nothing fires;
+//   - built-ins (and refresh) run only on the read goroutine: a batch that
+//     mixes them with application methods runs there too;
 //   - authenticated connections are indexed by user (Server.users) from
 //     addConn to removeConn, so the server API's Disconnect and Unsubscribe
 //     (control.go) reach them on every instance; anonymous ones are not.
