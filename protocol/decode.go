@@ -87,33 +87,11 @@ func Decode(frame []byte) (Frame, *Error) {
 }
 
 // decodeRequest decodes one request object (valid JSON, starting with
-// '{') with exact keys (see fast.go).
+// '{') with exact keys (see walk.go).
 func decodeRequest(data []byte) Request {
-	var w wireRequest
-	plain := true
-	dup := ""
-	ok := walkObject(data, func(key, value []byte) bool {
-		var m *json.RawMessage
-		switch string(key) {
-		case "jsonrpc":
-			m = &w.JSONRPC
-		case "id":
-			m = &w.ID
-		case "method":
-			m = &w.Method
-		case "params":
-			m = &w.Params
-		default:
-			plain = false
-			return true
-		}
-		if *m != nil {
-			dup = string(key)
-			return false
-		}
-		*m = value
-		return true
-	})
+	var v [4][]byte
+	dup, other, ok := members(data, requestMembers, v[:])
+	w := wireRequest{JSONRPC: v[0], ID: v[1], Method: v[2], Params: v[3]}
 	if dup != "" {
 		id := w.ID
 		if id != nil && (dup == "id" || !validID(id)) {
@@ -125,7 +103,7 @@ func decodeRequest(data []byte) Request {
 		return invalid(nil, "request must be an object")
 	}
 	r := w.request()
-	r.Plain = plain && r.Err == nil
+	r.Plain = !other && r.Err == nil
 	return r
 }
 
@@ -217,25 +195,10 @@ func DecodeTopicParams(params json.RawMessage, withData bool) (TopicParams, *Err
 // decodeRequest: other members are ignored, a repeated topic or data is
 // -32600, and a topic that is not a string is -32602.
 func decodeTopicParams(params []byte, p *TopicParams) *Error {
-	var topic []byte
-	dup := ""
-	walkObject(params, func(key, value []byte) bool {
-		var m *[]byte
-		switch string(key) {
-		case "topic":
-			m = &topic
-		case "data":
-			m = (*[]byte)(&p.Data)
-		default:
-			return true
-		}
-		if *m != nil {
-			dup = string(key)
-			return false
-		}
-		*m = value
-		return true
-	})
+	var v [2][]byte
+	dup, _, _ := members(params, topicMembers, v[:])
+	topic := v[0]
+	p.Data = v[1]
 	if dup != "" {
 		return NewError(CodeInvalidRequest, "duplicate member "+strconv.Quote(dup)+" in params", nil)
 	}

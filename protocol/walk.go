@@ -27,6 +27,34 @@ func plainString(s []byte) bool {
 	return true
 }
 
+// The members the server reads, in the order of members' vals.
+var (
+	requestMembers = []string{"jsonrpc", "id", "method", "params"}
+	topicMembers   = []string{"topic", "data"}
+)
+
+// members reads the members named in names out of the JSON object data
+// (valid JSON) into vals, index for index, with exact keys. It returns the
+// first name that appears twice (reading stops there), whether any other
+// member is present, and false when data is not an object.
+func members(data []byte, names []string, vals [][]byte) (dup string, other, ok bool) {
+	ok = walkObject(data, func(key, value []byte) bool {
+		for i, n := range names {
+			if string(key) == n {
+				if vals[i] != nil {
+					dup = n
+					return false
+				}
+				vals[i] = value
+				return true
+			}
+		}
+		other = true
+		return true
+	})
+	return dup, other, ok || dup != ""
+}
+
 // walkObject calls f for each member of the JSON object in data, which
 // must be valid JSON (callers run json.Valid first), with the key
 // unescaped (a key with escapes costs one allocation). It reports false
