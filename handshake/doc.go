@@ -31,9 +31,9 @@
 // JWKS URL, with exp, nbf and the configured aud and iss enforced.
 // VerifyToken checks a token the same way for a connection's refresh. The
 // JWKS is fetched by New (an error stops it), read lock-free, and fetched
-// again for an unknown kid at most once per JWKSMinRefetch, one fetch at a
-// time (callers with an unknown kid wait for the fetch under way, bounded
-// by their request's context).
+// again for an unknown kid or when older than JWKSMaxAge, at most once per
+// JWKSMinRefetch, one fetch at a time (callers with an unknown kid wait
+// for the fetch under way, bounded by their request's context).
 //
 // It must never import the server or know about JSON-RPC; it sees an
 // http.Request and a caller-owned Ticket, nothing more.

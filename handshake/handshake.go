@@ -42,8 +42,8 @@ type Config struct {
 	JWTPublicKey   []byte // PEM of an RSA or EC P-256 public key (RS256 / ES256)
 	// JWKSURL serves a JSON Web Key Set: RS256 / ES256 keys picked by the
 	// token's kid, fetched by New (an error stops it), cached, and
-	// fetched again at most once per JWKSMinRefetch when an unknown kid
-	// arrives. Empty = no JWKS.
+	// fetched again when an unknown kid arrives or the set is older than
+	// JWKSMaxAge, at most once per JWKSMinRefetch. Empty = no JWKS.
 	JWKSURL string
 	// JWKSClient fetches JWKSURL; nil = a client with a 10 s timeout.
 	JWKSClient *http.Client

@@ -22,6 +22,12 @@ import (
 // key server one request per 30 s, not one per token.
 const JWKSMinRefetch = 30 * time.Second
 
+// JWKSMaxAge is how old the cached set may grow while tokens keep arriving
+// with known kids: the first token after that fetches it again (one
+// caller, synchronously; the others go on with the cache), so a key the
+// issuer withdrew stops verifying within about this long.
+const JWKSMaxAge = time.Hour
+
 const (
 	// jwksMaxBytes bounds a JWKS document (real ones are a few KiB).
 	jwksMaxBytes = 1 << 20
@@ -43,9 +49,9 @@ type jwksKey struct {
 
 // jwks is a JSON Web Key Set fetched from a URL: fetched when made,
 // cached, and fetched again when a token names a kid the cache does not
-// hold, at most once per JWKSMinRefetch. The refetch replaces the whole
-// set, so a key the issuer withdrew stops verifying once a refetch has
-// happened.
+// hold, or the set is older than JWKSMaxAge, at most once per
+// JWKSMinRefetch. The refetch replaces the whole set, so a key the issuer
+// withdrew stops verifying once a refetch has happened.
 //
 // The cache is written here rather than taken from
 // github.com/MicahParks/keyfunc: its unknown-kid limiter (a
@@ -67,7 +73,9 @@ type jwks struct {
 	// wait for the fetch under way (or their context) and then look again,
 	// so one new key costs one request however many tokens carry it.
 	sem       chan struct{}
-	lastFetch time.Time // of the last unknown-kid refetch; guarded by sem
+	lastFetch time.Time // of the last refetch attempt; guarded by sem
+
+	fetchedAt atomic.Int64 // unix nanoseconds of the last successful fetch
 
 	fetches atomic.Int64 // every fetch, for tests
 }
@@ -93,7 +101,13 @@ func (k *jwks) key(ctx context.Context, kid, alg string) (any, error) {
 		return nil, errNoKID
 	}
 	if key, ok := (*k.keys.Load())[kid]; ok {
-		return key.forAlg(alg)
+		if k.now().UnixNano()-k.fetchedAt.Load() < int64(JWKSMaxAge) || !k.refreshStale(ctx) {
+			return key.forAlg(alg)
+		}
+		if key, ok := (*k.keys.Load())[kid]; ok {
+			return key.forAlg(alg)
+		}
+		return nil, fmt.Errorf("%w %q (withdrawn from the key set)", errUnknownKID, kid)
 	}
 	select {
 	case k.sem <- struct{}{}:
@@ -121,6 +135,29 @@ func (k *jwks) key(ctx context.Context, kid, alg string) (any, error) {
 		return key.forAlg(alg)
 	}
 	return nil, fmt.Errorf("%w %q", errUnknownKID, kid)
+}
+
+// refreshStale fetches a set older than JWKSMaxAge again, unless another
+// caller is fetching (it does not wait) or the last attempt was less than
+// JWKSMinRefetch ago. It reports whether the set was replaced.
+func (k *jwks) refreshStale(ctx context.Context) bool {
+	select {
+	case k.sem <- struct{}{}:
+	default:
+		return false
+	}
+	defer func() { <-k.sem }()
+	now := k.now()
+	if now.UnixNano()-k.fetchedAt.Load() < int64(JWKSMaxAge) || now.Sub(k.lastFetch) < JWKSMinRefetch {
+		return false
+	}
+	k.lastFetch = now
+	if err := k.fetch(ctx); err != nil {
+		k.log.Warn("auth.jwt.jwksUrl: refetch of the aged key set failed; keeping the cached keys", "err", err)
+		return false
+	}
+	k.log.Info("auth.jwt.jwksUrl: aged key set refetched", "keys", len(*k.keys.Load()))
+	return true
 }
 
 func (key jwksKey) forAlg(alg string) (any, error) {
@@ -169,6 +206,7 @@ func (k *jwks) fetch(ctx context.Context) error {
 		return fmt.Errorf("GET %s: %w", k.url, err)
 	}
 	k.keys.Store(&keys)
+	k.fetchedAt.Store(k.now().UnixNano())
 	return nil
 }
 

@@ -251,3 +251,49 @@ func FuzzParseJWKS(f *testing.F) {
 		}
 	})
 }
+
+// A set older than JWKSMaxAge is fetched again by the next token, so a
+// withdrawn key stops verifying even when no unknown kid ever arrives.
+func TestJWKSMaxAge(t *testing.T) {
+	t.Parallel()
+	k1, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	k2, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ks := jwttest.NewKeyServer(t)
+	ks.Serve(t, map[string]any{"k1": &k1.PublicKey, "k2": &k2.PublicKey})
+	clock := &fakeClock{}
+	clock.ns.Store(time.Now().UnixNano())
+	cfg := DefaultConfig()
+	cfg.JWKSURL = ks.URL
+	cfg.Now = clock.now
+	cfg.PerTickBudget = 0
+	g, _ := newGate(t, cfg)
+	tok := func(key *ecdsa.PrivateKey, kid string) string {
+		return jwttest.Sign(t, jwt.SigningMethodES256, key, kid, jwt.MapClaims{"sub": "a", "exp": clock.now().Add(time.Hour).Unix()})
+	}
+	ks.Serve(t, map[string]any{"k2": &k2.PublicKey}) // k1 withdrawn
+	clock.advance(JWKSMaxAge - time.Second)
+	if admitsAs(t, g, tok(k1, "k1")) != "a" || ks.Hits() != 1 {
+		t.Fatalf("before the max age: k1 refused or the set fetched (%d fetches)", ks.Hits())
+	}
+	clock.advance(time.Second)
+	if admitsAs(t, g, tok(k1, "k1")) != "" {
+		t.Fatal("withdrawn k1 still verifies after the max age")
+	}
+	if ks.Hits() != 2 {
+		t.Fatalf("%d fetches, want 2 (start, one aged refetch)", ks.Hits())
+	}
+	if admitsAs(t, g, tok(k2, "k2")) != "a" || admitsAs(t, g, tok(k1, "k1")) != "" || ks.Hits() != 2 {
+		t.Fatalf("after the refetch: want k2 admitted, k1 refused, no fetch (%d fetches)", ks.Hits())
+	}
+	// A failing key server is asked at most once per JWKSMinRefetch.
+	ks.ServeRaw(nil)
+	clock.advance(JWKSMaxAge)
+	for range 3 {
+		if admitsAs(t, g, tok(k2, "k2")) != "a" {
+			t.Fatal("cached k2 refused while the key server is down")
+		}
+	}
+	if ks.Hits() != 3 {
+		t.Fatalf("%d fetches, want 3 (one failed aged refetch)", ks.Hits())
+	}
+}

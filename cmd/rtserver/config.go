@@ -88,7 +88,7 @@ type AuthConfig struct {
 type JWTConfig struct {
 	HMACSecret    string   `yaml:"hmacSecret" help:"HS256 key (the raw bytes of this string); empty with no publicKeyFile or jwksUrl: anonymous connections"`
 	PublicKeyFile string   `yaml:"publicKeyFile" help:"PEM file with the RSA or EC public key for RS256 / ES256 tokens; read at start-up"`
-	JWKSURL       string   `yaml:"jwksUrl" help:"http(s) URL of a JSON Web Key Set: RS256 / ES256 keys picked by the token's kid; fetched at start-up (failure stops it), cached, fetched again at most once per 30s when an unknown kid arrives"`
+	JWKSURL       string   `yaml:"jwksUrl" help:"http(s) URL of a JSON Web Key Set: RS256 / ES256 keys picked by the token's kid; fetched at start-up (failure stops it), cached, fetched again when an unknown kid arrives or the set is an hour old, at most once per 30s"`
 	Audience      string   `yaml:"audience" help:"when set, a token's aud must contain it, else 401"`
 	Issuer        string   `yaml:"issuer" help:"when set, a token's iss must equal it, else 401"`
 	RefreshNotice Duration `yaml:"refreshNotice" help:"how long before its token's exp a connection gets the system tokenExpiring notice (positive); unrefreshed, it is closed with 1008 at exp"`
