@@ -73,7 +73,11 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 		// publisher that keeps hammering stays shed until it slows down.
 		s.pressure.RecordAttempt(p.Topic, c.ticket.User, len(p.Data))
 	}
-	if perr := c.admit(call); perr != nil {
+	perr = c.admit(call)
+	// The reused Call must not pin this frame's buffer while the
+	// connection idles: only Check reads Params.
+	call.Params = nil
+	if perr != nil {
 		return nil, perr
 	}
 	defer call.Release()
