@@ -239,3 +239,34 @@ admission:
 		t.Fatalf("admission_rule_errors_total = %v on a healthy cluster", v)
 	}
 }
+
+// cost of: param:<name> and of: bytes through the binary: the param is
+// charged, a call without it is decided by failPolicy (open) and counted;
+// bytes charge the request frame.
+func TestCostParamAndBytesThroughBinary(t *testing.T) {
+	leakcheck.Check(t)
+	be := newBackend(t)
+	p := start(t, fmt.Sprintf(`
+rpc: {proxy: {url: %q}}
+admission:
+  classes:
+    llm: {cost: {budget: 100, per: 1h, of: "param:maxTokens", by: conn}}
+    upload: {cost: {budget: 300, per: 1h, of: bytes, by: conn}}
+  methods: {complete: llm, upload: upload}
+`, be.URL))
+	c := wstest.Dial(t, p.WS())
+	wstest.MustOK(t, c.Call("complete", `{"maxTokens":60}`))
+	if d := rateLimited(t, c.Call("complete", `{"maxTokens":60}`)); d.Reason != "COST" || d.Class != "llm" || d.Remaining != 0 {
+		t.Fatalf("second 60 of 100: %+v, want COST", d)
+	}
+	wstest.MustOK(t, c.Call("complete", `{"maxTokens":40}`))
+	wstest.MustOK(t, c.Call("complete", `{"prompt":"no maxTokens"}`)) // failPolicy open
+	if v := p.metric(`admission_rule_errors_total{class="llm"}`); v != 1 {
+		t.Fatalf(`admission_rule_errors_total{class="llm"} = %v, want 1`, v)
+	}
+	big := `{"blob":"` + strings.Repeat("x", 150) + `"}`
+	wstest.MustOK(t, c.Call("upload", big)) // ~200 bytes of 300
+	if d := rateLimited(t, c.Call("upload", big)); d.Reason != "COST" || d.Class != "upload" {
+		t.Fatalf("second upload: %+v, want COST", d)
+	}
+}
