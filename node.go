@@ -239,14 +239,6 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// loopbackOnly reports whether addr accepts connections from this host
-// only (127.0.0.0/8, ::1). An unspecified address (0.0.0.0, ::) listens on
-// every interface.
-func loopbackOnly(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
-}
-
 // lateShared is the cluster-scoped limiter of message.Options.Shared,
 // bound to the Redis client once it exists (in New, before anything runs).
 type lateShared struct {
@@ -372,7 +364,7 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struc
 		g.Go(func() error { return serveHTTP(admin, aln) })
 	}
 	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)
-	if n.Access.PublishableByAny() && !loopbackOnly(ln.Addr()) {
+	if n.Access.PublishableByAny() && !loopback(ln.Addr().String()) {
 		n.log.Warn("anyone, anonymous clients included, may publish on some topics while the server listens beyond loopback; restrict topics.default.publish and topics.namespaces (docs/access-control.md)", "addr", ln.Addr().String())
 	}
 
