@@ -146,9 +146,6 @@ func (c *conn) refresh(r *protocol.Request) (json.RawMessage, *protocol.Error) {
 	if err != nil || id.User != c.ticket.User {
 		return nil, forbidden
 	}
-	// The new token's topics claim grants from now on (the claim grant;
-	// subscriptions already made stay).
-	c.ticket.Topics = id.Topics
 	switch {
 	case c.expiry != nil:
 		if !c.expiry.extend(id.Expires) {
