@@ -159,7 +159,7 @@ func TestTopicGrantsThroughBinary(t *testing.T) {
 		// authenticated and claim.
 		{anon, "anon", "subscribe", "chat:team-1", forbidden},
 		{bob, "bob", "subscribe", "chat:team-1", ok},
-		{bob, "bob", "publish", "chat:team-1", forbidden}, // no claim
+		{bob, "bob", "publish", "chat:team-1", forbidden},    // no claim
 		{alice, "alice", "publish", "chat:lobby", forbidden}, // claim does not match
 		// any, and nobody.
 		{anon, "anon", "subscribe", "news:today", ok},
