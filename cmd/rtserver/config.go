@@ -194,7 +194,7 @@ type RateRule struct {
 type CostRule struct {
 	Budget int64    `yaml:"budget" help:"cost units allowed per period and key: a token bucket of this size, refilled evenly over per (1 to 2147483647)"`
 	Per    Duration `yaml:"per" help:"the period (positive)"`
-	Of     string   `yaml:"of" help:"what a call costs: bytes (the request frame) | fanout (the request's bytes x this instance's subscribers of the topic, for publish) | param:<name> (the call's top-level numeric param <name>, rounded up; a call without it is decided by admission.failPolicy); denied calls answer -32002 with reason COST"`
+	Of     string   `yaml:"of" help:"what a call costs: bytes (the request frame) | fanout (the request's bytes x this instance's subscribers of the topic, for publish) | param:NAME (the call's top-level numeric param NAME, e.g. param:maxTokens, rounded up; a call without it is decided by admission.failPolicy); denied calls answer -32002 with reason COST"`
 	By     string   `yaml:"by" help:"user | conn | ip, as for rate; empty: user"`
 	Scope  string   `yaml:"scope" help:"local | cluster, as for rate; a class whose rate and cost are both cluster-scoped checks both in one round trip and needs the same by for both; empty: local"`
 }
