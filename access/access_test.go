@@ -3,10 +3,13 @@ package access
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -245,5 +248,36 @@ func TestApplicationGrant(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.TopicDenied.WithLabelValues("subscribe")); got != 1 {
 		t.Errorf("denied subscribe = %v, want 1 (unavailable is not a denial)", got)
+	}
+}
+
+// The built-in grants and a cached proxy answer allocate nothing: the
+// budget of docs/access-control.md, kept as a count rather than a timing.
+func TestCheckDoesNotAllocate(t *testing.T) {
+	b := newBackend(t, func(w http.ResponseWriter, _ question) { io.WriteString(w, `{"allow":true}`) })
+	c, _ := newChecker(t, Config{
+		Namespaces: []Namespace{
+			{Pattern: "user:{user}", Rule: Rule{Subscribe: []string{"owner"}}},
+			{Pattern: "chat:*", Rule: Rule{Subscribe: []string{"authenticated"}, Publish: []string{"claim"}}},
+			{Pattern: "room:*", Rule: Rule{Publish: []string{"proxy"}}},
+		},
+		Default: &Rule{Subscribe: []string{"any"}},
+		Proxy:   Proxy{URL: b.URL, CacheTTL: time.Hour},
+	})
+	claim := &handshake.TopicClaim{Publish: []string{"chat:x-*", "chat:r?om"}}
+	ctx := context.Background()
+	for _, q := range []Question{
+		{Action: Subscribe, Topic: "news"},
+		{Action: Subscribe, Topic: "chat:a", User: "u"},
+		{Action: Subscribe, Topic: "user:u", User: "u"},
+		{Action: Publish, Topic: "chat:room", User: "u", Claim: claim},
+		{Action: Publish, Topic: "room:1", User: "u"},
+	} {
+		if c.Check(ctx, q) != Allow {
+			t.Fatalf("%+v not allowed", q)
+		}
+		if n := testing.AllocsPerRun(100, func() { c.Check(ctx, q) }); n != 0 {
+			t.Errorf("%v %s: %v allocs per check", q.Action, q.Topic, n)
+		}
 	}
 }

@@ -54,8 +54,22 @@ func (g glob) match(s string) bool {
 }
 
 // matchGlob is path.Match(pattern, s) for a valid pattern, without the
-// call when the literal head already decides (the claim grant's globs).
-func matchGlob(pattern, s string) bool { return newGlob(pattern).match(s) }
+// call when the literal head already decides (the claim grant's globs,
+// which are not compiled: it compares while it looks for the head's end,
+// so a glob for another topic fails at the first differing byte).
+func matchGlob(pattern, s string) bool {
+	i := 0
+	for ; i < len(pattern); i++ {
+		c := pattern[i]
+		if c == '*' || c == '?' || c == '[' || c == '\\' {
+			break
+		}
+		if i >= len(s) || s[i] != c {
+			return false
+		}
+	}
+	return glob{pat: pattern, head: i}.match(s)
+}
 
 func compilePattern(s string) (pattern, error) {
 	if s == "" {
