@@ -355,3 +355,25 @@ func TestSignedBusDropsInjectedMessages(t *testing.T) {
 		t.Fatalf("subscriber got %s first, want the real message", got)
 	}
 }
+
+// A cost rule that prices a call by one of its params (param:n) must
+// charge what the backend will read: params holding n twice, or a key
+// that means n to another decoder (N, \u006e), are denied, not charged
+// for the first value while the backend runs the last.
+func TestAmbiguousCostParamIsDenied(t *testing.T) {
+	leakcheck.Check(t)
+	be := exactBackend(t)
+	p := start(t, fmt.Sprintf(`
+rpc: {proxy: {url: %q}}
+admission:
+  classes: {gen: {cost: {budget: 10, per: 1h, of: "param:n", by: conn}}}
+  methods: {gen: gen}
+`, be.URL))
+	c := wstest.Dial(t, p.WS())
+	for _, params := range []string{`{"n":1,"n":1000}`, `{"n":1,"N":1000}`, `{"n":1,"\u006e":1000}`} {
+		if f := c.Call("gen", params); f.Error == nil {
+			t.Errorf("gen %s was admitted (charged 1, the backend reads 1000)", params)
+		}
+	}
+	wstest.MustOK(t, c.Call("gen", `{"n":3}`))
+}

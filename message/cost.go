@@ -1,7 +1,10 @@
 package message
 
 import (
+	"bytes"
+	"encoding/json"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/rtserver/rtserver/ratelimit"
@@ -50,11 +53,21 @@ func (p *costPart) allow(call *Call, n int64, now time.Time) ratelimit.Result {
 }
 
 // paramCost reads the top-level member name of the JSON object params as a
-// non-negative number, rounded up to a whole unit. It allocates nothing and
-// never panics on any input; anything but an object holding that member as
-// a plain JSON number (no exponent) is ok == false. Members are compared
-// by their raw bytes, so a name written with escapes does not match.
+// non-negative number, rounded up to a whole unit. It allocates nothing
+// (for keys up to 32 bytes) and never panics on any input; anything but an
+// object holding that member as a plain JSON number (no exponent) is
+// ok == false. Members are compared by their raw bytes, so a name written
+// with escapes does not match.
+//
+// A backend may read the same params differently: JavaScript keeps the
+// last of a repeated member, encoding/json also matches keys
+// case-insensitively, and both resolve escapes. So params that hold the
+// name twice, or another key that could mean it to some decoder (equal
+// ignoring case, or written with escapes), are priced at math.MaxInt64:
+// denied, rather than charged for one value while the backend runs with
+// another.
 func paramCost(params []byte, name string) (n int64, ok bool) {
+	found := false
 	i := skipSpace(params, 0)
 	if i >= len(params) || params[i] != '{' {
 		return 0, false
@@ -67,7 +80,7 @@ func paramCost(params []byte, name string) (n int64, ok bool) {
 		if params[i] != '"' {
 			return 0, false
 		}
-		end := skipString(params, i)
+		i0, end := i, skipString(params, i)
 		if end < 0 {
 			return 0, false
 		}
@@ -77,19 +90,44 @@ func paramCost(params []byte, name string) (n int64, ok bool) {
 			return 0, false
 		}
 		i = skipSpace(params, i+1)
-		if string(key) == name { // no allocation: the compiler compares in place
-			return parseCost(params, i)
+		switch {
+		case string(key) == name: // no allocation: the compiler compares in place
+			if found {
+				return math.MaxInt64, true
+			}
+			found = true
+			if n, ok = parseCost(params, i); !ok {
+				return 0, false
+			}
+		case mayMean(params[i0:end], name):
+			return math.MaxInt64, true
 		}
 		if i = skipValue(params, i); i < 0 {
 			return 0, false
 		}
 		i = skipSpace(params, i)
+		if i < len(params) && params[i] == '}' {
+			return n, found
+		}
 		if i >= len(params) || params[i] != ',' {
 			return 0, false
 		}
 		i = skipSpace(params, i+1)
 	}
 	return 0, false
+}
+
+// mayMean reports whether a key (its JSON string literal, quotes
+// included) that is not name byte for byte could still mean name to some
+// JSON decoder: once escapes are resolved (only then does it allocate),
+// equal ignoring case (encoding/json's matching, Unicode folds included).
+func mayMean(lit []byte, name string) bool {
+	key := lit[1 : len(lit)-1]
+	if bytes.IndexByte(key, '\\') < 0 {
+		return strings.EqualFold(string(key), name)
+	}
+	var k string
+	return json.Unmarshal(lit, &k) == nil && strings.EqualFold(k, name)
 }
 
 func skipSpace(b []byte, i int) int {

@@ -2,10 +2,13 @@ package message
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -110,6 +113,14 @@ func TestParamCost(t *testing.T) {
 		{``, 0, false},
 		{`{"a":"\"n\":4","n":3}`, 3, true},
 		{`{"a":`, 0, false},
+		// Params a backend could read as another n: denied (MaxInt64).
+		{`{"n":1,"n":1000}`, math.MaxInt64, true},
+		{`{"n":1,"N":1000}`, math.MaxInt64, true},
+		{`{"N":1000,"n":1}`, math.MaxInt64, true},
+		{`{"n":1,"\u006e":1000}`, math.MaxInt64, true},
+		{`{"n":1,"\u004e":1000}`, math.MaxInt64, true},
+		{`{"n":5,"m":1}`, 5, true},
+		{`{"n":5,"x":{"n":9,"N":9}}`, 5, true}, // nested members are not read
 	}
 	for _, tt := range tests {
 		got, ok := paramCost([]byte(tt.give), "n")
@@ -126,7 +137,7 @@ func TestParamCost(t *testing.T) {
 // FuzzParamCost: never panics, and whatever it accepts is a member that
 // encoding/json-like scanning agrees is there (a non-negative value).
 func FuzzParamCost(f *testing.F) {
-	for _, s := range []string{`{"n":5}`, `{"a":[1,{"n":2}],"n":3.5}`, `{"n":`, `{"\\":1,"n":0}`, `[`, `"`} {
+	for _, s := range []string{`{"n":5}`, `{"a":[1,{"n":2}],"n":3.5}`, `{"n":`, `{"\\":1,"n":0}`, `[`, `"`, `{"n":1,"N":9}`, `{"n":1,"n":9}`, `{"n":1,"\\u006e":9}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -134,8 +145,25 @@ func FuzzParamCost(f *testing.F) {
 		if ok && n < 0 {
 			t.Fatalf("negative cost %d accepted from %q", n, b)
 		}
-		if ok && !strings.Contains(string(b), `"n"`) {
+		if ok && n != math.MaxInt64 && !strings.Contains(string(b), `"n"`) {
 			t.Fatalf("accepted %q without the member", b)
+		}
+		// What was charged is what a backend reads: JavaScript-style (exact
+		// keys, the last of a repeat) and encoding/json-style
+		// (case-insensitive) alike. Anything ambiguous was denied.
+		if !ok || n == math.MaxInt64 || !json.Valid(b) || !utf8.Valid(b) {
+			return
+		}
+		var exact map[string]json.RawMessage
+		var loose struct{ N json.RawMessage }
+		if json.Unmarshal(b, &exact) != nil || json.Unmarshal(b, &loose) != nil {
+			return
+		}
+		if string(exact["n"]) != string(loose.N) {
+			t.Fatalf("charged %d for %q, but backends read n as %s and %s", n, b, exact["n"], loose.N)
+		}
+		if m, mok := parseCost(append(append([]byte{}, exact["n"]...), '}'), 0); !mok || m != n {
+			t.Fatalf("charged %d for %q, a backend reads %s", n, b, exact["n"])
 		}
 	})
 }
