@@ -213,7 +213,8 @@ admission:
 }
 
 // The same on the sharded bus's real 3-node Redis Cluster, with rate and
-// cost fused in one script (one slot: the keys share a hash tag).
+// cost fused in one script (one slot: the keys share a hash tag), on two
+// instances, for three classes whose keys land on different slots.
 func TestClusterScopedRateOnRedisCluster(t *testing.T) {
 	leakcheck.Check(t)
 	cl := redistest.StartCluster(t)
@@ -221,22 +222,36 @@ func TestClusterScopedRateOnRedisCluster(t *testing.T) {
 	cfg := fleetConfig(url, `
 admission:
   classes:
-    global: {rate: {limit: 4, per: 1h, by: conn, scope: cluster}, cost: {budget: 1000000, per: 1h, of: bytes, by: conn, scope: cluster}}
-  methods: {subscribe: global}
+    g1: &g {rate: {limit: 4, per: 1h, by: ip, scope: cluster}, cost: {budget: 1000000, per: 1h, of: bytes, by: ip, scope: cluster}}
+    g2: *g
+    g3: *g
+  methods: {subscribe: g1, unsubscribe: g2, publish: g3}
 `)
 	cfg = strings.Replace(cfg, "redis: {url:", "redis: {bus: sharded, partitions: 8, url:", 1)
-	a := start(t, cfg)
-	for range 3 { // connections spread over the cluster's slots
-		c := wstest.Dial(t, a.WS())
-		for i := range 4 {
-			wstest.MustOK(t, c.Call("subscribe", fmt.Sprintf(`{"topic":"t%d"}`, i)))
+	a, b := start(t, cfg), start(t, cfg)
+	ca, cb := wstest.Dial(t, a.WS()), wstest.Dial(t, b.WS())
+	for _, m := range []struct{ method, class, params string }{
+		{"subscribe", "g1", `{"topic":"t"}`},
+		{"unsubscribe", "g2", `{"topic":"t"}`},
+		{"publish", "g3", `{"topic":"t","data":1}`},
+	} {
+		for i := range 4 { // alternating instances share the one budget
+			c := ca
+			if i%2 == 1 {
+				c = cb
+			}
+			wstest.MustOK(t, c.Call(m.method, m.params))
 		}
-		if d := rateLimited(t, c.Call("subscribe", `{"topic":"t5"}`)); d.Reason != "" || d.Limit != 4 {
-			t.Fatalf("fifth call: %+v, want RATE with limit 4", d)
+		if d := rateLimited(t, ca.Call(m.method, m.params)); d.Class != m.class || d.Reason != "" || d.Limit != 4 {
+			t.Fatalf("fifth %s: %+v, want RATE of %s with limit 4", m.method, d, m.class)
 		}
 	}
-	if v := a.metric(`admission_rule_errors_total{class="global"}`); v != 0 {
-		t.Fatalf("admission_rule_errors_total = %v on a healthy cluster", v)
+	for _, p := range []*proc{a, b} {
+		for _, class := range []string{"g1", "g2", "g3"} {
+			if v := p.metric(`admission_rule_errors_total{class="` + class + `"}`); v != 0 {
+				t.Fatalf("admission_rule_errors_total{class=%q} = %v on a healthy cluster", class, v)
+			}
+		}
 	}
 }
 

@@ -42,7 +42,8 @@ type Rate struct {
 	Strategy string
 	// Scope is "local" (default: each instance counts its own calls) or
 	// "cluster" (one budget shared by every instance: each check is one
-	// round trip through Options.Shared; strategy gcra only).
+	// round trip through Options.Shared; strategy gcra only; by user or ip,
+	// since a connection lives on one instance).
 	Scope string
 }
 

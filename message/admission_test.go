@@ -567,6 +567,8 @@ func TestRegisterValidation(t *testing.T) {
 		{"rate scope", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "global"}}, false, "rate: scope"},
 		{"rate cluster sliding", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster", Strategy: "slidingWindow"}}, false, "rate: scope cluster supports strategy gcra only"},
 		{"rate cluster without store", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster"}}, false, "Options.Shared is nil"},
+		{"rate cluster by conn", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster", By: "conn"}}, false, "rate: scope cluster cannot be by conn"},
+		{"cost cluster by conn", Rule{Cost: &Cost{Budget: 1, Per: time.Second, Of: "bytes", Scope: "cluster", By: "conn"}}, false, "cost: scope cluster cannot be by conn"},
 		{"cost budget", Rule{Cost: &Cost{Per: time.Second, Of: "bytes"}}, false, "cost: budget"},
 		{"cost per", Rule{Cost: &Cost{Budget: 1, Of: "bytes"}}, false, "cost: per"},
 		{"cost of", Rule{Cost: &Cost{Budget: 1, Per: time.Second, Of: "tokens"}}, false, "cost: of"},

@@ -197,6 +197,13 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		}
 	}
 	if sharedRate != nil || sharedCost != nil {
+		for _, sl := range []*sharedLimit{sharedRate, sharedCost} {
+			if sl != nil && sl.by == byConn {
+				// Connection ids are per instance: conn 7 here and conn 7
+				// there would share one budget.
+				return nil, fmt.Errorf("%s: scope cluster cannot be by conn (a connection lives on one instance; use scope local)", sl.part)
+			}
+		}
 		if sharedRate != nil && sharedCost != nil && sharedRate.by != sharedCost.by {
 			return nil, fmt.Errorf("rate and cost: both are scope cluster, so they must have the same by (one key, one round trip); got %s and %s",
 				byText[sharedRate.by], byText[sharedCost.by])

@@ -187,7 +187,7 @@ type RateRule struct {
 	Per      Duration `yaml:"per" help:"the period (positive)"`
 	By       string   `yaml:"by" help:"user | conn | ip; an anonymous connection's user key is its client IP; empty: user"`
 	Strategy string   `yaml:"strategy" help:"gcra (a token bucket: a full burst, then one call per per/limit) | slidingWindow (the true count: at most limit calls in any window of per; memory up to limit timestamps per key); empty: gcra"`
-	Scope    string   `yaml:"scope" help:"local (each instance counts its own calls) | cluster (one budget shared by every instance through Redis: needs redis.url, strategy gcra; one round trip per check; a Redis failure is decided by admission.failPolicy and counted in admission_rule_errors_total); empty: local"`
+	Scope    string   `yaml:"scope" help:"local (each instance counts its own calls) | cluster (one budget shared by every instance through Redis: needs redis.url, strategy gcra, by user or ip; one round trip per check; a Redis failure is decided by admission.failPolicy and counted in admission_rule_errors_total); empty: local"`
 }
 
 // CostRule charges each call's cost against a per-key budget.

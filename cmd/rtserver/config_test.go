@@ -543,6 +543,8 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, scope: global}}}}", wantKey: "admission.classes.a.rate.scope"},
 		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster}}}}", wantKey: "admission.classes.a.rate.scope"},
 		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster, strategy: slidingWindow}}}}", wantKey: "admission.classes.a.rate.scope"},
+		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster, by: conn}}}}", wantKey: "admission.classes.a.rate.scope"},
+		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes, scope: cluster, by: conn}}}}", wantKey: "admission.classes.a.cost.scope"},
 		{give: "admission: {classes: {a: {cost: {budget: 0, per: 1s, of: bytes}}}}", wantKey: "admission.classes.a.cost.budget"},
 		{give: "admission: {classes: {a: {cost: {budget: 3000000000, per: 1s, of: bytes}}}}", wantKey: "admission.classes.a.cost.budget"},
 		{give: "admission: {classes: {a: {cost: {budget: 1, per: 0s, of: bytes}}}}", wantKey: "admission.classes.a.cost.per"},

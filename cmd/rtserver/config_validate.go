@@ -223,6 +223,9 @@ func (c *Config) Validate() error {
 				if c.Redis.URL == "" {
 					bad(key+".rate.scope", "cluster needs redis.url (the shared budget lives in Redis)")
 				}
+				if rt.By == "conn" {
+					bad(key+".rate.scope", "cluster cannot be by conn (a connection lives on one instance); use scope local")
+				}
 			}
 		}
 		if ct := r.Cost; ct != nil {
@@ -238,6 +241,9 @@ func (c *Config) Validate() error {
 			if ct.Scope == "cluster" {
 				if c.Redis.URL == "" {
 					bad(key+".cost.scope", "cluster needs redis.url (the shared budget lives in Redis)")
+				}
+				if ct.By == "conn" {
+					bad(key+".cost.scope", "cluster cannot be by conn (a connection lives on one instance); use scope local")
 				}
 				if rt := r.Rate; rt != nil && rt.Scope == "cluster" && rt.By != ct.By {
 					bad(key+".cost.by", "must equal rate.by (%q) when both are scope cluster: they share one key and one round trip", rt.By)
