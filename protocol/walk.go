@@ -16,8 +16,9 @@ import (
 // callers copy what they keep.
 
 // plainString reports whether the JSON string literal s (quotes included)
-// means exactly its bytes: no escapes and only ASCII (encoding/json would
-// replace invalid UTF-8, so anything else takes the slow path).
+// means exactly its bytes: no escapes and only ASCII. Anything else is
+// decoded by encoding/json (which also replaces invalid UTF-8, so both
+// readings agree).
 func plainString(s []byte) bool {
 	for _, c := range s[1 : len(s)-1] {
 		if c == '\\' || c >= 0x80 {
