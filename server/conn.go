@@ -320,21 +320,40 @@ func (c *conn) abort() {
 	_ = c.ws.CloseNow()
 }
 
-// ping checks the peer every PingInterval; a peer that does not answer in
-// time is dead and its connection is closed.
+// ping checks the peer every PingInterval: a ping, then a check
+// PingInterval/2+WriteTimeout later that its pong came. A peer that did
+// not answer in time is dead and its connection is closed. The ping is
+// written here and its pong taken by the read loop (awaitInput) or the
+// WebSocket library: no goroutine waits for it.
 func (c *conn) ping() {
-	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.PingInterval/2+c.s.cfg.WriteTimeout)
-	err := c.ws.Ping(ctx)
-	cancel()
-	if err != nil {
+	s := c.s
+	answer := s.cfg.PingInterval/2 + s.cfg.WriteTimeout
+	switch c.raw.pingState.Load() {
+	case pingSent:
 		c.abort()
 		return
+	case pingAnswered:
+		c.raw.pingState.Store(pingIdle)
+		if rest := s.cfg.PingInterval - answer; rest > 0 {
+			c.rearmPing(rest)
+			return
+		}
 	}
+	if err := c.raw.ping(s.cfg.WriteTimeout); err != nil {
+		if !errors.Is(err, errSealed) { // a close is under way: let it finish
+			c.abort()
+		}
+		return
+	}
+	c.rearmPing(answer)
+}
+
+func (c *conn) rearmPing(d time.Duration) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
 	if !closed {
-		c.pingTimer.Reset(c.s.cfg.PingInterval)
+		c.pingTimer.Reset(d)
 	}
 }
 

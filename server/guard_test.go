@@ -146,3 +146,48 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 		t.Fatalf("%d server goroutines after direct deliveries, want 0", g)
 	}
 }
+
+// Keepalive pings are answered without waking the read loop into the
+// WebSocket library: after several ping rounds every idle connection is
+// still open and its read loop still waits in awaitInput.
+func TestPingRoundsKeepReadLoopsShallow(t *testing.T) {
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{Config: Config{PingInterval: 20 * time.Millisecond, WriteTimeout: time.Second}})
+	const n = 10
+	for range n {
+		c := wstest.Dial(t, url)
+		go func() { // a real client reads, and so answers pings
+			for {
+				if _, err := c.Read(); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	answered := func() bool {
+		for _, c := range s.snapshotConns() {
+			if c.raw.pongs.Load() < 3 {
+				return false
+			}
+		}
+		return true
+	}
+	for conns, _ := s.Counts(); conns != n || !answered(); conns, _ = s.Counts() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections open, want %d, each with 3 pongs", conns, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waiting := func() int {
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		return bytes.Count(buf, []byte("server.(*rawConn).awaitInput("))
+	}
+	for waiting() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d read loops wait in awaitInput after ping rounds", waiting(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -77,6 +78,11 @@ type rawConn struct {
 	block bool // wait for the socket to drain (send), or not (tryWrite)
 
 	stalled atomic.Bool // send is waiting for the socket to drain
+
+	// Keepalive: our pings are written here and their pongs are taken
+	// here (awaitInput) or reported by the WebSocket library (pong).
+	pingState atomic.Uint32 // pingIdle, pingSent or pingAnswered
+	pongs     atomic.Uint32 // pongs seen, for tests
 
 	// Read side, used by the read goroutine only.
 	br      *bufio.Reader         // what the WebSocket library reads from
@@ -208,21 +214,94 @@ func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
 	return n, err
 }
 
-// awaitInput returns when the client has sent something (or the socket
-// is closed or failed). It waits in the runtime's poller a few frames
-// deep: an idle connection's read goroutine parked here uses little
-// stack, so the garbage collector shrinks it to the minimum, where a read
-// parked inside the WebSocket library's frame reader keeps twice that.
+// awaitInput returns when the client has sent the start of a frame other
+// than a pong (or the socket is closed or failed). It waits in the
+// runtime's poller a few frames deep: an idle connection's read goroutine
+// parked here uses little stack, so it keeps the minimum, where a read
+// parked inside the WebSocket library's frame reader needs twice that.
+// Pongs to our keepalive pings are taken here, between messages, so that
+// answering a ping does not leave the goroutine parked in the library.
 // Read goroutine only.
 func (c *rawConn) awaitInput() {
-	if c == nil || c.sc == nil || c.br == nil || c.br.Buffered() > 0 {
+	if c == nil || c.sc == nil || c.br == nil {
 		return
 	}
-	if c.awaitFn == nil {
-		c.awaitFn = c.awaitFD
+	for {
+		if c.br.Buffered() == 0 {
+			if c.awaitFn == nil {
+				c.awaitFn = c.awaitFD
+			}
+			c.waited = false
+			if c.sc.Read(c.awaitFn) != nil {
+				return // the read that follows reports it
+			}
+		}
+		if !c.takePong() {
+			return
+		}
 	}
-	c.waited = false
-	_ = c.sc.Read(c.awaitFn) // an error: the read that follows reports it
+}
+
+// takePong consumes a whole pong frame at the head of the input, if that
+// is what is there, and reports whether it did. A client's frames are
+// masked: FIN|pong, MASK|length (at most 125), 4 mask bytes, payload.
+func (c *rawConn) takePong() bool {
+	h, err := c.br.Peek(2)
+	if err != nil || h[0] != 0x8A || h[1]&0x80 == 0 || h[1]&0x7F > 125 {
+		return false
+	}
+	n := 6 + int(h[1]&0x7F)
+	if _, err := c.br.Peek(n); err != nil {
+		return false
+	}
+	_, _ = c.br.Discard(n)
+	c.pong()
+	return true
+}
+
+// Keepalive states.
+const (
+	pingIdle uint32 = iota
+	pingSent
+	pingAnswered
+)
+
+// pingFrame is an unmasked ping with no payload.
+var pingFrame = []byte{0x89, 0x00}
+
+// ping writes a ping frame (after the rest of a data frame, if one is
+// unfinished), bounded by timeout, and marks a pong as due.
+func (c *rawConn) ping(timeout time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sealed {
+		return errSealed
+	}
+	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	defer c.Conn.SetWriteDeadline(time.Time{})
+	if len(c.tail) > 0 {
+		err := c.write(c.tail)
+		c.setTail(nil)
+		if err != nil {
+			return err
+		}
+	}
+	c.pingState.Store(pingSent) // before the write: the pong may come at once
+	return c.write(pingFrame)
+}
+
+// pong records a pong from the client.
+func (c *rawConn) pong() {
+	c.pongs.Add(1)
+	c.pingState.CompareAndSwap(pingSent, pingAnswered)
+}
+
+// onPong is the WebSocket library's pong callback (pongs it reads while
+// it is inside a read).
+func (u *upgradeWriter) onPong(context.Context, []byte) {
+	if u.conn != nil {
+		u.conn.pong()
+	}
 }
 
 // moreInput reports whether the client has sent more than has been read:

@@ -257,7 +257,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws, err := websocket.Accept(uw, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{BatchSubprotocol},
 		InsecureSkipVerify: true, // the gate checked the origin
+		OnPongReceived:     uw.onPong,
 	})
+	uw.ResponseWriter = nil // onPong keeps uw: it must not keep net/http's request state
 	if err != nil {
 		c.ticket.HandshakeDone(false)
 		return
