@@ -283,6 +283,7 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 	}
 	c.mu.Unlock()
 	c.raw.seal()
+	c.raw.closeRead()
 	_ = c.ws.Close(code, reason)
 }
 

@@ -84,12 +84,16 @@ type rawConn struct {
 	pingState atomic.Uint32 // pingIdle, pingSent or pingAnswered
 	pongs     atomic.Uint32 // pongs seen, for tests
 
-	// Read side, used by the read goroutine only.
-	br      *bufio.Reader         // what the WebSocket library reads from
-	inputFn func(fd uintptr)      // made on first use: most clients never publish
-	input   int                   // its result
-	awaitFn func(fd uintptr) bool // awaitInput\'s callback, made on first use
-	waited  bool                  // awaitFD has waited once
+	// Read side, used by the read goroutine only; br also under brMu
+	// (the library's close handshake reads it from another goroutine).
+	brMu       sync.Mutex
+	readClosed bool                  // a close has begun: br is the library's alone
+	br         *bufio.Reader         // what the WebSocket library reads from
+	inputFn    func(fd uintptr)      // made on first use: most clients never publish
+	input      int                   // its result
+	awaitFn    func(fd uintptr) bool // awaitInput's callback, made on first use
+	waited     bool                  // awaitFD has waited once
+	peek       [1]byte               // awaitFD's peek
 }
 
 func newRawConn(nc net.Conn) *rawConn {
@@ -221,13 +225,21 @@ func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
 // parked inside the WebSocket library's frame reader needs twice that.
 // Pongs to our keepalive pings are taken here, between messages, so that
 // answering a ping does not leave the goroutine parked in the library.
-// Read goroutine only.
+// Read goroutine only; it touches the read buffer only under brMu and
+// never once a close has begun (the library then reads it itself).
 func (c *rawConn) awaitInput() {
 	if c == nil || c.sc == nil || c.br == nil {
 		return
 	}
 	for {
-		if c.br.Buffered() == 0 {
+		c.brMu.Lock()
+		if c.readClosed {
+			c.brMu.Unlock()
+			return
+		}
+		buffered := c.br.Buffered()
+		c.brMu.Unlock()
+		if buffered == 0 {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
@@ -236,27 +248,67 @@ func (c *rawConn) awaitInput() {
 				return // the read that follows reports it
 			}
 		}
-		if !c.takePong() {
+		c.brMu.Lock()
+		took := !c.readClosed && c.takePong()
+		c.brMu.Unlock()
+		if !took {
 			return
 		}
 	}
 }
 
 // takePong consumes a whole pong frame at the head of the input, if that
-// is what is there, and reports whether it did. A client's frames are
-// masked: FIN|pong, MASK|length (at most 125), 4 mask bytes, payload.
+// is what is there and all of it has arrived (it never waits), and
+// reports whether it did. A client's frames are masked: FIN|pong,
+// MASK|length (at most 125), 4 mask bytes, payload. c.brMu held.
 func (c *rawConn) takePong() bool {
+	if !c.available(2) {
+		return false
+	}
 	h, err := c.br.Peek(2)
 	if err != nil || h[0] != 0x8A || h[1]&0x80 == 0 || h[1]&0x7F > 125 {
 		return false
 	}
 	n := 6 + int(h[1]&0x7F)
+	if !c.available(n) {
+		return false
+	}
 	if _, err := c.br.Peek(n); err != nil {
 		return false
 	}
 	_, _ = c.br.Discard(n)
 	c.pong()
 	return true
+}
+
+// available reports whether n bytes can be read without waiting: in the
+// read buffer, or in the buffer and the socket. c.brMu held.
+func (c *rawConn) available(n int) bool {
+	b := c.br.Buffered()
+	return b >= n || b+c.socketInput() >= n
+}
+
+// socketInput is how many bytes wait in the socket (0 when unknown).
+func (c *rawConn) socketInput() int {
+	if c.inputFn == nil {
+		c.inputFn = c.inputFD
+	}
+	c.input = 0
+	if c.sc.Control(c.inputFn) != nil {
+		return 0
+	}
+	return c.input
+}
+
+// closeRead hands the read buffer to the WebSocket library for good: its
+// close handshake reads the client's close frame itself.
+func (c *rawConn) closeRead() {
+	if c == nil {
+		return
+	}
+	c.brMu.Lock()
+	c.readClosed = true
+	c.brMu.Unlock()
 }
 
 // Keepalive states.
@@ -310,20 +362,12 @@ func (c *rawConn) moreInput() bool {
 	if c == nil || c.br == nil {
 		return false
 	}
-	if c.br.Buffered() > 0 {
-		return true
-	}
-	if c.sc == nil {
+	c.brMu.Lock()
+	defer c.brMu.Unlock()
+	if c.readClosed {
 		return false
 	}
-	if c.inputFn == nil {
-		c.inputFn = c.inputFD
-	}
-	c.input = 0
-	if c.sc.Control(c.inputFn) != nil {
-		return false
-	}
-	return c.input > 0
+	return c.br.Buffered() > 0 || (c.sc != nil && c.socketInput() > 0)
 }
 
 // seal stops data frames before the close frame is written: nothing may

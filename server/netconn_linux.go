@@ -57,14 +57,23 @@ func (c *rawConn) inputFD(fd uintptr) {
 	}
 }
 
-// awaitFD returns true once bytes (or an end) can be read: at once when
-// the socket already holds some, else after one wait for readiness.
+// awaitFD returns true once something can be read: at once when the
+// socket holds bytes, its end (EOF) or an error, else after one wait for
+// readiness. A peek, not FIONREAD: an end that arrived before the wait
+// began must not be waited for (its readiness edge is already spent).
 func (c *rawConn) awaitFD(fd uintptr) bool {
 	if c.waited {
 		return true
 	}
 	c.waited = true
-	c.input = 0
-	c.inputFD(fd)
-	return c.input > 0
+	for {
+		_, _, err := syscall.Recvfrom(int(fd), c.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch err {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // nothing yet: wait
+		}
+		return true // bytes, the end, or an error: the read reports it
+	}
 }

@@ -1,13 +1,16 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net"
 	"strconv"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -209,5 +212,47 @@ func TestLargeAndQueuedMessagesArriveIntact(t *testing.T) {
 				k++
 			}
 		}
+	}
+}
+
+// A client that has closed before the read loop comes to wait is seen at
+// once: the end is peeked for, not waited for (its readiness may already
+// have been delivered).
+func TestAwaitInputSeesAnEarlierEnd(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	rc := newRawConn(server)
+	rc.br = bufio.NewReaderSize(server, readBufferSize)
+	client.Close()
+	// Let the end reach the server side, and the runtime's poller see it.
+	sc, _ := server.(*net.TCPConn).SyscallConn()
+	for ended := false; !ended; {
+		_ = sc.Control(func(fd uintptr) {
+			n, _, err := syscall.Recvfrom(int(fd), make([]byte, 1), syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			ended = n == 0 && err == nil
+		})
+		runtime.Gosched()
+	}
+	done := make(chan struct{})
+	go func() {
+		rc.awaitInput()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second): // a hang guard, not a threshold
+		t.Fatal("awaitInput waits for a client that has already closed")
 	}
 }
