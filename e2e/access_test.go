@@ -25,7 +25,8 @@ const grantSecret = "grant-test-secret-of-enough-length"
 
 // grantBackend is a proxy grant backend: room:open is allowed to alice
 // only, room:500 answers 500, room:html answers HTML, room:slow never
-// answers before the server's timeout.
+// answers before the server's timeout (1s: long enough that the other
+// answers never reach it on a busy machine).
 type grantBackend struct {
 	*httptest.Server
 	requests atomic.Int64
@@ -83,7 +84,7 @@ topics:
     - {pattern: "room:*", subscribe: [proxy], publish: [authenticated, proxy]}
     - {pattern: "news:*", subscribe: [any], publish: []}
   default: {subscribe: [any], publish: [authenticated]}
-  proxy: {url: %q, timeout: 300ms, fail: %s}
+  proxy: {url: %q, timeout: 1s, fail: %s}
 admission:
   classes: {chatty: {rate: {limit: 2, per: 1h, by: user}}}
   methods: {publish: chatty}
