@@ -63,10 +63,12 @@ type RedisOptions struct {
 	// at most this long for Redis to confirm a new partition subscription.
 	// 0: 500ms.
 	PingTimeout time.Duration
-	// HMACSecret, when set, signs every envelope this instance publishes
-	// and makes it drop (reason malformed) every received envelope that is
-	// unsigned or signed with another secret (see sign.go). Every instance
-	// of a fleet must use the same secret. nil: unsigned.
+	// HMACSecret, when set, signs (and time-stamps) every envelope this
+	// instance publishes and makes it drop (reason malformed) every
+	// received envelope that is unsigned, signed with another secret, more
+	// than 30s from this instance's clock, or a control message already
+	// accepted (see sign.go). Every instance of a fleet must use the same
+	// secret. nil: unsigned.
 	HMACSecret []byte
 }
 

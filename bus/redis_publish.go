@@ -37,7 +37,7 @@ func (e *engine) publishControl(channel, key string, data []byte) error {
 func (e *engine) enqueue(channel, topic string, data []byte, encode func(dst []byte, instance, topic string, data []byte) []byte) error {
 	n := envelopeLen(e.id, topic, data)
 	if e.signer != nil {
-		n += sigLen
+		n += stampLen + sigLen
 	}
 	if n > e.maxEnv {
 		e.dropOversize.Inc()

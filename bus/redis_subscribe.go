@@ -232,10 +232,14 @@ func (l *subLoop) handle(p string) {
 		return
 	}
 	if e.signer != nil {
-		env, ok := e.signer.verify(p)
+		env, mac, ok := e.signer.verify(p)
 		if !ok {
 			// Counted as malformed; the log line says why.
 			e.dropReceived("bad_signature", l.channel, len(p))
+			return
+		}
+		if isControl(env) && !e.signer.firstTime(mac) {
+			e.dropReceived("replayed", l.channel, len(p))
 			return
 		}
 		p = env

@@ -525,8 +525,40 @@ func BenchmarkVerify(b *testing.B) {
 	env := string(s.sign(appendEnvelope(nil, "0123456789abcdef", "chat:room-17", []byte(`"`+strings.Repeat("x", 128)+`"`))))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := s.verify(env); !ok {
+		if _, _, ok := s.verify(env); !ok {
 			b.Fatal("bad")
 		}
 	}
+}
+
+// A captured signed control message (a disconnect) is delivered once, not
+// again when replayed; a signed envelope whose clock is further than
+// replayWindow from the receiver's is dropped (a data message replayed
+// later, or a sibling whose clock is off).
+func TestRedisSignedReplaysDropped(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	secret := []byte("fleet secret")
+	ob := testOptions(c, "b")
+	ob.HMACSecret = secret
+	b, rb := startRedis(t, ob)
+
+	sender := newSigner(secret)
+	control := string(sender.sign(appendControl(nil, "a", UserKey("alice"), []byte(`{"op":"disconnect"}`))))
+	sender.now = func() time.Time { return time.Now().Add(-replayWindow - time.Second) }
+	old := string(sender.sign(appendEnvelope(nil, "a", "room", []byte(`{"old":true}`))))
+	sender.now = func() time.Time { return time.Now().Add(replayWindow + time.Second) }
+	future := string(sender.sign(appendEnvelope(nil, "a", "room", []byte(`{"future":true}`))))
+	sender.now = time.Now
+	fresh := string(sender.sign(appendEnvelope(nil, "a", "room", []byte(`{"ok":true}`))))
+	for _, p := range []string{control, control, old, future, control, fresh} {
+		if err := c.Publish(context.Background(), b.Channel(), p).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := rb.awaitMsgs(t, 2)
+	if len(msgs) != 2 || msgs[0].topic != "control "+UserKey("alice") || msgs[1].data != `{"ok":true}` {
+		t.Errorf("delivered %v, want the control message once, then the fresh one", msgs)
+	}
+	poll(t, "4 drops", func() bool { return dropped(b.e.m, DropMalformed) == 4 })
 }
