@@ -37,7 +37,8 @@ type Proxy struct {
 	CacheTTL  time.Duration
 	CacheSize int  // most cached answers; 0 = 65536
 	FailOpen  bool // a failure allows (fail: open); false: -32005 (fail: closed)
-	// Client makes the requests; nil = a client that follows no redirects.
+	// Client makes the requests; nil = a client that follows no redirects
+	// and keeps up to 64 idle connections to the backend.
 	Client *http.Client
 	// Now is the cache's clock; nil = time.Now.
 	Now func() time.Time
@@ -66,7 +67,12 @@ func newProxy(cfg Proxy, m *metrics.Metrics, log *slog.Logger) *proxy {
 		cfg.CacheSize = 65536
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		// Every question goes to one host: keep enough idle connections
+		// for a burst of them (the default keeps 2, and the rest would be
+		// opened and closed each time).
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		cfg.Client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
