@@ -87,10 +87,12 @@ func ConfigReference() []byte {
 	w("\nExample:\n\n```yaml\n%s```\n\n", exampleAdmission)
 
 	w("## Topic namespaces (`topics.namespaces[i]`)\n\n")
-	w("Who may subscribe to and publish on which topic; docs/access-control.md explains the grants\n")
-	w("and gives recipes. The first namespace whose pattern matches the topic decides; topics no\n")
-	w("namespace matches are decided by `topics.default`. A list of grants allows when any grant in it\n")
-	w("does; an empty list allows no client. In the environment the whole list is one YAML flow value\n")
+	w("Who may subscribe to and publish on which topic; [access-control.md](access-control.md) explains\n")
+	w("the grants and gives recipes. The first namespace whose pattern matches the topic decides; topics\n")
+	w("no namespace matches are decided by `topics.default`. A `{user}` pattern matches only the\n")
+	w("connection's own user, so other users' topics fall through: follow `user:{user}` with `user:*`.\n")
+	w("A list of grants allows when any grant in it does; an empty list allows no client. In the\n")
+	w("environment the whole list is one YAML flow value\n")
 	w("(`%sTOPICS_NAMESPACES='[{pattern: \"user:{user}\", subscribe: [owner]}]'`).\n\n", envPrefix)
 	w("| key | description |\n|---|---|\n")
 	for i := range reflect.TypeFor[NamespaceConfig]().NumField() {
