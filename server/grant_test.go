@@ -1,0 +1,59 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rtserver/rtserver/access"
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wstest"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// Grants run before the message tier and the publish-attempt count: a
+// refused publish spends none of a one-per-hour budget and is not a
+// publish attempt; unsubscribe is never refused; refusals keep the
+// connection and say which topic.
+func TestGrantsBeforeMessageTier(t *testing.T) {
+	leakcheck.Check(t)
+	m := metrics.NewDiscard()
+	mon := pressure.New(pressure.DefaultConfig(), nil, m, nil)
+	adm := message.New(message.Options{Snapshot: mon.Snapshot, Metrics: m})
+	if err := adm.Register("once", message.Rule{Rate: &message.Rate{Limit: 1, Per: time.Hour, By: "conn"}}); err != nil {
+		t.Fatal(err)
+	}
+	router, err := message.NewRouter(adm, map[string]string{"publish": "once", "subscribe": "once"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checker, err := access.New(access.Config{
+		Namespaces: []access.Namespace{{Pattern: "secret:*"}}, // nobody
+	}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := startServer(t, Options{Router: router, Access: checker, Pressure: mon, Metrics: m})
+	c := wstest.Dial(t, url)
+	for range 3 {
+		f := c.Call("publish", `{"topic":"secret:x","data":1}`)
+		if f.Error == nil || f.Error.Code != protocol.CodeForbidden || string(f.Error.Data) != `{"topic":"secret:x"}` {
+			t.Fatalf("refused publish answered %+v", f)
+		}
+		if f := c.Call("subscribe", `{"topic":"secret:x"}`); f.Error == nil || f.Error.Code != protocol.CodeForbidden {
+			t.Fatalf("refused subscribe answered %+v", f)
+		}
+		wstest.MustOK(t, c.Call("unsubscribe", `{"topic":"secret:x"}`))
+	}
+	wstest.MustOK(t, c.Call("publish", `{"topic":"open","data":1}`)) // the budget's one token
+	if f := c.Call("publish", `{"topic":"open","data":1}`); f.Error == nil || f.Error.Code != protocol.CodeRateLimited {
+		t.Fatalf("second granted publish answered %+v, want -32002", f)
+	}
+	mon.Sample()
+	snap := mon.Snapshot()
+	if snap.RateOf("open") == 0 || snap.RateOf("secret:x") != 0 {
+		t.Errorf("publish attempts: open %v/s, secret:x %v/s; want only the granted topic counted", snap.RateOf("open"), snap.RateOf("secret:x"))
+	}
+}
