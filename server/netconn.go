@@ -92,8 +92,8 @@ type rawConn struct {
 	inputFn    func(fd uintptr)      // made on first use: most clients never publish
 	input      int                   // its result
 	awaitFn    func(fd uintptr) bool // awaitInput's callback, made on first use
-	waited     bool                  // awaitFD has waited once
-	peek       [1]byte               // awaitFD's peek
+	peek       [2]byte               // the socket's first bytes, as awaitFD last peeked them
+	peeked     int                   // how many of them
 }
 
 func newRawConn(nc net.Conn) *rawConn {
@@ -239,11 +239,11 @@ func (c *rawConn) awaitInput() {
 		}
 		buffered := c.br.Buffered()
 		c.brMu.Unlock()
+		c.peeked = 0
 		if buffered == 0 {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
-			c.waited = false
 			if c.sc.Read(c.awaitFn) != nil {
 				return // the read that follows reports it
 			}
@@ -262,11 +262,14 @@ func (c *rawConn) awaitInput() {
 // reports whether it did. A client's frames are masked: FIN|pong,
 // MASK|length (at most 125), 4 mask bytes, payload. c.brMu held.
 func (c *rawConn) takePong() bool {
-	if !c.available(2) {
-		return false
+	var h []byte
+	switch b := c.br.Buffered(); {
+	case b == 0:
+		h = c.peek[:c.peeked] // the socket's head, as just peeked
+	case b >= 2:
+		h, _ = c.br.Peek(2)
 	}
-	h, err := c.br.Peek(2)
-	if err != nil || h[0] != 0x8A || h[1]&0x80 == 0 || h[1]&0x7F > 125 {
+	if len(h) < 2 || h[0] != 0x8A || h[1]&0x80 == 0 || h[1]&0x7F > 125 {
 		return false
 	}
 	n := 6 + int(h[1]&0x7F)

@@ -57,23 +57,21 @@ func (c *rawConn) inputFD(fd uintptr) {
 	}
 }
 
-// awaitFD returns true once something can be read: at once when the
-// socket holds bytes, its end (EOF) or an error, else after one wait for
-// readiness. A peek, not FIONREAD: an end that arrived before the wait
-// began must not be waited for (its readiness edge is already spent).
+// awaitFD returns true once something can be read: bytes, the end (EOF)
+// or an error; else false, to wait for readiness and be called again. It
+// peeks (the first two bytes, kept in c.peek for takePong) rather than
+// asking FIONREAD: an end that arrived before the wait began must not be
+// waited for, its readiness edge is already spent.
 func (c *rawConn) awaitFD(fd uintptr) bool {
-	if c.waited {
-		return true
-	}
-	c.waited = true
 	for {
-		_, _, err := syscall.Recvfrom(int(fd), c.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		n, _, err := syscall.Recvfrom(int(fd), c.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch err {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return false // nothing yet: wait
 		}
+		c.peeked = max(n, 0)
 		return true // bytes, the end, or an error: the read reports it
 	}
 }
