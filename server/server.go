@@ -200,7 +200,11 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		return errors.New("server: data is not valid JSON in UTF-8")
 	}
 	data = compactData(data)
-	s.hub.publish(topic, data, false)
+	// Whether more publishes follow is unknown here (a handler in a
+	// loop, the bus draining a backlog): treat it as a burst, so a large
+	// topic's deliveries go to writers on every core, never all through
+	// this one goroutine.
+	s.hub.publish(topic, data, true)
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
@@ -286,7 +290,11 @@ func (r *busReceiver) Deliver(topic string, data []byte) {
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
-	s.hub.publish(topic, data, false)
+	// Whether more publishes follow is unknown here (a handler in a
+	// loop, the bus draining a backlog): treat it as a burst, so a large
+	// topic's deliveries go to writers on every core, never all through
+	// this one goroutine.
+	s.hub.publish(topic, data, true)
 }
 
 func (r *busReceiver) BusState(degraded bool) {
