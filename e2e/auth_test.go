@@ -142,7 +142,7 @@ func awaitNotice(t testing.TB, c *wstest.Conn) time.Duration {
 // invalid one with -32003, and the connection stays.
 func TestTokenExpiryRefreshThroughBinary(t *testing.T) {
 	leakcheck.Check(t)
-	p := start(t, fmt.Sprintf("auth: {jwt: {hmacSecret: %q, refreshNotice: 1s}}\nhandshake: {perTickBudget: 0}\n", expirySecret))
+	p := start(t, fmt.Sprintf("auth: {jwt: {hmacSecret: %q, refreshNotice: 2s}}\nhandshake: {perTickBudget: 0}\n", expirySecret))
 	dial := func(tok string) *wstest.Conn {
 		ws, status := dialToken(t, p.WS(), tok)
 		if ws == nil {
@@ -150,7 +150,7 @@ func TestTokenExpiryRefreshThroughBinary(t *testing.T) {
 		}
 		return &wstest.Conn{T: t, WS: ws}
 	}
-	exp := time.Unix(time.Now().Add(3*time.Second).Unix(), 0) // whole seconds, as in a token
+	exp := time.Unix(time.Now().Add(4*time.Second).Unix(), 0) // whole seconds, as in a token
 	alice := dial(hsToken(t, "alice", exp))                   // refreshed once, then left to expire
 	bob := dial(hsToken(t, "bob", exp))                       // never refreshed
 	carol := dial(hsToken(t, "carol", time.Time{}))           // no exp at all
@@ -175,7 +175,7 @@ func TestTokenExpiryRefreshThroughBinary(t *testing.T) {
 	if left := awaitNotice(t, alice); left <= 0 || left > time.Until(exp)+time.Second {
 		t.Fatalf("notice says %v left of a token expiring in %v", left, time.Until(exp))
 	}
-	newExp := exp.Add(2 * time.Second)
+	newExp := exp.Add(4 * time.Second) // its notice comes 2 s after bob is closed
 	if f := alice.Call("refresh", fmt.Sprintf(`{"token":%q}`, hsToken(t, "alice", newExp))); f.Error != nil || string(f.Result) != fmt.Sprintf(`{"expiresAt":%d}`, newExp.Unix()) {
 		t.Fatalf("refresh: %s %+v", f.Result, f.Error)
 	}
