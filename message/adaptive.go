@@ -65,7 +65,7 @@ type adaptiveLimit struct {
 	window     int64 // ns
 	probeEvery int64 // ns
 	probeCalls int
-	now        func() time.Time
+	now        func() time.Time // Options.Now; nil: the monotonic clock (elapsed)
 	epoch      time.Time
 	gauge      prometheus.Gauge
 
@@ -111,8 +111,11 @@ func newAdaptiveLimit(p AdaptiveConcurrency, now func() time.Time, gauge prometh
 	al := &adaptiveLimit{
 		min: int64(p.Min), max: int64(p.Max), tolerance: p.Tolerance,
 		window: int64(p.Window), probeEvery: int64(p.ProbeEvery), probeCalls: p.ProbeCalls,
-		now: now, epoch: now(), gauge: gauge,
+		now: now, epoch: time.Now(), gauge: gauge,
 		est: float64(p.Min),
+	}
+	if now != nil {
+		al.epoch = now()
 	}
 	// The first probe starts at once: nothing is known about the latency.
 	al.probing.Store(true)
@@ -122,6 +125,16 @@ func newAdaptiveLimit(p AdaptiveConcurrency, now func() time.Time, gauge prometh
 
 // since is t in ns since the limiter's epoch.
 func (al *adaptiveLimit) since(t time.Time) int64 { return int64(t.Sub(al.epoch)) }
+
+// elapsed reads the clock: ns since the limiter's epoch. A latency needs
+// only the monotonic clock, so by default this is time.Since (one monotonic
+// read, about half of time.Now); an injected clock is read as given.
+func (al *adaptiveLimit) elapsed() int64 {
+	if al.now == nil {
+		return int64(time.Since(al.epoch))
+	}
+	return int64(al.now().Sub(al.epoch))
+}
 
 func (al *adaptiveLimit) current() int64 { return al.limit.Load() }
 

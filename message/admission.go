@@ -148,7 +148,11 @@ type Options struct {
 	// least 1ms. <= 0 means 1s.
 	RetryAfter time.Duration
 	Metrics    *metrics.Metrics // nil: metrics.NewDiscard()
-	Now        func() time.Time // clock for Rate, Cost and AdaptiveConcurrency parts; default time.Now
+	// Now is the clock of Rate, Cost and AdaptiveConcurrency parts (tests
+	// inject a fixed or stepped one). nil: the monotonic clock for the
+	// local parts (a latency or a local budget only measures intervals)
+	// and time.Now for cluster-scoped ones.
+	Now func() time.Time
 	// RateMaxKeys bounds each local Rate and Cost part's key store
 	// (ratelimit.NewKeyed's maxKeys); <= 0 means ratelimit's default.
 	RateMaxKeys int
@@ -166,7 +170,9 @@ type Admission struct {
 	failClosed  bool
 	retryBase   time.Duration
 	m           *metrics.Metrics
-	now         func() time.Time
+	now         func() time.Time // wall clock: Options.Now, or time.Now
+	injectedNow func() time.Time // Options.Now as given (nil: the default clocks)
+	epoch       time.Time        // a time.Now reading taken by New (see localNow)
 	rateMaxKeys int
 	shared      SharedLimiter
 
@@ -185,6 +191,8 @@ func New(opts Options) *Admission {
 		retryBase:   opts.RetryAfter,
 		m:           opts.Metrics,
 		now:         opts.Now,
+		injectedNow: opts.Now,
+		epoch:       time.Now(),
 		rateMaxKeys: opts.RateMaxKeys,
 		shared:      opts.Shared,
 		classes:     map[string]*Class{},
@@ -200,6 +208,22 @@ func New(opts Options) *Admission {
 	}
 	a.SetRates(opts.Rates)
 	return a
+}
+
+// localNow is the clock of the parts that only measure intervals on this
+// instance (local Rate and Cost parts: the limiters use only t.Sub of their
+// own time.Now epoch, which reads the monotonic clock). By default it is
+// epoch plus time.Since(epoch): one monotonic clock read (time.Since skips
+// the wall clock for a time with a monotonic reading), where time.Now reads
+// both clocks and costs about twice as much. Its wall part follows the
+// monotonic clock from New on, which no local part reads. A cluster-scoped
+// part compares times across instances, so it keeps the wall clock (a.now).
+// An injected Options.Now drives every part, as before.
+func (a *Admission) localNow() time.Time {
+	if a.injectedNow != nil {
+		return a.injectedNow()
+	}
+	return a.epoch.Add(time.Since(a.epoch))
 }
 
 // SetRates swaps the rate source (e.g. to the cluster aggregator once it is

@@ -48,9 +48,22 @@ func (c *Class) Check(call *Call) Decision {
 	}
 
 	d := AllowFull
+	// One clock read per Check, shared by every part that needs one: the
+	// wall clock when a cluster-scoped part compares times across
+	// instances, else the cheaper monotonic one (Admission.localNow); an
+	// adaptive-only class reads just its nanoseconds since its epoch.
 	var now time.Time
-	if c.rate != nil || c.cost != nil || c.shared != nil || c.adaptive != nil {
+	var start int64 // the adaptive part's start reading, ns since its epoch
+	switch {
+	case c.shared != nil:
 		now = c.a.now()
+	case c.rate != nil || c.cost != nil:
+		now = c.a.localNow()
+	case c.adaptive != nil:
+		start = c.adaptive.elapsed()
+	}
+	if c.adaptive != nil && (c.shared != nil || c.rate != nil || c.cost != nil) {
+		start = c.adaptive.since(now)
 	}
 	if c.rate != nil {
 		r := c.rate.allow(call, now)
@@ -108,7 +121,7 @@ func (c *Class) Check(call *Call) Decision {
 		// written before the lease is published, so the Release that swaps
 		// the lease out sees it.
 		if c.adaptive != nil {
-			call.start = c.adaptive.since(now)
+			call.start = start
 		}
 		call.lease.Store(c)
 		d.Limit = min(d.Limit, limit)
@@ -198,6 +211,6 @@ func (c *Class) acquire(limit int64) (left int64, ok bool) {
 func (c *Class) release(start int64, o Outcome) {
 	inflight := c.inflight.Add(-1) + 1
 	if c.adaptive != nil {
-		c.adaptive.observe(start, c.adaptive.since(c.a.now()), inflight, o)
+		c.adaptive.observe(start, c.adaptive.elapsed(), inflight, o)
 	}
 }

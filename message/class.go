@@ -223,7 +223,7 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		c.hasConc = true
 	}
 	if p := r.AdaptiveConcurrency; p != nil {
-		al, err := newAdaptiveLimit(*p, a.now, a.m.AdmissionConcLimit.WithLabelValues(name))
+		al, err := newAdaptiveLimit(*p, a.injectedNow, a.m.AdmissionConcLimit.WithLabelValues(name))
 		if err != nil {
 			return nil, fmt.Errorf("adaptiveConcurrency: %w", err)
 		}
