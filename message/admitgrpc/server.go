@@ -2,9 +2,11 @@ package admitgrpc
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -123,6 +125,7 @@ type guard struct {
 	router *message.Router
 	cfg    config
 	pool   sync.Pool
+	keys   keyCache
 }
 
 func newGuard(r *message.Router, opts []Option) *guard {
@@ -210,7 +213,7 @@ func (g *guard) clientKey(ctx context.Context) string {
 			// The common case without formatting and re-parsing the
 			// address: the same key as Resolve gives.
 			if ip, ok := netip.AddrFromSlice(a.IP); ok {
-				return clientip.Key(ip.Unmap())
+				return g.keys.key(ip.Unmap())
 			}
 		}
 	}
@@ -220,4 +223,35 @@ func (g *guard) clientKey(ctx context.Context) string {
 	}
 	_, key := clientip.Resolve(pr.Addr.String(), xff, g.cfg.trusted)
 	return key
+}
+
+// keyCacheSlots is how many peers' IP keys a guard remembers.
+const keyCacheSlots = 256
+
+// keyCache remembers the IP key text of recent peers, so that a call from
+// a peer seen before formats no string (the one allocation an admitted
+// call made): gRPC clients keep their connections, so the same peers call
+// again and again. Direct-mapped and bounded (keyCacheSlots entries, ~2 KiB
+// of pointers per interceptor): a slot is an atomic pointer to an
+// immutable entry, so a lookup is one load and a compare, with no lock; a
+// miss formats the key as before and replaces the slot (one more small
+// allocation, the entry). Peers that collide in a slot just miss.
+type keyCache [keyCacheSlots]atomic.Pointer[keyEntry]
+
+type keyEntry struct {
+	ip  netip.Addr
+	key string
+}
+
+// key is clientip.Key(ip), from the cache when ip was seen recently.
+func (kc *keyCache) key(ip netip.Addr) string {
+	b := ip.As16()
+	h := (binary.LittleEndian.Uint64(b[:8]) ^ binary.LittleEndian.Uint64(b[8:])) * 0x9e3779b97f4a7c15
+	slot := &kc[h>>56] // the top 8 bits: keyCacheSlots == 256
+	if e := slot.Load(); e != nil && e.ip == ip {
+		return e.key
+	}
+	k := clientip.Key(ip)
+	slot.Store(&keyEntry{ip: ip, key: k})
+	return k
 }
