@@ -50,23 +50,5 @@ func isControl(p string) bool { return len(p) > 0 && p[0] == controlVersion }
 // decodeControl splits a received control envelope like decodeEnvelope
 // does a data envelope; the key must be a valid control key.
 func decodeControl(p string, self string, maxBytes int) (key, data string, own bool, reason string) {
-	if len(p) > maxBytes {
-		return "", "", false, DropOversize
-	}
-	rest := p[1:]
-	inst, rest, ok := readField(rest, MaxInstanceIDLen)
-	if !ok {
-		return "", "", false, DropMalformed
-	}
-	key, rest, ok = readField(rest, len(rest))
-	if !ok {
-		return "", "", false, DropMalformed
-	}
-	if inst == self {
-		return "", "", true, ""
-	}
-	if !validControlKey(key) {
-		return "", "", false, DropBadTopic
-	}
-	return key, rest, false, ""
+	return splitEnvelope(p, controlVersion, self, maxBytes, validControlKey)
 }

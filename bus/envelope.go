@@ -60,10 +60,22 @@ func envelopeLen(instance, topic string, data []byte) int {
 // suppressed without counting. Data is checked to be valid JSON only for
 // envelopes that pass every cheaper check.
 func decodeEnvelope(p string, self string, maxBytes int) (topic, data string, own bool, reason string) {
+	return splitEnvelope(p, envelopeVersion, self, maxBytes, validDataTopic)
+}
+
+// validDataTopic reports whether a data envelope's topic is one a client
+// could have published on.
+func validDataTopic(topic string) bool {
+	return protocol.ValidTopic(topic) && !protocol.Reserved(topic)
+}
+
+// splitEnvelope is decodeEnvelope for either envelope kind: version is the
+// kind's first byte, and validKey decides its topic or control key.
+func splitEnvelope(p string, version byte, self string, maxBytes int, validKey func(string) bool) (key, data string, own bool, reason string) {
 	if len(p) > maxBytes {
 		return "", "", false, DropOversize
 	}
-	if len(p) == 0 || p[0] != envelopeVersion {
+	if len(p) == 0 || p[0] != version {
 		return "", "", false, DropMalformed
 	}
 	rest := p[1:]
@@ -71,17 +83,17 @@ func decodeEnvelope(p string, self string, maxBytes int) (topic, data string, ow
 	if !ok {
 		return "", "", false, DropMalformed
 	}
-	topic, rest, ok = readField(rest, len(rest))
+	key, rest, ok = readField(rest, len(rest))
 	if !ok {
 		return "", "", false, DropMalformed
 	}
 	if inst == self {
 		return "", "", true, ""
 	}
-	if !protocol.ValidTopic(topic) || protocol.Reserved(topic) {
+	if !validKey(key) {
 		return "", "", false, DropBadTopic
 	}
-	return topic, rest, false, ""
+	return key, rest, false, ""
 }
 
 // validData reports whether data, the copied data part of an envelope, is
