@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/ctxsleep"
 )
 
 // BatchSubprotocol is the WebSocket subprotocol under which the server may
@@ -149,7 +151,7 @@ func (o *Options) withDefaults() Options {
 		v.Logger = slog.New(slog.DiscardHandler)
 	}
 	if v.Sleep == nil {
-		v.Sleep = sleep
+		v.Sleep = ctxsleep.Sleep
 	}
 	if v.Rand == nil {
 		v.Rand = rand.Float64
@@ -163,18 +165,4 @@ func (o *Options) withDefaults() Options {
 	}
 	v.Header = h
 	return v
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/rtserver/rtserver/internal/ctxsleep"
 )
 
 type connectConfig struct {
@@ -139,7 +140,7 @@ func runConnect(ctx context.Context, cfg connectConfig) (*connectResult, error) 
 			return nil, err
 		}
 		defer pr.stop()
-		if err := sleepCtx(ctx, cfg.Baseline); err != nil {
+		if err := ctxsleep.Sleep(ctx, cfg.Baseline); err != nil {
 			return nil, err
 		}
 		pr.setPhase(phaseStorm)
@@ -177,7 +178,7 @@ func runConnect(ctx context.Context, cfg connectConfig) (*connectResult, error) 
 					// Ticket k is due at start + (k-1)/rate: a paced storm
 					// is the same storm whatever it is aimed at.
 					due := start.Add(time.Duration(float64(k-1) / cfg.Rate * float64(time.Second)))
-					if sleepCtx(stormCtx, time.Until(due)) != nil {
+					if ctxsleep.Sleep(stormCtx, time.Until(due)) != nil {
 						break
 					}
 				}
@@ -321,20 +322,6 @@ func nonEmpty(m map[string]int) map[string]int {
 		return nil
 	}
 	return m
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/rtserver/rtserver/internal/ctxsleep"
 )
 
 type fanoutConfig struct {
@@ -264,7 +265,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 			publisher(ctx, c, j, cfg, base, subsOf, stop, &published, &expected, &mu, pubErrs)
 		}()
 	}
-	sleepCtx(ctx, cfg.Duration)
+	ctxsleep.Sleep(ctx, cfg.Duration)
 	close(stop)
 	pubWG.Wait() // every publisher has its answers (or gave up on them)
 

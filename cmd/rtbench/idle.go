@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/rtserver/rtserver/internal/ctxsleep"
 )
 
 type idleConfig struct {
@@ -136,7 +137,7 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 	res.Failed = cfg.N - res.Connected
 	res.FailKinds = nonEmpty(kinds)
 	res.AcceptLat = acc.Summary()
-	if err := sleepCtx(ctx, cfg.Settle); err != nil {
+	if err := ctxsleep.Sleep(ctx, cfg.Settle); err != nil {
 		return nil, err
 	}
 	res.Open = int(open.Load())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/rtserver/rtserver/internal/ctxsleep"
 )
 
 type rpcConfig struct {
@@ -166,7 +167,7 @@ func rpcCaller(ctx context.Context, c *websocket.Conn, cfg rpcConfig, interval, 
 	next := time.Now().Add(offset)
 send:
 	for id := uint64(1); next.Before(end) && ctx.Err() == nil; id++ {
-		if err := sleepCtx(ctx, time.Until(next)); err != nil {
+		if err := ctxsleep.Sleep(ctx, time.Until(next)); err != nil {
 			break
 		}
 		at := next

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/ctxsleep"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -170,7 +171,7 @@ func (s *retryStream) RecvMsg(m any) error {
 }
 
 func newClientConfig(opts []ClientOption) clientConfig {
-	cfg := clientConfig{maxRetries: DefaultMaxRetries, maxDelay: DefaultMaxDelay, sleep: sleep}
+	cfg := clientConfig{maxRetries: DefaultMaxRetries, maxDelay: DefaultMaxDelay, sleep: ctxsleep.Sleep}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -216,16 +217,4 @@ func RetryHint(err error) (d time.Duration, ok bool) {
 		}
 	}
 	return 0, false
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
