@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -97,9 +98,9 @@ func (c *conn) readLoop() {
 			c.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false)
 			return
 		}
-		buf := getBuffer()
+		buf := bufpool.Get()
 		if _, err := buf.ReadFrom(r); err != nil {
-			putBuffer(buf)
+			bufpool.Put(buf)
 			c.readFailed(err)
 			return
 		}
@@ -107,13 +108,13 @@ func (c *conn) readLoop() {
 			// RFC 6455 section 8.1: a text frame must be UTF-8. The
 			// WebSocket library does not check, and relaying these bytes
 			// would make every browser subscriber fail its connection.
-			putBuffer(buf)
+			bufpool.Put(buf)
 			s.m.ProtocolErrors.WithLabelValues("1007").Inc()
 			c.closeWith(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8", false)
 			return
 		}
 		c.handleFrame(buf.Bytes())
-		putBuffer(buf)
+		bufpool.Put(buf)
 	}
 }
 

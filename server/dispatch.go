@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"sync"
 	"time"
 
 	"github.com/rtserver/rtserver/access"
@@ -248,18 +247,4 @@ func callOutcome(ctx context.Context, err error) message.Outcome {
 		}
 	}
 	return message.Completed
-}
-
-var bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func getBuffer() *bytes.Buffer { return bufferPool.Get().(*bytes.Buffer) }
-
-// putBuffer returns a buffer to the pool unless it grew past what a normal
-// frame needs: one huge message must not pin memory forever.
-func putBuffer(b *bytes.Buffer) {
-	if b.Cap() > 256<<10 {
-		return
-	}
-	b.Reset()
-	bufferPool.Put(b)
 }

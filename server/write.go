@@ -7,6 +7,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -191,8 +192,8 @@ const maxSend = 256 << 10
 // rt.batch, queued messages go out as JSON arrays of up to maxCoalesced
 // bytes: fewer frames for the client to parse.
 func (c *conn) write(frames [][]byte) (int, error) {
-	buf := getBuffer()
-	defer putBuffer(buf)
+	buf := bufpool.Get()
+	defer bufpool.Put(buf)
 	written, sent := 0, 0
 	send := func() error {
 		err := c.raw.send(buf.Bytes(), c.s.cfg.WriteTimeout)

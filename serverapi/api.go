@@ -12,9 +12,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
+	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -181,8 +181,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 	if !known(name) {
 		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, disconnect, unsubscribe or info)", name)
 	}
-	buf := getBuffer()
-	defer putBuffer(buf)
+	buf := bufpool.Get()
+	defer bufpool.Put(buf)
 	body, aerr := h.readBody(r, buf)
 	if aerr != nil {
 		return nil, aerr
@@ -372,18 +372,4 @@ func (h *Handler) info() ([]byte, *apiError) {
 		return nil, fail(http.StatusInternalServerError, protocol.CodeInternal, "%v", err)
 	}
 	return b, nil
-}
-
-var bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func getBuffer() *bytes.Buffer { return bufferPool.Get().(*bytes.Buffer) }
-
-// putBuffer returns a buffer to the pool unless one large body grew it
-// past what a normal call needs.
-func putBuffer(b *bytes.Buffer) {
-	if b.Cap() > 256<<10 {
-		return
-	}
-	b.Reset()
-	bufferPool.Put(b)
 }
