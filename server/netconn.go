@@ -170,12 +170,8 @@ func (c *rawConn) send(b []byte, timeout time.Duration) error {
 	}
 	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
 	defer c.Conn.SetWriteDeadline(time.Time{})
-	if len(c.tail) > 0 {
-		err := c.write(c.tail)
-		c.setTail(nil)
-		if err != nil {
-			return err
-		}
+	if err := c.finishTail(); err != nil {
+		return err
 	}
 	if c.sealed {
 		return errSealed
@@ -321,6 +317,17 @@ const (
 	pingAnswered
 )
 
+// finishTail writes the unsent rest of a frame, if any, so that whatever
+// follows starts on a frame boundary. c.mu must be held.
+func (c *rawConn) finishTail() error {
+	if len(c.tail) == 0 {
+		return nil
+	}
+	err := c.write(c.tail)
+	c.setTail(nil)
+	return err
+}
+
 // pingFrame is an unmasked ping with no payload.
 var pingFrame = []byte{0x89, 0x00}
 
@@ -334,12 +341,8 @@ func (c *rawConn) ping(timeout time.Duration) error {
 	}
 	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
 	defer c.Conn.SetWriteDeadline(time.Time{})
-	if len(c.tail) > 0 {
-		err := c.write(c.tail)
-		c.setTail(nil)
-		if err != nil {
-			return err
-		}
+	if err := c.finishTail(); err != nil {
+		return err
 	}
 	c.pingState.Store(pingSent) // before the write: the pong may come at once
 	return c.write(pingFrame)
