@@ -5,12 +5,13 @@
 // Gate.Admit checks, in this order: the connection and in-flight caps
 // (reserving a slot of each), the per-client-IP upgrade rate, the Origin,
 // the JWT, pacing (at most PerTickBudget upgrades per Tick, the excess
-// waiting FIFO up to MaxQueueWait), and draining. A shed upgrade gets 503
-// (429 for the per-IP rate) with Retry-After and a JSON body, or in close
-// mode a completed upgrade closed at once with 1013 retry_after_ms=N;
-// origin and auth failures are always plain 403 / 401. Retry hints are
-// jittered and grow with the recent shedding rate, so a rejected crowd
-// comes back spread out rather than in lockstep.
+// waiting FIFO up to MaxQueueWait and released in up to 16 even steps
+// across each Tick, never a whole budget at once), and draining. A shed
+// upgrade gets 503 (429 for the per-IP rate) with Retry-After and a JSON
+// body, or in close mode a completed upgrade closed at once with 1013
+// retry_after_ms=N; origin and auth failures are always plain 403 / 401.
+// Retry hints are jittered and grow with the recent shedding rate, so a
+// rejected crowd comes back spread out rather than in lockstep.
 //
 // Gate.Listener (the door) wraps the server's listener: while reject mode
 // is http and a cap is full, it reads a new connection's request head

@@ -2,6 +2,7 @@ package handshake
 
 import (
 	"context"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,12 +11,28 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 )
 
+// maxSteps is the most sub-steps a tick is divided into for the queue:
+// enough to spread a budget of dozens into groups of a few, few enough
+// that a waiting pacer wakes at most 16 times per tick.
+const maxSteps = 16
+
 // pacer lets at most budget upgrades through per tick (docs/handshake.md,
-// step 5). Tokens are counted per tick window computed from the clock, so
-// an idle gate runs nothing. The excess waits in FIFO order; one timer
-// (armed only while someone waits) wakes at the next tick boundary, hands
-// the new window's tokens to the head of the queue and expires waiters
-// whose deadline passed.
+// step 5). Tokens are counted per aligned tick window computed from the
+// clock, so an idle gate runs nothing. An arrival that finds the queue
+// empty takes a token of the current window at once if one is left: a
+// quiet server's small burst of reconnects is not delayed.
+//
+// The excess waits in FIFO order and is released in steps: each window is
+// divided into S = min(budget, maxSteps) sub-steps, sub-step j starting at
+// ceil(j*tick/S) into the window, and by sub-step j at most
+// ceil(budget*(j+1)/S) tokens of the window may be used in all (instant
+// ones included). Releasing a whole budget at the tick boundary would make
+// that many upgrade goroutines runnable in the same instant, and in a
+// storm established clients' goroutines would queue behind all of them on
+// the CPU; in steps, at most ceil(budget/S) wake together. One timer
+// (armed only while someone waits) wakes at the next sub-step that has a
+// token to give, or at the head's deadline if sooner, grants, and expires
+// waiters whose deadline passed.
 //
 // The queue is bounded by the number of waiters that could be served
 // before their deadline (budget per tick × ticks in maxWait) and by
@@ -24,6 +41,7 @@ import (
 // only time out later.
 type pacer struct {
 	budget   int
+	steps    int64 // sub-steps per tick for queued waiters: min(budget, maxSteps)
 	tick     int64 // ns
 	maxWait  int64 // ns
 	maxQueue int
@@ -63,6 +81,7 @@ type waiter struct {
 func newPacer(cfg *Config, clock func() int64, m *metrics.Metrics) *pacer {
 	p := &pacer{
 		budget:  cfg.PerTickBudget,
+		steps:   int64(min(cfg.PerTickBudget, maxSteps)),
 		tick:    int64(cfg.Tick),
 		maxWait: int64(cfg.MaxQueueWait),
 		clock:   clock,
@@ -78,16 +97,43 @@ func newPacer(cfg *Config, clock func() int64, m *metrics.Metrics) *pacer {
 	return p
 }
 
-// take uses one token of now's window. p.mu held.
-func (p *pacer) take(now int64) bool {
-	if w := floorDiv(now, p.tick); w != p.window {
+// take uses one token of window w if fewer than limit of its tokens are
+// used. p.mu held.
+func (p *pacer) take(w int64, limit int) bool {
+	if w != p.window {
 		p.window, p.used = w, 0
 	}
-	if p.used < p.budget {
+	if p.used < limit {
 		p.used++
 		return true
 	}
 	return false
+}
+
+// step returns now's window and the index j of now's sub-step in it: the
+// last j with ceil(j*tick/S) <= offset, i.e. floor(offset*S/tick)
+// (computed in 128 bits, so no tick is too long).
+func (p *pacer) step(now int64) (w, j int64) {
+	w = floorDiv(now, p.tick)
+	off := now - w*p.tick
+	hi, lo := bits.Mul64(uint64(off), uint64(p.steps))
+	q, _ := bits.Div64(hi, lo, uint64(p.tick)) // hi < tick since off < tick
+	return w, int64(q)
+}
+
+// stepStart is the offset of sub-step j into its window, ceil(j*tick/S),
+// for 0 <= j <= S (sub-step S is the next window's start).
+func (p *pacer) stepStart(j int64) int64 {
+	q, r := p.tick/p.steps, p.tick%p.steps
+	return j*q + (j*r+p.steps-1)/p.steps
+}
+
+// stepCap is how many tokens of a window may be used in all by the end of
+// sub-step j, ceil(budget*(j+1)/S): budget at j = S-1.
+func (p *pacer) stepCap(j int64) int {
+	b := int64(p.budget)
+	q, r := b/p.steps, b%p.steps
+	return int((j+1)*q + ((j+1)*r+p.steps-1)/p.steps)
 }
 
 // wait returns "" when the upgrade may proceed, or the rejection reason
@@ -101,7 +147,7 @@ func (p *pacer) wait(ctx context.Context) string {
 	}
 	now := p.clock()
 	p.pump(now)
-	if p.n == 0 && p.take(now) {
+	if p.n == 0 && p.take(floorDiv(now, p.tick), p.budget) {
 		p.mu.Unlock()
 		return ""
 	}
@@ -140,11 +186,16 @@ func (p *pacer) wait(ctx context.Context) string {
 	}
 }
 
-// pump grants now's tokens to the head of the queue, then expires waiters
-// past their deadline (deadlines are in FIFO order). p.mu held.
+// pump grants the head of the queue what now's sub-step allows, then
+// expires waiters past their deadline (deadlines are in FIFO order).
+// p.mu held.
 func (p *pacer) pump(now int64) {
-	for p.head != nil && p.take(now) {
-		p.finish(p.head, granted)
+	if p.head != nil {
+		w, j := p.step(now)
+		limit := p.stepCap(j)
+		for p.head != nil && p.take(w, limit) {
+			p.finish(p.head, granted)
+		}
 	}
 	for p.head != nil && p.head.deadline <= now {
 		p.finish(p.head, expired)
@@ -161,16 +212,13 @@ func (p *pacer) fire() {
 	p.arm(now)
 }
 
-// arm schedules fire for the next tick boundary (or the head's deadline,
-// if sooner) while anyone waits. p.mu held.
+// arm schedules fire for the next grant (or the head's deadline, if
+// sooner) while anyone waits. p.mu held.
 func (p *pacer) arm(now int64) {
 	if p.armed || p.head == nil {
 		return
 	}
-	d := (floorDiv(now, p.tick)+1)*p.tick - now
-	if dl := p.head.deadline - now; dl < d {
-		d = dl
-	}
+	d := min(p.nextGrant(now), p.head.deadline) - now
 	d = max(d, 1)
 	if p.timer == nil {
 		p.timer = time.AfterFunc(time.Duration(d), p.fire)
@@ -178,6 +226,25 @@ func (p *pacer) arm(now int64) {
 		p.timer.Reset(time.Duration(d))
 	}
 	p.armed = true
+}
+
+// nextGrant is the first time after now at which the queue's head could
+// get a token: the start of the first later sub-step of now's window whose
+// cap exceeds the tokens used, else the start of the next window. Sub-steps
+// with nothing to give are skipped rather than woken for. p.mu held.
+func (p *pacer) nextGrant(now int64) int64 {
+	w, j := p.step(now)
+	used := 0
+	if p.window == w {
+		used = p.used
+	}
+	base := w * p.tick
+	for k := j + 1; k < p.steps; k++ {
+		if p.stepCap(k) > used {
+			return base + p.stepStart(k)
+		}
+	}
+	return base + p.tick
 }
 
 // setDraining rejects every waiter and every later arrival while on.

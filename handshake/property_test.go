@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rtserver/rtserver/metrics"
 	"pgregory.net/rapid"
 )
 
@@ -219,3 +221,150 @@ func (w *discardWriter) Header() http.Header {
 }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(int)             {}
+
+// pacerRec is one waiter of TestPacerStepsProperty: when it arrived, when
+// and how wait answered it.
+type pacerRec struct {
+	arrived, at int64
+	why         string
+	done        bool
+	cancel      context.CancelFunc
+}
+
+// TestPacerStepsProperty drives the pacer alone with random budgets, odd
+// tick lengths and waits, bursts of arrivals, sleeps and client aborts,
+// and records when each waiter was answered. Then:
+//   - no aligned tick window grants more than budget (the documented
+//     guarantee);
+//   - the stepped release: a queued waiter granted at T, counted with the
+//     grants of T's window before T and the other queued grants at T,
+//     stays within the cap of T's sub-step, and at most ceil(budget/S)
+//     queued waiters are granted at one instant;
+//   - FIFO: when a queued waiter is granted, every earlier arrival has had
+//     its answer;
+//   - nobody waits past its deadline, and a waiter refused after waiting
+//     is refused exactly at its deadline.
+func TestPacerStepsProperty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rapid.Check(bubbleT{t}, func(rt *rapid.T) {
+			budget := rapid.IntRange(1, 24).Draw(rt, "budget")
+			tick := rapid.Int64Range(1_000, 10_000_000).Draw(rt, "tickNs")
+			wait := rapid.Int64Range(0, 3*tick).Draw(rt, "waitNs")
+			cfg := pacingConfig(budget, time.Duration(tick), time.Duration(wait))
+			cfg.MaxConcurrent = rapid.SampledFrom([]int{0, 0, 5}).Draw(rt, "maxConcurrent")
+			t0 := time.Now()
+			clock := func() int64 { return int64(time.Since(t0)) }
+			p := newPacer(&cfg, clock, metrics.NewDiscard())
+
+			var (
+				mu   sync.Mutex
+				recs []*pacerRec
+			)
+			defer func() { // on failure too: no goroutine may outlive the bubble
+				for _, r := range recs {
+					r.cancel()
+				}
+				synctest.Wait()
+			}()
+			pending := func() []int {
+				mu.Lock()
+				defer mu.Unlock()
+				var ids []int
+				for i, r := range recs {
+					if !r.done {
+						ids = append(ids, i)
+					}
+				}
+				return ids
+			}
+
+			steps := rapid.IntRange(1, 20).Draw(rt, "steps")
+			for range steps {
+				switch rapid.SampledFrom([]string{"arrive", "arrive", "sleep", "sleep", "abort"}).Draw(rt, "op") {
+				case "arrive":
+					for range rapid.IntRange(1, budget+2).Draw(rt, "burst") {
+						ctx, cancel := context.WithCancel(context.Background())
+						r := &pacerRec{arrived: clock(), cancel: cancel}
+						recs = append(recs, r)
+						go func() {
+							why := p.wait(ctx)
+							at := clock()
+							mu.Lock()
+							r.at, r.why, r.done = at, why, true
+							mu.Unlock()
+						}()
+						synctest.Wait() // arrival order = queue order
+					}
+				case "sleep":
+					time.Sleep(time.Duration(rapid.Int64Range(0, 2*tick).Draw(rt, "sleepNs")))
+				case "abort":
+					if ids := pending(); len(ids) > 0 {
+						recs[rapid.SampledFrom(ids).Draw(rt, "victim")].cancel()
+					}
+				}
+				synctest.Wait()
+			}
+			time.Sleep(time.Duration(wait + tick))
+			synctest.Wait()
+			if ids := pending(); len(ids) > 0 {
+				rt.Fatalf("waiters %v still unanswered past every deadline", ids)
+			}
+
+			s := int64(min(budget, 16))
+			window := func(at int64) int64 { return floorDiv(at, tick) }
+			limit := func(at int64) int { // cap of at's sub-step
+				j := (at - window(at)*tick) * s / tick
+				return int((int64(budget)*(j+1) + s - 1) / s)
+			}
+			perWindow := map[int64]int{}
+			queuedAt := map[int64]int{}
+			for _, r := range recs {
+				if r.why == "" {
+					perWindow[window(r.at)]++
+					if r.at > r.arrived {
+						queuedAt[r.at]++
+					}
+				}
+			}
+			for w, n := range perWindow {
+				if n > budget {
+					rt.Fatalf("window %d granted %d, budget %d", w, n, budget)
+				}
+			}
+			for at, n := range queuedAt {
+				before := 0
+				for _, r := range recs {
+					if r.why == "" && window(r.at) == window(at) && r.at < at {
+						before++
+					}
+				}
+				if before+n > limit(at) || n > (budget+int(s)-1)/int(s) {
+					rt.Fatalf("at %dns: %d queued granted after %d in the window; sub-step cap %d, step size %d",
+						at, n, before, limit(at), (budget+int(s)-1)/int(s))
+				}
+			}
+			for i, r := range recs {
+				if r.at > r.arrived+wait {
+					rt.Fatalf("waiter %d answered %q at %d, past its deadline %d", i, r.why, r.at, r.arrived+wait)
+				}
+				switch r.why {
+				case "":
+					if r.at > r.arrived {
+						for k := range i {
+							if recs[k].at > r.at {
+								rt.Fatalf("waiter %d granted at %d before earlier waiter %d was answered (at %d)", i, r.at, k, recs[k].at)
+							}
+						}
+					}
+				case metrics.RejectQueueTimeout:
+					if r.at != r.arrived && r.at != r.arrived+wait {
+						rt.Fatalf("waiter %d refused at %d, neither at arrival %d nor at its deadline", i, r.at, r.arrived)
+					}
+				case reasonGone:
+				default:
+					rt.Fatalf("waiter %d: unexpected answer %q", i, r.why)
+				}
+			}
+		})
+	})
+}
