@@ -353,9 +353,12 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struc
 	g, failed := errgroup.WithContext(context.Background())
 	g.Go(func() error { n.Pressure.Run(bg); return nil })
 
-	// While a cap is full, upgrades are shed at the door, before net/http
-	// spends a goroutine and two buffers parsing them (handshake.Listener).
-	ln = n.Gate.Listener(ln, "/ws")
+	// Upgrades are served by the door: shed there while a cap is full,
+	// before net/http spends a goroutine and two buffers parsing them, and
+	// otherwise upgraded without net/http's per-connection buffers, which
+	// a hijacked connection leaves behind as garbage
+	// (handshake.ServingListener). Everything else goes to net/http.
+	ln = n.Gate.ServingListener(ln, "/ws", n.mux)
 	srv := n.cfg.HTTP.server(n.mux, slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
 	g.Go(func() error { return serveHTTP(srv, ln) })
 	var admin *http.Server

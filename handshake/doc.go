@@ -19,7 +19,11 @@
 // Admit's step 1, without net/http; everything else, and every connection
 // while no cap is full, goes on to net/http (peeked bytes replayed). It
 // decides with the same cap predicate as Admit, never reserves a slot,
-// and never sheds health or other paths.
+// and never sheds health or other paths. Gate.ServingListener is the door
+// that also serves every well-formed `GET /ws` itself with the handler it
+// is given (which must call Admit first, as always), outside net/http:
+// the upgrade then leaves none of net/http's per-connection buffers
+// behind (doorserve.go).
 //
 // It exposes client-IP resolution (ClientIP: the socket peer, or the
 // right-most untrusted X-Forwarded-For entry behind trusted proxies; IPv6

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -72,6 +73,7 @@ type door struct {
 	path    string
 	timeout time.Duration
 	max     int32
+	h       http.Handler // ServingListener: serves GET path itself
 
 	peekers atomic.Int32 // goroutines peeking
 	pending atomic.Int32 // len(ready), read without the lock by Accept
@@ -124,11 +126,7 @@ func (d *door) Accept() (net.Conn, error) {
 			}
 			return nil, err
 		}
-		g := d.g
-		if g.cfg.Reject != RejectHTTP {
-			return c, nil
-		}
-		if _, full := g.doorFull(); !full {
+		if d.h == nil && !d.shedding() {
 			return c, nil
 		}
 		if d.peekers.Add(1) > d.max {
@@ -151,6 +149,15 @@ func (d *door) Accept() (net.Conn, error) {
 		d.mu.Unlock()
 		go d.peek(c)
 	}
+}
+
+// shedding reports whether the door sheds well-formed upgrades now.
+func (d *door) shedding() bool {
+	if d.g.cfg.Reject != RejectHTTP {
+		return false
+	}
+	_, full := d.g.doorFull()
+	return full
 }
 
 // Close closes inner, the connections waiting for Accept, and wakes the
@@ -188,12 +195,22 @@ func (d *door) pop() net.Conn {
 
 var peekBufs = sync.Pool{New: func() any { return new([peekSize]byte) }}
 
-// peek reads the request head of c and sheds or hands it on.
+// peek reads the request head of c and sheds it, serves it (ServingListener)
+// or hands it on.
 func (d *door) peek(c net.Conn) {
-	defer d.peekers.Add(-1)
+	peeking := true
+	defer func() {
+		if peeking {
+			d.peekers.Add(-1)
+		}
+	}()
 	d.event("peek")
 	bp := peekBufs.Get().(*[peekSize]byte)
-	defer peekBufs.Put(bp)
+	defer func() {
+		if bp != nil {
+			peekBufs.Put(bp)
+		}
+	}()
 	buf := bp[:]
 
 	n, v, scanned := 0, headMore, 0
@@ -210,7 +227,7 @@ func (d *door) peek(c net.Conn) {
 
 	if v == headShed {
 		g := d.g
-		if why, full := g.doorFull(); full {
+		if why, full := g.doorFull(); full && g.cfg.Reject == RejectHTTP {
 			d.forget(c)
 			g.rejected[why].Inc()
 			ms := g.overloadHint(g.clock())
@@ -218,6 +235,23 @@ func (d *door) peek(c net.Conn) {
 			c.Close()
 			d.event("shed")
 			return
+		}
+		if d.h != nil {
+			if req := parseHead(c, buf[:n]); req != nil {
+				if !d.take(c) {
+					return
+				}
+				// The head is in: from here on the gate bounds this
+				// goroutine (caps, pacing queue), not the peeker bound,
+				// and the request holds copies of what it needs.
+				d.peekers.Add(-1)
+				peeking = false
+				peekBufs.Put(bp)
+				bp = nil
+				_ = c.SetReadDeadline(time.Time{})
+				d.serve(c, req)
+				return
+			}
 		}
 	}
 	if n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -233,6 +267,19 @@ func (d *door) peek(c net.Conn) {
 		hc = &peekedConn{Conn: c, head: append([]byte(nil), buf[:n]...)}
 	}
 	d.handOn(c, hc)
+}
+
+// take removes c from the peeking set to serve it; false when the door
+// has closed (c is then closed).
+func (d *door) take(c net.Conn) bool {
+	d.mu.Lock()
+	delete(d.peeking, c)
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		c.Close()
+	}
+	return !closed
 }
 
 func (d *door) forget(c net.Conn) {

@@ -34,9 +34,19 @@ type doorEnv struct {
 	events  chan string                   // the door's trace
 	admitd  chan struct{}                 // one per admitted upgrade (before Accept)
 	hold    atomic.Pointer[chan struct{}] // when set, admitted upgrades wait for it to close
+
+	netHTTPConns atomic.Int64                     // connections net/http served
+	special      atomic.Pointer[http.HandlerFunc] // when set, serves GET /ws?query
 }
 
 func startDoor(t *testing.T, cfg Config, timeout time.Duration, max int32) *doorEnv {
+	t.Helper()
+	return startDoorWith(t, cfg, timeout, max, false)
+}
+
+// startDoorWith is startDoor; serve: the door also serves GET /ws itself
+// (ServingListener), and netHTTPConns counts the connections net/http got.
+func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool) *doorEnv {
 	t.Helper()
 	e := &doorEnv{ended: make(chan struct{}, 64), events: make(chan string, 256), admitd: make(chan struct{}, 64)}
 	e.g, e.m = newGate(t, cfg)
@@ -54,6 +64,10 @@ func startDoor(t *testing.T, cfg Config, timeout time.Duration, max int32) *door
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
+		if f := e.special.Load(); f != nil && r.URL.RawQuery != "" {
+			(*f)(w, r)
+			return
+		}
 		e.handled.Add(1)
 		var tk Ticket
 		if !e.g.Admit(w, r, &tk) {
@@ -76,7 +90,15 @@ func startDoor(t *testing.T, cfg Config, timeout time.Duration, max int32) *door
 		_, _, _ = c.Read(context.Background()) // until the client closes
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if serve {
+		e.d.h = mux
+	}
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				e.netHTTPConns.Add(1)
+			}
+		}}
 	done := make(chan struct{})
 	go func() { e.srv.Serve(e.d); close(done) }()
 	t.Cleanup(func() { e.srv.Close(); <-done })
