@@ -77,14 +77,14 @@ func (d *door) serve(c net.Conn, req *http.Request) {
 	d.event("serve")
 	defer func() {
 		if p := recover(); p != nil {
-			w.ctx.stop()
-			if !w.hijacked {
-				c.Close()
-			}
 			if p != http.ErrAbortHandler {
 				buf := make([]byte, 64<<10)
 				buf = buf[:runtime.Stack(buf, false)]
 				d.g.cfg.Logger.Error("panic serving upgrade", "remote", req.RemoteAddr, "panic", fmt.Sprint(p), "stack", string(buf))
+			}
+			w.ctx.stop()
+			if !w.hijacked {
+				c.Close()
 			}
 		}
 	}()

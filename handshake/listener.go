@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -126,11 +127,32 @@ func (d *door) Accept() (net.Conn, error) {
 			}
 			return nil, err
 		}
-		if d.h == nil && !d.shedding() {
+		shedding := d.shedding()
+		if d.h == nil && !shedding {
 			return c, nil
+		}
+		var bp *[peekSize]byte
+		n := 0
+		if shedding {
+			// In a storm the head is usually in by now: shed it here,
+			// without a goroutine, so that all shedding is one goroutine
+			// among the connections being served, however many dial.
+			bp = peekBufs.Get().(*[peekSize]byte)
+			n = readNow(c, bp[:])
+			if n > 0 && d.shedNow(c, bp[:n]) {
+				peekBufs.Put(bp)
+				runtime.Gosched() // let the served connections run between sheds
+				continue
+			}
 		}
 		if d.peekers.Add(1) > d.max {
 			d.peekers.Add(-1)
+			if n > 0 {
+				c = &peekedConn{Conn: c, head: append([]byte(nil), bp[:n]...)}
+			}
+			if bp != nil {
+				peekBufs.Put(bp)
+			}
 			return c, nil
 		}
 		// The peek deadline is set before c is registered, never by the
@@ -143,12 +165,36 @@ func (d *door) Accept() (net.Conn, error) {
 			d.mu.Unlock()
 			d.peekers.Add(-1)
 			c.Close()
+			if bp != nil {
+				peekBufs.Put(bp)
+			}
 			return nil, net.ErrClosed
 		}
 		d.peeking[c] = struct{}{}
 		d.mu.Unlock()
-		go d.peek(c)
+		go d.peek(c, bp, n)
 	}
+}
+
+// shedNow sheds c if head, the bytes it has sent so far, is a complete
+// sheddable upgrade and the door still sheds; else it leaves c alone.
+func (d *door) shedNow(c net.Conn, head []byte) bool {
+	if v, _ := classifyHead(head, d.path, 0, peekSize); v != headShed {
+		return false
+	}
+	g := d.g
+	why, full := g.doorFull()
+	if !full {
+		return false
+	}
+	d.event("peek")
+	g.rejected[why].Inc()
+	ms := g.overloadHint(g.clock())
+	var b [256]byte
+	_, _ = c.Write(appendDoor503(b[:0], ms))
+	c.Close()
+	d.event("shed")
+	return true
 }
 
 // shedding reports whether the door sheds well-formed upgrades now.
@@ -197,7 +243,8 @@ var peekBufs = sync.Pool{New: func() any { return new([peekSize]byte) }}
 
 // peek reads the request head of c and sheds it, serves it (ServingListener)
 // or hands it on.
-func (d *door) peek(c net.Conn) {
+// bp and n: a buffer (or nil) and how many bytes of it Accept already read.
+func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 	peeking := true
 	defer func() {
 		if peeking {
@@ -205,7 +252,9 @@ func (d *door) peek(c net.Conn) {
 		}
 	}()
 	d.event("peek")
-	bp := peekBufs.Get().(*[peekSize]byte)
+	if bp == nil {
+		bp = peekBufs.Get().(*[peekSize]byte)
+	}
 	defer func() {
 		if bp != nil {
 			peekBufs.Put(bp)
@@ -213,7 +262,10 @@ func (d *door) peek(c net.Conn) {
 	}()
 	buf := bp[:]
 
-	n, v, scanned := 0, headMore, 0
+	v, scanned := headMore, 0
+	if n > 0 {
+		v, scanned = classifyHead(buf[:n], d.path, 0, len(buf))
+	}
 	var err error
 	for v == headMore {
 		var k int
@@ -226,6 +278,14 @@ func (d *door) peek(c net.Conn) {
 	}
 
 	if v == headShed {
+		// Door work yields first: Gosched moves this goroutine to the back
+		// of the global run queue, behind the connections already served
+		// (readied into the local queues by the poller), and breaks the
+		// chain of door goroutines handing each other the processor. In a
+		// storm the door's work then fills the time established clients
+		// leave, instead of making them wait behind a run queue of
+		// upgrades (BENCHMARKS.md, storm isolation).
+		runtime.Gosched()
 		g := d.g
 		if why, full := g.doorFull(); full && g.cfg.Reject == RejectHTTP {
 			d.forget(c)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ type doorEnv struct {
 	hold    atomic.Pointer[chan struct{}] // when set, admitted upgrades wait for it to close
 
 	netHTTPConns atomic.Int64                     // connections net/http served
+	netHTTPNew   chan struct{}                    // one per connection net/http got
 	special      atomic.Pointer[http.HandlerFunc] // when set, serves GET /ws?query
 }
 
@@ -48,7 +50,7 @@ func startDoor(t *testing.T, cfg Config, timeout time.Duration, max int32) *door
 // (ServingListener), and netHTTPConns counts the connections net/http got.
 func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool) *doorEnv {
 	t.Helper()
-	e := &doorEnv{ended: make(chan struct{}, 64), events: make(chan string, 256), admitd: make(chan struct{}, 64)}
+	e := &doorEnv{netHTTPNew: make(chan struct{}, 64), ended: make(chan struct{}, 64), events: make(chan string, 256), admitd: make(chan struct{}, 64)}
 	e.g, e.m = newGate(t, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -97,6 +99,10 @@ func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, s
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			if st == http.StateNew {
 				e.netHTTPConns.Add(1)
+				select {
+				case e.netHTTPNew <- struct{}{}:
+				default: // a test that does not wait for them
+				}
 			}
 		}}
 	done := make(chan struct{})
@@ -412,7 +418,11 @@ func TestDoorPeekerBound(t *testing.T) {
 	defer e.dialHeld(t)()
 	silent := e.raw(t)
 	e.event(t, "peek")
-	c := e.raw(t) // past the bound: straight to net/http, where Admit sheds it
+	<-e.netHTTPNew // the held connection's
+	c := e.raw(t)  // past the bound: straight to net/http, where Admit sheds it
+	// Its head is sent only once net/http has it: a head already in at
+	// the accept is shed there, without a peeker (TestDoorShedsHeadAlreadyIn).
+	<-e.netHTTPNew
 	write(t, c, upgradeHead)
 	resp, body := readResp(t, c)
 	checkShed(t, resp.StatusCode, resp.Header, body, http.StatusServiceUnavailable, "OVERLOADED")
@@ -420,6 +430,52 @@ func TestDoorPeekerBound(t *testing.T) {
 		t.Fatalf("handled %d, rejected %v", e.handled.Load(), rejected(e.m, "max_connections"))
 	}
 	silent.Close()
+}
+
+// While shedding, a head that is already in when the connection is
+// accepted is shed by Accept itself: no goroutine, no peeker slot. (A
+// bound of 0 peekers returns every other connection to the caller.)
+func TestDoorShedsHeadAlreadyIn(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections = 1
+	g, m := newGate(t, cfg)
+	var held Ticket
+	if !g.Admit(httptest.NewRecorder(), upgradeReq("192.0.2.1:1"), &held) {
+		t.Fatal("first upgrade not admitted")
+	}
+	defer held.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDoor(g, ln, "/ws", time.Hour, 0)
+	defer d.Close()
+
+	shed, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shed.Close()
+	write(t, shed, upgradeHead) // on loopback, in the server's socket when this returns
+	other, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	got, err := d.Accept() // sheds the first, returns the second
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if got.RemoteAddr().String() != other.LocalAddr().String() {
+		t.Fatalf("Accept returned %v, want the second connection %v", got.RemoteAddr(), other.LocalAddr())
+	}
+	checkDoorShed(t, shed)
+	if rejected(m, "max_connections") != 1 {
+		t.Fatalf("rejected %v", rejected(m, "max_connections"))
+	}
 }
 
 func TestDoorCloseWhilePeeking(t *testing.T) {

@@ -29,7 +29,7 @@ factor() { # probe JSON -> "quiet p99, storm p99, factor"
 }
 
 run() { # $1: rtserver or control
-	taskset -c 0 "$srv" --config "$tmp/storm.yaml" >/dev/null 2>&1 &
+	taskset -c 0 "$srv" --config "$tmp/storm.yaml" >/dev/null 2>>"${SERVER_LOG:-/dev/null}" &
 	local sp=$!
 	taskset -c 1 "$tmp/rtbench" serve503 --listen "127.0.0.1:$ctl" --max-time 120s >/dev/null 2>&1 &
 	local cp=$!
