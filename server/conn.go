@@ -25,8 +25,7 @@ type conn struct {
 	raw    *rawConn // the socket under ws: data frames are written here directly
 	id     uint64
 	batch  bool // the client offered rt.batch: queued frames may be sent as one array
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx    lifeContext // ends when the connection does
 
 	// Send queue (write.go). Frames are whole WebSocket frames, shared
 	// between subscribers and never modified.
@@ -60,11 +59,10 @@ func (c *conn) start(ws *websocket.Conn) {
 	c.batch = ws.Subprotocol() == BatchSubprotocol
 	c.idle.L = &c.mu
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
-	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.builtin = message.Call{User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
 	if !s.addConn(c) {
 		ws.Close(websocket.StatusGoingAway, "")
-		c.cancel()
+		c.ctx.end()
 		c.ticket.Close()
 		return
 	}
@@ -370,7 +368,7 @@ func (c *conn) cleanup() {
 	c.closed = true
 	c.queue = nil
 	c.mu.Unlock()
-	c.cancel()
+	c.ctx.end()
 	c.dropSubs()
 	c.callsMu.Lock()
 	for call := range c.inflight {

@@ -129,7 +129,7 @@ func (c *conn) grant(method, topic string) *protocol.Error {
 		act = access.Publish
 	}
 	q := access.Question{Action: act, Topic: topic, User: c.ticket.User, Claim: c.ticket.Topics, ConnID: c.id, IP: c.ticket.IP}
-	switch a.Check(c.ctx, q) {
+	switch a.Check(&c.ctx, q) {
 	case access.Allow:
 		return nil
 	case access.Unavailable:
@@ -210,8 +210,8 @@ func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage,
 		}
 	}()
 	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
-	v, err := h(c.ctx, req)
-	outcome = callOutcome(c.ctx, err)
+	v, err := h(&c.ctx, req)
+	outcome = callOutcome(&c.ctx, err)
 	if err != nil {
 		return nil, protocol.AsError(err)
 	}

@@ -142,7 +142,7 @@ func (c *conn) refresh(r *protocol.Request) (json.RawMessage, *protocol.Error) {
 	if c.s.gate == nil {
 		return nil, forbidden
 	}
-	id, err := c.s.gate.VerifyToken(c.ctx, p.Token)
+	id, err := c.s.gate.VerifyToken(&c.ctx, p.Token)
 	if err != nil || id.User != c.ticket.User {
 		return nil, forbidden
 	}
