@@ -24,7 +24,7 @@ type conn struct {
 	ws     *websocket.Conn
 	raw    *rawConn // the socket under ws: data frames are written here directly
 	id     uint64
-	batch  bool // the client offered rt.batch: queued frames may be sent as one array
+	batch  bool        // the client offered rt.batch: queued frames may be sent as one array
 	ctx    lifeContext // ends when the connection does
 
 	// Send queue (write.go). Frames are whole WebSocket frames, shared

@@ -15,9 +15,9 @@ import (
 // register a callback instead of starting a goroutine each.
 type lifeContext struct {
 	mu    sync.Mutex
-	done  chan struct{}  // made by the first Done; closed by end
-	ended bool           // end has run
-	after []*afterFunc   // registered by AfterFunc and not yet stopped
+	done  chan struct{} // made by the first Done; closed by end
+	ended bool          // end has run
+	after []*afterFunc  // registered by AfterFunc and not yet stopped
 }
 
 type afterFunc struct {
