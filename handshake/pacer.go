@@ -3,6 +3,7 @@ package handshake
 import (
 	"context"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +177,11 @@ func (p *pacer) wait(ctx context.Context) string {
 	case st == granted && ctx.Err() != nil:
 		return reasonGone // its token is spent; the slot still comes back
 	case st == granted:
+		// A released upgrade yields before its work (the rest of Admit,
+		// the accept, the connection's setup): the pacer wakes a step's
+		// worth at once, and they go to the back of the run queue rather
+		// than ahead of the connections already served.
+		runtime.Gosched()
 		return ""
 	case st == expired:
 		return metrics.RejectQueueTimeout
