@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,23 +17,34 @@ import (
 )
 
 func TestProxyRelaysAndFailsClosed(t *testing.T) {
+	// The handler of a timed-out call may still run when the next call's
+	// starts: what they saw is kept under a lock.
+	var mu sync.Mutex
 	var gotHeader http.Header
 	var gotBody string
+	seen := func() (http.Header, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return gotHeader, gotBody
+	}
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		gotHeader, gotBody = r.Header.Clone(), string(b)
+		body := string(b)
+		mu.Lock()
+		gotHeader, gotBody = r.Header.Clone(), body
+		mu.Unlock()
 		switch {
-		case strings.Contains(gotBody, `"ok"`):
+		case strings.Contains(body, `"ok"`):
 			w.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{"n":1}}`))
-		case strings.Contains(gotBody, `"denied"`):
+		case strings.Contains(body, `"denied"`):
 			w.Write([]byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32003,"message":"no","data":{"why":"x"}}}`))
-		case strings.Contains(gotBody, `"status"`):
+		case strings.Contains(body, `"status"`):
 			w.WriteHeader(http.StatusBadGateway)
-		case strings.Contains(gotBody, `"noresult"`):
+		case strings.Contains(body, `"noresult"`):
 			w.Write([]byte(`{"jsonrpc":"2.0","id":1}`))
-		case strings.Contains(gotBody, `"big"`):
+		case strings.Contains(body, `"big"`):
 			w.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":"` + strings.Repeat("x", 2048) + `"}`))
-		case strings.Contains(gotBody, `"slow"`):
+		case strings.Contains(body, `"slow"`):
 			<-r.Context().Done()
 		}
 	}))
@@ -50,11 +62,12 @@ func TestProxyRelaysAndFailsClosed(t *testing.T) {
 	if err != nil || string(v.(json.RawMessage)) != `{"n":1}` {
 		t.Fatalf("ok: %v %v", v, err)
 	}
-	if gotHeader.Get(HeaderUser) != "u1" || gotHeader.Get(HeaderConn) != "7" || gotHeader.Get(HeaderClientIP) != "10.0.0.1" {
-		t.Fatalf("identity headers %v", gotHeader)
+	header, body := seen()
+	if header.Get(HeaderUser) != "u1" || header.Get(HeaderConn) != "7" || header.Get(HeaderClientIP) != "10.0.0.1" {
+		t.Fatalf("identity headers %v", header)
 	}
-	if !strings.Contains(gotBody, `"method":"ok"`) {
-		t.Fatalf("the request was not forwarded as sent: %s", gotBody)
+	if !strings.Contains(body, `"method":"ok"`) {
+		t.Fatalf("the request was not forwarded as sent: %s", body)
 	}
 
 	_, err = call("denied")
@@ -72,8 +85,8 @@ func TestProxyRelaysAndFailsClosed(t *testing.T) {
 	if v, err := h(context.Background(), &server.Request{Method: "ok", Params: json.RawMessage(`[1]`)}); v != nil || err != nil {
 		t.Fatalf("notification: %v %v", v, err)
 	}
-	if !strings.Contains(gotBody, `"params":[1]`) || strings.Contains(gotBody, `"id"`) {
-		t.Fatalf("rebuilt notification body %s", gotBody)
+	if _, body := seen(); !strings.Contains(body, `"params":[1]`) || strings.Contains(body, `"id"`) {
+		t.Fatalf("rebuilt notification body %s", body)
 	}
 }
 
