@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ type conn struct {
 	raw    *rawConn // the socket under ws: data frames are written here directly
 	id     uint64
 	batch  bool        // the client offered rt.batch: queued frames may be sent as one array
+	young  uint8       // inputs read so far, up to youngInputs
 	ctx    lifeContext // ends when the connection does
 
 	// Send queue (write.go). Frames are whole WebSocket frames, shared
@@ -74,6 +76,10 @@ func (c *conn) start(ws *websocket.Conn) {
 	go c.readLoop()
 }
 
+// youngInputs is how many of a connection's first inputs yield to the
+// established connections (readLoop).
+const youngInputs = 4
+
 // readLoop reads frames until the connection ends, then cleans up.
 func (c *conn) readLoop() {
 	defer c.cleanup()
@@ -83,6 +89,14 @@ func (c *conn) readLoop() {
 		// inside the WebSocket library's read: its goroutine then keeps
 		// the smallest stack (see netconn.go, awaitInput).
 		c.raw.awaitInput()
+		if c.young < youngInputs {
+			// A new connection's first inputs (its first calls, or the
+			// close of a client that only connected) yield first: in a
+			// reconnect storm the newcomers' work then runs after the
+			// work of connections already established, not ahead of it.
+			c.young++
+			runtime.Gosched()
+		}
 		// A plain context: a cancelable one costs the WebSocket library a
 		// context.AfterFunc per read. Every way a connection ends closes
 		// the socket, which ends the read.
