@@ -51,10 +51,11 @@ func (g *Gate) ServingListener(inner net.Listener, path string, h http.Handler) 
 	return l
 }
 
-// parseHead parses head, a complete request head read from c and checked
-// by classifyHead (a GET of d.path with nothing after it). nil: it does
-// not parse after all, and c goes to net/http.
-func parseHead(c net.Conn, head []byte) *http.Request {
+// parseHead parses head, a complete request head checked by classifyHead
+// (a GET of d.path with nothing after it). nil: it does not parse after
+// all, and the connection goes to net/http (FuzzClassifyHead checks that
+// every head the door takes parses).
+func parseHead(head []byte) *http.Request {
 	hr := headReaders.Get().(*headReader)
 	hr.src.Reset(head)
 	hr.br.Reset(&hr.src)
@@ -65,12 +66,12 @@ func parseHead(c net.Conn, head []byte) *http.Request {
 	if err != nil {
 		return nil
 	}
-	req.RemoteAddr = c.RemoteAddr().String()
 	return req
 }
 
 // serve runs d.h for req on c and completes the response.
 func (d *door) serve(c net.Conn, req *http.Request) {
+	req.RemoteAddr = c.RemoteAddr().String()
 	w := &doorResponse{c: c}
 	w.ctx.c = c
 	req = req.WithContext(&w.ctx)

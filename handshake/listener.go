@@ -297,7 +297,7 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 			return
 		}
 		if d.h != nil {
-			if req := parseHead(c, buf[:n]); req != nil {
+			if req := parseHead(buf[:n]); req != nil {
 				if !d.take(c) {
 					return
 				}

@@ -685,6 +685,12 @@ func FuzzClassifyHead(f *testing.F) {
 		if v == headShed && !o.routed(t, b) {
 			t.Fatalf("door sheds %q, but net/http does not route it to GET /ws", b)
 		}
+		if v == headShed {
+			r := parseHead(b)
+			if r == nil || r.Method != "GET" || r.URL.Path != "/ws" {
+				t.Fatalf("door would serve %q, but it parses as %+v", b, r)
+			}
+		}
 	})
 }
 
