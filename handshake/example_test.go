@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -85,6 +86,58 @@ func ExampleGate_Admit() {
 	// Output:
 	// first: true
 	// second: true 503 application/json
+}
+
+// The same endpoint served by the door: ServingListener wraps the TCP
+// listener, sheds upgrades before any handler runs while a cap is full,
+// and otherwise runs the handler for GET /ws itself, without net/http's
+// per-connection buffers. Other paths still reach the http.Server.
+func ExampleGate_ServingListener() {
+	gate, err := handshake.New(handshake.DefaultConfig(), nil)
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
+		var t handshake.Ticket
+		if !gate.Admit(w, r, &t) {
+			return
+		}
+		defer t.Close()
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+		t.HandshakeDone(err == nil)
+		if err != nil {
+			return
+		}
+		_ = c.Write(context.Background(), websocket.MessageText, []byte("hello"))
+		c.Close(websocket.StatusNormalClosure, "")
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(gate.ServingListener(ln, "/ws", mux))
+	defer srv.Close()
+
+	ctx := context.Background()
+	c, _, err := websocket.Dial(ctx, "ws://"+ln.Addr().String()+"/ws", nil)
+	if err != nil {
+		panic(err)
+	}
+	_, msg, _ := c.Read(ctx)
+	fmt.Println(string(msg))
+	resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode)
+	// Output:
+	// hello
+	// 200
 }
 
 // Behind a trusted proxy the client is the right-most X-Forwarded-For entry
