@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/stack"
 )
 
 // The door: shedding upgrades before net/http sees them.
@@ -297,6 +299,9 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 			return
 		}
 		if d.h != nil {
+			// Parsing, the handler and the WebSocket accept go deep:
+			// grow the stack once, while it is shallow.
+			stack.Grow()
 			if req := parseHead(buf[:n]); req != nil {
 				if !d.take(c) {
 					return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/bufpool"
+	"github.com/rtserver/rtserver/internal/stack"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -89,6 +90,11 @@ func (c *conn) readLoop() {
 		// inside the WebSocket library's read: its goroutine then keeps
 		// the smallest stack (see netconn.go, awaitInput).
 		c.raw.awaitInput()
+		if c.raw.closeFrameNext() {
+			// The WebSocket library's close handshake goes deep; the
+			// goroutine ends after it: grow its stack once, not step by step.
+			stack.Grow()
+		}
 		if c.young < youngInputs {
 			// A new connection's first inputs (its first calls, or the
 			// close of a client that only connected) yield first: in a

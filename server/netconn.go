@@ -253,6 +253,24 @@ func (c *rawConn) awaitInput() {
 	}
 }
 
+// closeFrameNext reports whether the next input is a close frame, by its
+// first byte (buffered, or as awaitFD last peeked it). Read goroutine only.
+func (c *rawConn) closeFrameNext() bool {
+	if c == nil || c.br == nil {
+		return false
+	}
+	c.brMu.Lock()
+	defer c.brMu.Unlock()
+	if c.readClosed {
+		return false
+	}
+	if c.br.Buffered() > 0 {
+		b, _ := c.br.Peek(1)
+		return len(b) == 1 && b[0] == 0x88
+	}
+	return c.peeked > 0 && c.peek[0] == 0x88
+}
+
 // takePong consumes a whole pong frame at the head of the input, if that
 // is what is there and all of it has arrived (it never waits), and
 // reports whether it did. A client's frames are masked: FIN|pong,
