@@ -51,30 +51,75 @@ func (g *Gate) ServingListener(inner net.Listener, path string, h http.Handler) 
 	return l
 }
 
-// parseHead parses head, a complete request head checked by classifyHead
-// (a GET of d.path with nothing after it). nil: it does not parse after
-// all, and the connection goes to net/http (FuzzClassifyHead checks that
-// every head the door takes parses).
-func parseHead(head []byte) *http.Request {
-	hr := headReaders.Get().(*headReader)
-	hr.src.Reset(head)
-	hr.br.Reset(&hr.src)
-	req, err := http.ReadRequest(hr.br)
-	hr.src.Reset(nil)
-	hr.br.Reset(nil)
-	headReaders.Put(hr)
+// parseHead builds the request of head, a complete request head that
+// classifyHead accepted (GET of the door's path, HTTP/1.0 or 1.1, CRLF
+// lines, token field names, no folding, at most one Host, no body), with
+// ctx as its context, as http.ReadRequest would build it but without its
+// reader, and without a second copy of the request for the context. nil:
+// the head is one the door leaves to net/http after all (a '#' in the
+// target, which ReadRequest and url.Parse read differently).
+// FuzzClassifyHead holds it to http.ReadRequest.
+func parseHead(ctx context.Context, head []byte) *http.Request {
+	line, rest := cutLine(head)
+	sp := bytes.LastIndexByte(line, ' ')
+	target, proto := line[len("GET "):sp], string(line[sp+1:])
+	if bytes.IndexByte(target, '#') >= 0 {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, string(target), nil)
 	if err != nil {
 		return nil
 	}
+	req.RequestURI = string(target)
+	req.Proto = proto
+	req.ProtoMajor, req.ProtoMinor = 1, int(proto[len(proto)-1]-'0')
+	for {
+		line, rest = cutLine(rest)
+		if len(line) == 0 {
+			break
+		}
+		colon := bytes.IndexByte(line, ':')
+		key := http.CanonicalHeaderKey(string(line[:colon]))
+		req.Header[key] = append(req.Header[key], string(trimOWS(line[colon+1:])))
+	}
+	if hosts := req.Header["Host"]; len(hosts) > 0 {
+		req.Host = hosts[0]
+		delete(req.Header, "Host") // as net/http: the Host is req.Host
+	}
+	if v := req.Header["Pragma"]; len(v) > 0 && v[0] == "no-cache" {
+		if _, ok := req.Header["Cache-Control"]; !ok {
+			req.Header["Cache-Control"] = []string{"no-cache"}
+		}
+	}
+	req.Close = closeAfter(req)
+	req.Body = http.NoBody
 	return req
 }
 
-// serve runs d.h for req on c and completes the response.
-func (d *door) serve(c net.Conn, req *http.Request) {
+// closeAfter is net/http's reading of whether a request asks for its
+// connection to close: HTTP/1.0 unless "Connection: keep-alive", HTTP/1.1
+// when Connection lists "close".
+func closeAfter(r *http.Request) bool {
+	has := func(token string) bool {
+		for _, v := range r.Header["Connection"] {
+			for _, t := range strings.Split(v, ",") {
+				if strings.EqualFold(strings.TrimSpace(t), token) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if r.ProtoMinor == 0 {
+		return !has("keep-alive")
+	}
+	return has("close")
+}
+
+// serve runs d.h for req (made with w's context) on c and completes the
+// response.
+func (d *door) serve(c net.Conn, w *doorResponse, req *http.Request) {
 	req.RemoteAddr = c.RemoteAddr().String()
-	w := &doorResponse{c: c}
-	w.ctx.c = c
-	req = req.WithContext(&w.ctx)
 	d.event("serve")
 	defer func() {
 		if p := recover(); p != nil {
@@ -92,17 +137,6 @@ func (d *door) serve(c net.Conn, req *http.Request) {
 	d.h.ServeHTTP(w, req)
 	w.finish()
 }
-
-type headReader struct {
-	src bytes.Reader
-	br  *bufio.Reader
-}
-
-var headReaders = sync.Pool{New: func() any {
-	hr := new(headReader)
-	hr.br = bufio.NewReaderSize(&hr.src, peekSize)
-	return hr
-}}
 
 // bodyBufferLimit is how much of a refused upgrade's body is gathered to
 // be sent with the head and a Content-Length; a longer body is streamed

@@ -302,7 +302,9 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 			// Parsing, the handler and the WebSocket accept go deep:
 			// grow the stack once, while it is shallow.
 			stack.Grow()
-			if req := parseHead(buf[:n]); req != nil {
+			w := &doorResponse{c: c}
+			w.ctx.c = c
+			if req := parseHead(&w.ctx, buf[:n]); req != nil {
 				if !d.take(c) {
 					return
 				}
@@ -314,7 +316,7 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 				peekBufs.Put(bp)
 				bp = nil
 				_ = c.SetReadDeadline(time.Time{})
-				d.serve(c, req)
+				d.serve(c, w, req)
 				return
 			}
 		}

@@ -2,12 +2,14 @@ package handshake
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -686,12 +688,32 @@ func FuzzClassifyHead(f *testing.F) {
 			t.Fatalf("door sheds %q, but net/http does not route it to GET /ws", b)
 		}
 		if v == headShed {
-			r := parseHead(b)
-			if r == nil || r.Method != "GET" || r.URL.Path != "/ws" {
-				t.Fatalf("door would serve %q, but it parses as %+v", b, r)
-			}
+			checkParseHead(t, b)
 		}
 	})
+}
+
+// checkParseHead: what the door builds from a head it serves is what
+// http.ReadRequest reads from it (or the door leaves it to net/http).
+func checkParseHead(t tb, b []byte) {
+	t.Helper()
+	want, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
+	got := parseHead(context.Background(), b)
+	if got == nil {
+		if err == nil && !bytes.Contains(b, []byte("#")) {
+			t.Fatalf("door leaves %q to net/http, which reads it", b)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("door serves %q, which http.ReadRequest refuses: %v", b, err)
+	}
+	if got.Method != want.Method || got.URL.String() != want.URL.String() || got.RequestURI != want.RequestURI ||
+		got.Proto != want.Proto || got.ProtoMajor != want.ProtoMajor || got.ProtoMinor != want.ProtoMinor ||
+		got.Host != want.Host || got.Close != want.Close || got.ContentLength != want.ContentLength ||
+		got.Body != http.NoBody || !reflect.DeepEqual(got.Header, want.Header) || got.URL.Path != "/ws" {
+		t.Fatalf("%q:\n door %+v\n net/http %+v", b, got, want)
+	}
 }
 
 // TestClassifyHeadProperty: every well-formed upgrade head, however its
@@ -731,6 +753,15 @@ func TestClassifyHeadProperty(t *testing.T) {
 				sb.WriteString(name + ":" + value.Draw(rt, "value") + "\r\n")
 			}
 		}
+		if rapid.Bool().Draw(rt, "connection") {
+			sb.WriteString("Connection: " + rapid.SampledFrom([]string{"close", "keep-alive", "Upgrade", "upgrade, Close", " Keep-Alive ,x"}).Draw(rt, "conn") + "\r\n")
+		}
+		if rapid.Bool().Draw(rt, "pragma") {
+			sb.WriteString("Pragma: no-cache\r\n")
+			if rapid.Bool().Draw(rt, "cacheControl") {
+				sb.WriteString("Cache-Control: max-age=0\r\n")
+			}
+		}
 		sb.WriteString("\r\n")
 		b := []byte(sb.String())
 		if v, _ := classifyHead(b, "/ws", 0, len(b)); v != headShed {
@@ -745,6 +776,7 @@ func TestClassifyHeadProperty(t *testing.T) {
 		if !o.routed(rt, b) {
 			rt.Fatalf("net/http does not route %q to GET /ws", b)
 		}
+		checkParseHead(rt, b)
 	})
 }
 
