@@ -62,15 +62,15 @@ func (g *Gate) ServingListener(inner net.Listener, path string, h http.Handler) 
 func parseHead(ctx context.Context, head []byte) *http.Request {
 	line, rest := cutLine(head)
 	sp := bytes.LastIndexByte(line, ' ')
-	target, proto := line[len("GET "):sp], string(line[sp+1:])
-	if bytes.IndexByte(target, '#') >= 0 {
+	target, proto := string(line[len("GET "):sp]), string(line[sp+1:])
+	if strings.IndexByte(target, '#') >= 0 {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, string(target), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return nil
 	}
-	req.RequestURI = string(target)
+	req.RequestURI = target
 	req.Proto = proto
 	req.ProtoMajor, req.ProtoMinor = 1, int(proto[len(proto)-1]-'0')
 	for {

@@ -184,19 +184,25 @@ func (d *door) shedNow(c net.Conn, head []byte) bool {
 	if v, _ := classifyHead(head, d.path, 0, peekSize); v != headShed {
 		return false
 	}
-	g := d.g
-	why, full := g.doorFull()
+	why, full := d.g.doorFull()
 	if !full {
 		return false
 	}
 	d.event("peek")
-	g.rejected[why].Inc()
-	ms := g.overloadHint(g.clock())
 	var b [256]byte
-	_, _ = c.Write(appendDoor503(b[:0], ms))
+	d.shed(c, why, b[:0])
+	return true
+}
+
+// shed answers c, whose head was a complete sheddable upgrade, with the
+// documented 503 under reason why (counted as Admit would), and closes it.
+// scratch is room for the answer.
+func (d *door) shed(c net.Conn, why reason, scratch []byte) {
+	g := d.g
+	g.rejected[why].Inc()
+	_, _ = c.Write(appendDoor503(scratch, g.overloadHint(g.clock())))
 	c.Close()
 	d.event("shed")
-	return true
 }
 
 // shedding reports whether the door sheds well-formed upgrades now.
@@ -288,14 +294,9 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 		// leave, instead of making them wait behind a run queue of
 		// upgrades (BENCHMARKS.md, storm isolation).
 		runtime.Gosched()
-		g := d.g
-		if why, full := g.doorFull(); full && g.cfg.Reject == RejectHTTP {
+		if why, full := d.g.doorFull(); full && d.g.cfg.Reject == RejectHTTP {
 			d.forget(c)
-			g.rejected[why].Inc()
-			ms := g.overloadHint(g.clock())
-			_, _ = c.Write(appendDoor503(buf[:0], ms))
-			c.Close()
-			d.event("shed")
+			d.shed(c, why, buf[:0])
 			return
 		}
 		if d.h != nil {
