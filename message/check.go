@@ -102,10 +102,7 @@ func (c *Class) Check(call *Call) Decision {
 		}
 	}
 	if c.hasConc {
-		limit := c.concMax
-		if c.adaptive != nil {
-			limit = min(limit, c.adaptive.current())
-		}
+		limit := c.ConcurrencyLimit()
 		left, ok := c.acquire(limit)
 		if !ok {
 			c.rejected[codeConcurrency].Inc()

@@ -91,29 +91,19 @@ func (c *Class) checkShared(call *Call, now time.Time, cost int64) Decision {
 		return Decision{Limit: limits[0].Limit, RetryAfter: c.a.jitter(), Reason: codeText[codes[0]]}
 	}
 	d := AllowFull
-	var denied reasonCode = numCodes
 	for i, r := range results[:n] {
 		d = Combine(d, budgetDecision(r, codes[i]))
-		if !r.Allowed && denied == numCodes {
-			denied = codes[i]
-		}
 	}
 	if !d.Allowed {
-		c.rejected[codeOf(d.Reason, denied)].Inc()
+		// A denial binds over an allowance, so the reason is one of the
+		// denied budgets': RATE or COST.
+		code := codeRate
+		if d.Reason == ReasonCost {
+			code = codeCost
+		}
+		c.rejected[code].Inc()
 	}
 	return d
-}
-
-// codeOf is the code of a binding reason; fallback when it is not one of
-// the budget codes.
-func codeOf(reason string, fallback reasonCode) reasonCode {
-	switch reason {
-	case ReasonRate:
-		return codeRate
-	case ReasonCost:
-		return codeCost
-	}
-	return fallback
 }
 
 // budgetDecision is a limiter result as a Decision of the given part.
