@@ -217,8 +217,7 @@ func TestServerAPIAcrossInstances(t *testing.T) {
 			leakcheck.Check(t)
 			var url string
 			if tt.cluster {
-				cl := redistest.StartCluster(t)
-				url = "redis://" + cl.Addrs[0] + "?addr=" + cl.Addrs[1] + "&addr=" + cl.Addrs[2]
+				url = clusterURL(redistest.StartCluster(t))
 			} else {
 				url = redistest.Start(t).URL()
 			}

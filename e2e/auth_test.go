@@ -110,8 +110,8 @@ func TestJWKSUnreachableStopsStartup(t *testing.T) {
 	}
 }
 
-// expiryConfig is a server whose tokens expire within seconds: HS256 with
-// secret, and a refresh notice of one second.
+// expirySecret is the HS256 secret of the servers whose tokens expire
+// within seconds; hsToken signs with it.
 const expirySecret = "e2e-secret-of-a-decent-length-000"
 
 func hsToken(t testing.TB, sub string, exp time.Time) string {
@@ -124,7 +124,8 @@ func hsToken(t testing.TB, sub string, exp time.Time) string {
 }
 
 // awaitNotice reads until the tokenExpiring notice and returns what it
-// says is left; it fails on a response or close first.
+// says is left; frames before it are skipped, a close first fails the
+// test.
 func awaitNotice(t testing.TB, c *wstest.Conn) time.Duration {
 	t.Helper()
 	for {

@@ -24,6 +24,17 @@ publishRate: {publishInterval: 200ms, staleAfter: 1s}
 %s`, redisURL, extra)
 }
 
+// signedFleetConfig is fleetConfig with publishRate.hmacSecret set: the
+// rate envelopes and the bus are signed.
+func signedFleetConfig(redisURL, extra string) string {
+	return strings.Replace(fleetConfig(redisURL, extra), "staleAfter: 1s}", "staleAfter: 1s, hmacSecret: s3cret}", 1)
+}
+
+// clusterURL is the redis URL that names every node of cl.
+func clusterURL(cl *redistest.Cluster) string {
+	return "redis://" + cl.Addrs[0] + "?addr=" + cl.Addrs[1] + "&addr=" + cl.Addrs[2]
+}
+
 func TestFleetDeliversAcrossInstances(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
@@ -154,8 +165,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 func TestHostileEnvelopesAreCountedAndIgnored(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
-	cfg := fleetConfig(r.URL(), `publishRate: {publishInterval: 200ms, staleAfter: 1s, hmacSecret: s3cret}`)
-	cfg = strings.Replace(cfg, "publishRate: {publishInterval: 200ms, staleAfter: 1s}\n", "", 1)
+	cfg := signedFleetConfig(r.URL(), "")
 	a, b := start(t, cfg), start(t, cfg)
 	a.waitMetric("cluster_publish_rate_instances", 20*time.Second, func(v float64) bool { return v == 1 })
 	before := a.metric("cluster_publish_rate_parse_errors_total")
@@ -198,8 +208,7 @@ func TestHostileEnvelopesAreCountedAndIgnored(t *testing.T) {
 func TestShardedBusOnRedisCluster(t *testing.T) {
 	leakcheck.Check(t)
 	cl := redistest.StartCluster(t)
-	url := "redis://" + cl.Addrs[0] + "?addr=" + cl.Addrs[1] + "&addr=" + cl.Addrs[2]
-	cfg := fleetConfig(url, "")
+	cfg := fleetConfig(clusterURL(cl), "")
 	cfg = strings.Replace(cfg, "redis: {url:", "redis: {bus: sharded, partitions: 8, url:", 1)
 	a, b := start(t, cfg), start(t, cfg)
 	sub := wstest.Dial(t, b.WS())

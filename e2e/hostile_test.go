@@ -52,11 +52,7 @@ func TestInvalidUTF8IsNeverRelayed(t *testing.T) {
 
 	// The same bytes injected straight into the bus channel, as a sibling
 	// (or anyone who can publish to Redis) could.
-	env := []byte{1, 5}
-	env = append(env, "other"...)
-	env = append(env, 1, 't')
-	env = append(env, "\"\xff\xfe\""...)
-	if _, err := r.Do("PUBLISH", "rt:bus", string(env)); err != nil {
+	if _, err := r.Do("PUBLISH", "rt:bus", busEnvelope("\"\xff\xfe\"")); err != nil {
 		t.Fatal(err)
 	}
 	b.waitMetric(`bus_messages_dropped_total{reason="malformed"}`, 10*time.Second, func(v float64) bool { return v == 1 })
@@ -67,6 +63,13 @@ func TestInvalidUTF8IsNeverRelayed(t *testing.T) {
 			t.Fatalf("%s subscriber got %q first, want the valid message", name, got)
 		}
 	}
+}
+
+// busEnvelope is an unsigned bus message from an instance named "other"
+// on topic t, carrying data as is: what anyone who can PUBLISH to Redis
+// can inject.
+func busEnvelope(data string) string {
+	return "\x01\x05other\x01t" + data
 }
 
 // exactBackend is an RPC backend that reads keys exactly and keeps the
@@ -220,11 +223,10 @@ http: {readHeaderTimeout: 300ms, readTimeout: 300ms, idleTimeout: 300ms}
 func TestReplayedRateEnvelopeIsDropped(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
-	cfg := fleetConfig(r.URL(), `admission:
+	cfg := signedFleetConfig(r.URL(), `admission:
   classes: {broadcast: {clusterTopPublisher: {threshold: 20, by: topic}}}
   methods: {publish: broadcast}
 `)
-	cfg = strings.Replace(cfg, "staleAfter: 1s}", "staleAfter: 1s, hmacSecret: s3cret}", 1)
 	a, b := start(t, cfg), start(t, cfg)
 
 	// Capture one of B's signed envelopes with "hot" in its slice.
@@ -337,16 +339,12 @@ func TestRedisClientLogsAreStructuredAndLimited(t *testing.T) {
 func TestSignedBusDropsInjectedMessages(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
-	cfg := strings.Replace(fleetConfig(r.URL(), ""), "staleAfter: 1s}", "staleAfter: 1s, hmacSecret: s3cret}", 1)
+	cfg := signedFleetConfig(r.URL(), "")
 	a, b := start(t, cfg), start(t, cfg)
 	sub := wstest.Dial(t, b.WS())
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 
-	env := []byte{1, 5}
-	env = append(env, "other"...)
-	env = append(env, 1, 't')
-	env = append(env, `"injected"`...)
-	if _, err := r.Do("PUBLISH", "rt:bus", string(env)); err != nil {
+	if _, err := r.Do("PUBLISH", "rt:bus", busEnvelope(`"injected"`)); err != nil {
 		t.Fatal(err)
 	}
 	b.waitMetric(`bus_messages_dropped_total{reason="malformed"}`, 10*time.Second, func(v float64) bool { return v == 1 })
@@ -383,7 +381,7 @@ admission:
 func TestCapturedDisconnectCannotBeReplayed(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
-	cfg := strings.Replace(fleetConfig(r.URL(), apiConfig), "staleAfter: 1s}", "staleAfter: 1s, hmacSecret: s3cret}", 1)
+	cfg := signedFleetConfig(r.URL(), apiConfig)
 	a, b := start(t, cfg), start(t, cfg)
 
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr})

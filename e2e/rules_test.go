@@ -218,8 +218,7 @@ admission:
 func TestClusterScopedRateOnRedisCluster(t *testing.T) {
 	leakcheck.Check(t)
 	cl := redistest.StartCluster(t)
-	url := "redis://" + cl.Addrs[0] + "?addr=" + cl.Addrs[1] + "&addr=" + cl.Addrs[2]
-	cfg := fleetConfig(url, `
+	cfg := fleetConfig(clusterURL(cl), `
 admission:
   classes:
     g1: &g {rate: {limit: 4, per: 1h, by: ip, scope: cluster}, cost: {budget: 1000000, per: 1h, of: bytes, by: ip, scope: cluster}}
