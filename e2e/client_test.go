@@ -13,6 +13,22 @@ import (
 	"github.com/rtserver/rtserver/internal/leakcheck"
 )
 
+// dialSubscribed dials the Go client and subscribes it to topic; the
+// messages' data arrive on the channel.
+func dialSubscribed(t *testing.T, ctx context.Context, url string, opts *client.Options, topic string) (*client.Client, <-chan string) {
+	t.Helper()
+	c, err := client.Dial(ctx, url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	if _, err := c.Subscribe(ctx, topic, func(_ string, data json.RawMessage) { got <- string(data) }); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	return c, got
+}
+
 // The Go client rides through a deploy: the instance drains (1012 with a
 // retry hint), a new one starts on the same address, and the client
 // reconnects on its own, resubscribes, and receives what is published on
@@ -33,15 +49,8 @@ func TestGoClientReconnectsAndResubscribesAcrossRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, old.WS(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, got := dialSubscribed(t, ctx, old.WS(), opts, "deploys")
 	defer c.Close()
-	got := make(chan string, 4)
-	if _, err := c.Subscribe(ctx, "deploys", func(_ string, data json.RawMessage) { got <- string(data) }); err != nil {
-		t.Fatal(err)
-	}
 
 	old.signal(syscall.SIGTERM)
 	if code := old.exitCode(30 * time.Second); code != 0 {
@@ -99,15 +108,8 @@ func TestGoClientRefreshesItsToken(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, p.WS(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, got := dialSubscribed(t, ctx, p.WS(), opts, "news")
 	defer c.Close()
-	got := make(chan string, 4)
-	if _, err := c.Subscribe(ctx, "news", func(_ string, data json.RawMessage) { got <- string(data) }); err != nil {
-		t.Fatal(err)
-	}
 	// Three notices on one connection: each one after the first follows a
 	// refresh (an unrefreshed connection is closed at exp instead).
 	for range 3 {
