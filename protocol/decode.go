@@ -131,8 +131,16 @@ func (w *wireRequest) request() Request {
 	switch m := w.Method; {
 	case len(m) >= 2 && m[0] == '"' && plainString(m):
 		method = methodName(m[1 : len(m)-1]) // no escapes: the bytes are the string
-	case len(m) == 0 || m[0] != '"' || json.Unmarshal(m, &method) != nil:
+	case len(m) == 0 || m[0] != '"':
 		return invalid(id, "method must be a non-empty string")
+	default:
+		// Unmarshal's target escapes to the heap: declared here, only a
+		// method with escapes pays for it.
+		var s string
+		if json.Unmarshal(m, &s) != nil {
+			return invalid(id, "method must be a non-empty string")
+		}
+		method = s
 	}
 	if method == "" {
 		return invalid(id, "method must be a non-empty string")
@@ -208,8 +216,14 @@ func decodeTopicParams(params []byte, p *TopicParams) *Error {
 		}
 		if plainString(topic) {
 			p.Topic = string(topic[1 : len(topic)-1])
-		} else if err := json.Unmarshal(topic, &p.Topic); err != nil {
-			return NewError(CodeInvalidParams, "topic must be a string", nil)
+		} else {
+			// Not &p.Topic: that would move the caller's p to the heap on
+			// every call (see request).
+			var s string
+			if json.Unmarshal(topic, &s) != nil {
+				return NewError(CodeInvalidParams, "topic must be a string", nil)
+			}
+			p.Topic = s
 		}
 	}
 	return nil
