@@ -404,27 +404,6 @@ test("a topic the server took away (unsubscribed) is not re-sent after a reconne
   c.close();
 });
 
-test("a subscribe refused with -32003 is final: ready rejects, never re-sent", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  let ws = h.last();
-  ws.open();
-  const off = c.subscribe("secret", () => {});
-  const sub = ws.sent.find((m) => m.method === "subscribe");
-  ws.recv({ jsonrpc: "2.0", id: sub.id, error: { code: -32003, message: "FORBIDDEN", data: { topic: "secret" } } });
-  const err = await off.ready.catch((e) => e);
-  eq([err.code, err.data], [-32003, { topic: "secret" }], "ready rejects with the server's error");
-  await h.advance(60000);
-  eq(ws.sent.filter((m) => m.method === "subscribe").length, 1, "not retried");
-  ws.drop(1006);
-  await h.advance(1000);
-  ws = h.last();
-  ws.open();
-  eq(ws.sent.filter((m) => m.method === "subscribe").length, 0, "not re-sent after a reconnect");
-  c.close();
-});
-
 test("close() is final and rejects everything waiting", async () => {
   const h = harness();
   const c = connect("ws://x/ws", h.opts());
@@ -515,23 +494,33 @@ test("every live subscription is re-sent after a reconnect; open comes after the
   c.close();
 });
 
-test("a refused subscription is dropped and reported", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  const ws = h.last();
-  ws.open();
-  const off = c.subscribe("t", () => {});
-  ws.recv({ jsonrpc: "2.0", id: ws.sent[0].id, error: { code: -32004, message: "too many", data: { limit: 1 } } });
-  const err = await off.ready.catch((e) => e);
-  eq([err.code, err.data], [-32004, { limit: 1 }], "ready rejects");
-  eq(h.errors.length, 1, "reported");
-  ws.drop(1006);
-  await h.advance(1000);
-  h.last().open();
-  eq(h.last().sent, [], "not re-sent");
-  c.close();
-});
+// Any error on subscribe is final: -32003 (the topic's grants refuse) as
+// well as -32004 (too many subscriptions).
+for (const refusal of [
+  { code: -32003, message: "FORBIDDEN", data: { topic: "t" } },
+  { code: -32004, message: "too many", data: { limit: 1 } },
+]) {
+  test(`a subscription refused with ${refusal.code} is dropped and reported: ready rejects, never re-sent`, async () => {
+    const h = harness();
+    const c = connect("ws://x/ws", h.opts());
+    await tick();
+    let ws = h.last();
+    ws.open();
+    const off = c.subscribe("t", () => {});
+    ws.recv({ jsonrpc: "2.0", id: ws.sent[0].id, error: refusal });
+    const err = await off.ready.catch((e) => e);
+    eq([err.code, err.data], [refusal.code, refusal.data], "ready rejects with the server's error");
+    eq(h.errors.length, 1, "reported");
+    await h.advance(60000);
+    eq(ws.sent.filter((m) => m.method === "subscribe").length, 1, "not retried");
+    ws.drop(1006);
+    await h.advance(1000);
+    ws = h.last();
+    ws.open();
+    eq(ws.sent, [], "not re-sent after a reconnect");
+    c.close();
+  });
+}
 
 test("backoff grows over attempts that fail, and restarts after an established connection", async () => {
   const h = harness();
