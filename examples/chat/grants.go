@@ -35,7 +35,7 @@ func topicGrants() access.Config {
 var demoUser = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,40}$`)
 
 // demoTokens serves GET /token?user=NAME: an HS256 JWT for that user,
-// valid for an hour. Anyone may ask for any name: it shows private topics
+// valid for ttl (0: an hour). Anyone may ask for any name: it shows private topics
 // at work, it is not authentication. A real application issues tokens
 // after signing its users in.
 func demoTokens(secret []byte, ttl time.Duration) http.Handler {
