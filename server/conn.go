@@ -89,8 +89,7 @@ func (c *conn) readLoop() {
 		// An idle connection waits here, a few frames deep, rather than
 		// inside the WebSocket library's read: its goroutine then keeps
 		// the smallest stack (see netconn.go, awaitInput).
-		c.raw.awaitInput()
-		if c.raw.closeFrameNext() {
+		if closeNext := c.raw.awaitInput(); closeNext {
 			// The WebSocket library's close handshake goes deep; the
 			// goroutine ends after it: grow its stack once, not step by step.
 			stack.Grow()

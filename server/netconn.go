@@ -215,23 +215,28 @@ func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
 }
 
 // awaitInput returns when the client has sent the start of a frame other
-// than a pong (or the socket is closed or failed). It waits in the
-// runtime's poller a few frames deep: an idle connection's read goroutine
-// parked here uses little stack, so it keeps the minimum, where a read
-// parked inside the WebSocket library's frame reader needs twice that.
+// than a pong (or the socket is closed or failed), and reports whether
+// that frame is a close frame (as closeFrameNext, under the same lock).
+// It waits in the runtime's poller a few frames deep: an idle
+// connection's read goroutine parked here uses little stack, so it keeps
+// the minimum, where a read parked inside the WebSocket library's frame
+// reader needs twice that.
 // Pongs to our keepalive pings are taken here, between messages, so that
 // answering a ping does not leave the goroutine parked in the library.
 // Read goroutine only; it touches the read buffer only under brMu and
 // never once a close has begun (the library then reads it itself).
-func (c *rawConn) awaitInput() {
-	if c == nil || c.sc == nil || c.br == nil {
-		return
+func (c *rawConn) awaitInput() (closeNext bool) {
+	if c == nil || c.br == nil {
+		return false
+	}
+	if c.sc == nil {
+		return c.closeFrameNext()
 	}
 	for {
 		c.brMu.Lock()
 		if c.readClosed {
 			c.brMu.Unlock()
-			return
+			return false
 		}
 		buffered := c.br.Buffered()
 		c.brMu.Unlock()
@@ -241,15 +246,16 @@ func (c *rawConn) awaitInput() {
 				c.awaitFn = c.awaitFD
 			}
 			if c.sc.Read(c.awaitFn) != nil {
-				return // the read that follows reports it
+				return false // the read that follows reports it
 			}
 		}
 		c.brMu.Lock()
-		took := !c.readClosed && c.takePong()
-		c.brMu.Unlock()
-		if !took {
-			return
+		if c.readClosed || !c.takePong() {
+			closeNext = !c.readClosed && c.closeHead()
+			c.brMu.Unlock()
+			return closeNext
 		}
+		c.brMu.Unlock()
 	}
 }
 
@@ -261,14 +267,26 @@ func (c *rawConn) closeFrameNext() bool {
 	}
 	c.brMu.Lock()
 	defer c.brMu.Unlock()
-	if c.readClosed {
-		return false
+	return !c.readClosed && c.closeHead()
+}
+
+// head is the first bytes of the input, at most two: from the read
+// buffer, or, when it is empty, as awaitFD last peeked them from the
+// socket. c.brMu held.
+func (c *rawConn) head() []byte {
+	b := c.br.Buffered()
+	if b == 0 {
+		return c.peek[:c.peeked]
 	}
-	if c.br.Buffered() > 0 {
-		b, _ := c.br.Peek(1)
-		return len(b) == 1 && b[0] == 0x88
-	}
-	return c.peeked > 0 && c.peek[0] == 0x88
+	h, _ := c.br.Peek(min(b, 2))
+	return h
+}
+
+// closeHead reports whether the input starts with a close frame (FIN|close).
+// c.brMu held.
+func (c *rawConn) closeHead() bool {
+	h := c.head()
+	return len(h) > 0 && h[0] == 0x88
 }
 
 // takePong consumes a whole pong frame at the head of the input, if that
@@ -276,13 +294,7 @@ func (c *rawConn) closeFrameNext() bool {
 // reports whether it did. A client's frames are masked: FIN|pong,
 // MASK|length (at most 125), 4 mask bytes, payload. c.brMu held.
 func (c *rawConn) takePong() bool {
-	var h []byte
-	switch b := c.br.Buffered(); {
-	case b == 0:
-		h = c.peek[:c.peeked] // the socket's head, as just peeked
-	case b >= 2:
-		h, _ = c.br.Peek(2)
-	}
+	h := c.head()
 	if len(h) < 2 || h[0] != 0x8A || h[1]&0x80 == 0 || h[1]&0x7F > 125 {
 		return false
 	}
