@@ -3,14 +3,13 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/message"
-	"github.com/rtserver/rtserver/metrics"
-	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -19,17 +18,8 @@ import (
 // so the next call is admitted each time, and in-flight ends at zero.
 func TestConcurrencyLeaseReleasedOnEveryPath(t *testing.T) {
 	leakcheck.Check(t)
-	m := metrics.NewDiscard()
-	mon := pressure.New(pressure.DefaultConfig(), nil, m, nil)
-	adm := message.New(message.Options{Snapshot: mon.Snapshot, Metrics: m})
-	if err := adm.Register("one", message.Rule{Concurrency: &message.Concurrency{Max: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	router, err := message.NewRouter(adm, map[string]string{"work.*": "one"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, url := startServer(t, Options{Router: router, Metrics: m})
+	tr := newTier(t, "one", message.Rule{Concurrency: &message.Concurrency{Max: 1}}, map[string]string{"work.*": "one"})
+	s, url := startServer(t, Options{Router: tr.router, Metrics: tr.m})
 	entered := make(chan struct{}, 1)
 	s.Handle("work.ok", func(context.Context, *Request) (any, error) { return "done", nil })
 	s.Handle("work.panic", func(context.Context, *Request) (any, error) { panic("boom") })
@@ -38,7 +28,7 @@ func TestConcurrencyLeaseReleasedOnEveryPath(t *testing.T) {
 		<-ctx.Done() // until the connection dies
 		return nil, ctx.Err()
 	})
-	class, _ := adm.Class("one")
+	class, _ := tr.adm.Class("one")
 
 	c := wstest.Dial(t, url)
 	wstest.MustOK(t, c.Call("work.ok", `{}`))
@@ -59,13 +49,9 @@ func TestConcurrencyLeaseReleasedOnEveryPath(t *testing.T) {
 		t.Fatalf("-32001 data %s", f.Error.Data)
 	}
 	dying.WS.CloseNow()
-	deadline := time.Now().Add(10 * time.Second)
-	for class.InFlight() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("in-flight %d after the connection died", class.InFlight())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, time.Now().Add(10*time.Second), func() bool { return class.InFlight() == 0 }, func() string {
+		return fmt.Sprintf("in-flight %d after the connection died", class.InFlight())
+	})
 	wstest.MustOK(t, c.Call("work.ok", `{}`))
 	if n := class.InFlight(); n != 0 {
 		t.Fatalf("in-flight %d at the end", n)

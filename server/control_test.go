@@ -1,7 +1,6 @@
 package server
 
 import (
-	"runtime"
 	"testing"
 	"time"
 
@@ -115,13 +114,10 @@ func TestUnsubscribeAndDisconnectReachEveryInstance(t *testing.T) {
 	}
 	// The user index forgets alice once her connections are gone.
 	for _, s := range []*Server{a, b} {
-		deadline := time.Now().Add(10 * time.Second)
-		for len(s.userConns("alice")) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("alice is still indexed after her connections closed")
-			}
-			runtime.Gosched() // the connections' cleanup runs on their own goroutines
-		}
+		// The connections' cleanup runs on their own goroutines.
+		waitUntil(t, time.Now().Add(10*time.Second), func() bool { return len(s.userConns("alice")) == 0 }, func() string {
+			return "alice is still indexed after her connections closed"
+		})
 	}
 	if err := a.Disconnect(""); err != ErrBadUser {
 		t.Errorf("Disconnect(\"\") = %v, want ErrBadUser", err)

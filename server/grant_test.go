@@ -8,8 +8,6 @@ import (
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/message"
-	"github.com/rtserver/rtserver/metrics"
-	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -19,23 +17,16 @@ import (
 // connection and say which topic.
 func TestGrantsBeforeMessageTier(t *testing.T) {
 	leakcheck.Check(t)
-	m := metrics.NewDiscard()
-	mon := pressure.New(pressure.DefaultConfig(), nil, m, nil)
-	adm := message.New(message.Options{Snapshot: mon.Snapshot, Metrics: m})
-	if err := adm.Register("once", message.Rule{Rate: &message.Rate{Limit: 1, Per: time.Hour, By: "conn"}}); err != nil {
-		t.Fatal(err)
-	}
-	router, err := message.NewRouter(adm, map[string]string{"publish": "once", "subscribe": "once"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTier(t, "once", message.Rule{Rate: &message.Rate{Limit: 1, Per: time.Hour, By: "conn"}},
+		map[string]string{"publish": "once", "subscribe": "once"})
+	mon := tr.mon
 	checker, err := access.New(access.Config{
 		Namespaces: []access.Namespace{{Pattern: "secret:*"}}, // nobody
-	}, m, nil)
+	}, tr.m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, url := startServer(t, Options{Router: router, Access: checker, Pressure: mon, Metrics: m})
+	_, url := startServer(t, Options{Router: tr.router, Access: checker, Pressure: mon, Metrics: tr.m})
 	c := wstest.Dial(t, url)
 	for range 3 {
 		f := c.Call("publish", `{"topic":"secret:x","data":1}`)

@@ -2,8 +2,8 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,10 +16,8 @@ import (
 
 // serverGoroutines counts goroutines running this package's code.
 func serverGoroutines() int {
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+	for _, g := range bytes.Split(allStacks(), []byte("\n\n")) {
 		if bytes.Contains(g, []byte("rtserver/server.(*conn)")) {
 			n++
 		}
@@ -39,28 +37,17 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	}
 	// Writers exit once the subscribe answers are written: wait for that.
 	deadline := time.Now().Add(10 * time.Second)
-	for serverGoroutines() > n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d server goroutines for %d idle connections, want at most %d", serverGoroutines(), n, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, deadline, func() bool { return serverGoroutines() <= n }, func() string {
+		return fmt.Sprintf("%d server goroutines for %d idle connections, want at most %d", serverGoroutines(), n, n)
+	})
 	if g := serverGoroutines(); g != n {
 		t.Fatalf("%d server goroutines for %d idle connections, want exactly one each", g, n)
 	}
 	// Each comes to wait in awaitInput, not inside the WebSocket library:
 	// that keeps its stack at the minimum.
-	waiting := func() int {
-		buf := make([]byte, 4<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		return bytes.Count(buf, []byte("server.(*rawConn).awaitInput("))
-	}
-	for waiting() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d idle read loops wait in awaitInput", waiting(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, deadline, func() bool { return inAwaitInput() == n }, func() string {
+		return fmt.Sprintf("%d of %d idle read loops wait in awaitInput", inAwaitInput(), n)
+	})
 }
 
 // A publish encodes its frame once, whatever the number of subscribers:
@@ -173,21 +160,11 @@ func TestPingRoundsKeepReadLoopsShallow(t *testing.T) {
 		}
 		return true
 	}
-	for conns, _ := s.Counts(); conns != n || !answered(); conns, _ = s.Counts() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open, want %d, each with 3 pongs", conns, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	waiting := func() int {
-		buf := make([]byte, 4<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		return bytes.Count(buf, []byte("server.(*rawConn).awaitInput("))
-	}
-	for waiting() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d read loops wait in awaitInput after ping rounds", waiting(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	opened := func() int64 { conns, _ := s.Counts(); return conns }
+	waitUntil(t, deadline, func() bool { return opened() == n && answered() }, func() string {
+		return fmt.Sprintf("%d connections open, want %d, each with 3 pongs", opened(), n)
+	})
+	waitUntil(t, deadline, func() bool { return inAwaitInput() == n }, func() string {
+		return fmt.Sprintf("%d of %d read loops wait in awaitInput after ping rounds", inAwaitInput(), n)
+	})
 }

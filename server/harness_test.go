@@ -1,11 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
 )
 
 // startServer runs s behind a real TCP listener and returns its ws:// URL.
@@ -25,4 +31,54 @@ func startServer(t *testing.T, opts Options) (*Server, string) {
 		hs.Close()
 	})
 	return s, "ws" + strings.TrimPrefix(hs.URL, "http")
+}
+
+// tier is a message tier of one class for a test, with the pressure
+// monitor and metrics it runs on.
+type tier struct {
+	m      *metrics.Metrics
+	mon    *pressure.Monitor
+	adm    *message.Admission
+	router *message.Router
+}
+
+// newTier registers class with rule and routes methods (patterns) to
+// classes.
+func newTier(t *testing.T, class string, rule message.Rule, routes map[string]string) tier {
+	t.Helper()
+	m := metrics.NewDiscard()
+	mon := pressure.New(pressure.DefaultConfig(), nil, m, nil)
+	adm := message.New(message.Options{Snapshot: mon.Snapshot, Metrics: m})
+	if err := adm.Register(class, rule); err != nil {
+		t.Fatal(err)
+	}
+	router, err := message.NewRouter(adm, routes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tier{m: m, mon: mon, adm: adm, router: router}
+}
+
+// waitUntil polls cond until it holds, failing with msg() once deadline
+// has passed: for states no event announces (goroutine stacks, counts).
+func waitUntil(t *testing.T, deadline time.Time, cond func() bool, msg func() string) {
+	t.Helper()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// allStacks is every goroutine's stack, as runtime.Stack prints them.
+func allStacks() []byte {
+	buf := make([]byte, 4<<20)
+	return buf[:runtime.Stack(buf, true)]
+}
+
+// inAwaitInput counts read loops waiting in awaitInput (netconn.go), not
+// inside the WebSocket library.
+func inAwaitInput() int {
+	return bytes.Count(allStacks(), []byte("server.(*rawConn).awaitInput("))
 }

@@ -343,17 +343,13 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 		_, err := live.Read()
 		liveErr <- err
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitUntil(t, time.Now().Add(20*time.Second), func() bool {
 		conns, subs := s.Counts()
-		if conns == 1 && subs == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dead peer still counted: %d connections, %d subscriptions", conns, subs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return conns == 1 && subs == 0
+	}, func() string {
+		conns, subs := s.Counts()
+		return fmt.Sprintf("dead peer still counted: %d connections, %d subscriptions", conns, subs)
+	})
 	select {
 	case err := <-liveErr:
 		t.Fatalf("live peer lost its connection: %v", err)
