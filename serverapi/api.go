@@ -216,15 +216,14 @@ func (h *Handler) authorized(header string) bool {
 // readBody reads the body into buf, at most the limit, and checks that it
 // is one JSON object.
 func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, *apiError) {
-	tooBig := fail(http.StatusRequestEntityTooLarge, protocol.CodeLimitExceeded, "body over %d bytes (limits.maxMessageBytes)", h.max)
 	if r.ContentLength > h.max {
-		return nil, tooBig
+		return nil, h.tooBig()
 	}
 	if _, err := buf.ReadFrom(io.LimitReader(r.Body, h.max+1)); err != nil {
 		return nil, fail(http.StatusBadRequest, protocol.CodeParseError, "reading the body: %v", err)
 	}
 	if int64(buf.Len()) > h.max {
-		return nil, tooBig
+		return nil, h.tooBig()
 	}
 	body := bytes.TrimSpace(buf.Bytes())
 	if !json.Valid(body) {
@@ -239,6 +238,13 @@ func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, *apiErro
 		return nil, fail(http.StatusBadRequest, protocol.CodeInvalidRequest, "the body must be a JSON object")
 	}
 	return body, nil
+}
+
+// tooBig is the answer to a body over the limit, built only when one is:
+// every call reads a body, and formatting it up front cost each of them
+// two allocations.
+func (h *Handler) tooBig() *apiError {
+	return fail(http.StatusRequestEntityTooLarge, protocol.CodeLimitExceeded, "body over %d bytes (limits.maxMessageBytes)", h.max)
 }
 
 // decode unmarshals a valid JSON object body into p.
