@@ -165,18 +165,12 @@ func (p *proxy) do(q question) (allow bool, reason string, err error) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return false, metrics.ProxyErrorTimeout, err
-		}
-		return false, metrics.ProxyErrorTransport, err
+		return false, transportReason(err), err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProxyAnswer+1))
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return false, metrics.ProxyErrorTimeout, err
-		}
-		return false, metrics.ProxyErrorTransport, err
+		return false, transportReason(err), err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return false, metrics.ProxyErrorStatus, fmt.Errorf("status %d", resp.StatusCode)
@@ -194,6 +188,15 @@ func (p *proxy) do(q question) (allow bool, reason string, err error) {
 		return false, metrics.ProxyErrorBadResponse, errors.New(`want {"allow": true|false}: no allow field`)
 	}
 	return *a.Allow, "", nil
+}
+
+// transportReason is the error reason of a request that failed before an
+// answer was read: the timeout, or the transport.
+func transportReason(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return metrics.ProxyErrorTimeout
+	}
+	return metrics.ProxyErrorTransport
 }
 
 // answerCache holds proxy answers until they expire, at most size of them.
