@@ -39,10 +39,12 @@ func newGlob(p string) glob {
 // match is path.Match(g.pat, s) for a valid pattern.
 func (g glob) match(s string) bool {
 	lit := g.pat[:g.head]
-	if len(s) < len(lit) || s[:len(lit)] != lit {
-		return false
-	}
-	rest, tail := s[len(lit):], g.pat[g.head:]
+	return strings.HasPrefix(s, lit) && matchTail(g.pat[g.head:], s[len(lit):])
+}
+
+// matchTail is path.Match(tail, rest) for the part of a valid pattern
+// from its first of *?[\ on, after the literal head matched.
+func matchTail(tail, rest string) bool {
 	switch tail {
 	case "":
 		return rest == ""
@@ -68,7 +70,7 @@ func matchGlob(pattern, s string) bool {
 			return false
 		}
 	}
-	return glob{pat: pattern, head: i}.match(s)
+	return matchTail(pattern[i:], s[i:])
 }
 
 func compilePattern(s string) (pattern, error) {
