@@ -76,8 +76,6 @@ type jwks struct {
 	lastFetch time.Time // of the last refetch attempt; guarded by sem
 
 	fetchedAt atomic.Int64 // unix nanoseconds of the last successful fetch
-
-	fetches atomic.Int64 // every fetch, for tests
 }
 
 // newJWKS fetches the set once; an error (unreachable URL, bad document,
@@ -180,7 +178,6 @@ func (key jwksKey) forAlg(alg string) (any, error) {
 // fetch gets the set and replaces the cache with its usable keys. On an
 // error the cache is kept as it was.
 func (k *jwks) fetch(ctx context.Context) error {
-	k.fetches.Add(1)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.url, nil)
 	if err != nil {
 		return err
