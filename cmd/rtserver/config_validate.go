@@ -79,6 +79,16 @@ func (c *Config) Validate() error {
 			bad(key, "must be a %s:// URL with a host, got %q", strings.Join(schemes, ":// or "), raw)
 		}
 	}
+	// clusterScope checks what a rate or cost part with scope cluster
+	// needs, whichever it is.
+	clusterScope := func(key, by string) {
+		if c.Redis.URL == "" {
+			bad(key, "cluster needs redis.url (the shared budget lives in Redis)")
+		}
+		if by == "conn" {
+			bad(key, "cluster cannot be by conn (a connection lives on one instance); use scope local")
+		}
+	}
 	glob := func(key, pattern string) {
 		if pattern == "" {
 			bad(key, "empty pattern")
@@ -220,12 +230,7 @@ func (c *Config) Validate() error {
 				if rt.Strategy == "slidingWindow" {
 					bad(key+".rate.scope", "cluster supports strategy gcra only (a sliding window is per instance)")
 				}
-				if c.Redis.URL == "" {
-					bad(key+".rate.scope", "cluster needs redis.url (the shared budget lives in Redis)")
-				}
-				if rt.By == "conn" {
-					bad(key+".rate.scope", "cluster cannot be by conn (a connection lives on one instance); use scope local")
-				}
+				clusterScope(key+".rate.scope", rt.By)
 			}
 		}
 		if ct := r.Cost; ct != nil {
@@ -239,12 +244,7 @@ func (c *Config) Validate() error {
 			oneOf(key+".cost.by", ct.By, "user", "conn", "ip")
 			oneOf(key+".cost.scope", ct.Scope, "local", "cluster")
 			if ct.Scope == "cluster" {
-				if c.Redis.URL == "" {
-					bad(key+".cost.scope", "cluster needs redis.url (the shared budget lives in Redis)")
-				}
-				if ct.By == "conn" {
-					bad(key+".cost.scope", "cluster cannot be by conn (a connection lives on one instance); use scope local")
-				}
+				clusterScope(key+".cost.scope", ct.By)
 				if rt := r.Rate; rt != nil && rt.Scope == "cluster" && rt.By != ct.By {
 					bad(key+".cost.by", "must equal rate.by (%q) when both are scope cluster: they share one key and one round trip", rt.By)
 				}
