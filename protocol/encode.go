@@ -64,12 +64,23 @@ const (
 	// EventTokenExpiring: the connection's token expires in expiresInMs;
 	// call refresh before then (docs/protocol.md).
 	EventTokenExpiring = "tokenExpiring"
+	// EventUnsubscribed: the server API took the connection off a topic;
+	// its params carry the topic.
+	EventUnsubscribed = "unsubscribed"
 )
 
 // AppendTokenExpiring appends the system tokenExpiring notification.
 func AppendTokenExpiring(b []byte, expiresInMs int64) []byte {
 	b = append(b, `{"jsonrpc":"2.0","method":"system","params":{"event":"tokenExpiring","expiresInMs":`...)
 	b = strconv.AppendInt(b, expiresInMs, 10)
+	return append(b, "}}"...)
+}
+
+// AppendUnsubscribed appends the system notification
+// {"event":"unsubscribed","topic":T}.
+func AppendUnsubscribed(b []byte, topic string) []byte {
+	b = append(b, `{"jsonrpc":"2.0","method":"system","params":{"event":"unsubscribed","topic":`...)
+	b = appendString(b, topic)
 	return append(b, "}}"...)
 }
 
