@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/rtserver/rtserver/internal/redistest"
 )
 
@@ -105,15 +103,10 @@ func TestControlRedis(t *testing.T) {
 // is found on whichever node holds it.
 func TestControlShardedCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	newCC := func() *redis.ClusterClient {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
-		t.Cleanup(func() { cc.Close() })
-		return cc
-	}
 	const parts = 16
-	a, _ := startSharded(t, shardedOptions(newCC(), "a", parts))
-	b, rb := startSharded(t, shardedOptions(newCC(), "b", parts))
-	c, rc := startSharded(t, shardedOptions(newCC(), "c", parts))
+	a, _ := startSharded(t, shardedOptions(newClusterClient(t, cl.Addrs), "a", parts))
+	b, rb := startSharded(t, shardedOptions(newClusterClient(t, cl.Addrs), "b", parts))
+	c, rc := startSharded(t, shardedOptions(newClusterClient(t, cl.Addrs), "c", parts))
 
 	// A user whose key shares no partition with the data topic, so b hears
 	// it only through its interest in the key.

@@ -111,6 +111,13 @@ func newClient(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
+// newClusterClient is newClient for a Redis Cluster.
+func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
 func newMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry(), "") }
 
 func dropped(m *metrics.Metrics, reason string) float64 {

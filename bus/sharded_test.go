@@ -246,13 +246,8 @@ func TestShardedDeliveryOneNode(t *testing.T) {
 
 func TestShardedDeliveryCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	newCC := func() *redis.ClusterClient {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
-		t.Cleanup(func() { cc.Close() })
-		return cc
-	}
 	const parts = 16
-	ca, cb := newCC(), newCC()
+	ca, cb := newClusterClient(t, cl.Addrs), newClusterClient(t, cl.Addrs)
 
 	// The partitions must really spread over the nodes, or this test
 	// proves nothing about per-slot subscriptions.
