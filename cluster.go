@@ -26,9 +26,11 @@ import (
 // selects the cluster client).
 type Redis struct {
 	URL           string
-	Bus           string // single (default) | sharded
-	Partitions    int    // sharded bus; default 16
-	ChannelPrefix string // default "rt:"
+	Bus           string        // single (default) | sharded
+	Partitions    int           // sharded bus; default 16
+	ChannelPrefix string        // default "rt:"
+	PublishQueue  int           // redis.publishQueue; 0: 8192
+	PublishWait   time.Duration // redis.publishWait; 0: 50ms; negative: refuse at once when full
 
 	// The cluster aggregator (publishRate.*); zero values are its defaults.
 	RateChannel         string
@@ -44,6 +46,7 @@ type Redis struct {
 func DefaultRedis() Redis {
 	return Redis{
 		Bus: "single", Partitions: 16, ChannelPrefix: "rt:",
+		PublishQueue: 8192, PublishWait: 50 * time.Millisecond,
 		RateChannel: "rt:pressure:rates", RatePublishInterval: 5 * time.Second,
 		RateStaleAfter: 12 * time.Second, RateTopN: 20,
 		RateMaxClockSkew: 5 * time.Second,
@@ -90,6 +93,8 @@ func newCluster(cfg Redis, m *metrics.Metrics, log *slog.Logger, mon *pressure.M
 	ropts := bus.RedisOptions{
 		Client:        client,
 		ChannelPrefix: cfg.ChannelPrefix,
+		PublishQueue:  cfg.PublishQueue,
+		PublishWait:   cfg.PublishWait,
 		InstanceID:    c.agg.InstanceID(),
 		Metrics:       m,
 		Logger:        log,

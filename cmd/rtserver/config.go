@@ -50,10 +50,12 @@ type HTTPConfig struct {
 
 // RedisConfig is the cross-instance bus.
 type RedisConfig struct {
-	URL           string `yaml:"url" help:"redis:// or rediss:// URL; empty: single instance with the in-memory bus"`
-	Bus           string `yaml:"bus" help:"single (one channel) | sharded (SSUBSCRIBE, Redis 7+, Redis Cluster)"`
-	Partitions    int    `yaml:"partitions" help:"sharded bus: topics are hashed into this many channels (at least 1)"`
-	ChannelPrefix string `yaml:"channelPrefix" help:"prefix of every Redis channel, for multi-tenant isolation (not empty)"`
+	URL           string   `yaml:"url" help:"redis:// or rediss:// URL; empty: single instance with the in-memory bus"`
+	Bus           string   `yaml:"bus" help:"single (one channel) | sharded (SSUBSCRIBE, Redis 7+, Redis Cluster)"`
+	Partitions    int      `yaml:"partitions" help:"sharded bus: topics are hashed into this many channels (at least 1)"`
+	ChannelPrefix string   `yaml:"channelPrefix" help:"prefix of every Redis channel, for multi-tenant isolation (not empty)"`
+	PublishQueue  int      `yaml:"publishQueue" help:"publishes waiting to be written to Redis; past this a publish waits publishWait for room, then is refused with -32001 reason BUS (the server API: 503) (at least 1)"`
+	PublishWait   Duration `yaml:"publishWait" help:"how long a publish waits for room in a full publishQueue before it is refused; 0: refuse at once (not negative)"`
 }
 
 // HandshakeConfig is the handshake tier (docs/handshake.md).
@@ -166,7 +168,7 @@ type AdmissionConfig struct {
 // ClassRule is one class's rule. A call must clear every part that is set,
 // and at least one part must be set.
 type ClassRule struct {
-	Reasons             []string                 `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS"`
+	Reasons             []string                 `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS, BUS"`
 	ClusterTopPublisher *ClusterTopPublisherRule `yaml:"clusterTopPublisher,omitempty"`
 	Rate                *RateRule                `yaml:"rate,omitempty"`
 	Cost                *CostRule                `yaml:"cost,omitempty"`
@@ -260,6 +262,8 @@ func Default() Config {
 			Bus:           "single",
 			Partitions:    16,
 			ChannelPrefix: "rt:",
+			PublishQueue:  8192,
+			PublishWait:   Duration(50 * time.Millisecond),
 		},
 		Handshake: HandshakeConfig{
 			MaxConnections: 0,

@@ -21,7 +21,7 @@ import (
 
 var (
 	metricNamespaceRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
-	knownReasons      = []string{"MEMORY", "PUBLISH_RATE", "SUBSCRIBERS"}
+	knownReasons      = []string{"MEMORY", "PUBLISH_RATE", "SUBSCRIBERS", "BUS"}
 )
 
 // Validate checks every key and returns all problems at once (errors.Join
@@ -106,6 +106,8 @@ func (c *Config) Validate() error {
 	urlOf("redis.url", c.Redis.URL, "redis", "rediss")
 	oneOf("redis.bus", c.Redis.Bus, "single", "sharded")
 	positive("redis.partitions", int64(c.Redis.Partitions))
+	positive("redis.publishQueue", int64(c.Redis.PublishQueue))
+	nonNegativeDur("redis.publishWait", c.Redis.PublishWait)
 	if c.Redis.ChannelPrefix == "" {
 		bad("redis.channelPrefix", "must not be empty")
 	}

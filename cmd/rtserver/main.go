@@ -214,6 +214,8 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 		Bus:           c.Redis.Bus,
 		Partitions:    c.Redis.Partitions,
 		ChannelPrefix: c.Redis.ChannelPrefix,
+		PublishQueue:  c.Redis.PublishQueue,
+		PublishWait:   publishWait(c.Redis.PublishWait),
 
 		RateChannel:         c.PublishRate.Channel,
 		RatePublishInterval: time.Duration(c.PublishRate.PublishInterval),
@@ -223,4 +225,13 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 		HMACSecret:          []byte(c.PublishRate.HMACSecret),
 	}
 	return n, nil
+}
+
+// publishWait maps redis.publishWait onto the library's option, whose
+// zero means its default: the file's 0 means no wait.
+func publishWait(d Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return time.Duration(d)
 }
