@@ -72,10 +72,13 @@ func New(key []byte) *Signer {
 // puts in its envelope.
 func (s *Signer) Now() int64 { return s.now().UnixMilli() }
 
+// Fresh is the replay rule against this instance's clock.
+func (s *Signer) Fresh(stamp int64) bool { return Fresh(s.now(), stamp) }
+
 // Fresh is the replay rule: whether a stamp (Unix milliseconds, the
-// sender's clock) is within Window of this instance's clock.
-func (s *Signer) Fresh(stamp int64) bool {
-	age := s.now().Sub(time.UnixMilli(stamp))
+// sender's clock) is within Window of now (the receiver's clock).
+func Fresh(now time.Time, stamp int64) bool {
+	age := now.Sub(time.UnixMilli(stamp))
 	return age <= Window && age >= -Window
 }
 
