@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -514,7 +515,7 @@ func TestRedisSignedEnvelopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := rb.awaitMsgs(t, 2)
-	if len(msgs) != 2 || msgs[0].topic != "control "+UserKey("alice") || msgs[1].data != `{"ok":true}` {
+	if !sameMsgs(msgs, []got{{"control " + UserKey("alice"), `{"op":"disconnect"}`}, {"room", `{"ok":true}`}}) {
 		t.Errorf("delivered %v, want the signed control and data messages only", msgs)
 	}
 	poll(t, "5 drops", func() bool { return dropped(b.e.m, DropMalformed) == 5 })
@@ -573,9 +574,124 @@ func TestRedisSignedReplaysDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	msgs := rb.awaitMsgs(t, 2)
-	if len(msgs) != 2 || msgs[0].topic != "control "+UserKey("alice") || msgs[1].data != `{"ok":true}` {
-		t.Errorf("delivered %v, want the control message once, then the fresh one", msgs)
-	}
 	poll(t, "4 drops", func() bool { return dropped(b.e.m, DropMalformed) == 4 })
+	msgs := rb.awaitMsgs(t, 2)
+	if !sameMsgs(msgs, []got{{"control " + UserKey("alice"), `{"op":"disconnect"}`}, {"room", `{"ok":true}`}}) {
+		t.Errorf("delivered %v, want the control message once and the fresh one", msgs)
+	}
+}
+
+// sameMsgs compares what was delivered with want, in any order: control
+// and data messages go through different receive workers.
+func sameMsgs(msgs, want []got) bool {
+	key := func(g got) string { return g.topic + " " + g.data }
+	a, b := make([]string, len(msgs)), make([]string, len(want))
+	for i := range msgs {
+		a[i] = key(msgs[i])
+	}
+	for i := range want {
+		b[i] = key(want[i])
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// A control message is numbered from the fleet counter, and a bus
+// subscribed after the number was given out refuses it: a disconnect
+// captured off Redis does nothing on an instance started since. A bus
+// that was subscribed accepts it once.
+func TestRedisControlNumbersOutliveRestarts(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	secret := []byte("fleet secret")
+	opts := func(id string) RedisOptions {
+		o := testOptions(c, id)
+		o.HMACSecret = secret
+		return o
+	}
+	a, _ := startRedis(t, opts("a"))
+	b, rb := startRedis(t, opts("b"))
+	spy := c.Subscribe(context.Background(), b.Channel())
+	defer spy.Close()
+	if _, err := spy.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PublishControl(UserKey("alice"), []byte(`{"op":"disconnect"}`)); err != nil {
+		t.Fatal(err)
+	}
+	captured, err := spy.ReceiveMessage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb.awaitMsgs(t, 1)
+
+	fresh, rf := startRedis(t, opts("fresh"))
+	if err := c.Publish(context.Background(), b.Channel(), captured.Payload).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*Redis{b, fresh} {
+		poll(t, "the replay refused by "+x.InstanceID(), func() bool { return dropped(x.e.m, DropMalformed) == 1 })
+	}
+	if err := a.PublishControl(UserKey("alice"), []byte(`{"op":"again"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if m := rf.awaitMsgs(t, 1); len(m) != 1 || m[0].data != `{"op":"again"}` {
+		t.Errorf("fresh bus got %v, want only the control message sent after it started", m)
+	}
+	if m := rb.awaitMsgs(t, 2); len(m) != 2 {
+		t.Errorf("b got %v", m)
+	}
+}
+
+// A receive worker that falls behind drops, counts slow_receiver and
+// tells the Receiver of the gap: after the messages that went before it,
+// and before the next one of the topic.
+func TestRedisSlowReceiverGap(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	a, _ := startRedis(t, testOptions(c, "a"))
+	ob := testOptions(c, "b")
+	ob.DeliverQueueSize = 1 // one waiting message per worker
+	b, err := NewRedis(ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := &blockingRecorder{recorder: newRecorder(), release: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Start(ctx, rb); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	const n = 20
+	for i := range n {
+		if err := a.Publish("t", fmt.Appendf(nil, "%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Message 0 holds the worker, 1 waits in its queue, the rest are lost.
+	poll(t, "the drops", func() bool { return dropped(b.e.m, DropSlowRecv) == n-2 })
+	close(rb.release)
+	if err := a.Publish("t", []byte(`"after"`)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := rb.awaitMsgs(t, 4)
+	want := []got{{"t", "0"}, {"t", "1"}, {"gap t", ""}, {"t", `"after"`}}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("received %v, want %v", msgs, want)
+	}
+}
+
+// blockingRecorder is a recorder whose first delivery waits for release.
+type blockingRecorder struct {
+	*recorder
+	once    sync.Once
+	release chan struct{}
+}
+
+func (r *blockingRecorder) Deliver(topic string, data []byte) {
+	r.recorder.Deliver(topic, data)
+	r.once.Do(func() { <-r.release })
 }
