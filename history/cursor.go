@@ -130,6 +130,9 @@ func (c *Cursor) EndReplay() (deliver []Message, gap bool) {
 		return nil, false
 	}
 	gap = held[0].Offset != c.last+1
+	for j := 1; j < len(held); j++ {
+		gap = gap || held[j].Offset != held[j-1].Offset+1
+	}
 	c.last = held[len(held)-1].Offset
 	return held, gap
 }
