@@ -32,7 +32,7 @@ func TestBusDeliversEveryAcknowledgedPublish(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			env := []string{"RTSERVER_REDIS_PUBLISHQUEUE=1", "RTSERVER_REDIS_PUBLISHWAIT=0s"}
+			env := []string{"RTSERVER_REDIS_PUBLISHQUEUE=1", "RTSERVER_REDIS_PUBLISHWAIT=-1ms"}
 			var url string
 			if tt.cluster {
 				url = clusterURL(redistest.StartCluster(t))
