@@ -253,13 +253,18 @@ func (e *engine) dropReceived(reason, channel string, size int) {
 // and not closed, under a lock close also takes.
 func (e *engine) subscribe(channel string, accept func(string) bool) *Subscription {
 	in := newInbound(e, channel, accept)
+	var onConfirm func()
+	if e.signer != nil {
+		// Only signed control messages are numbered (control.go).
+		onConfirm = func() { e.ctl.confirmed(&in.floor, e.pingWait) }
+	}
 	sub := Subscribe(SubscriptionConfig{
 		Client:      e.client,
 		Channel:     channel,
 		Sharded:     e.sharded,
 		Handle:      in.handle,
 		OnIdle:      in.idle,
-		OnConfirm:   func() { e.ctl.confirmed(&in.floor, e.pingWait) },
+		OnConfirm:   onConfirm,
 		OnState:     e.health.subState,
 		IdleAfter:   e.pingEvery,
 		PingTimeout: e.pingWait,
