@@ -92,8 +92,10 @@ type Rule struct {
 // Namespace is a set of topics (Pattern) and its grants.
 type Namespace struct {
 	// Pattern is a path.Match glob ('*' matches any run of characters but
-	// '/') holding at most one "{user}", which matches exactly the
-	// connection's user and never an anonymous connection.
+	// '/') holding at most one "{user}". A {user} pattern decides every
+	// topic of its shape ({user} read as one or more characters but '/'),
+	// whoever asks; its owner grant allows only the user whose id is the
+	// topic's run in {user}'s place (docs/access-control.md).
 	Pattern string
 	Rule
 }
@@ -230,10 +232,10 @@ func (c *Checker) decide(ctx context.Context, q Question) Decision {
 	if protocol.Reserved(q.Topic) || q.Action > Publish {
 		return Deny
 	}
-	r := &c.def
+	r, pat := &c.def, (*pattern)(nil)
 	for i := range c.ns {
-		if c.ns[i].pat.match(q.Topic, q.User) {
-			r = &c.ns[i].rule
+		if c.ns[i].pat.match(q.Topic) {
+			r, pat = &c.ns[i].rule, &c.ns[i].pat
 			break
 		}
 	}
@@ -242,10 +244,13 @@ func (c *Checker) decide(ctx context.Context, q Question) Decision {
 		switch g.kind {
 		case kindAny:
 			return Allow
-		case kindAuthenticated, kindOwner:
-			// owner is only valid in a namespace whose pattern holds
-			// {user}, and such a pattern matches only its own user.
+		case kindAuthenticated:
 			if q.User != "" {
+				return Allow
+			}
+		case kindOwner:
+			// Only valid in a namespace whose pattern holds {user}.
+			if pat.owns(q.Topic, q.User) {
 				return Allow
 			}
 		case kindClaim:

@@ -103,8 +103,8 @@ type TopicsConfig struct {
 
 // NamespaceConfig is one entry of topics.namespaces.
 type NamespaceConfig struct {
-	Pattern   string   `yaml:"pattern" help:"path.Match glob of topics ('*' stops at '/'); may hold {user} once, which matches exactly the connection's user (JWT sub) and never an anonymous connection"`
-	Subscribe []string `yaml:"subscribe" help:"grants, any of which lets a client subscribe: any, authenticated, owner (pattern holds {user}), claim (the token's topics claim), proxy (ask topics.proxy.url); empty: nobody"`
+	Pattern   string   `yaml:"pattern" help:"path.Match glob of topics ('*' stops at '/'); may hold {user} once (between literal characters or the ends): the namespace then decides every topic of its shape, {user} read as one or more characters but '/', whoever asks"`
+	Subscribe []string `yaml:"subscribe" help:"grants, any of which lets a client subscribe: any, authenticated, owner (pattern holds {user}; the user whose id is the topic's part in its place), claim (the token's topics claim), proxy (ask topics.proxy.url); empty: nobody"`
 	Publish   []string `yaml:"publish" help:"grants, any of which lets a client publish (same words); empty: nobody (the server API still may)"`
 }
 
