@@ -189,9 +189,9 @@ func TestBuiltinGrants(t *testing.T) {
 		{Subscribe, "user:alice", "bob", nil, Deny},
 		{Subscribe, "user:alice", "", nil, Deny},
 		{Publish, "user:alice", "alice", nil, Deny}, // empty list: nobody
-		{Subscribe, "user:a:b", "a:b", nil, Deny},    // a user id holding the separator owns nothing
-		{Subscribe, "user:a:b", "", nil, Deny},       // ...and the topic is still decided here
-		{Subscribe, "user:a/b", "", nil, Allow},      // not of the shape: the default decides
+		{Subscribe, "user:a:b", "a:b", nil, Deny},   // a user id holding the separator owns nothing
+		{Subscribe, "user:a:b", "", nil, Deny},      // ...and the topic is still decided here
+		{Subscribe, "user:a/b", "", nil, Allow},     // not of the shape: the default decides
 		{Subscribe, "chat:room1", "bob", nil, Allow},
 		{Subscribe, "chat:room1", "", nil, Deny},
 		{Publish, "chat:room1", "bob", claim, Allow},
