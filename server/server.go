@@ -34,6 +34,10 @@ type Config struct {
 	WriteTimeout            time.Duration // default 5s
 	PingInterval            time.Duration // default 25s; a peer that misses a pong is closed
 	MaxCallsPerConn         int           // application RPCs in flight per connection; default 16
+	// MaxJSONDepth is how deeply a client frame's JSON may nest; default
+	// 64 (protocol.DefaultMaxDepth). A deeper frame is answered -32600 and
+	// never reaches a handler or the RPC backend.
+	MaxJSONDepth int
 	// RefreshNotice is how long before its token's exp a connection gets
 	// the tokenExpiring notice; default 30s (docs/authentication.md).
 	RefreshNotice time.Duration
@@ -60,6 +64,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RefreshNotice <= 0 {
 		c.RefreshNotice = 30 * time.Second
+	}
+	if c.MaxJSONDepth <= 0 {
+		c.MaxJSONDepth = protocol.DefaultMaxDepth
 	}
 }
 
