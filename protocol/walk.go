@@ -165,6 +165,17 @@ func skipString(d []byte, i int) int {
 	return i
 }
 
+// Members reads the members named in names out of the JSON object in data
+// (valid JSON) into vals, index for index, by the client protocol's rule:
+// keys exact (case-sensitive, after escapes are resolved), other members
+// ignored, a repeated one returned as dup (reading stops there). ok is
+// false when data is not an object. The server API reads its bodies with
+// it, so every JSON the server reads has one meaning.
+func Members(data []byte, names []string, vals [][]byte) (dup string, ok bool) {
+	dup, _, ok = members(data, names, vals)
+	return dup, ok
+}
+
 // walkArray calls f with each element of the JSON array in data, which
 // must be valid JSON, until f says stop. It allocates nothing.
 func walkArray(data []byte, f func(elem []byte) bool) {

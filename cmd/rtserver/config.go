@@ -129,6 +129,7 @@ type LimitsConfig struct {
 	SendQueueBytes          int64    `yaml:"sendQueueBytes" help:"bytes queued in the server for one client that its socket would not take (the client is not reading); past this while the socket is full: close 1013 (positive)"`
 	WriteTimeout            Duration `yaml:"writeTimeout" help:"longest one socket write may take (positive)"`
 	PingInterval            Duration `yaml:"pingInterval" help:"period of WebSocket pings that detect dead peers (positive)"`
+	MaxJSONDepth            int      `yaml:"maxJSONDepth" help:"how deeply JSON may nest in a client message or a server API body; deeper: -32600 (client) or 400 (API), never forwarded (positive)"`
 }
 
 // PressureConfig is the local pressure monitor. Thresholds of 0 switch
@@ -283,6 +284,7 @@ func Default() Config {
 			SendQueueBytes:          1048576,
 			WriteTimeout:            Duration(5 * time.Second),
 			PingInterval:            Duration(25 * time.Second),
+			MaxJSONDepth:            64,
 		},
 		Pressure: PressureConfig{
 			SampleInterval:          Duration(time.Second),

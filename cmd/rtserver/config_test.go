@@ -63,6 +63,7 @@ limits:
   sendQueueBytes: 1048576        # bytes queued in the server for one client, not yet written to its socket; past this: close 1013
   writeTimeout: 5s
   pingInterval: 25s
+  maxJSONDepth: 64               # deeper JSON in a client message or an API body is refused
 pressure:
   sampleInterval: 1s
   memoryHeapUsedRatio: 0.85      # heap in use / memory limit (GOMEMLIMIT or memoryLimitBytes)
@@ -511,6 +512,7 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{give: "limits: {sendQueueBytes: -1}", wantKey: "limits.sendQueueBytes"},
 		{give: "limits: {writeTimeout: 0s}", wantKey: "limits.writeTimeout"},
 		{give: "limits: {pingInterval: -1s}", wantKey: "limits.pingInterval"},
+		{give: "limits: {maxJSONDepth: 0}", wantKey: "limits.maxJSONDepth"},
 		{give: "http: {idleTimeout: 0s}", wantKey: "http.idleTimeout"},
 		{give: "publishRate: {maxClockSkew: 0s}", wantKey: "publishRate.maxClockSkew"},
 		{give: "http: {readTimeout: -1s}", wantKey: "http.readTimeout"},

@@ -174,6 +174,7 @@ func (c *Config) Validate() error {
 	positive("limits.sendQueueBytes", l.SendQueueBytes)
 	positiveDur("limits.writeTimeout", l.WriteTimeout)
 	positiveDur("limits.pingInterval", l.PingInterval)
+	positive("limits.maxJSONDepth", int64(l.MaxJSONDepth))
 
 	p := &c.Pressure
 	positiveDur("pressure.sampleInterval", p.SampleInterval)

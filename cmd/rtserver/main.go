@@ -160,6 +160,7 @@ func nodeConfig(c Config, log *slog.Logger) (rtserver.Config, error) {
 		SendQueueBytes:          int(c.Limits.SendQueueBytes),
 		WriteTimeout:            time.Duration(c.Limits.WriteTimeout),
 		PingInterval:            time.Duration(c.Limits.PingInterval),
+		MaxJSONDepth:            c.Limits.MaxJSONDepth,
 		RefreshNotice:           time.Duration(c.Auth.JWT.RefreshNotice),
 	}
 
