@@ -232,7 +232,8 @@ func (p *pattern) runAt(topic string, i int) (string, bool) {
 	if run == "" || strings.IndexByte(run, '/') >= 0 || (p.sepBefore != 0 && strings.IndexByte(run, p.sepBefore) >= 0) {
 		return "", false
 	}
-	if !p.prefix.match(topic[:i]) || !p.suffix.match(topic[j:]) {
+	// A literal prefix was matched by owner already.
+	if (!p.prefix.literal() && !p.prefix.match(topic[:i])) || !p.suffix.match(topic[j:]) {
 		return "", false
 	}
 	return run, true

@@ -44,7 +44,7 @@ type conn struct {
 	expiry    *tokenExpiry // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
-	invalid int                 // frames in a row answered only with -32700/-32600
+	invalid int                 // invalid requests since the last frame without one (maxInvalid)
 	subsMu  sync.Mutex          // guards subs: the server API's Unsubscribe edits them too
 	subs    map[string]struct{} // topics subscribed (control.go)
 	builtin message.Call        // reused for built-ins, which run inline
