@@ -62,6 +62,7 @@ limits:
   sendQueueBytes: 1048576        # bytes queued in the server for one client, not yet written to its socket; past this: close 1013
   writeTimeout: 5s
   pingInterval: 25s
+  maxJSONDepth: 64               # deeper JSON in a client message or an API body is refused
 pressure:
   sampleInterval: 1s
   memoryHeapUsedRatio: 0.85      # heap in use / memory limit (GOMEMLIMIT or memoryLimitBytes)
@@ -482,6 +483,7 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{env: "RTSERVER_ADMISSION_CLASSES={a: [", wantKey: "admission.classes"},
 		// validation (the rules themselves: TestConfigValidateNamesKeys in the root package)
 		{give: "listen: nonsense", wantKey: "listen"},
+		{give: "limits: {maxJSONDepth: -1}", wantKey: "limits.maxJSONDepth"},
 		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster}}}}", wantKey: "admission.classes.a.rate.scope"},
 		{args: []string{"--redis-url", "redis://"}, wantKey: "redis.url"},
 		{env: "RTSERVER_HANDSHAKE_TRUSTEDPROXIES=10.0.0.0/8,x", wantKey: "handshake.trustedProxies[1]"},
