@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
@@ -121,9 +122,10 @@ func New(o Options) (*Handler, error) {
 
 // apiError is an error answer: the HTTP status and the JSON-RPC error.
 type apiError struct {
-	status  int
-	code    int
-	message string
+	status     int
+	code       int
+	message    string
+	retryAfter bool // a 503 the caller should retry: Retry-After: 1
 }
 
 func fail(status, code int, format string, args ...any) *apiError {
@@ -149,6 +151,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if aerr != nil {
 		status = aerr.status
+		if aerr.retryAfter {
+			hdr.Set("Retry-After", "1")
+		}
 		var b []byte
 		b = append(b, `{"error":{"code":`...)
 		b = strconv.AppendInt(b, int64(aerr.code), 10)
@@ -297,8 +302,17 @@ func checkUser(user string) *apiError {
 	return nil
 }
 
+// unavailable answers a call the Backend could not carry out now: 503
+// with Retry-After, -32001 when the cross-instance bus could not take the
+// message (it was delivered nowhere: retrying cannot duplicate it).
 func (h *Handler) unavailable(err error) *apiError {
-	return fail(http.StatusServiceUnavailable, protocol.CodeInternal, "%v", err)
+	code := protocol.CodeInternal
+	if errors.Is(err, bus.ErrQueueFull) || errors.Is(err, bus.ErrDegraded) {
+		code = protocol.CodeOverloaded
+	}
+	e := fail(http.StatusServiceUnavailable, code, "%v", err)
+	e.retryAfter = true
+	return e
 }
 
 func (h *Handler) publish(body []byte) ([]byte, *apiError) {

@@ -38,6 +38,8 @@ redis:
   bus: single                    # single (one channel) | sharded (SSUBSCRIBE, Redis 7+, Redis Cluster)
   partitions: 16                 # sharded bus: topics hashed into this many channels
   channelPrefix: "rt:"           # multi-tenant isolation
+  publishQueue: 8192             # publishes waiting for Redis; past it they wait, then are shed (BUS)
+  publishWait: 50ms              # how long a publish waits for room in a full queue
 handshake:
   maxConnections: 0
   maxConcurrent: 1000
