@@ -27,8 +27,8 @@ func TestCoalescerProperties(t *testing.T) {
 		now := time.Duration(0)
 		due := map[string]time.Duration{} // armed timers
 		lastSent := map[string]time.Duration{}
-		room := map[string]map[string]bool{"a": {}, "b": {}}   // truth
-		seen := map[string]map[string]bool{"a": {}, "b": {}}   // as subscribers rebuilt it
+		room := map[string]map[string]bool{"a": {}, "b": {}} // truth
+		seen := map[string]map[string]bool{"a": {}, "b": {}} // as subscribers rebuilt it
 		joined, left := map[string]int{}, map[string]int{}
 		ever := map[string]bool{} // client ids ever used: ids are never reused
 		next := 0
