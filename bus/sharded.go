@@ -112,16 +112,6 @@ func Partition(topic string, n int) int {
 	return int(h % uint32(n))
 }
 
-// TopicTag is the Redis Cluster hash tag of topic's partition out of n:
-// a key that starts with it lives in the slot of the partition's shard
-// channel (the whole channel name is the tag), so a script may touch the
-// key and publish on the channel. Per-topic state kept in Redis (presence)
-// is named with it, on either Redis bus, so it spreads over a Cluster's
-// nodes as the partitions do.
-func TopicTag(prefix, topic string, n int) string {
-	return PartitionChannel(prefix, Partition(topic, n))
-}
-
 func (b *Sharded) partition(topic string) int { return Partition(topic, len(b.channels)) }
 
 // Start starts the bus's goroutines and subscribes the partitions of the

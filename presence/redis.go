@@ -14,7 +14,7 @@ import (
 )
 
 // RedisStore keeps entries in Redis, for both Redis buses. A topic T has
-// three keys, all under the hash tag of T's bus partition (bus.TopicTag),
+// three keys, all under the hash tag of T's bus partition (bus.KeyTag),
 // so they share one Redis Cluster slot with T's bus channel:
 //
 //	TAG:presence:x:T   sorted set: member "client\x00user", score its expiry (ms, Redis clock)
@@ -86,7 +86,7 @@ var _ Store = (*RedisStore)(nil)
 
 // keys returns topic's three keys: expiry index, lex index, user counts.
 func (s *RedisStore) keys(topic string) []string {
-	tag := bus.TopicTag(s.prefix, topic, s.partitions)
+	tag := bus.KeyTag(s.prefix, topic, s.partitions)
 	return []string{tag + ":presence:x:" + topic, tag + ":presence:l:" + topic, tag + ":presence:u:" + topic}
 }
 
