@@ -40,6 +40,12 @@ func TopicOfKey(key string) (string, bool) {
 
 // appendNotification appends the presence notification of d on topic.
 func appendNotification(b []byte, topic string, d Diff) []byte {
+	if d.Joins == nil {
+		d.Joins = []Entry{}
+	}
+	if d.Leaves == nil {
+		d.Leaves = []Entry{}
+	}
 	params := struct {
 		Topic string `json:"topic"`
 		Diff

@@ -63,6 +63,7 @@ type Tracker struct {
 	local   map[string]map[string]string // topic -> client -> user: this instance's entries
 	queue   []Change                     // store writes not yet made
 	written chan struct{}                // closed once the queue's current changes are written
+	writing chan struct{}                // closed once the write in flight is done (closedChan when none)
 	diffs   coalescer
 	timers  map[string]*time.Timer // armed diff timers, by topic
 	entries int                    // local entries of Presence topics
@@ -84,6 +85,7 @@ func NewTracker(opts Options) *Tracker {
 		log:     opts.Logger,
 		local:   map[string]map[string]string{},
 		written: make(chan struct{}),
+		writing: closedChan,
 		diffs:   newCoalescer(cfg.DiffInterval, MaxDiff),
 		timers:  map[string]*time.Timer{},
 		kick:    make(chan struct{}, 1),
@@ -178,6 +180,17 @@ func (t *Tracker) Update(changes []Change) <-chan struct{} {
 		}
 	}
 	return written
+}
+
+// Written returns a channel closed once every change queued so far has
+// been written to the store (or its write failed).
+func (t *Tracker) Written() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.queue) > 0 {
+		return t.written
+	}
+	return t.writing
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -326,12 +339,20 @@ func (t *Tracker) run() {
 func (t *Tracker) flush() {
 	t.mu.Lock()
 	q, written := t.queue, t.written
-	t.queue, t.written = nil, make(chan struct{})
-	t.mu.Unlock()
-	defer close(written)
 	if len(q) == 0 {
+		t.mu.Unlock()
 		return
 	}
+	t.queue, t.written, t.writing = nil, make(chan struct{}), written
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		if t.writing == written {
+			t.writing = closedChan
+		}
+		t.mu.Unlock()
+		close(written)
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	if err := t.store.Apply(ctx, q); err != nil {
