@@ -136,7 +136,10 @@ func TestPresenceCallsNeedTheSubscribeGrant(t *testing.T) {
 	leakcheck.Check(t)
 	_, url := startPresenceServer(t, nil, nil)
 	c := dialAs(t, url, "alice")
-	for _, tt := range []struct{ method, params string; code int }{
+	for _, tt := range []struct {
+		method, params string
+		code           int
+	}{
 		{"presence", `{"topic":"room:secret"}`, -32003},
 		{"presenceStats", `{"topic":"room:secret"}`, -32003},
 		{"presence", `{"topic":"other"}`, -32602},
