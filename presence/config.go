@@ -1,21 +1,23 @@
 package presence
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/conf"
 )
 
 // Config is the presence.* keys (docs/configuration.md). Zero values mean
-// the defaults.
+// the defaults. Which topics keep presence is decided per namespace
+// (topics.namespaces[].presence and joinLeave, access.Rule).
 type Config struct {
 	// TTL is how long an entry lives without a refresh: the longest an
-	// instance that died stays present (presence.ttl). Each instance
-	// refreshes its entries every TTL/3. Default 60s.
-	TTL time.Duration
+	// instance that died stays present. Each instance refreshes its
+	// entries every TTL/3.
+	TTL time.Duration `yaml:"ttl" help:"an entry not refreshed for this long is gone: how long the connections of an instance that died stay present; each instance refreshes its entries every ttl/3; 0 = 60s"`
 	// DiffInterval is how long join/leave diffs of a topic are coalesced:
 	// a topic's subscribers get at most one presence notification per
-	// interval (presence.diffInterval). Default 1s.
-	DiffInterval time.Duration
+	// interval.
+	DiffInterval time.Duration `yaml:"diffInterval" help:"join/leave diffs are coalesced per topic for this long: at most one presence notification per topic per interval; 0 = 1s"`
 }
 
 // Defaults of Config.
@@ -27,15 +29,16 @@ const (
 // DefaultConfig returns the defaults of docs/configuration.md.
 func DefaultConfig() Config { return Config{TTL: DefaultTTL, DiffInterval: DefaultDiffInterval} }
 
-// Validate reports a value no instance can run with, naming its key.
+// Validate reports every invalid presence.* value at once, naming each key.
 func (c Config) Validate() error {
+	var p conf.Problems
 	if c.TTL < 0 || (c.TTL > 0 && c.TTL < 3*time.Millisecond) {
-		return fmt.Errorf("presence.ttl: %v must be at least 3ms (entries are refreshed every ttl/3)", c.TTL)
+		p.Add("presence.ttl", "must be at least 3ms (entries are refreshed every ttl/3; 0 = 60s), got %s", c.TTL)
 	}
 	if c.DiffInterval < 0 {
-		return fmt.Errorf("presence.diffInterval: %v is negative", c.DiffInterval)
+		p.Add("presence.diffInterval", "must not be negative (0 = 1s), got %s", c.DiffInterval)
 	}
-	return nil
+	return p.Err()
 }
 
 func (c Config) withDefaults() Config {

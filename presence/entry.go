@@ -2,8 +2,13 @@ package presence
 
 import (
 	"context"
+	"errors"
 	"strconv"
 )
+
+// ErrOff answers a presence question about a topic that keeps no
+// presence.
+var ErrOff = errors.New("presence is off for this topic (topics.namespaces[].presence)")
 
 // Entry is one connection's presence in a topic.
 type Entry struct {

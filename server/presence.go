@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/rtserver/rtserver/message"
@@ -53,7 +52,7 @@ const presenceTimeout = 2 * time.Second
 const ReasonPresenceUnavailable = "PRESENCE_UNAVAILABLE"
 
 // ErrNoPresence is returned for a topic whose mode keeps no presence.
-var ErrNoPresence = errors.New("server: presence is off for this topic (topics.namespaces[].presence)")
+var ErrNoPresence = presence.ErrOff
 
 func (s *Server) newTracker(o PresenceOptions) *presence.Tracker {
 	return presence.NewTracker(presence.Options{
@@ -202,7 +201,7 @@ func (c *conn) presenceCall(r *protocol.Request, raw []byte) (json.RawMessage, *
 		return nil, perr
 	}
 	if !s.presence.Mode(p.Topic).Presence {
-		return nil, protocol.NewError(protocol.CodeInvalidParams, ErrNoPresence.Error()[len("server: "):], protocol.TopicData{Topic: p.Topic})
+		return nil, protocol.NewError(protocol.CodeInvalidParams, ErrNoPresence.Error(), protocol.TopicData{Topic: p.Topic})
 	}
 	call := &message.Call{Method: r.Method, Topic: p.Topic, Params: r.Params, Bytes: requestBytes(r, raw),
 		User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}

@@ -32,7 +32,7 @@ func roomMode(topic string) presence.Mode {
 func startPresenceServer(t *testing.T, broker *bus.MemoryBroker, store presence.Store) (*Server, string) {
 	t.Helper()
 	cfg := handshake.DefaultConfig()
-	cfg.JWTHMACSecret = []byte(testSecret)
+	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
 	gate, err := handshake.New(cfg, m)
 	if err != nil {
