@@ -2,6 +2,7 @@ package serverapi
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -33,6 +35,11 @@ type Backend interface {
 	Unsubscribe(user, topic string) error
 	// Info describes this instance and the fleet it sees.
 	Info() Info
+	// Presence lists a page of topic's presence after cursor, and
+	// PresenceStats counts it (docs/presence.md); presence.ErrOff for a
+	// topic that keeps no presence (400).
+	Presence(ctx context.Context, topic, cursor string) (presence.Page, error)
+	PresenceStats(ctx context.Context, topic string) (presence.Stats, error)
 	// Draining reports whether this instance is draining: calls answer 503.
 	Draining() bool
 }
@@ -72,6 +79,10 @@ const (
 	MethodDisconnect  = "disconnect"
 	MethodUnsubscribe = "unsubscribe"
 	MethodInfo        = "info"
+	// MethodPresence and MethodPresenceStats take the client methods'
+	// params and answer their results.
+	MethodPresence      = "presence"
+	MethodPresenceStats = "presenceStats"
 	// unknownMethod is the method label of paths that name no method.
 	unknownMethod = "unknown"
 )
@@ -172,7 +183,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func known(name string) bool {
 	switch name {
-	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo:
+	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo, MethodPresence, MethodPresenceStats:
 		return true
 	}
 	return false
@@ -193,7 +204,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 		return nil, fail(http.StatusServiceUnavailable, protocol.CodeOverloaded, "draining")
 	}
 	if !known(name) {
-		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, disconnect, unsubscribe or info)", name)
+		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, disconnect, unsubscribe, info, presence or presenceStats)", name)
 	}
 	buf := bufpool.Get()
 	defer bufpool.Put(buf)
@@ -210,6 +221,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 		return h.disconnect(body)
 	case MethodUnsubscribe:
 		return h.unsubscribe(body)
+	case MethodPresence, MethodPresenceStats:
+		return h.presence(r.Context(), name, body)
 	default:
 		return h.info()
 	}
@@ -413,6 +426,39 @@ func (h *Handler) info() ([]byte, *apiError) {
 	b, err := json.Marshal(struct {
 		Result Info `json:"result"`
 	}{h.b.Info()})
+	if err != nil {
+		return nil, fail(http.StatusInternalServerError, protocol.CodeInternal, "%v", err)
+	}
+	return b, nil
+}
+
+func (h *Handler) presence(ctx context.Context, name string, body []byte) ([]byte, *apiError) {
+	var p struct {
+		Topic  string `json:"topic"`
+		Cursor string `json:"cursor"`
+	}
+	if aerr := decode(body, &p); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkTopic("topic", p.Topic); aerr != nil {
+		return nil, aerr
+	}
+	var v any
+	var err error
+	if name == MethodPresence {
+		v, err = h.b.Presence(ctx, p.Topic, p.Cursor)
+	} else {
+		v, err = h.b.PresenceStats(ctx, p.Topic)
+	}
+	if errors.Is(err, presence.ErrOff) {
+		return nil, badParams("topic: %v", err)
+	}
+	if err != nil {
+		return nil, h.unavailable(err)
+	}
+	b, err := json.Marshal(struct {
+		Result any `json:"result"`
+	}{v})
 	if err != nil {
 		return nil, fail(http.StatusInternalServerError, protocol.CodeInternal, "%v", err)
 	}

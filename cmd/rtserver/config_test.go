@@ -56,8 +56,11 @@ auth:
   jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", refreshNotice: 30s}
 topics:
   namespaces: []                 # ordered; the first whose pattern matches the topic decides
-  default: {subscribe: [any], publish: [any]}   # topics no namespace matches
+  default: {subscribe: [any], publish: [any], presence: false, joinLeave: false}   # topics no namespace matches
   proxy: {url: "", timeout: 1s, cacheTTL: 0s, fail: closed}
+presence:
+  ttl: 60s                       # an entry not refreshed for this long is gone (an instance that died)
+  diffInterval: 1s               # join/leave diffs are coalesced per topic for this long
 limits:
   maxMessageBytes: 65536
   maxSubscriptionsPerConn: 128
