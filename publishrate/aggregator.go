@@ -38,7 +38,10 @@ type Aggregator struct {
 	log     *slog.Logger
 	maxList int // bound on each list of a received envelope
 
-	view atomic.Pointer[view]
+	// The merged view's top-N and sibling count; the per-topic and
+	// per-user sums are read from mg, which publishes them itself.
+	top      atomic.Pointer[[]Entry]
+	siblings atomic.Int64
 
 	// mu guards the merge state. Lock order: life, then mu.
 	mu     sync.Mutex
@@ -102,7 +105,7 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		latest:  local.Snapshot(),
 		win:     newWindow(max(8*opts.TopN, 256), now),
 	}
-	a.view.Store(emptyView)
+	a.top.Store(&[]Entry{})
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
@@ -175,9 +178,7 @@ func (a *Aggregator) Deactivate() {
 	now := a.opts.Now()
 	a.mu.Lock()
 	a.active = false
-	for id := range a.mg.remotes {
-		a.mg.drop(id)
-	}
+	a.mg.dropAll()
 	a.mg.setLocalSubs(nil)
 	a.win.reset(now)
 	a.mergeLocked(now)
@@ -187,22 +188,22 @@ func (a *Aggregator) Deactivate() {
 // TopPublishers returns the merged cluster-wide top-N topics, by messages
 // per second descending (ties: bytes per second descending, then topic).
 // The slice is the caller's.
-func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(a.view.Load().top) }
+func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(*a.top.Load()) }
 
 // RateOf is the cluster-wide messages per second of topic: the sum over
 // this instance's latest sample and every fresh sibling slice that carries
 // it, whether or not it made the merged top-N; 0 when none does. A map
 // read, no allocation: safe on the admission path.
-func (a *Aggregator) RateOf(topic string) float64 { return a.view.Load().rateOf(topic) }
+func (a *Aggregator) RateOf(topic string) float64 { return a.mg.rateOf(topic) }
 
 // RateOfUser is RateOf for a user's publish attempts.
-func (a *Aggregator) RateOfUser(user string) float64 { return a.view.Load().rateOfUser(user) }
+func (a *Aggregator) RateOfUser(user string) float64 { return a.mg.rateOfUser(user) }
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
 // count (LocalSubscribers live when set, else the list Subjects returned on
 // the last tick) plus the "subs" of every fresh sibling.
 func (a *Aggregator) SubscribersOf(topic string) int {
-	n := a.view.Load().subscribersOf(topic)
+	n := a.mg.subscribersOf(topic)
 	if f := a.opts.LocalSubscribers; f != nil {
 		n += f(topic)
 	}
@@ -219,7 +220,7 @@ func (a *Aggregator) Stats() Stats {
 		ParseErrors:      a.parseErrors.Load(),
 		Outdated:         a.outdated.Load(),
 		InstancesIgnored: a.instIgnored.Load(),
-		Instances:        a.view.Load().siblings,
+		Instances:        int(a.siblings.Load()),
 	}
 }
 
@@ -236,30 +237,32 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 		a.win.add(s, now)
 	}
 	a.mergeLocked(now)
+	a.forgetSeen(now)
 	a.mu.Unlock()
 }
 
-// mergeLocked forgets stale siblings, rebuilds the view and publishes it
-// and the cluster metrics. a.mu is held.
+// mergeLocked forgets stale siblings and publishes the merged top-N, the
+// sibling count and the cluster metrics; the merger has already published
+// the sums. It costs what left plus O(TopN log topics), whatever the
+// number of siblings held. a.mu is held.
 func (a *Aggregator) mergeLocked(now time.Time) {
-	for id, r := range a.mg.remotes {
-		if now.Sub(r.arrived) >= a.opts.StaleAfter {
-			a.mg.drop(id)
-		}
+	a.mg.expire(now, a.opts.StaleAfter)
+	siblings := len(a.mg.remotes)
+	a.siblings.Store(int64(siblings))
+	a.m.ClusterInstances.Set(float64(siblings))
+	top := a.mg.top(a.opts.TopN)
+	if slices.Equal(top, *a.top.Load()) {
+		return
 	}
-	a.forgetSeen(now)
-	v := a.mg.build(a.opts.TopN)
-	a.view.Store(v)
-
-	rates := make(map[string]float64, len(v.top))
-	bytes := make(map[string]float64, len(v.top))
-	for _, e := range v.top {
+	a.top.Store(&top)
+	rates := make(map[string]float64, len(top))
+	bytes := make(map[string]float64, len(top))
+	for _, e := range top {
 		rates[e.Topic] = e.MessagesPerSec
 		bytes[e.Topic] = e.BytesPerSec
 	}
 	a.m.ClusterTopicRate.Set(rates)
 	a.m.ClusterTopicBytes.Set(bytes)
-	a.m.ClusterInstances.Set(float64(v.siblings))
 }
 
 // receive handles one payload from the channel.
@@ -298,7 +301,7 @@ func (a *Aggregator) receive(payload []byte) {
 		}
 	}
 	a.seen[e.InstanceID] = e.TS
-	a.mg.put(e.InstanceID, &remote{ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
+	a.mg.put(&remote{id: e.InstanceID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)
@@ -329,7 +332,9 @@ func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 }
 
 // forgetSeen drops the high-water marks that the clock window alone now
-// enforces: any envelope at or below them is too old to pass. a.mu is held.
+// enforces: any envelope at or below them is too old to pass. It scans
+// every mark, so it runs on samples and ticks, not per envelope. a.mu is
+// held.
 func (a *Aggregator) forgetSeen(now time.Time) {
 	oldest := now.Add(-(a.opts.StaleAfter + a.opts.MaxClockSkew)).UnixMilli()
 	for id, ts := range a.seen {
@@ -400,7 +405,9 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 	topics, users := a.win.averages(a.latest)
 	a.win.reset(now)
 	a.setLocalSubsLocked(subs)
+	a.mg.resum()
 	a.mergeLocked(now)
+	a.forgetSeen(now)
 	a.mu.Unlock()
 	return a.encode(a.newEnvelope(now, topics, users, subs))
 }

@@ -20,13 +20,20 @@
 //
 // The merged view sums, per topic and per user, this instance's latest
 // pressure sample and every fresh sibling's lists, and counts contributing
-// instances per topic. It is rebuilt when an envelope is accepted, on every
-// local sample and on every broadcast tick (which also forgets stale
-// siblings, so a silent sibling leaves the view within StaleAfter plus one
-// PublishInterval) -- never on a reader's path. The view is immutable
-// behind an atomic pointer: RateOf, RateOfUser and SubscribersOf are one
-// atomic load and one map read, with no allocation, and implement
-// message.RateSource and the sharded bus's SubscribersOf.
+// instances per topic. It is kept incrementally (see merge.go): an
+// accepted envelope subtracts its sender's previous lists from running
+// sums and adds its own, a local sample does the same for this instance's
+// part, and a sibling that goes stale leaves the same way, so each costs
+// the size of its lists whatever the number of siblings held. Stale
+// siblings are forgotten oldest first on every merge, so a silent sibling
+// leaves the view within StaleAfter plus one PublishInterval at the
+// latest. Every broadcast tick also re-sums everything held, so rounding
+// from subtracting floats never outlives an interval. Nothing is rebuilt
+// on a reader's path: RateOf, RateOfUser and SubscribersOf are one hash,
+// a short probe of a table the merge only ever extends, and one atomic
+// load, with no lock and no allocation, and implement message.RateSource
+// and the sharded bus's SubscribersOf. A reader racing a merge sees each
+// topic's sum either before or after the envelope, never half of it.
 //
 // RateOf answers for every topic present in this instance's sample or in
 // any fresh sibling slice, not only the merged top-N: a topic that is hot
@@ -86,8 +93,8 @@
 // and as many users per interval. A sent envelope over MaxEnvelopeBytes is
 // shortened, lowest rates first, until it fits. Topic and user keys are
 // interned for the merge (see merge.go) and released with the last slice
-// that carries them, so the intern tables are bounded by what the held
-// slices carry.
+// that carries them; a lookup table holds at most twice the keys the held
+// slices carry, plus released keys up to three quarters of its slots.
 //
 // # Failure
 //

@@ -128,7 +128,7 @@ func decodeEnvelope(wire []byte, secret []byte, maxBytes, maxList int) (*envelop
 		}
 	}
 	var e envelope
-	if err := json.Unmarshal(body, &e); err != nil {
+	if err := parseEnvelope(body, &e); err != nil {
 		return nil, fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	if err := e.validate(maxList); err != nil {

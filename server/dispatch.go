@@ -19,7 +19,8 @@ const (
 )
 
 func isBuiltin(m string) bool {
-	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh
+	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh ||
+		m == MethodPresence || m == MethodPresenceStats
 }
 
 var emptyResult = json.RawMessage("{}")
@@ -33,6 +34,8 @@ func (c *conn) dispatch(r *protocol.Request, raw []byte) (json.RawMessage, *prot
 		return c.builtinCall(r, raw)
 	case MethodRefresh:
 		return c.refresh(r)
+	case MethodPresence, MethodPresenceStats:
+		return c.presenceCall(r, raw)
 	}
 	return c.appCall(r, raw)
 }
@@ -85,6 +88,7 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 		if perr := c.addSub(p.Topic); perr != nil {
 			return nil, perr
 		}
+		s.awaitPresence(p.Topic)
 	case MethodUnsubscribe:
 		c.removeSub(p.Topic)
 	case MethodPublish:

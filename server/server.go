@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -69,6 +72,12 @@ type Options struct {
 	// DrainRetryAfter is the base of the retry_after_ms hint sent with close
 	// code 1012 during a drain (jittered); default 1s.
 	DrainRetryAfter time.Duration
+	// Presence keeps who is in which topic (presence.go); the zero value
+	// keeps nothing.
+	Presence PresenceOptions
+	// InstanceID names this instance in client ids (ClientID); empty: a
+	// random one.
+	InstanceID string
 }
 
 // Server serves WebSocket connections. Create it with New.
@@ -86,6 +95,9 @@ type Server struct {
 
 	handlers sync.Map // method -> Handler
 	hub      hub
+
+	presence   *presence.Tracker
+	instanceID string
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -128,6 +140,13 @@ func New(opts Options) *Server {
 	if s.drainHint <= 0 {
 		s.drainHint = time.Second
 	}
+	s.instanceID = opts.InstanceID
+	if s.instanceID == "" {
+		var b [8]byte
+		_, _ = crand.Read(b[:])
+		s.instanceID = hex.EncodeToString(b[:])
+	}
+	s.presence = s.newTracker(opts.Presence)
 	s.hub.init(s)
 	return s
 }
@@ -138,6 +157,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bus.Start(ctx, (*busReceiver)(s)); err != nil {
 		return fmt.Errorf("server: start bus: %w", err)
 	}
+	s.presence.Start()
 	return nil
 }
 
@@ -413,6 +433,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	// After the connections (their leaves are among what it sends), before
+	// the bus (which carries its last diffs).
+	s.presence.Close()
 	if berr := s.bus.Close(); berr != nil && !errors.Is(berr, bus.ErrClosed) {
 		err = errors.Join(err, berr)
 	}
