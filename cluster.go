@@ -61,6 +61,8 @@ func (c *cluster) newBus(cfg bus.Config, secret []byte, m *metrics.Metrics, log 
 	ropts := bus.RedisOptions{
 		Client:        c.client,
 		ChannelPrefix: cfg.ChannelPrefix,
+		PublishQueue:  cfg.PublishQueue,
+		PublishWait:   cfg.PublishWait,
 		InstanceID:    c.agg.InstanceID(),
 		Metrics:       m,
 		Logger:        log,

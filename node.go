@@ -154,6 +154,11 @@ func (n *Node) build() error {
 			return err
 		}
 	}
+
+	popts, err := n.presenceOptions(cfg)
+	if err != nil {
+		return fmt.Errorf("rtserver: presence: %w", err)
+	}
 	limits := cfg.Limits
 	limits.RefreshNotice = cfg.Auth.JWT.RefreshNotice
 	n.server = server.New(server.Options{
@@ -167,6 +172,8 @@ func (n *Node) build() error {
 		Fallback:        fallback,
 		Access:          n.access,
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
+		Presence:        popts,
+		InstanceID:      n.instanceID,
 	})
 
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})

@@ -38,6 +38,8 @@ redis:
   bus: single                    # single (one channel) | sharded (SSUBSCRIBE, Redis 7+, Redis Cluster)
   partitions: 16                 # sharded bus: topics hashed into this many channels
   channelPrefix: "rt:"           # multi-tenant isolation
+  publishQueue: 8192             # publishes waiting for Redis; past it they wait, then are shed (BUS)
+  publishWait: 50ms              # how long a publish waits for room in a full queue
 handshake:
   maxConnections: 0
   maxConcurrent: 1000
@@ -54,14 +56,18 @@ auth:
   jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", refreshNotice: 30s}
 topics:
   namespaces: []                 # ordered; the first whose pattern matches the topic decides
-  default: {subscribe: [any], publish: [any]}   # topics no namespace matches
+  default: {subscribe: [any], publish: [any], presence: false, joinLeave: false}   # topics no namespace matches
   proxy: {url: "", timeout: 1s, cacheTTL: 0s, fail: closed}
+presence:
+  ttl: 60s                       # an entry not refreshed for this long is gone (an instance that died)
+  diffInterval: 1s               # join/leave diffs are coalesced per topic for this long
 limits:
   maxMessageBytes: 65536
   maxSubscriptionsPerConn: 128
   sendQueueBytes: 1048576        # bytes queued in the server for one client, not yet written to its socket; past this: close 1013
   writeTimeout: 5s
   pingInterval: 25s
+  maxJSONDepth: 64               # deeper JSON in a client message or an API body is refused
 pressure:
   sampleInterval: 1s
   memoryHeapUsedRatio: 0.85      # heap in use / memory limit (GOMEMLIMIT or memoryLimitBytes)
@@ -482,6 +488,7 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{env: "RTSERVER_ADMISSION_CLASSES={a: [", wantKey: "admission.classes"},
 		// validation (the rules themselves: TestConfigValidateNamesKeys in the root package)
 		{give: "listen: nonsense", wantKey: "listen"},
+		{give: "limits: {maxJSONDepth: -1}", wantKey: "limits.maxJSONDepth"},
 		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster}}}}", wantKey: "admission.classes.a.rate.scope"},
 		{args: []string{"--redis-url", "redis://"}, wantKey: "redis.url"},
 		{env: "RTSERVER_HANDSHAKE_TRUSTEDPROXIES=10.0.0.0/8,x", wantKey: "handshake.trustedProxies[1]"},
