@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/ratelimit"
 )
@@ -19,7 +20,7 @@ type RejectMode int
 
 const (
 	RejectHTTP  RejectMode = iota // 503 / 429 with Retry-After and a JSON body
-	RejectClose                   // complete the upgrade, close with 1013 retry_after_ms=N
+	RejectClose                   // complete the upgrade, close with 1013 and the hint (docs/handshake.md)
 )
 
 // Config of the gate (docs/handshake.md and the handshake.* and auth.*
@@ -346,7 +347,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 			if g.cfg.Reject == RejectClose {
 				closeShed(w, r, ms)
 			} else {
-				writeShed(w, http.StatusTooManyRequests, bodyRateLimited, ms)
+				retryhint.Answer(w, http.StatusTooManyRequests, retryhint.HeadRateLimited, ms)
 			}
 			return false
 		}
@@ -409,7 +410,7 @@ func (g *Gate) shedOverload(w http.ResponseWriter, r *http.Request, why reason) 
 		closeShed(w, r, ms)
 		return
 	}
-	writeShed(w, http.StatusServiceUnavailable, bodyOverloaded, ms)
+	retryhint.Answer(w, http.StatusServiceUnavailable, retryhint.HeadOverloaded, ms)
 }
 
 // SetDraining makes every later (and every waiting) upgrade be rejected

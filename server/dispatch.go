@@ -11,11 +11,12 @@ import (
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Built-in method names (docs/protocol.md, "Built-in methods").
+// Built-in method names (docs/protocol.md, "Built-in methods"), as the
+// protocol declares them.
 const (
-	MethodSubscribe   = "subscribe"
-	MethodUnsubscribe = "unsubscribe"
-	MethodPublish     = "publish"
+	MethodSubscribe   = protocol.MethodSubscribe
+	MethodUnsubscribe = protocol.MethodUnsubscribe
+	MethodPublish     = protocol.MethodPublish
 )
 
 func isBuiltin(m string) bool {
