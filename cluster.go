@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/bus"
-	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
@@ -64,10 +63,6 @@ func newCluster(cfg Redis, m *metrics.Metrics, log *slog.Logger, mon *pressure.M
 	if err != nil {
 		return nil, err
 	}
-	// go-redis writes free text to stderr, a line per failed dial during
-	// an outage; route it through the node's structured, rate-limited
-	// log. Its logger is process-wide: the last node created wins.
-	redis.SetLogger(logx.Printf{Logger: log, Msg: "redis client"})
 	c := &cluster{client: client}
 	c.agg, err = publishrate.New(client, mon, publishrate.Options{
 		Channel:         cfg.RateChannel,

@@ -125,7 +125,11 @@ func New(cfg Config) (*Node, error) {
 	// forged envelopes): one line per kind per interval, with a count.
 	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
 	n := &Node{cfg: cfg, log: log}
-	n.Metrics = metrics.New(cfg.Registry, cfg.MetricsNamespace)
+	m, err := metrics.New(cfg.Registry, cfg.MetricsNamespace)
+	if err != nil {
+		return nil, fmt.Errorf("rtserver: %w", err)
+	}
+	n.Metrics = m
 
 	if cfg.Handshake.Logger == nil {
 		cfg.Handshake.Logger = log

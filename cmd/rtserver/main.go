@@ -65,6 +65,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	processWide(&nodeCfg, log)
 	node, err := rtserver.New(nodeCfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
