@@ -1,6 +1,7 @@
 package handshake
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,6 +86,9 @@ type Identity struct {
 	Expires time.Time
 	// Topics is the token's "topics" claim; nil when absent or anonymous.
 	Topics *TopicClaim
+	// Claims is the token's payload (its claims, as a JSON object) once
+	// the signature checked out; nil when anonymous.
+	Claims json.RawMessage
 }
 
 // TopicClaim is a token's "topics" claim: the globs of topics its user may
@@ -336,7 +340,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 	t.g = g
 	t.state.Store(holdInflight | holdSlot)
 	t.IP, t.IPKey = requestClientIP(r, g.cfg.TrustedProxies)
-	t.User, t.Expires, t.Topics = "", time.Time{}, nil
+	t.User, t.Expires, t.Topics, t.Claims = "", time.Time{}, nil, nil
 
 	// 2. Per-client-IP upgrade rate.
 	if g.perIP != nil {

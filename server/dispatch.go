@@ -210,7 +210,7 @@ func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage,
 			result, perr = nil, protocol.NewError(protocol.CodeInternal, "", nil)
 		}
 	}()
-	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
+	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, Claims: c.ticket.Claims, IP: c.ticket.IPKey, ConnID: c.id}
 	v, err := h(&c.ctx, req)
 	outcome = callOutcome(&c.ctx, err)
 	if err != nil {

@@ -72,15 +72,20 @@ type Request struct {
 	// (protocol.Request.Plain; the RPC proxy forwards it as is). Nil
 	// otherwise, and for the elements of a batch: encode the request from
 	// Method, Params and ID instead.
-	Raw    json.RawMessage
-	ID     json.RawMessage // nil for a notification
-	User   string          // JWT sub, or "" when anonymous
-	IP     string          // client IP key
+	Raw  json.RawMessage
+	ID   json.RawMessage // nil for a notification
+	User string          // JWT sub, or "" when anonymous
+	// Claims is the payload of the token the connection was opened with,
+	// as the client sent it (a JSON object), verified; nil when anonymous.
+	// A refresh does not change it: the connection's identity is its
+	// first token's.
+	Claims json.RawMessage
+	IP     string // client IP key
 	ConnID uint64
 }
 
 // Handler serves one application RPC. The context ends when the connection
-// does. A result of type json.RawMessage is sent as is; anything else is
+// does, and carries the values of the upgrade request's context. A result of type json.RawMessage is sent as is; anything else is
 // marshalled. An error of type *protocol.Error is sent as is; any other
 // error answers -32603 without its text. A panic answers -32603 and the
 // connection lives on.
@@ -270,6 +275,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.raw = uw.conn
+	c.ctx.values = r.Context()
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }
