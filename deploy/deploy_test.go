@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -548,11 +549,7 @@ func TestAlertsAreActionable(t *testing.T) {
 
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (Debian package prometheus; scripts/test.sh installs it): %v", err)
-	}
-	return p
+	return testkit.Program(t, "promtool", "apt-get install prometheus; scripts/test.sh installs it")
 }
 
 func TestPromtoolCheckRules(t *testing.T) {
