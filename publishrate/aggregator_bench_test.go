@@ -27,7 +27,8 @@ func remotesForBench(n, topN int, shared bool) []*remote {
 	return rs
 }
 
-// BenchmarkMerge is the DESIGN.md budget: 100 instances x top 20, <= 100 µs.
+// BenchmarkMerge measures the merge budget of BENCHMARKS.md: 100 instances
+// x top 20, <= 100 µs.
 func BenchmarkMerge(b *testing.B) {
 	local := &pressure.Snapshot{}
 	for j := range 20 {

@@ -9,7 +9,7 @@ import (
 
 // The merge is the hot part of the background work: with 100 siblings of
 // top-20 slices, rebuilding maps keyed by topic and user on every arrival
-// costs far more than the 100 µs budget (DESIGN.md). So keys are interned
+// costs far more than its 100 µs budget (BENCHMARKS.md). So keys are interned
 // once, when a slice arrives, into dense ids with reference counts; a merge
 // then only sums into fresh dense arrays and scans them for the top-N. The
 // key -> id maps that readers use are immutable snapshots, cloned only when
