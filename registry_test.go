@@ -31,7 +31,7 @@ func TestNodesShareARegistryWithoutPanic(t *testing.T) {
 		t.Fatalf("a second node under the same names: %v, want an AlreadyRegisteredError", err)
 	}
 
-	cfg.MetricsNamespace = "second"
+	cfg.Metrics.Namespace = "second"
 	if _, err := rtserver.New(cfg); err != nil {
 		t.Fatalf("a second node under its own namespace: %v", err)
 	}

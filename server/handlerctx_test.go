@@ -26,7 +26,7 @@ type requestIDKey struct{}
 func TestHandlerSeesRequestValuesAndClaims(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := handshake.DefaultConfig()
-	cfg.JWTHMACSecret = []byte(testSecret)
+	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
 	gate, err := handshake.New(cfg, m)
 	if err != nil {
