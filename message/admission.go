@@ -251,10 +251,10 @@ func (c *Class) loadSnapshot() *pressure.Snapshot {
 	return emptySnapshot
 }
 
-// jitter is the retry hint for a rejection that has no exact wait of its
+// retryHint is the retry hint for a rejection that has no exact wait of its
 // own: uniform in [base/2, 3*base/2), so shed clients do not come back in
 // step; never below 1ms, so the hint on the wire is never zero.
-func (a *Admission) jitter() time.Duration {
+func (a *Admission) retryHint() time.Duration {
 	b := a.retryBase
 	return max(retryhint.Jitter(b/2, b), time.Millisecond)
 }

@@ -669,7 +669,7 @@ func TestJitter(t *testing.T) {
 		lo, hi := max(base/2, time.Millisecond), max(base*3/2, time.Millisecond+1)
 		seen := map[time.Duration]bool{}
 		for range 1000 {
-			d := a.jitter()
+			d := a.retryHint()
 			if d < lo || d >= hi {
 				t.Fatalf("base %v: jitter %v outside [%v, %v)", base, d, lo, hi)
 			}
