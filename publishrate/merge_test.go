@@ -16,7 +16,7 @@ import (
 
 func TestMergeSumsAcrossInstances(t *testing.T) {
 	clk := newFakeClock()
-	m := metrics.NewDiscard()
+	m, reg := gatheredMetrics(t)
 	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 100, BytesPerSec: 1000})
 	a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, InstanceID: "self"})
 
@@ -45,10 +45,10 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 		t.Errorf("received = %v, want %v", got, want)
 	}
 	wantRates := map[string]float64{"hot": 1300, "other": 5, "cold": 1}
-	if got := topicGauge(t, m, "cluster_topic_publish_rate"); !maps.Equal(got, wantRates) {
+	if got := topicGauge(t, reg, "cluster_topic_publish_rate"); !maps.Equal(got, wantRates) {
 		t.Errorf("cluster_topic_publish_rate = %v, want %v", got, wantRates)
 	}
-	if got := topicGauge(t, m, "cluster_topic_publish_bytes"); got["hot"] != 13000 {
+	if got := topicGauge(t, reg, "cluster_topic_publish_bytes"); got["hot"] != 13000 {
 		t.Errorf("cluster_topic_publish_bytes{hot} = %v, want 13000", got["hot"])
 	}
 
@@ -234,7 +234,7 @@ func TestBroadcastTickExpiresStale(t *testing.T) {
 }
 
 func TestTopNCapAndOrder(t *testing.T) {
-	m := metrics.NewDiscard()
+	m, reg := gatheredMetrics(t)
 	a := newOffline(t, newFakeLocal(), Options{TopN: 5, Metrics: m})
 	var slice []wireTopic
 	for i := range 12 {
@@ -256,14 +256,14 @@ func TestTopNCapAndOrder(t *testing.T) {
 	if got := a.RateOf("t03"); got != 3 {
 		t.Errorf("RateOf(t03) outside the top-N = %v, want 3", got)
 	}
-	labels := slices.Sorted(maps.Keys(topicGauge(t, m, "cluster_topic_publish_rate")))
+	labels := slices.Sorted(maps.Keys(topicGauge(t, reg, "cluster_topic_publish_rate")))
 	if !slices.Equal(labels, slices.Sorted(slices.Values(want))) {
 		t.Errorf("gauge labels = %v, want the top-N %v", labels, want)
 	}
 
 	// A newer slice without the ties: they leave the top-N and the exposition.
 	a.receive(env(t, "A", 2, slice[:12]...))
-	labels = slices.Sorted(maps.Keys(topicGauge(t, m, "cluster_topic_publish_rate")))
+	labels = slices.Sorted(maps.Keys(topicGauge(t, reg, "cluster_topic_publish_rate")))
 	if want := []string{"t07", "t08", "t09", "t10", "t11"}; !slices.Equal(labels, want) {
 		t.Errorf("gauge labels = %v, want %v", labels, want)
 	}

@@ -1,5 +1,5 @@
 // Command rtbench is a load generator for rtserver, for loopback targets
-// only. It measures what DESIGN.md's performance budgets name:
+// only. It measures what the performance budgets of BENCHMARKS.md name:
 //
 //	rtbench connect  a storm of upgrade attempts: accepted vs shed (HTTP status,
 //	                 close code), accept/reject latency, server CPU per attempt,
