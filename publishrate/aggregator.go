@@ -65,7 +65,7 @@ type Aggregator struct {
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
 	received, parseErrors, outdated, instIgnored atomic.Uint64
 
-	logParse, logPublish, logSkip, logInstances, logRecv, logClock logLimit
+	logParse, logPublish, logSkip, logInstances, logClock logLimit
 }
 
 // Stats are counters kept beside the Prometheus metrics, for things
