@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,14 +13,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Receive-loop retry pacing while Redis is unreachable.
 const (
-	retryMin = 100 * time.Millisecond
+	// retryMax caps the subscription's wait between retries while Redis
+	// is unreachable.
 	retryMax = 2 * time.Second
 	logEvery = 10 * time.Second // at most one log line per kind of trouble
 )
@@ -61,7 +62,7 @@ type Aggregator struct {
 	// life serialises Activate and Deactivate.
 	life   sync.Mutex
 	cancel context.CancelFunc
-	ps     *redis.PubSub
+	sub    *bus.Subscription
 	wg     sync.WaitGroup
 
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
@@ -130,13 +131,24 @@ func (a *Aggregator) InstanceID() string { return a.id }
 func (a *Aggregator) Activate(ctx context.Context) error {
 	a.life.Lock()
 	defer a.life.Unlock()
-	if a.ps != nil {
+	if a.sub != nil {
 		return nil
 	}
-	ps := a.client.Subscribe(ctx, a.opts.Channel)
-	if err := awaitSubscribed(ctx, ps); err != nil {
-		_ = ps.Close()
-		return fmt.Errorf("publishrate: subscribe %q: %w", a.opts.Channel, err)
+	sub := bus.Subscribe(bus.SubscriptionConfig{
+		Client:  a.client,
+		Channel: a.opts.Channel,
+		Handle:  func(p string) { a.receive([]byte(p)) },
+		// We hear our own broadcast every PublishInterval, so a channel
+		// silent this long means a dead connection: ping it.
+		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
+		MaxBackoff: retryMax,
+		Logger:     a.log,
+	})
+	select {
+	case <-sub.Ready():
+	case <-ctx.Done():
+		sub.Close()
+		return fmt.Errorf("publishrate: subscribe %q: %w", a.opts.Channel, ctx.Err())
 	}
 	subs := a.subjects()
 	now := a.opts.Now()
@@ -148,35 +160,10 @@ func (a *Aggregator) Activate(ctx context.Context) error {
 	a.mu.Unlock()
 
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel, a.ps = cancel, ps
-	a.wg.Add(2)
-	go a.receiveLoop(lctx, ps)
+	a.cancel, a.sub = cancel, sub
+	a.wg.Add(1)
 	go a.tickLoop(lctx)
 	return nil
-}
-
-// awaitSubscribed waits for Redis to confirm the subscription.
-func awaitSubscribed(ctx context.Context, ps *redis.PubSub) error {
-	backoff := retryMin
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, time.Second)
-		if err == nil {
-			if _, ok := msg.(*redis.Subscription); ok {
-				return nil
-			}
-			continue
-		}
-		if ctx.Err() != nil {
-			return errors.Join(ctx.Err(), err)
-		}
-		if isTimeout(err) {
-			continue
-		}
-		if !sleepCtx(ctx, backoff) {
-			return errors.Join(ctx.Err(), err)
-		}
-		backoff = min(2*backoff, retryMax)
-	}
 }
 
 // Deactivate stops the broadcast timer and the subscriber, waits for both
@@ -185,13 +172,13 @@ func awaitSubscribed(ctx context.Context, ps *redis.PubSub) error {
 func (a *Aggregator) Deactivate() {
 	a.life.Lock()
 	defer a.life.Unlock()
-	if a.ps == nil {
+	if a.sub == nil {
 		return
 	}
 	a.cancel()
-	_ = a.ps.Close() // unblocks the receive loop's read
+	a.sub.Close()
 	a.wg.Wait()
-	a.cancel, a.ps = nil, nil
+	a.cancel, a.sub = nil, nil
 
 	now := a.opts.Now()
 	a.mu.Lock()
@@ -350,6 +337,11 @@ func (a *Aggregator) ignoreLocked(id string, now time.Time) {
 // topics shed for as long as the replays go on. a.mu is held.
 func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 	window := a.opts.StaleAfter + a.opts.MaxClockSkew
+	if len(a.opts.HMACSecret) > 0 {
+		// The fleet's replay rule for signed envelopes binds too; with
+		// the default staleAfter and maxClockSkew it is the wider one.
+		window = min(window, envsign.Window)
+	}
 	if age := now.Sub(time.UnixMilli(e.TS)); age > window || age < -window {
 		if a.logClock.allow(now) {
 			a.log.Warn("dropped cluster rate envelope: its ts is too far from this instance's clock (a replay, or clocks apart by more than publishRate.maxClockSkew)",
@@ -378,39 +370,6 @@ func (a *Aggregator) forgetSeen(now time.Time) {
 		}
 	}
 	a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
-}
-
-func (a *Aggregator) receiveLoop(ctx context.Context, ps *redis.PubSub) {
-	defer a.wg.Done()
-	// We hear our own broadcast every PublishInterval, so a read that stays
-	// idle this long means a dead connection: ping it (a failed ping makes
-	// go-redis reconnect and resubscribe).
-	idle := a.opts.StaleAfter + a.opts.PublishInterval
-	backoff := retryMin
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, idle)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if isTimeout(err) {
-				_ = ps.Ping(ctx)
-				continue
-			}
-			if a.logRecv.allow(a.opts.Now()) {
-				a.log.Warn("cluster rate subscriber: retrying", "err", err, "after", backoff)
-			}
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, retryMax)
-			continue
-		}
-		backoff = retryMin
-		if m, ok := msg.(*redis.Message); ok {
-			a.receive([]byte(m.Payload))
-		}
-	}
 }
 
 func (a *Aggregator) tickLoop(ctx context.Context) {
@@ -584,23 +543,6 @@ func (a *Aggregator) encode(e *envelope) ([]byte, error) {
 		if e.Subs != nil {
 			e.Subs = e.Subs[:len(e.Subs)*3/4]
 		}
-	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// sleepCtx waits d or until ctx ends; false when ctx ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -47,8 +47,10 @@
 // # Signature (Options.HMACSecret)
 //
 // The sender marshals the envelope without sig, giving the bytes B, which
-// are a JSON object `{...}`. sig is the lowercase hex of
-// HMAC-SHA256(secret, B). The bytes sent are B with its final `}` replaced
+// are a JSON object `{...}`. sig is the lowercase hex of the fleet
+// signer's MAC (internal/envsign) of B under the rate-slice domain:
+// HMAC-SHA256(secret, "rtserver rate slice v1" + 0x00 + B), so no other
+// kind of signed envelope of the fleet passes for a slice. The bytes sent are B with its final `}` replaced
 // by `,"sig":"<64 hex digits>"}`: sig is always the last member, and
 // nothing (no whitespace) follows its closing `"}`.
 //
@@ -61,9 +63,16 @@
 // cluster_publish_rate_parse_errors_total. Without a secret, receivers
 // parse the payload as is and ignore any sig.
 //
-// The signature authenticates but does not stop a replay: a recorded
-// envelope of a sibling that has since gone stale is accepted again once
-// (it is then newer than nothing). Rotate the secret with the instances.
+// Replays. An envelope is refused when its ts is further than
+// StaleAfter+MaxClockSkew from this instance's clock (and, when signed,
+// further than the fleet's replay window, 30s), or not newer than the last
+// one accepted from its sender. So a captured envelope replayed to an
+// instance that has not accepted one from that sender (a fresh one) is
+// accepted at most once, only while it is inside that window, and it is
+// what the sender really reported then: it counts until the sender's next
+// envelope replaces it, or, if the sender is gone, until it goes stale,
+// StaleAfter after it arrived. A replay can never invent rates nor bring
+// back older ones (docs/cluster.md).
 //
 // # What it must never do
 //
@@ -99,6 +108,7 @@
 // # Concurrency
 //
 // Lock order: the lifecycle lock (Activate/Deactivate), then the merge
-// lock. Goroutines: one receive loop and one ticker per active aggregator,
-// both owned by Activate and stopped and awaited by Deactivate.
+// lock. Goroutines: one bus.Subscription (the receive loop shared with the
+// buses) and one ticker per active aggregator, both owned by Activate and
+// stopped and awaited by Deactivate.
 package publishrate
