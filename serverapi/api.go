@@ -433,11 +433,15 @@ func (h *Handler) info() ([]byte, *apiError) {
 }
 
 func (h *Handler) presence(ctx context.Context, name string, body []byte) ([]byte, *apiError) {
-	var p struct {
-		Topic  string `json:"topic"`
-		Cursor string `json:"cursor"`
+	m, aerr := members(body, "topic", "cursor")
+	if aerr != nil {
+		return nil, aerr
 	}
-	if aerr := decode(body, &p); aerr != nil {
+	var p struct{ Topic, Cursor string }
+	if p.Topic, aerr = stringParam("topic", m[0]); aerr != nil {
+		return nil, aerr
+	}
+	if p.Cursor, aerr = stringParam("cursor", m[1]); aerr != nil {
 		return nil, aerr
 	}
 	if aerr := checkTopic("topic", p.Topic); aerr != nil {
