@@ -42,6 +42,7 @@ type Aggregator struct {
 	// per-user sums are read from mg, which publishes them itself.
 	top      atomic.Pointer[[]Entry]
 	siblings atomic.Int64
+	src      atomic.Pointer[Sources] // set by Activate; never nil
 
 	// mu guards the merge state. Lock order: life, then mu.
 	mu     sync.Mutex
@@ -111,6 +112,7 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		win:     newWindow(max(8*opts.TopN, 256), now),
 	}
 	a.top.Store(&[]Entry{})
+	a.src.Store(&Sources{})
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
@@ -127,13 +129,15 @@ func (a *Aggregator) InstanceID() string { return a.id }
 // unreachable until ctx ends (then it returns the error and stays
 // inactive). Once active, the aggregator runs until Deactivate, whatever
 // becomes of ctx, and rides out Redis outages on its own. Calling it while
-// active does nothing.
-func (a *Aggregator) Activate(ctx context.Context) error {
+// active does nothing. src is this instance's subscriber counts (its zero
+// value: none).
+func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	a.life.Lock()
 	defer a.life.Unlock()
 	if a.sub != nil {
 		return nil
 	}
+	a.src.Store(&src)
 	sub := bus.Subscribe(bus.SubscriptionConfig{
 		Client:  a.client,
 		Channel: a.opts.Channel,
@@ -211,7 +215,7 @@ func (a *Aggregator) RateOfUser(user string) float64 { return a.mg.rateOfUser(us
 // the last tick) plus the "subs" of every fresh sibling.
 func (a *Aggregator) SubscribersOf(topic string) int {
 	n := a.mg.subscribersOf(topic)
-	if f := a.opts.LocalSubscribers; f != nil {
+	if f := a.src.Load().LocalSubscribers; f != nil {
 		n += f(topic)
 	}
 	return n
@@ -443,17 +447,18 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 // setLocalSubsLocked makes subs the local part of SubscribersOf, unless
 // LocalSubscribers answers that live. a.mu is held.
 func (a *Aggregator) setLocalSubsLocked(subs []SubjectCount) {
-	if a.opts.LocalSubscribers != nil {
+	if a.src.Load().LocalSubscribers != nil {
 		subs = nil
 	}
 	a.mg.setLocalSubs(subs)
 }
 
 func (a *Aggregator) subjects() []SubjectCount {
-	if a.opts.Subjects == nil {
+	f := a.src.Load().Subjects
+	if f == nil {
 		return nil
 	}
-	return a.opts.Subjects()
+	return f()
 }
 
 // newEnvelope builds this instance's envelope: each list deduplicated,
@@ -508,7 +513,7 @@ func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, use
 		e.Users = append(e.Users, r.wireUser)
 	}
 
-	if a.opts.Subjects != nil {
+	if a.src.Load().Subjects != nil {
 		sm := make(map[string]int, len(subs))
 		for _, s := range subs {
 			if protocol.ValidTopic(s.Topic) && s.Count > 0 {

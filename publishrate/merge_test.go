@@ -63,8 +63,8 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 func TestMergeUsersAndSubscribers(t *testing.T) {
 	clk := newFakeClock()
 	local := &fakeLocal{snap: &pressure.Snapshot{TopUsers: []pressure.UserRate{{User: "alice", MessagesPerSec: 7}}}}
-	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self",
-		Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
+	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self"},
+		Sources{Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
 	if _, err := a.collect(clk.Now()); err != nil { // takes the local subjects
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestMergeUsersAndSubscribers(t *testing.T) {
 
 func TestSubscribersOfLiveLocal(t *testing.T) {
 	live := map[string]int{"room": 5}
-	a := newOffline(t, newFakeLocal(), Options{InstanceID: "self",
+	a := newOffline(t, newFakeLocal(), Options{InstanceID: "self"}, Sources{
 		Subjects:         func() []SubjectCount { return []SubjectCount{{"room", 1000}} }, // not used for the local part
 		LocalSubscribers: func(topic string) int { return live[topic] },
 	})
@@ -552,7 +552,7 @@ func TestTableGrowsAndForgetsDormantKeys(t *testing.T) {
 }
 
 func TestLookupsDoNotAllocate(t *testing.T) {
-	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{
+	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{}, Sources{
 		LocalSubscribers: func(string) int { return 1 },
 	})
 	a.receive(env(t, "A", 1, wireTopic{"hot", 1, 1}))
@@ -578,7 +578,7 @@ func TestWithPressureMonitor(t *testing.T) {
 	clk := newFakeClock()
 	cfg := pressure.DefaultConfig()
 	cfg.Now = clk.Now
-	mon := pressure.New(cfg, nil, metrics.NewDiscard(), discardLog)
+	mon := pressure.New(cfg, metrics.NewDiscard(), discardLog)
 	a := newOffline(t, mon, Options{Now: clk.Now, InstanceID: "me"})
 	for range 50 {
 		mon.RecordAttempt("chat", "alice", 100)

@@ -51,6 +51,24 @@ type Entry struct {
 	ContributingInstances int // instances (self included) whose slice carries the topic
 }
 
+// Sources are this instance's live subscriber counts. They come from the
+// server, which is built after the aggregator (it answers the sharded
+// bus), so they are handed over at Activate.
+type Sources struct {
+	// Subjects optionally reports this instance's subscriber counts per
+	// topic. It is called once per broadcast tick (and at Activate); its
+	// top-N by count is broadcast as "subs", and the whole list is the
+	// local part of SubscribersOf unless LocalSubscribers is set. Nil: no
+	// "subs" field and no local part.
+	Subjects func() []SubjectCount
+	// LocalSubscribers optionally answers the live local subscriber count
+	// of one topic. When set, SubscribersOf uses it for the local part
+	// instead of the list Subjects returned on the last tick. It runs on
+	// the caller's goroutine, so it must be cheap and must not call back
+	// into the Aggregator.
+	LocalSubscribers func(topic string) int
+}
+
 // Breaker guards the publish call: while Allow is false the broadcast is
 // skipped (and counted in Stats.BreakerSkips). NewBreaker is the default.
 type Breaker interface {
@@ -90,18 +108,6 @@ type Options struct {
 	// HMACSecret, when set, signs every envelope and makes receivers drop
 	// (and count) envelopes whose signature is missing or wrong.
 	HMACSecret []byte `yaml:"hmacSecret" help:"when set, rate envelopes and bus messages are signed (HMAC-SHA256) and unsigned or badly signed ones are dropped; the same on every instance"`
-	// Subjects optionally reports this instance's subscriber counts per
-	// topic. It is called once per broadcast tick (and at Activate); its
-	// top-N by count is broadcast as "subs", and the whole list is the local
-	// part of SubscribersOf unless LocalSubscribers is set. Nil: no "subs"
-	// field and no local part.
-	Subjects func() []SubjectCount `yaml:"-"`
-	// LocalSubscribers optionally answers the live local subscriber count
-	// of one topic. When set, SubscribersOf uses it for the local part
-	// instead of the list Subjects returned on the last tick. It runs on the
-	// caller's goroutine, so it must be cheap and must not call back into
-	// the Aggregator.
-	LocalSubscribers func(topic string) int `yaml:"-"`
 	// Breaker guards the publish call. Nil: NewBreaker(3, 2*PublishInterval, Now).
 	Breaker Breaker `yaml:"-"`
 	// Metrics receives the cluster_* metrics. Nil: metrics.NewDiscard().

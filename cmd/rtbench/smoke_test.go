@@ -35,12 +35,11 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		node.Shutdown(context.Background())
+		if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
 			t.Errorf("serve: %v", err)
 		}
 	})
