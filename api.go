@@ -1,6 +1,7 @@
 package rtserver
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/serverapi"
 )
 
@@ -81,6 +83,14 @@ func (b apiBackend) Disconnect(user string) error { return b.n.Server.Disconnect
 
 func (b apiBackend) Unsubscribe(user, topic string) error {
 	return b.n.Server.Unsubscribe(user, topic)
+}
+
+func (b apiBackend) Presence(ctx context.Context, topic, cursor string) (presence.Page, error) {
+	return b.n.Server.Presence(ctx, topic, cursor)
+}
+
+func (b apiBackend) PresenceStats(ctx context.Context, topic string) (presence.Stats, error) {
+	return b.n.Server.PresenceStats(ctx, topic)
 }
 
 func (b apiBackend) Draining() bool { return b.n.Server.Draining() }

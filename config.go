@@ -16,6 +16,7 @@ import (
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/conf"
 	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
 	"github.com/rtserver/rtserver/rpcproxy"
@@ -39,6 +40,7 @@ type Config struct {
 	Handshake   handshake.Config    `yaml:"handshake"`
 	Auth        Auth                `yaml:"auth"`
 	Topics      access.Config       `yaml:"topics"`
+	Presence    presence.Config     `yaml:"presence"`
 	Limits      server.Config       `yaml:"limits"`
 	Pressure    pressure.Config     `yaml:"pressure"`
 	PublishRate publishrate.Options `yaml:"publishRate"`
@@ -127,6 +129,7 @@ func DefaultConfig() Config {
 		Handshake:   handshake.DefaultConfig(),
 		Auth:        Auth{JWT: JWT{RefreshNotice: 30 * time.Second}},
 		Topics:      access.DefaultConfig(),
+		Presence:    presence.DefaultConfig(),
 		Limits:      server.DefaultConfig(),
 		Pressure:    pressure.DefaultConfig(),
 		PublishRate: publishrate.DefaultOptions(),
@@ -174,6 +177,7 @@ func (c Config) Validate() error {
 	nonNegativeDur("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
 	p.Join(c.Auth.JWT.Validate())
 	p.Join(c.Topics.Validate())
+	p.Join(c.Presence.Validate())
 	p.Join(c.Limits.Validate())
 	p.Join(c.Pressure.Validate())
 	p.Join(c.PublishRate.Validate())

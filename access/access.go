@@ -108,17 +108,23 @@ type rule [2][]grant
 type namespace struct {
 	pat  pattern
 	rule rule
+	keep keeps
 }
+
+// keeps is what a rule's topics keep beside their grants.
+type keeps struct{ presence, joinLeave bool }
 
 // Checker answers access questions. Create it with New; it is safe for
 // concurrent use.
 type Checker struct {
-	ns     []namespace
-	def    rule
-	proxy  *proxy // nil unless a rule lists the proxy grant
-	denied [2]prometheus.Counter
-	log    *slog.Logger
-	anyPub bool
+	ns      []namespace
+	def     rule
+	defKeep keeps
+	keepAny bool   // some rule keeps presence or joinLeave
+	proxy   *proxy // nil unless a rule lists the proxy grant
+	denied  [2]prometheus.Counter
+	log     *slog.Logger
+	anyPub  bool
 }
 
 // New validates cfg (every problem at once, as *ConfigError values joined)
@@ -167,17 +173,42 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
 	}
 	for _, n := range cfg.Namespaces {
 		p, _ := compilePattern(n.Pattern) // validated above
-		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule)})
+		k := keeps{n.Presence, n.JoinLeave}
+		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k})
+		c.keepAny = c.keepAny || k != keeps{}
 	}
 	def := anyRule
 	if cfg.Default != nil {
 		def = *cfg.Default
 	}
 	c.def = compile(def)
+	c.defKeep = keeps{def.Presence, def.JoinLeave}
+	c.keepAny = c.keepAny || c.defKeep != keeps{}
 	if usesProxy {
 		c.proxy = newProxy(cfg.Proxy, m, log)
 	}
 	return c, nil
+}
+
+// KeepsPresence reports whether some rule keeps presence or joinLeave.
+func (c *Checker) KeepsPresence() bool { return c.keepAny }
+
+// Presence reports what topic keeps: its presence, and join/leave diffs
+// for its subscribers. The first namespace whose pattern has the topic's
+// shape decides ({user} standing for any one non-empty run without '/'),
+// whoever asks: a topic's presence is one for all its subscribers.
+func (c *Checker) Presence(topic string) (presence, joinLeave bool) {
+	if !c.keepAny || protocol.Reserved(topic) {
+		return false, false
+	}
+	k := c.defKeep
+	for i := range c.ns {
+		if c.ns[i].pat.matchShape(topic) {
+			k = c.ns[i].keep
+			break
+		}
+	}
+	return k.presence, k.joinLeave
 }
 
 // PublishableByAny reports whether some rule lets anyone, anonymous

@@ -326,3 +326,43 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestPresenceByShape: what a topic keeps is decided by the first
+// namespace with the topic's shape, whoever asks ({user} stands for any
+// one run without '/'), else by the default.
+func TestPresenceByShape(t *testing.T) {
+	c, err := New(Config{
+		Namespaces: []Namespace{
+			{Pattern: "user:{user}", Rule: Rule{Subscribe: []string{GrantOwner}, Presence: true}},
+			{Pattern: "room:*", Rule: Rule{Subscribe: []string{GrantAny}, Presence: true, JoinLeave: true}},
+			{Pattern: "quiet:*", Rule: Rule{Subscribe: []string{GrantAny}}},
+		},
+		Default: &Rule{Subscribe: []string{GrantAny}, JoinLeave: true},
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.KeepsPresence() {
+		t.Fatal("KeepsPresence false")
+	}
+	for _, tt := range []struct {
+		give                string
+		presence, joinLeave bool
+	}{
+		{"user:alice", true, false},
+		{"user:a/b", false, true}, // not the shape: the default decides
+		{"room:1", true, true},
+		{"quiet:1", false, false},
+		{"other", false, true},
+		{"__room:1", false, false},
+	} {
+		p, jl := c.Presence(tt.give)
+		if p != tt.presence || jl != tt.joinLeave {
+			t.Errorf("Presence(%q) = %v, %v; want %v, %v", tt.give, p, jl, tt.presence, tt.joinLeave)
+		}
+	}
+	plain, _ := New(Config{}, nil, nil)
+	if plain.KeepsPresence() {
+		t.Error("the zero Config keeps presence")
+	}
+}

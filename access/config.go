@@ -11,6 +11,12 @@ import (
 type Rule struct {
 	Subscribe []string `yaml:"subscribe" help:"grants, any of which lets a client subscribe: any, authenticated, owner (in a namespace whose pattern holds {user}: the user whose id is the topic's part in its place), claim (the token's topics claim), proxy (ask topics.proxy.url); empty: nobody"`
 	Publish   []string `yaml:"publish" help:"grants, any of which lets a client publish (same words); empty: nobody (the server API still may)"`
+	// Presence keeps who is subscribed to the topics, fleet-wide
+	// (docs/presence.md); JoinLeave sends their subscribers coalesced
+	// join/leave diffs. Both are decided by the topic's shape, whoever
+	// asks (Checker.Presence).
+	Presence  bool `yaml:"presence" help:"keep the topics' presence: who is subscribed, fleet-wide (methods presence and presenceStats, docs/presence.md)"`
+	JoinLeave bool `yaml:"joinLeave" help:"send the topics' subscribers coalesced presence notifications of joins and leaves, at most one per presence.diffInterval"`
 }
 
 // Namespace is a set of topics (Pattern) and its grants.

@@ -83,6 +83,9 @@ type Metrics struct {
 	TopicProxyErrors *prometheus.CounterVec // reason: proxy grant questions that failed (decided by topics.proxy.fail)
 
 	APIRequests *prometheus.CounterVec // method, code: server API calls (docs/server-api.md)
+
+	PresenceEntries   prometheus.Gauge   // this instance's entries in presence topics (docs/presence.md)
+	PresenceDiffsSent prometheus.Counter // presence notifications queued to clients
 }
 
 // New creates every metric and registers it, with the Go and process
@@ -128,6 +131,9 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 		TopicProxyErrors: f.counterVec("topic_proxy_errors_total", "Questions to the topic grant proxy that failed and were decided by topics.proxy.fail, by reason.", "reason"),
 
 		APIRequests: f.counterVec("api_requests_total", "Server API calls, by method (unknown methods as \"unknown\") and HTTP status code.", "method", "code"),
+
+		PresenceEntries:   f.gauge("presence_entries", "This instance's connections present in presence topics (one per connection and topic)."),
+		PresenceDiffsSent: f.counter("presence_diffs_sent_total", "Presence join/leave notifications queued to clients."),
 	}
 	m.TopicDenied.WithLabelValues(ActionSubscribe)
 	m.TopicDenied.WithLabelValues(ActionPublish)

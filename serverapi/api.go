@@ -2,6 +2,7 @@ package serverapi
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -14,9 +15,11 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/jsonexact"
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -33,6 +36,11 @@ type Backend interface {
 	Unsubscribe(user, topic string) error
 	// Info describes this instance and the fleet it sees.
 	Info() Info
+	// Presence lists a page of topic's presence after cursor, and
+	// PresenceStats counts it (docs/presence.md); presence.ErrOff for a
+	// topic that keeps no presence (400).
+	Presence(ctx context.Context, topic, cursor string) (presence.Page, error)
+	PresenceStats(ctx context.Context, topic string) (presence.Stats, error)
 	// Draining reports whether this instance is draining: calls answer 503.
 	Draining() bool
 }
@@ -72,6 +80,10 @@ const (
 	MethodDisconnect  = "disconnect"
 	MethodUnsubscribe = "unsubscribe"
 	MethodInfo        = "info"
+	// MethodPresence and MethodPresenceStats take the client methods'
+	// params and answer their results.
+	MethodPresence      = "presence"
+	MethodPresenceStats = "presenceStats"
 	// unknownMethod is the method label of paths that name no method.
 	unknownMethod = "unknown"
 )
@@ -122,9 +134,10 @@ func New(o Options) (*Handler, error) {
 
 // apiError is an error answer: the HTTP status and the JSON-RPC error.
 type apiError struct {
-	status  int
-	code    int
-	message string
+	status     int
+	code       int
+	message    string
+	retryAfter bool // a 503 the caller should retry: Retry-After: 1
 }
 
 func fail(status, code int, format string, args ...any) *apiError {
@@ -150,6 +163,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if aerr != nil {
 		status = aerr.status
+		if aerr.retryAfter {
+			hdr.Set("Retry-After", "1")
+		}
 		var b []byte
 		b = append(b, `{"error":{"code":`...)
 		b = strconv.AppendInt(b, int64(aerr.code), 10)
@@ -168,7 +184,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func known(name string) bool {
 	switch name {
-	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo:
+	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo, MethodPresence, MethodPresenceStats:
 		return true
 	}
 	return false
@@ -189,7 +205,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 		return nil, fail(http.StatusServiceUnavailable, protocol.CodeOverloaded, "draining")
 	}
 	if !known(name) {
-		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, disconnect, unsubscribe or info)", name)
+		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, disconnect, unsubscribe, info, presence or presenceStats)", name)
 	}
 	buf := bufpool.Get()
 	defer bufpool.Put(buf)
@@ -206,6 +222,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 		return h.disconnect(body)
 	case MethodUnsubscribe:
 		return h.unsubscribe(body)
+	case MethodPresence, MethodPresenceStats:
+		return h.presence(r.Context(), name, body)
 	default:
 		return h.info()
 	}
@@ -298,8 +316,17 @@ func checkUser(user string) *apiError {
 	return nil
 }
 
+// unavailable answers a call the Backend could not carry out now: 503
+// with Retry-After, -32001 when the cross-instance bus could not take the
+// message (it was delivered nowhere: retrying cannot duplicate it).
 func (h *Handler) unavailable(err error) *apiError {
-	return fail(http.StatusServiceUnavailable, protocol.CodeInternal, "%v", err)
+	code := protocol.CodeInternal
+	if errors.Is(err, bus.ErrQueueFull) || errors.Is(err, bus.ErrDegraded) {
+		code = protocol.CodeOverloaded
+	}
+	e := fail(http.StatusServiceUnavailable, code, "%v", err)
+	e.retryAfter = true
+	return e
 }
 
 func (h *Handler) publish(body []byte) ([]byte, *apiError) {
@@ -400,6 +427,43 @@ func (h *Handler) info() ([]byte, *apiError) {
 	b, err := json.Marshal(struct {
 		Result Info `json:"result"`
 	}{h.b.Info()})
+	if err != nil {
+		return nil, fail(http.StatusInternalServerError, protocol.CodeInternal, "%v", err)
+	}
+	return b, nil
+}
+
+func (h *Handler) presence(ctx context.Context, name string, body []byte) ([]byte, *apiError) {
+	m, aerr := members(body, "topic", "cursor")
+	if aerr != nil {
+		return nil, aerr
+	}
+	var p struct{ Topic, Cursor string }
+	if p.Topic, aerr = stringParam("topic", m[0]); aerr != nil {
+		return nil, aerr
+	}
+	if p.Cursor, aerr = stringParam("cursor", m[1]); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkTopic("topic", p.Topic); aerr != nil {
+		return nil, aerr
+	}
+	var v any
+	var err error
+	if name == MethodPresence {
+		v, err = h.b.Presence(ctx, p.Topic, p.Cursor)
+	} else {
+		v, err = h.b.PresenceStats(ctx, p.Topic)
+	}
+	if errors.Is(err, presence.ErrOff) {
+		return nil, badParams("topic: %v", err)
+	}
+	if err != nil {
+		return nil, h.unavailable(err)
+	}
+	b, err := json.Marshal(struct {
+		Result any `json:"result"`
+	}{v})
 	if err != nil {
 		return nil, fail(http.StatusInternalServerError, protocol.CodeInternal, "%v", err)
 	}
