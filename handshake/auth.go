@@ -182,12 +182,12 @@ type claims struct {
 var claimNames = [...]string{"sub", "exp", "nbf", "iat", "aud", "iss", "jti", "topics"}
 
 // UnmarshalJSON reads the claims by the rule every other JSON the server
-// reads follows (package jsonexact, docs/protocol.md): names exact. encoding/json alone would
-// take "SUB" for "sub" and keep the last of a repeated one, so a token
-// whose issuer copies user-chosen keys into it could name another user to
-// this server than to a backend that reads the same token exactly. A
-// token holding a case variant of a claim the server reads, or one such
-// claim twice, is refused.
+// reads follows (package jsonexact, docs/protocol.md): names exact.
+// encoding/json alone would take "SUB" for "sub" and keep the last of a
+// repeated one, so a token whose issuer copies user-chosen keys into it
+// could name another user to this server than to a backend that reads
+// the same token exactly. A token holding a case variant of a claim the
+// server reads, or one such claim twice, is refused.
 func (c *claims) UnmarshalJSON(b []byte) error {
 	if err := checkClaimNames(b); err != nil {
 		return err
