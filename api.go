@@ -21,6 +21,7 @@ func (n *Node) mountAPI() error {
 	h, err := serverapi.New(serverapi.Options{
 		Key:          n.cfg.API.Key,
 		MaxBodyBytes: n.cfg.Limits.MaxMessageBytes,
+		MaxJSONDepth: n.cfg.Limits.MaxJSONDepth,
 		Backend:      apiBackend{n},
 		Metrics:      n.Metrics,
 		Logger:       n.log,

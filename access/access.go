@@ -229,10 +229,10 @@ func (c *Checker) decide(ctx context.Context, q Question) Decision {
 	if protocol.Reserved(q.Topic) || q.Action > Publish {
 		return Deny
 	}
-	r := &c.def
+	r, pat := &c.def, (*pattern)(nil)
 	for i := range c.ns {
-		if c.ns[i].pat.match(q.Topic, q.User) {
-			r = &c.ns[i].rule
+		if c.ns[i].pat.match(q.Topic) {
+			r, pat = &c.ns[i].rule, &c.ns[i].pat
 			break
 		}
 	}
@@ -241,10 +241,13 @@ func (c *Checker) decide(ctx context.Context, q Question) Decision {
 		switch g.kind {
 		case kindAny:
 			return Allow
-		case kindAuthenticated, kindOwner:
-			// owner is only valid in a namespace whose pattern holds
-			// {user}, and such a pattern matches only its own user.
+		case kindAuthenticated:
 			if q.User != "" {
+				return Allow
+			}
+		case kindOwner:
+			// Only valid in a namespace whose pattern holds {user}.
+			if pat.owns(q.Topic, q.User) {
 				return Allow
 			}
 		case kindClaim:

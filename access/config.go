@@ -9,7 +9,7 @@ import (
 // Rule lists the grants of each action; any of them allows, an empty list
 // allows nobody.
 type Rule struct {
-	Subscribe []string `yaml:"subscribe" help:"grants, any of which lets a client subscribe: any, authenticated, owner (in a namespace whose pattern holds {user}), claim (the token's topics claim), proxy (ask topics.proxy.url); empty: nobody"`
+	Subscribe []string `yaml:"subscribe" help:"grants, any of which lets a client subscribe: any, authenticated, owner (in a namespace whose pattern holds {user}: the user whose id is the topic's part in its place), claim (the token's topics claim), proxy (ask topics.proxy.url); empty: nobody"`
 	Publish   []string `yaml:"publish" help:"grants, any of which lets a client publish (same words); empty: nobody (the server API still may)"`
 	// Presence keeps who is subscribed to the topics, fleet-wide
 	// (docs/presence.md); JoinLeave sends their subscribers coalesced
@@ -22,9 +22,11 @@ type Rule struct {
 // Namespace is a set of topics (Pattern) and its grants.
 type Namespace struct {
 	// Pattern is a path.Match glob ('*' matches any run of characters but
-	// '/') holding at most one "{user}", which matches exactly the
-	// connection's user and never an anonymous connection.
-	Pattern string `yaml:"pattern" help:"path.Match glob of topics ('*' stops at '/'); may hold {user} once, which matches exactly the connection's user (JWT sub) and never an anonymous connection"`
+	// '/') holding at most one "{user}". A {user} pattern decides every
+	// topic of its shape ({user} read as one or more characters but '/'),
+	// whoever asks; its owner grant allows only the user whose id is the
+	// topic's run in {user}'s place (docs/access-control.md).
+	Pattern string `yaml:"pattern" help:"path.Match glob of topics ('*' stops at '/'); may hold {user} once (between literal characters or the ends): the namespace then decides every topic of its shape, {user} read as one or more characters but '/', whoever asks"`
 	Rule    `yaml:",inline"`
 }
 

@@ -173,7 +173,9 @@ func (s *Server) Handle(method string, h Handler) {
 // Publish sends data (valid JSON) to every subscriber of topic, on this
 // instance and, through the bus, on the others: what a client's publish
 // does, for application handlers. It skips the message tier (the caller
-// is trusted) and counts as a published message for PUBLISH_RATE.
+// is trusted) and counts as a published message for PUBLISH_RATE. A bus
+// error (bus.ErrQueueFull, bus.ErrDegraded) means it was delivered
+// nowhere.
 func (s *Server) Publish(topic string, data json.RawMessage) error {
 	if msg := protocol.CheckTopic(topic); msg != "" {
 		return errors.New("server: " + msg)
@@ -182,6 +184,14 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		return errors.New("server: data is not valid JSON in UTF-8")
 	}
 	data = compactData(data)
+	// The bus first: what it refuses (full, or Redis down) is delivered
+	// nowhere, and the caller hears why (docs/cluster.md).
+	if err := s.bus.Publish(topic, data); err != nil {
+		if s.pressure != nil {
+			s.pressure.RecordBusShed()
+		}
+		return err
+	}
 	// Whether more publishes follow is unknown here (a handler in a
 	// loop, the bus draining a backlog): treat it as a burst, so a large
 	// topic's deliveries go to writers on every core, never all through
@@ -190,7 +200,7 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
-	return s.bus.Publish(topic, data)
+	return nil
 }
 
 // Counts reports open connections and subscriptions, for the pressure

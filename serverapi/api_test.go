@@ -204,6 +204,13 @@ func TestErrors(t *testing.T) {
 		{"one bad topic", "POST", "broadcast", auth, `{"topics":["a","__b"],"data":1}`, 400, -32602, "broadcast"},
 		{"missing user", "POST", "disconnect", auth, `{}`, 400, -32602, "disconnect"},
 		{"unsubscribe no topic", "POST", "unsubscribe", auth, `{"user":"u"}`, 400, -32602, "unsubscribe"},
+		// One decoding rule, the client protocol's: names exact, a
+		// repeated member refused, nesting bounded.
+		{"case-folded name", "POST", "publish", auth, `{"Topic":"a","data":1}`, 400, -32602, "publish"},
+		{"repeated topic", "POST", "publish", auth, `{"topic":"a","topic":"b","data":1}`, 400, -32600, "publish"},
+		{"repeated user", "POST", "disconnect", auth, `{"user":"a","user":"b"}`, 400, -32600, "disconnect"},
+		{"null user", "POST", "disconnect", auth, `{"user":null}`, 400, -32602, "disconnect"},
+		{"topics of numbers", "POST", "broadcast", auth, `{"topics":[1],"data":1}`, 400, -32602, "broadcast"},
 		{"presence no topic", "POST", "presence", auth, `{}`, 400, -32602, "presence"},
 		{"presence cursor not string", "POST", "presence", auth, `{"topic":"a","cursor":1}`, 400, -32602, "presence"},
 		{"presenceStats reserved topic", "POST", "presenceStats", auth, `{"topic":"__a"}`, 400, -32602, "presenceStats"},
@@ -233,8 +240,17 @@ func TestErrors(t *testing.T) {
 	if a := call(t, srv2, "POST", "disconnect", auth, `{"user":"`+strings.Repeat("u", MaxUserLen+1)+`"}`); a.status != 400 || a.Error.Code != -32602 {
 		t.Errorf("long user: %d %+v", a.status, a.Error)
 	}
+	deep := func(n int) string {
+		return `{"topic":"a","data":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`
+	}
+	if a := call(t, srv2, "POST", "publish", auth, deep(64)); a.status != 400 || a.Error.Code != -32600 {
+		t.Errorf("data 65 levels deep: %d %+v", a.status, a.Error)
+	}
 	if got := rec2.take(); len(got) != 0 {
 		t.Errorf("rejected calls reached the backend: %d calls", len(got))
+	}
+	if a := call(t, srv2, "POST", "publish", auth, deep(63)); a.status != 200 {
+		t.Errorf("data 64 levels deep: %d %+v", a.status, a.Error)
 	}
 }
 
