@@ -82,7 +82,7 @@ type RedisOptions struct {
 }
 
 const (
-	defaultQueueSize    = 8192
+	defaultQueueSize = 8192
 	// defaultDeliverQueue is the receive side's slack: a receiving
 	// instance does a topic's whole fan-out per message, while its
 	// sender only wrote it once, so a sender outruns it whenever its CPU
