@@ -375,4 +375,3 @@ admission:
 	}
 	wstest.MustOK(t, c.Call("gen", `{"n":3}`))
 }
-
