@@ -74,7 +74,7 @@ type JWT struct {
 type RPC struct {
 	// Proxy forwards methods with no Go handler to an HTTP backend; an
 	// empty URL turns it off (-32601).
-	Proxy rpcproxy.Options `yaml:"proxy"`
+	Proxy rpcproxy.Config `yaml:"proxy"`
 }
 
 // API is the server API for backends (api.*, docs/server-api.md).
@@ -133,7 +133,7 @@ func DefaultConfig() Config {
 		Limits:      server.DefaultConfig(),
 		Pressure:    pressure.DefaultConfig(),
 		PublishRate: publishrate.DefaultOptions(),
-		RPC:         RPC{Proxy: rpcproxy.DefaultOptions()},
+		RPC:         RPC{Proxy: rpcproxy.DefaultConfig()},
 		Drain:       Drain{Duration: 10 * time.Second},
 		Log:         Log{Format: "text", Level: "info"},
 	}

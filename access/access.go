@@ -128,11 +128,12 @@ type Checker struct {
 }
 
 // New validates cfg (every problem at once, as *ConfigError values joined)
-// and compiles it. m nil means metrics.NewDiscard(); log nil discards.
-func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
+// and compiles it.
+func New(cfg Config, deps Deps) (*Checker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	m, log := deps.Metrics, deps.Logger
 	if m == nil {
 		m = metrics.NewDiscard()
 	}

@@ -112,7 +112,7 @@ func newHarness(t interface{ Helper() }, cfg Config) *harness {
 	}
 	cfg.Now = h.clock.Now
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
-	h.mon = New(cfg, metrics.New(h.reg, ""), log)
+	h.mon = mustNew(cfg, Deps{Metrics: metrics.New(h.reg, ""), Logger: log})
 	h.mon.counts = h.counts.get // as Run would hand it over
 	h.mon.readRuntime = h.rt.read
 	return h
@@ -168,7 +168,7 @@ func TestReasonStringRoundTrip(t *testing.T) {
 }
 
 func TestSnapshotNeverNil(t *testing.T) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	s := mon.Snapshot()
 	if s == nil || s.Reason != None {
 		t.Fatalf("initial snapshot = %+v", s)
@@ -603,7 +603,7 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 250 * time.Millisecond
 		start := time.Now()
-		mon := New(Config{SampleInterval: interval}, metrics.NewDiscard(), nil)
+		mon := mustNew(Config{SampleInterval: interval}, Deps{Metrics: metrics.NewDiscard()})
 		var mu sync.Mutex
 		var at []time.Duration
 		mon.OnSample(func(s *Snapshot) {
@@ -713,7 +713,7 @@ func TestConcurrentRecordExactTotals(t *testing.T) {
 }
 
 func TestRecordAttemptExistingTopicAllocatesNothing(t *testing.T) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	topic, user := "chat:room-7", "alice"
 	mon.RecordAttempt(topic, user, 10)
 	if n := testing.AllocsPerRun(1000, func() { mon.RecordAttempt(topic, user, 10) }); n != 0 {
@@ -759,4 +759,13 @@ func TestCounterFillsACacheLine(t *testing.T) {
 	if s := unsafe.Sizeof(counter{}); s != 64 {
 		t.Fatalf("counter is %d bytes, want 64", s)
 	}
+}
+
+// mustNew is New for a configuration the test knows is valid.
+func mustNew(cfg Config, deps Deps) *Monitor {
+	m, err := New(cfg, deps)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }

@@ -541,7 +541,10 @@ func TestWithPressureMonitor(t *testing.T) {
 	clk := newFakeClock()
 	cfg := pressure.DefaultConfig()
 	cfg.Now = clk.Now
-	mon := pressure.New(cfg, metrics.NewDiscard(), discardLog)
+	mon, err := pressure.New(cfg, pressure.Deps{Metrics: metrics.NewDiscard(), Logger: discardLog})
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := newOffline(t, mon, Options{Now: clk.Now, InstanceID: "me"})
 	for range 50 {
 		mon.RecordAttempt("chat", "alice", 100)

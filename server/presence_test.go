@@ -40,7 +40,7 @@ func startPresenceServer(t *testing.T, broker *bus.MemoryBroker, store presence.
 	}
 	checker, err := access.New(access.Config{Namespaces: []access.Namespace{
 		{Pattern: "room:secret", Rule: access.Rule{Subscribe: []string{}, Publish: []string{}}},
-	}}, m, nil)
+	}}, access.Deps{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
