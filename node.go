@@ -76,14 +76,17 @@ func New(cfg Config) (*Node, error) {
 	// forged envelopes): one line per kind per interval, with a count.
 	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
 	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{})}
-	n.metrics = metrics.New(cfg.Registry, cfg.Metrics.Namespace)
+	m, err := metrics.New(cfg.Registry, cfg.Metrics.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("rtserver: %w", err)
+	}
+	n.metrics = m
 
 	hs := cfg.Handshake
 	hs.JWT = cfg.Auth.JWT.JWT
 	if hs.Logger == nil {
 		hs.Logger = log
 	}
-	var err error
 	if n.gate, err = handshake.New(hs, n.metrics); err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}

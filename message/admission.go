@@ -2,10 +2,10 @@ package message
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -236,12 +236,10 @@ func (c *Class) loadSnapshot() *pressure.Snapshot {
 	return emptySnapshot
 }
 
-// jitter is the retry hint for a rejection that has no exact wait of its
+// retryHint is the retry hint for a rejection that has no exact wait of its
 // own: uniform in [base/2, 3*base/2), so shed clients do not come back in
-// step; never below 1ms, so retryAfterMs is never zero. math/rand/v2's
-// top-level functions use the runtime's per-thread generator: no lock, no
-// allocation.
-func (a *Admission) jitter() time.Duration {
+// step; never below 1ms, so the hint on the wire is never zero.
+func (a *Admission) retryHint() time.Duration {
 	b := a.retryBase
-	return max(b/2+time.Duration(rand.Int64N(int64(b))), time.Millisecond)
+	return max(retryhint.Jitter(b/2, b), time.Millisecond)
 }

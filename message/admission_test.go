@@ -54,7 +54,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry(), "") }
+func newMetrics() *metrics.Metrics { return metrics.NewDiscard() }
 
 func mustRegister(t testing.TB, a *Admission, name string, r Rule) *Class {
 	t.Helper()
@@ -596,7 +596,11 @@ func TestRegisterValidation(t *testing.T) {
 // Register pre-creates exactly the counter children the rule can move, so
 // series exist at zero and Check never creates one.
 func TestMetricSeriesResolvedAtRegister(t *testing.T) {
-	m := newMetrics()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := New(Options{Snapshot: newPressure(pressure.None).Snapshot, Metrics: m})
 	mustRegister(t, a, "a", Rule{Reasons: []pressure.Reason{pressure.Memory, pressure.Subscribers}})
 	mustRegister(t, a, "b", Rule{
@@ -615,7 +619,7 @@ func TestMetricSeriesResolvedAtRegister(t *testing.T) {
 	if got := testutil.CollectAndCount(m.AdmissionErrors); got != 1 {
 		t.Errorf("error series = %d, want 1", got)
 	}
-	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP admission_rejected_total Message-tier calls shed, by class and binding reason.
 # TYPE admission_rejected_total counter
 admission_rejected_total{class="a",reason="MEMORY"} 0
@@ -635,7 +639,7 @@ func TestJitter(t *testing.T) {
 		lo, hi := max(base/2, time.Millisecond), max(base*3/2, time.Millisecond+1)
 		seen := map[time.Duration]bool{}
 		for range 1000 {
-			d := a.jitter()
+			d := a.retryHint()
 			if d < lo || d >= hi {
 				t.Fatalf("base %v: jitter %v outside [%v, %v)", base, d, lo, hi)
 			}

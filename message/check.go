@@ -109,7 +109,7 @@ func (c *Class) Check(call *Call) Decision {
 			return Combine(d, Decision{
 				Limit:      limit,
 				Remaining:  0,
-				RetryAfter: c.a.jitter(),
+				RetryAfter: c.a.retryHint(),
 				Reason:     ReasonConcurrency,
 			})
 		}
@@ -146,7 +146,7 @@ func (c *Class) reject(code reasonCode) Decision {
 	return Decision{
 		Limit:      math.MaxInt64,
 		Remaining:  math.MaxInt64,
-		RetryAfter: c.a.jitter(),
+		RetryAfter: c.a.retryHint(),
 		Reason:     codeText[code],
 	}
 }

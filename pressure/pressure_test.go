@@ -101,7 +101,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newHarness(t interface{ Helper() }, cfg Config) *harness {
+func newHarness(t interface {
+	Helper()
+	Fatal(...any)
+}, cfg Config) *harness {
 	t.Helper()
 	h := &harness{
 		clock:  &fakeClock{t: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)},
@@ -112,7 +115,11 @@ func newHarness(t interface{ Helper() }, cfg Config) *harness {
 	}
 	cfg.Now = h.clock.Now
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
-	h.mon = mustNew(cfg, Deps{Metrics: metrics.New(h.reg, ""), Logger: log})
+	m, err := metrics.New(h.reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mon = mustNew(cfg, Deps{Metrics: m, Logger: log})
 	h.mon.counts = h.counts.get // as Run would hand it over
 	h.mon.readRuntime = h.rt.read
 	return h

@@ -55,6 +55,10 @@ type Aggregator struct {
 	// old could still pass the clock window: a captured envelope is never
 	// accepted twice. See accept.
 	seen map[string]int64
+	// ignored is when each instance left out by MaxInstances was last
+	// heard from, for cluster_publish_rate_instances_ignored: at most
+	// MaxInstances entries, forgotten after StaleAfter like siblings.
+	ignored map[string]time.Time
 
 	// life serialises Activate and Deactivate.
 	life   sync.Mutex
@@ -65,7 +69,7 @@ type Aggregator struct {
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
 	received, parseErrors, outdated, instIgnored atomic.Uint64
 
-	logParse, logPublish, logSkip, logInstances, logRecv, logClock logLimit
+	logParse, logPublish, logSkip, logInstances, logClock logLimit
 }
 
 // Stats are counters kept beside the Prometheus metrics, for things
@@ -77,7 +81,7 @@ type Stats struct {
 	Received         uint64 // sibling envelopes accepted (cluster_publish_rate_received_total)
 	ParseErrors      uint64 // envelopes dropped: oversize, malformed, unsigned, forged
 	Outdated         uint64 // sibling envelopes dropped: ts not newer than the last accepted from the sender, or too far from this clock (a replay)
-	InstancesIgnored uint64 // envelopes from new instances past MaxInstances
+	InstancesIgnored uint64 // envelopes from new instances past MaxInstances (cluster_publish_rate_ignored_total)
 	Instances        int    // fresh siblings in the current view
 }
 
@@ -103,6 +107,7 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		maxList: max(2*opts.TopN, 64),
 		mg:      newMerger(),
 		seen:    map[string]int64{},
+		ignored: map[string]time.Time{},
 		latest:  local.Snapshot(),
 		win:     newWindow(max(8*opts.TopN, 256), now),
 	}
@@ -183,6 +188,8 @@ func (a *Aggregator) Deactivate() {
 	a.mu.Lock()
 	a.active = false
 	a.mg.dropAll()
+	clear(a.ignored)
+	a.m.ClusterInstancesIgnored.Set(0)
 	a.mg.setLocalSubs(nil)
 	a.win.reset(now)
 	a.mergeLocked(now)
@@ -296,19 +303,34 @@ func (a *Aggregator) receive(payload []byte) {
 	if _, ok := a.mg.remotes[e.InstanceID]; !ok && len(a.mg.remotes) >= a.opts.MaxInstances {
 		a.mergeLocked(now) // forgets stale siblings, freeing room
 		if len(a.mg.remotes) >= a.opts.MaxInstances {
-			a.instIgnored.Add(1)
-			if a.logInstances.allow(now) {
-				a.log.Warn("ignoring envelope from a new instance: MaxInstances siblings tracked",
-					"from", e.InstanceID, "maxInstances", a.opts.MaxInstances)
-			}
+			a.ignoreLocked(e.InstanceID, now)
 			return
 		}
 	}
 	a.seen[e.InstanceID] = e.TS
 	a.mg.put(&remote{id: e.InstanceID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
+	if _, ok := a.ignored[e.InstanceID]; ok {
+		delete(a.ignored, e.InstanceID)
+		a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
+	}
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)
+}
+
+// ignoreLocked counts an envelope from instance id left out because
+// MaxInstances siblings are held. a.mu is held.
+func (a *Aggregator) ignoreLocked(id string, now time.Time) {
+	a.instIgnored.Add(1)
+	a.m.ClusterIgnored.Inc()
+	if _, ok := a.ignored[id]; ok || len(a.ignored) < a.opts.MaxInstances {
+		a.ignored[id] = now
+		a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
+	}
+	if a.logInstances.allow(now) {
+		a.log.Warn("ignoring envelopes from new instances: publishRate.maxInstances siblings held; the cluster view is missing them",
+			"from", id, "maxInstances", a.opts.MaxInstances, "instancesIgnored", len(a.ignored))
+	}
 }
 
 // fresh reports whether e may be accepted: its ts is within
@@ -336,9 +358,9 @@ func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 }
 
 // forgetSeen drops the high-water marks that the clock window alone now
-// enforces: any envelope at or below them is too old to pass. It scans
-// every mark, so it runs on samples and ticks, not per envelope. a.mu is
-// held.
+// enforces (any envelope at or below them is too old to pass), and the
+// ignored instances not heard from within StaleAfter. It scans every
+// entry, so it runs on samples and ticks, not per envelope. a.mu is held.
 func (a *Aggregator) forgetSeen(now time.Time) {
 	oldest := now.Add(-(a.opts.StaleAfter + a.opts.MaxClockSkew)).UnixMilli()
 	for id, ts := range a.seen {
@@ -346,6 +368,12 @@ func (a *Aggregator) forgetSeen(now time.Time) {
 			delete(a.seen, id)
 		}
 	}
+	for id, at := range a.ignored {
+		if now.Sub(at) >= a.opts.StaleAfter {
+			delete(a.ignored, id)
+		}
+	}
+	a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
 }
 
 func (a *Aggregator) tickLoop(ctx context.Context) {

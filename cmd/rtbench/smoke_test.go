@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	rtserver "github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/message"
@@ -24,6 +26,9 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	cfg := rtserver.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = time.Millisecond
+	// As the binary does: the idle probe reads go_goroutines.
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(collectors.NewGoCollector())
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -12,7 +12,7 @@
 //
 // The binary only loads the configuration (rtserver.Config holds every key,
 // default and rule) and sets what is process-wide: the log, go-redis's
-// logger.
+// logger, the Go and process collectors.
 package main
 
 import (
@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver"
@@ -68,6 +70,12 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	// logger is process-wide, so only the binary sets it.
 	redisLog := slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
 	redis.SetLogger(logx.Printf{Logger: redisLog, Msg: "redis client"})
+	// The Go and process collectors belong to the process, not to a node:
+	// the binary registers them beside the node's metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: cfg.Metrics.Namespace}))
+	cfg.Registry = reg
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
