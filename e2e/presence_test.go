@@ -10,6 +10,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -84,7 +85,7 @@ func agree(t *testing.T, topic string, want map[string]int, base string, observe
 	slices.Sort(wantUsers)
 	wantStats := presenceStats{Clients: len(wantUsers), Users: len(want)}
 	var last string
-	waitFor(t, 30*time.Second, "presence to agree", func() bool {
+	testkit.Eventually(t, 30*time.Second, "presence to agree", func() bool {
 		for _, c := range observers {
 			users, _, st := fleetPresence(t, c, topic)
 			if !slices.Equal(users, wantUsers) || st != wantStats {

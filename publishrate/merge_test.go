@@ -10,12 +10,13 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
 
 func TestMergeSumsAcrossInstances(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	m, reg := gatheredMetrics(t)
 	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 100, BytesPerSec: 1000})
 	a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, InstanceID: "self"})
@@ -60,7 +61,7 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 }
 
 func TestMergeUsersAndSubscribers(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	local := &fakeLocal{snap: &pressure.Snapshot{TopUsers: []pressure.UserRate{{User: "alice", MessagesPerSec: 7}}}}
 	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self",
 		Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
@@ -112,7 +113,7 @@ func TestStalenessByReceiverClock(t *testing.T) {
 	const stale = 12 * time.Second
 	for _, off := range []time.Duration{0, -4 * time.Second, 4 * time.Second} {
 		t.Run(fmt.Sprint("sender clock off by ", off), func(t *testing.T) {
-			clk := newFakeClock()
+			clk := testkit.NewClock(testEpoch)
 			m := metrics.NewDiscard()
 			local := newFakeLocal()
 			a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, StaleAfter: stale, PublishInterval: 5 * time.Second})
@@ -169,7 +170,7 @@ func TestStalenessByReceiverClock(t *testing.T) {
 // of StaleAfter+MaxClockSkew).
 func TestReplayedEnvelopesAreDropped(t *testing.T) {
 	const stale, skew = 12 * time.Second, 5 * time.Second
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	local := newFakeLocal()
 	a := newOffline(t, local, Options{Now: clk.Now, StaleAfter: stale, PublishInterval: 5 * time.Second, HMACSecret: secret})
 	signed := func(ts int64) []byte {
@@ -215,7 +216,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 }
 
 func TestBroadcastTickExpiresStale(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, StaleAfter: 3 * time.Second, PublishInterval: time.Second})
 	a.receive(env(t, "A", 1, wireTopic{"hot", 1, 1}))
 	clk.Advance(3 * time.Second)
@@ -270,7 +271,7 @@ func TestTopNCapAndOrder(t *testing.T) {
 }
 
 func TestMaxInstances(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
 	a.receive(env(t, "A", 1, wireTopic{"x", 1, 0}))
 	clk.Advance(5 * time.Second)
@@ -538,7 +539,7 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 // TestWithPressureMonitor wires the real pressure monitor as Local: its
 // samples reach RateOf at once and the broadcast envelope.
 func TestWithPressureMonitor(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	cfg := pressure.DefaultConfig()
 	cfg.Now = clk.Now
 	mon := pressure.New(cfg, nil, metrics.NewDiscard(), discardLog)
