@@ -212,6 +212,8 @@ func (c *Client) dispatch() {
 			if c.opts.OnSystem != nil {
 				c.opts.OnSystem(d.event, d.data)
 			}
+		case "presence":
+			c.presenceDiff(d.data)
 		}
 	}
 }

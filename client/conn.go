@@ -53,7 +53,7 @@ type conn struct {
 
 // delivery is one notification for the handler goroutine.
 type delivery struct {
-	method string // "message" or "system"
+	method string // "message", "system" or "presence"
 	topic  string // message
 	data   json.RawMessage
 	event  string // system
@@ -255,6 +255,8 @@ func (c *Client) notification(cn *conn, m *inbound) bool {
 		}
 		c.systemEvent(p.Event, p.Topic)
 		d.event, d.data = p.Event, m.Params
+	case "presence":
+		d.data = m.Params
 	default:
 		c.opts.Logger.Debug("rtclient: ignoring notification", "method", m.Method)
 		return true

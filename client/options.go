@@ -101,6 +101,11 @@ type Options struct {
 	// that concern it: a refresh started for tokenExpiring (with
 	// TokenFunc), the topic forgotten for unsubscribed.
 	OnSystem func(event string, params json.RawMessage)
+	// OnPresence is called for each presence notification: the coalesced
+	// joins and leaves of a subscribed topic whose namespace has joinLeave
+	// (docs/presence.md). It runs on the handler goroutine, in order with
+	// messages.
+	OnPresence func(d PresenceDiff)
 	// OnState is called on every state change, with the error that caused
 	// it (nil for Connecting, Connected and a Close by the caller). Calls
 	// never overlap and come in order. It must not call Close (which waits

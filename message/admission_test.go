@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -250,55 +249,25 @@ func TestClusterTopPublisher(t *testing.T) {
 	}
 }
 
-func TestSetRatesSwap(t *testing.T) {
-	a := New(Options{}) // no rate source yet: nothing is hot
-	c := mustRegister(t, a, "cb", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 100}})
+// Options.Rates answers the cluster part; without it nothing is hot.
+func TestRatesSource(t *testing.T) {
 	call := Call{Topic: "t"}
-	steps := []struct {
+	for _, tt := range []struct {
 		name string
 		src  RateSource
 		want bool
 	}{
 		{"none", nil, true},
-		{"local monitor: hot", fakeRates{topics: map[string]float64{"t": 150}}, false},
-		{"cluster aggregator: cooled", fakeRates{topics: map[string]float64{"t": 50}}, true},
-		{"cluster aggregator: hot again", fakeRates{topics: map[string]float64{"t": 100}}, false},
-		{"cleared", nil, true},
-	}
-	for _, s := range steps {
-		if s.name != "none" {
-			a.SetRates(s.src)
-		}
-		if d := c.Check(&call); d.Allowed != s.want {
-			t.Errorf("%s: Allowed = %v, want %v", s.name, d.Allowed, s.want)
+		{"hot", fakeRates{topics: map[string]float64{"t": 150}}, false},
+		{"at the threshold", fakeRates{topics: map[string]float64{"t": 100}}, false},
+		{"cool", fakeRates{topics: map[string]float64{"t": 50}}, true},
+	} {
+		a := New(Options{Rates: tt.src})
+		c := mustRegister(t, a, "cb", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 100}})
+		if d := c.Check(&call); d.Allowed != tt.want {
+			t.Errorf("%s: Allowed = %v, want %v", tt.name, d.Allowed, tt.want)
 		}
 	}
-}
-
-// SetRates may run while calls are checked (the aggregator activates late).
-func TestSetRatesConcurrent(t *testing.T) {
-	a := New(Options{})
-	c := mustRegister(t, a, "cb", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 1}})
-	hot := fakeRates{topics: map[string]float64{"t": 2}}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			a.SetRates(hot)
-			a.SetRates(nil)
-		}
-	})
-	call := Call{Topic: "t"}
-	for range 2000 {
-		c.Check(&call)
-	}
-	close(stop)
-	wg.Wait()
 }
 
 func TestRate(t *testing.T) {
@@ -552,7 +521,7 @@ func TestRegisterValidation(t *testing.T) {
 		{"rate strategy", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Strategy: "leakyBucket"}}, false, "rate: strategy"},
 		{"rate scope", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "global"}}, false, "rate: scope"},
 		{"rate cluster sliding", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster", Strategy: "slidingWindow"}}, false, "rate: scope cluster supports strategy gcra only"},
-		{"rate cluster without store", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster"}}, false, "Options.Shared is nil"},
+		{"rate cluster without store", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster"}}, false, "no shared store"},
 		{"rate cluster by conn", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster", By: "conn"}}, false, "rate: scope cluster cannot be by conn"},
 		{"cost cluster by conn", Rule{Cost: &Cost{Budget: 1, Per: time.Second, Of: "bytes", Scope: "cluster", By: "conn"}}, false, "cost: scope cluster cannot be by conn"},
 		{"cost budget", Rule{Cost: &Cost{Per: time.Second, Of: "bytes"}}, false, "cost: budget"},

@@ -65,8 +65,12 @@ type Metrics struct {
 	ClusterReceived    prometheus.Counter
 	ClusterParseErrors prometheus.Counter
 	ClusterInstances   prometheus.Gauge
-	ClusterTopicRate   *TopN // cluster_topic_publish_rate{topic}
-	ClusterTopicBytes  *TopN // cluster_topic_publish_bytes{topic}
+	// Siblings past publishRate.maxInstances: their envelopes, and how
+	// many such instances were heard from within publishRate.staleAfter.
+	ClusterIgnored          prometheus.Counter
+	ClusterInstancesIgnored prometheus.Gauge
+	ClusterTopicRate        *TopN // cluster_topic_publish_rate{topic}
+	ClusterTopicBytes       *TopN // cluster_topic_publish_bytes{topic}
 
 	BusPublished prometheus.Counter
 	BusReceived  prometheus.Counter
@@ -123,12 +127,14 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 		PressureMemoryRatio: f.gauge("pressure_memory_ratio", "Go heap in use divided by the memory limit."),
 		TopicPublishRate:    f.topN("ws_topic_publish_rate", "Publish attempts per second for this instance's top-N topics."),
 
-		ClusterBroadcasts:  f.counter("cluster_publish_rate_broadcasts_total", "Top-publisher envelopes this instance broadcast."),
-		ClusterReceived:    f.counter("cluster_publish_rate_received_total", "Top-publisher envelopes received from sibling instances."),
-		ClusterParseErrors: f.counter("cluster_publish_rate_parse_errors_total", "Top-publisher envelopes dropped as malformed, oversize, unsigned or forged."),
-		ClusterInstances:   f.gauge("cluster_publish_rate_instances", "Sibling instances with a fresh envelope (self excluded)."),
-		ClusterTopicRate:   f.topN("cluster_topic_publish_rate", "Cluster-wide publish attempts per second for the merged top-N topics."),
-		ClusterTopicBytes:  f.topN("cluster_topic_publish_bytes", "Cluster-wide published bytes per second for the merged top-N topics."),
+		ClusterBroadcasts:       f.counter("cluster_publish_rate_broadcasts_total", "Top-publisher envelopes this instance broadcast."),
+		ClusterReceived:         f.counter("cluster_publish_rate_received_total", "Top-publisher envelopes received from sibling instances."),
+		ClusterParseErrors:      f.counter("cluster_publish_rate_parse_errors_total", "Top-publisher envelopes dropped as malformed, oversize, unsigned or forged."),
+		ClusterInstances:        f.gauge("cluster_publish_rate_instances", "Sibling instances with a fresh envelope (self excluded)."),
+		ClusterIgnored:          f.counter("cluster_publish_rate_ignored_total", "Envelopes from new sibling instances ignored because publishRate.maxInstances siblings were held."),
+		ClusterInstancesIgnored: f.gauge("cluster_publish_rate_instances_ignored", "Sibling instances left out of the cluster view by publishRate.maxInstances within the last publishRate.staleAfter."),
+		ClusterTopicRate:        f.topN("cluster_topic_publish_rate", "Cluster-wide publish attempts per second for the merged top-N topics."),
+		ClusterTopicBytes:       f.topN("cluster_topic_publish_bytes", "Cluster-wide published bytes per second for the merged top-N topics."),
 
 		BusPublished: f.counter("bus_messages_published_total", "Messages handed to the cross-instance bus."),
 		BusReceived:  f.counter("bus_messages_received_total", "Messages received from other instances over the bus."),

@@ -84,7 +84,8 @@ func newHarness(t interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.mon = New(cfg, h.counts.get, m, log)
+	h.mon = New(cfg, m, log)
+	h.mon.counts = h.counts.get // as Run would hand it over
 	h.mon.readRuntime = h.rt.read
 	return h
 }
@@ -139,7 +140,7 @@ func TestReasonStringRoundTrip(t *testing.T) {
 }
 
 func TestSnapshotNeverNil(t *testing.T) {
-	mon := New(Config{}, nil, nil, nil)
+	mon := New(Config{}, nil, nil)
 	s := mon.Snapshot()
 	if s == nil || s.Reason != None {
 		t.Fatalf("initial snapshot = %+v", s)
@@ -574,7 +575,7 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 250 * time.Millisecond
 		start := time.Now()
-		mon := New(Config{SampleInterval: interval}, nil, metrics.NewDiscard(), nil)
+		mon := New(Config{SampleInterval: interval}, metrics.NewDiscard(), nil)
 		var mu sync.Mutex
 		var at []time.Duration
 		mon.OnSample(func(s *Snapshot) {
@@ -584,7 +585,7 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 		})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
-		go func() { mon.Run(ctx); close(done) }()
+		go func() { mon.Run(ctx, nil); close(done) }()
 
 		time.Sleep(interval - time.Nanosecond)
 		synctest.Wait()
@@ -684,7 +685,7 @@ func TestConcurrentRecordExactTotals(t *testing.T) {
 }
 
 func TestRecordAttemptExistingTopicAllocatesNothing(t *testing.T) {
-	mon := New(Config{}, nil, nil, nil)
+	mon := New(Config{}, nil, nil)
 	topic, user := "chat:room-7", "alice"
 	mon.RecordAttempt(topic, user, 10)
 	if n := testing.AllocsPerRun(1000, func() { mon.RecordAttempt(topic, user, 10) }); n != 0 {

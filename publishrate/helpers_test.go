@@ -80,7 +80,7 @@ func deadClient(t testing.TB) redis.UniversalClient {
 
 // newOffline returns an aggregator that is marked active but has no Redis
 // goroutines: tests feed it payloads with receive and call collect.
-func newOffline(t testing.TB, local Local, opts Options) *Aggregator {
+func newOffline(t testing.TB, local Local, opts Options, src ...Sources) *Aggregator {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = discardLog
@@ -91,6 +91,9 @@ func newOffline(t testing.TB, local Local, opts Options) *Aggregator {
 	a, err := New(deadClient(t), local, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, s := range src {
+		a.src.Store(&s) // as Activate would hand them over
 	}
 	a.mu.Lock()
 	a.active = true

@@ -16,16 +16,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,18 +83,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 
 	// First signal: drain. Second: close what is left at once.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	ctx, stop := context.WithCancel(context.Background())
-	hard := make(chan struct{})
-	go func() {
-		<-sigs
-		log.Info("signal: draining; send again to stop at once")
-		stop()
-		<-sigs
-		close(hard)
-	}()
-	if err := node.Run(ctx, hard); err != nil {
+	if err := rtserver.RunUntilSignal(node, nil); err != nil {
 		log.Error("rtserver stopped", "err", err)
 		return 1
 	}

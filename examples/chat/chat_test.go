@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/protocol"
 	"github.com/rtserver/rtserver/server"
@@ -51,10 +52,10 @@ func needBrowser(t *testing.T) *browser {
 // testApp is the example running in-process on a loopback port.
 type testApp struct {
 	*app
-	addr     string
-	cancel   context.CancelFunc // starts the drain
-	done     chan struct{}      // serve returned
-	serveErr error
+	addr      string
+	drainOnce sync.Once
+	done      chan struct{} // Serve returned
+	serveErr  error         // nil when Serve stopped by Shutdown
 }
 
 func (a *testApp) url(path string) string { return "http://" + a.addr + path }
@@ -89,10 +90,11 @@ func startApp(t *testing.T, o options, addr string) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ta := &testApp{app: a, addr: ln.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	ta := &testApp{app: a, addr: ln.Addr().String(), done: make(chan struct{})}
 	go func() {
-		ta.serveErr = a.serve(ctx, ln, nil)
+		if err := a.node.Serve(ln); !errors.Is(err, rtserver.ErrNodeClosed) {
+			ta.serveErr = err
+		}
 		close(ta.done)
 	}()
 	t.Cleanup(func() {
@@ -103,7 +105,13 @@ func startApp(t *testing.T, o options, addr string) *testApp {
 	return ta
 }
 
-// stop drains the app (if it is still running) and returns serve's error.
+// cancel starts the drain (once); the node's Shutdown runs until Serve
+// has returned.
+func (a *testApp) cancel() {
+	a.drainOnce.Do(func() { go a.node.Shutdown(context.Background()) })
+}
+
+// stop drains the app (if it is still running) and returns Serve's error.
 func (a *testApp) stop() error {
 	a.cancel()
 	<-a.done

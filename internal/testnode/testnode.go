@@ -17,8 +17,8 @@ import (
 
 // Start builds a node from cfg, runs before on it (handlers registered
 // before serving), and serves it on 127.0.0.1 at a free port; addr is its
-// host:port. The test fails if a step does, or if the node ends with an
-// error other than its context's.
+// host:port. The node shuts down (drain over cfg's drain.duration, then
+// stop) when the test ends. The test fails if a step does.
 func Start(t testing.TB, cfg rtserver.Config, before ...func(*rtserver.Node)) (node *rtserver.Node, addr string) {
 	t.Helper()
 	node, err := rtserver.New(cfg)
@@ -32,12 +32,13 @@ func Start(t testing.TB, cfg rtserver.Config, before ...func(*rtserver.Node)) (n
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		if err := node.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
 			t.Errorf("serve: %v", err)
 		}
 	})
