@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -48,7 +49,7 @@ func BenchmarkReceive(b *testing.B) {
 			secret []byte
 		}{{"steady", false, nil}, {"churn", true, nil}, {"signed", false, []byte("secret")}} {
 			b.Run(fmt.Sprintf("siblings=%d/%s", n, c.name), func(b *testing.B) {
-				clk := newFakeClock()
+				clk := testkit.NewClock(testEpoch)
 				a := newOffline(b, newFakeLocal(), Options{Now: clk.Now, HMACSecret: c.secret, MaxInstances: 2 * n})
 				for i := range n {
 					p, _ := marshalEnvelope(siblingEnvelope(i, 0, DefaultTopN, c.churn), c.secret)
