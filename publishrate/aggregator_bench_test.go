@@ -79,7 +79,8 @@ func BenchmarkReceive(b *testing.B) {
 }
 
 // BenchmarkMergeEnvelope is the merge alone: one decoded envelope replaces
-// its sender's previous one while n siblings are held.
+// its sender's previous one while n siblings are held (the top-N is not
+// read per envelope: see BenchmarkTopN).
 func BenchmarkMergeEnvelope(b *testing.B) {
 	for _, n := range fleetSizes {
 		b.Run(fmt.Sprintf("siblings=%d", n), func(b *testing.B) {
@@ -100,10 +101,27 @@ func BenchmarkMergeEnvelope(b *testing.B) {
 				k++
 				cpu.measure(func() {
 					m.put(&remote{id: e.InstanceID, arrived: testEpoch, slice: e.Slice, users: e.Users, subs: e.Subs})
-					_ = m.top(DefaultTopN)
 				})
 			}
 			cpu.report()
+		})
+	}
+}
+
+// BenchmarkTopN reads the merged top-N off the merge, as every local
+// sample, tick and TopPublishers call does.
+func BenchmarkTopN(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("siblings=%d", n), func(b *testing.B) {
+			m := newMerger()
+			for i := range n {
+				e := siblingEnvelope(i, 0, DefaultTopN, true)
+				m.put(&remote{id: e.InstanceID, arrived: testEpoch, slice: e.Slice, users: e.Users, subs: e.Subs})
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = m.top(DefaultTopN)
+			}
 		})
 	}
 }
