@@ -246,7 +246,13 @@ func (v *verifier) verifyToken(ctx context.Context, tok string, id *Identity) er
 	if err != nil {
 		return fmt.Errorf("%w of sub %q: %w", errTopicsClaim, c.Subject, err)
 	}
-	id.User, id.Topics = c.Subject, topics
+	// The payload segment decoded, as the parser did to read it: the
+	// application reads its own claims from it (server.Request.Claims).
+	payload, err := v.parser.DecodeSegment(tok[strings.IndexByte(tok, '.')+1 : strings.LastIndexByte(tok, '.')])
+	if err != nil {
+		return err
+	}
+	id.User, id.Topics, id.Claims = c.Subject, topics, payload
 	id.Expires = time.Time{}
 	if c.ExpiresAt != nil {
 		id.Expires = c.ExpiresAt.Time
