@@ -39,11 +39,10 @@ func BenchmarkAPIPublish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 	defer func() {
-		stop()
+		node.Shutdown(context.Background())
 		<-done
 	}()
 	base := "http://" + ln.Addr().String()

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
@@ -122,7 +121,7 @@ func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
 	return cc
 }
 
-func newMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry(), "") }
+func newMetrics() *metrics.Metrics { return metrics.NewDiscard() }
 
 func dropped(m *metrics.Metrics, reason string) float64 {
 	return testutil.ToFloat64(m.BusDropped.WithLabelValues(reason))

@@ -109,7 +109,7 @@ func BenchmarkMergeEnvelope(b *testing.B) {
 }
 
 // BenchmarkResum is the exact re-sum of every held contribution, once per
-// broadcast tick: 100 instances x top 20 is the DESIGN budget of a full
+// broadcast tick: 100 instances x top 20 is the budget (BENCHMARKS.md) of a full
 // merge (<= 100 µs), off the admission path.
 func BenchmarkResum(b *testing.B) {
 	for _, n := range []int{100, 1000} {
@@ -178,7 +178,7 @@ func BenchmarkDecodeEnvelope(b *testing.B) {
 
 // clusterRuleOnFleet is a clusterTopPublisher check against the real
 // aggregator holding 1,000 siblings: the admission path's cost of the
-// cluster view (DESIGN budget: <= 40 ns, 0 allocs).
+// cluster view (budget in BENCHMARKS.md: <= 40 ns, 0 allocs).
 func clusterRuleOnFleet(tb testing.TB) func() {
 	a := newOffline(tb, newFakeLocal(), Options{})
 	for i := range 1000 {

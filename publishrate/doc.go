@@ -7,7 +7,7 @@
 // An Aggregator broadcasts, every PublishInterval, the envelope of
 // docs/cluster.md on Options.Channel: this instance's top-N topics
 // (messages and bytes per second), top-N users (messages per second) and,
-// when Options.Subjects is wired, top-N local subscriber counts. The rates
+// when Sources.Subjects is handed to Activate, top-N local subscriber counts. The rates
 // are averaged over the whole interval: every pressure sample is weighted by
 // the time it covers (see window), not just the latest one.
 //

@@ -59,7 +59,7 @@ func (c *conn) start(ws *websocket.Conn) {
 	s := c.s
 	c.ws = ws
 	c.id = s.nextID.Add(1)
-	c.batch = ws.Subprotocol() == BatchSubprotocol
+	c.batch = ws.Subprotocol() == protocol.BatchSubprotocol
 	c.idle.L = &c.mu
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c.builtin = message.Call{User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}

@@ -4,18 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Built-in method names (docs/protocol.md, "Built-in methods").
+// Built-in method names (docs/protocol.md, "Built-in methods"), as the
+// protocol declares them.
 const (
-	MethodSubscribe   = "subscribe"
-	MethodUnsubscribe = "unsubscribe"
-	MethodPublish     = "publish"
+	MethodSubscribe   = protocol.MethodSubscribe
+	MethodUnsubscribe = protocol.MethodUnsubscribe
+	MethodPublish     = protocol.MethodPublish
 )
 
 func isBuiltin(m string) bool {
@@ -158,7 +158,7 @@ func (c *conn) admit(call *message.Call) *protocol.Error {
 	if d.Allowed {
 		return nil
 	}
-	retry := retryMs(d.RetryAfter)
+	retry := d.RetryAfterMillis()
 	if message.IsRateLimited(d.Reason) {
 		data := protocol.RateLimitedData{Class: cls.Name(), RetryAfterMs: retry, Limit: d.Limit, Remaining: d.Remaining}
 		if d.Reason == message.ReasonCost {
@@ -169,13 +169,6 @@ func (c *conn) admit(call *message.Call) *protocol.Error {
 	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
 		Class: cls.Name(), Reason: d.Reason, RetryAfterMs: retry,
 	})
-}
-
-func retryMs(d time.Duration) int64 {
-	if ms := d.Milliseconds(); ms > 0 {
-		return ms
-	}
-	return 1
 }
 
 // appCall runs an application RPC: a registered handler, else the
@@ -214,7 +207,7 @@ func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage,
 			result, perr = nil, protocol.NewError(protocol.CodeInternal, "", nil)
 		}
 	}()
-	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
+	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, Claims: c.ticket.Claims, IP: c.ticket.IPKey, ConnID: c.id}
 	v, err := h(&c.ctx, req)
 	outcome = callOutcome(&c.ctx, err)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/bufpool"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -109,7 +110,7 @@ func (c *conn) enqueueFrame(frame []byte, direct bool) bool {
 		c.queue = nil
 		c.mu.Unlock()
 		s.m.SlowConsumerDisconnects.Inc()
-		c.closeLater(websocket.StatusTryAgainLater, retryReason(s.jitter(time.Second)), false, nil)
+		c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
 		return false
 	}
 	c.queue = append(c.queue, frame)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	rtserver "github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/message"
@@ -24,6 +26,9 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	cfg := rtserver.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = time.Millisecond
+	// As the binary does: the idle probe reads go_goroutines.
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(collectors.NewGoCollector())
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -35,12 +40,11 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		node.Shutdown(context.Background())
+		if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
 			t.Errorf("serve: %v", err)
 		}
 	})
