@@ -40,6 +40,7 @@ type conn struct {
 	closed  bool // nothing more is queued
 
 	closing   atomic.Bool // a close with a status code is under way
+	heldBy    *holdSet    // under mu: the last holdSet this queue was added to
 	pingTimer *time.Timer
 	expiry    *tokenExpiry // nil while the token has no exp; owned by the read goroutine
 
@@ -49,7 +50,7 @@ type conn struct {
 	subs    map[string]struct{} // topics subscribed (control.go)
 	builtin message.Call        // reused for built-ins, which run inline
 	calls   atomic.Int32        // application RPC goroutines in flight
-	burst   atomic.Bool         // more input waits behind the frame being run: its publishes only queue (hub.publish)
+	holding atomic.Bool         // the read goroutine runs a publish in hand: what it queues is held (write.go, holdSet)
 
 	callsMu  sync.Mutex
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
@@ -135,6 +136,15 @@ func (c *conn) readLoop() {
 	}
 }
 
+// holder is the holdSet for what is queued now: the read goroutine's
+// while it runs a publish it had in hand, else nil (write at once).
+func (c *conn) holder() *holdSet {
+	if c.holding.Load() {
+		return c.raw.hold
+	}
+	return nil
+}
+
 // readFailed counts a read that ended on a message over the read limit
 // (the library has closed with 1009); other ends need no count.
 func (c *conn) readFailed(err error) {
@@ -174,8 +184,14 @@ func (c *conn) handleFrame(frame []byte) {
 	// them with application methods runs here too: the read waits for
 	// its application calls, as when MaxCallsPerConn is reached.
 	if !async || builtin {
-		if publish {
-			c.burst.Store(c.raw.moreInput())
+		if publish && c.raw != nil && c.raw.holdable {
+			if c.raw.hold == nil {
+				c.raw.hold = new(holdSet) // before holding is set: holder reads it after
+			}
+			c.holding.Store(true)
+			c.runFrame(f, frame)
+			c.holding.Store(false)
+			return
 		}
 		c.runFrame(f, frame)
 		return
@@ -379,6 +395,9 @@ func (c *conn) rearmPing(d time.Duration) {
 // cleanup runs once when the read loop ends.
 func (c *conn) cleanup() {
 	s := c.s
+	if c.raw != nil && c.raw.hold != nil {
+		c.raw.hold.flush() // deliveries held for other clients still go
+	}
 	c.pingTimer.Stop()
 	if c.expiry != nil {
 		c.expiry.stop()

@@ -89,7 +89,7 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 		c.removeSub(p.Topic)
 	case MethodPublish:
 		data := compactData(p.Data)
-		s.hub.publish(p.Topic, data, c.burst.Load())
+		s.hub.publish(p.Topic, data, c.holder())
 		if err := s.bus.Publish(p.Topic, data); err != nil {
 			// Local subscribers got it; other instances did not. The
 			// publish still succeeds: the bus counted the drop, and while

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -41,8 +42,10 @@ func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	r := brw.Reader
 	if r.Buffered() == 0 {
 		// Nothing read ahead: the 4 KiB reader can go. (Bytes a client
-		// sent before our 101 must be kept, so then it stays.)
-		r = bufio.NewReaderSize(nc, readBufferSize)
+		// sent before our 101 must be kept, so then it stays.) Ours
+		// flushes held frames before it waits (holdReader).
+		r = bufio.NewReaderSize(holdReader{rc}, readBufferSize)
+		rc.holdable = rc.sc != nil
 	}
 	rc.br = r
 	return rc, bufio.NewReadWriter(r, bufio.NewWriterSize(rc, writeBufferSize)), nil
@@ -78,6 +81,13 @@ type rawConn struct {
 	block bool // wait for the socket to drain (send), or not (tryWrite)
 
 	stalled atomic.Bool // send is waiting for the socket to drain
+
+	// Frames held while the read goroutine runs the input it has in hand
+	// (write.go, holdSet): flushed before a read waits for the client.
+	// Made on the first publish; only when every read that can wait
+	// flushes first (holdable: awaitFD, holdReader).
+	holdable bool
+	hold     *holdSet
 
 	// Keepalive: our pings are written here and their pongs are taken
 	// here (awaitInput) or reported by the WebSocket library (pong).
@@ -126,8 +136,9 @@ func (c *rawConn) Write(p []byte) (int, error) {
 // without waiting. It reports sent false when f must be queued instead:
 // no descriptor, the socket in use by another writer, or full. When the
 // socket takes only part of f, the rest becomes the tail (sent and rest
-// true): a writer must send it before anything else.
-func (c *rawConn) tryWrite(f []byte) (sent, rest bool, err error) {
+// true): a writer must send it before anything else; with copyRest the
+// tail is a copy (f is a buffer its caller reuses).
+func (c *rawConn) tryWrite(f []byte, copyRest bool) (sent, rest bool, err error) {
 	if c == nil || c.sc == nil || !c.mu.TryLock() {
 		return false, false, nil
 	}
@@ -146,6 +157,10 @@ func (c *rawConn) tryWrite(f []byte) (sent, rest bool, err error) {
 		return false, false, nil // the socket is full: queue it whole
 	}
 	if n < len(f) {
+		if copyRest {
+			c.setTail(bytes.Clone(f[n:]))
+			return true, true, nil
+		}
 		c.setTail(f[n:])
 		return true, true, nil
 	}
@@ -392,18 +407,22 @@ func (u *upgradeWriter) onPong(context.Context, []byte) {
 	}
 }
 
-// moreInput reports whether the client has sent more than has been read:
-// bytes in the read buffer, or in the socket. Read goroutine only.
-func (c *rawConn) moreInput() bool {
-	if c == nil || c.br == nil {
-		return false
+// holdReader is what the read buffer fills from: before a read that
+// would wait for the client, frames held for a flush go out.
+type holdReader struct{ c *rawConn }
+
+func (r holdReader) Read(p []byte) (int, error) {
+	if c := r.c; c.hold.pending() && c.socketInput() == 0 {
+		c.hold.flush()
 	}
-	c.brMu.Lock()
-	defer c.brMu.Unlock()
-	if c.readClosed {
-		return false
+	return r.c.Conn.Read(p)
+}
+
+// flushBeforeWait flushes held frames: the read is about to wait.
+func (c *rawConn) flushBeforeWait() {
+	if c.hold.pending() {
+		c.hold.flush()
 	}
-	return c.br.Buffered() > 0 || (c.sc != nil && c.socketInput() > 0)
 }
 
 // seal stops data frames before the close frame is written: nothing may

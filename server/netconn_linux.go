@@ -69,6 +69,7 @@ func (c *rawConn) awaitFD(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
+			c.flushBeforeWait()
 			return false // nothing yet: wait
 		}
 		c.peeked = max(n, 0)
