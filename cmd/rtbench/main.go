@@ -19,7 +19,7 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
   rtbench connect  --url ws://127.0.0.1:8080/ws -n 5000 -c 200 --hold 2s [--server-pid PID] [--rate R] [--duration D]
                    [--probe-clients K --probe-rate R --baseline 3s --probe-url URL]
   rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID]
-  rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--server-pid PID]
+  rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
   rtbench api      --url http://127.0.0.1:9090/api/publish --key KEY -c 16 --duration 10s [--body JSON] [--server-pid PID]
   rtbench serve503 --listen 127.0.0.1:9503 [--max-time 1h]
@@ -115,13 +115,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rate := fs.Float64("rate", 0, "publishes per second over all publishers (0: as fast as --window allows)")
 		window := fs.Int("window", 64, "unanswered publishes per publisher")
 		batch := fs.Bool("batch", false, "subscribers offer the rt.batch subprotocol")
+		own := fs.Bool("own-topics", false, "publisher j publishes only to topic j mod -t (with -p equal to -t: one publisher per topic) instead of round-robin over all")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
 				return nil, err
 			}
 			return runFanout(ctx, fanoutConfig{URL: u, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
-				Window: *window, Batch: *batch, DialTimeout: *dialTimeout, ServerPID: *pid})
+				Window: *window, Batch: *batch, OwnTopics: *own, DialTimeout: *dialTimeout, ServerPID: *pid})
 		}
 	case "rpc":
 		method := fs.String("method", "report.daily", "method to call")
