@@ -140,7 +140,7 @@ func (c *conn) readLoop() {
 // while it runs a publish it had in hand, else nil (write at once).
 func (c *conn) holder() *holdSet {
 	if c.holding.Load() {
-		return c.raw.hold
+		return c.raw.hold.Load()
 	}
 	return nil
 }
@@ -184,10 +184,10 @@ func (c *conn) handleFrame(frame []byte) {
 	// them with application methods runs here too: the read waits for
 	// its application calls, as when MaxCallsPerConn is reached.
 	if !async || builtin {
-		if publish && c.raw != nil && c.raw.holdable {
-			if c.raw.hold == nil {
-				c.raw.hold = new(holdSet) // before holding is set: holder reads it after
-			}
+		if publish && c.raw != nil && c.raw.sc != nil {
+			// Only where every read that would wait flushes first
+			// (awaitFD, rawConn.Read): a socket with a descriptor.
+			c.raw.holdSet()
 			c.holding.Store(true)
 			c.runFrame(f, frame)
 			c.holding.Store(false)
@@ -395,8 +395,8 @@ func (c *conn) rearmPing(d time.Duration) {
 // cleanup runs once when the read loop ends.
 func (c *conn) cleanup() {
 	s := c.s
-	if c.raw != nil && c.raw.hold != nil {
-		c.raw.hold.flush() // deliveries held for other clients still go
+	if c.raw != nil {
+		c.raw.flushBeforeWait() // deliveries held for other clients still go
 	}
 	c.pingTimer.Stop()
 	if c.expiry != nil {

@@ -42,10 +42,8 @@ func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	r := brw.Reader
 	if r.Buffered() == 0 {
 		// Nothing read ahead: the 4 KiB reader can go. (Bytes a client
-		// sent before our 101 must be kept, so then it stays.) Ours
-		// flushes held frames before it waits (holdReader).
-		r = bufio.NewReaderSize(holdReader{rc}, readBufferSize)
-		rc.holdable = rc.sc != nil
+		// sent before our 101 must be kept, so then it stays.)
+		r = bufio.NewReaderSize(nc, readBufferSize)
 	}
 	rc.br = r
 	return rc, bufio.NewReadWriter(r, bufio.NewWriterSize(rc, writeBufferSize)), nil
@@ -83,11 +81,10 @@ type rawConn struct {
 	stalled atomic.Bool // send is waiting for the socket to drain
 
 	// Frames held while the read goroutine runs the input it has in hand
-	// (write.go, holdSet): flushed before a read waits for the client.
-	// Made on the first publish; only when every read that can wait
-	// flushes first (holdable: awaitFD, holdReader).
-	holdable bool
-	hold     *holdSet
+	// (write.go, holdSet): flushed before a read waits for the client
+	// (awaitFD, Read). Made on the first publish, by the read goroutine;
+	// atomic because the library's close handshake reads from another.
+	hold atomic.Pointer[holdSet]
 
 	// Keepalive: our pings are written here and their pongs are taken
 	// here (awaitInput) or reported by the WebSocket library (pong).
@@ -407,22 +404,32 @@ func (u *upgradeWriter) onPong(context.Context, []byte) {
 	}
 }
 
-// holdReader is what the read buffer fills from: before a read that
-// would wait for the client, frames held for a flush go out.
-type holdReader struct{ c *rawConn }
-
-func (r holdReader) Read(p []byte) (int, error) {
-	if c := r.c; c.hold.pending() && c.socketInput() == 0 {
-		c.hold.flush()
+// Read is what the WebSocket library reads frames through (its Accept
+// resets the hijacked reader to read the net.Conn it got, this one):
+// before a read that would wait for the client, held frames go out.
+func (c *rawConn) Read(p []byte) (int, error) {
+	if h := c.hold.Load(); h.pending() && c.sc != nil && c.socketInput() == 0 {
+		h.flush()
 	}
-	return r.c.Conn.Read(p)
+	return c.Conn.Read(p)
 }
 
 // flushBeforeWait flushes held frames: the read is about to wait.
 func (c *rawConn) flushBeforeWait() {
-	if c.hold.pending() {
-		c.hold.flush()
+	if h := c.hold.Load(); h.pending() {
+		h.flush()
 	}
+}
+
+// holdSet is the read goroutine's holdSet, made on first use. Read
+// goroutine only.
+func (c *rawConn) holdSet() *holdSet {
+	h := c.hold.Load()
+	if h == nil {
+		h = new(holdSet)
+		c.hold.Store(h)
+	}
+	return h
 }
 
 // seal stops data frames before the close frame is written: nothing may
