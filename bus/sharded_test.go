@@ -346,3 +346,12 @@ func TestShardedDegradedAndRecovered(t *testing.T) {
 	b.Close()
 	noBusGoroutines(t)
 }
+
+func TestKeyTagSharesTheSlotOfThePartitionChannel(t *testing.T) {
+	for _, topic := range []string{"room:1", "room:2", "a", "chat/x"} {
+		p := Partition(topic, 16)
+		if got, want := KeyTag("rt:", topic, 0), PartitionChannel("rt:", p); got != want {
+			t.Errorf("KeyTag(%q) = %q, want %q", topic, got, want)
+		}
+	}
+}

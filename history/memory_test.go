@@ -1,0 +1,145 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var ctx = context.Background()
+
+func publish(t *testing.T, s Store, topic string, pol Policy, data string) Position {
+	t.Helper()
+	pos, _, err := s.Publish(ctx, Publish{Topic: topic, Data: []byte(data), Policy: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pos
+}
+
+func offsets(ms []Message) []uint64 {
+	var out []uint64
+	for _, m := range ms {
+		out = append(out, m.Offset)
+	}
+	return out
+}
+
+func TestMemoryKeepsSizeAndTTL(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	m := NewMemory(MemoryOptions{Now: clk.now})
+	pol := Policy{Size: 3, TTL: time.Minute}
+	empty, _, _ := m.Read(ctx, "t", 0, 10, pol)
+	if empty.Offset != 0 || empty.Epoch == "" {
+		t.Fatalf("an empty topic's position: %+v", empty)
+	}
+	for i := range 5 {
+		pos := publish(t, m, "t", pol, fmt.Sprint(i))
+		if pos.Offset != uint64(i+1) || pos.Epoch != empty.Epoch {
+			t.Fatalf("publish %d: %+v", i, pos)
+		}
+	}
+	pos, ms, _ := m.Read(ctx, "t", 0, 10, pol)
+	if pos.Offset != 5 || fmt.Sprint(offsets(ms)) != "[3 4 5]" {
+		t.Fatalf("after 5 of size 3: %+v %v", pos, offsets(ms))
+	}
+	_, ms, _ = m.Read(ctx, "t", 3, 1, pol)
+	if fmt.Sprint(offsets(ms)) != "[4]" {
+		t.Fatalf("after 3, limit 1: %v", offsets(ms))
+	}
+	clk.add(30 * time.Second)
+	publish(t, m, "t", pol, "6")
+	clk.add(31 * time.Second)
+	pos, ms, _ = m.Read(ctx, "t", 0, 10, pol)
+	if pos.Offset != 6 || fmt.Sprint(offsets(ms)) != "[6]" {
+		t.Fatalf("past the ttl of 3..5: %+v %v", pos, offsets(ms))
+	}
+	clk.add(time.Minute)
+	pos, ms, _ = m.Read(ctx, "t", 0, 10, pol)
+	if pos.Offset != 6 || pos.Epoch != empty.Epoch || len(ms) != 0 {
+		t.Fatalf("every message expired: the position stays: %+v %v", pos, offsets(ms))
+	}
+}
+
+func TestMemoryByteCapEvictsLeastRecentlyPublished(t *testing.T) {
+	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	m := NewMemory(MemoryOptions{Config: Config{MemoryMaxBytes: 4096}, Evicted: evicted})
+	pol := Policy{Size: 100, TTL: time.Hour}
+	first := publish(t, m, "old", pol, `"x"`)
+	data := fmt.Sprintf("%q", make([]byte, 100))
+	for i := range 100 {
+		publish(t, m, fmt.Sprint("t", i%10), pol, data)
+		if b := m.Bytes(); b > 4096+1024 {
+			t.Fatalf("store holds %d bytes, cap 4096", b)
+		}
+	}
+	if testutil.ToFloat64(evicted) == 0 {
+		t.Fatal("nothing evicted")
+	}
+	pos, _, _ := m.Read(ctx, "old", 0, 10, pol)
+	if pos.Epoch == first.Epoch || pos.Offset != 0 {
+		t.Fatalf("an evicted topic keeps its position: %+v, was %+v", pos, first)
+	}
+}
+
+func TestMemoryIdempotencyKey(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	m := NewMemory(MemoryOptions{Now: clk.now, Config: Config{IdempotencyTTL: time.Minute}})
+	var delivered []uint64
+	m.Deliver = func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }
+	pol := Policy{Size: 10, TTL: time.Hour}
+	p := Publish{Topic: "t", Data: []byte(`1`), Policy: pol, IdempotencyKey: "u:k"}
+	a, dup, _ := m.Publish(ctx, p)
+	b, dup2, _ := m.Publish(ctx, p)
+	if dup || !dup2 || a != b {
+		t.Fatalf("first %+v %v, again %+v %v", a, dup, b, dup2)
+	}
+	clk.add(2 * time.Minute)
+	publish(t, m, "t", pol, "2") // sweeps the expired key
+	c, dup3, _ := m.Publish(ctx, p)
+	if dup3 || c.Offset != 3 {
+		t.Fatalf("after the key's ttl: %+v %v", c, dup3)
+	}
+	if fmt.Sprint(delivered) != "[1 2 3]" {
+		t.Fatalf("delivered %v", delivered)
+	}
+}
+
+func TestMemoryDeliversInOffsetOrderUnderRacingPublishers(t *testing.T) {
+	m := NewMemory(MemoryOptions{})
+	var mu sync.Mutex
+	var got []uint64
+	m.Deliver = func(_, _ string, msg Message) { mu.Lock(); got = append(got, msg.Offset); mu.Unlock() }
+	pol := Policy{Size: 1000, TTL: time.Hour}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				publish(t, m, "t", pol, "1")
+			}
+		})
+	}
+	wg.Wait()
+	for i, o := range got {
+		if o != uint64(i+1) {
+			t.Fatalf("delivery %d has offset %d", i, o)
+		}
+	}
+}

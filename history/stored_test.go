@@ -1,0 +1,50 @@
+package history
+
+import (
+	"bytes"
+	"testing"
+)
+
+func TestStoredRoundTrip(t *testing.T) {
+	for _, m := range []Message{
+		{Offset: 1, Time: 0, Data: []byte(`{}`)},
+		{Offset: 18446744073709551615 >> 1, Time: 1764000000000, Data: []byte(`{"a":"b c"}`)},
+		{Offset: 42, Time: 7, Data: []byte(`"x y"`)},
+	} {
+		got, err := DecodeStored(string(AppendStored(nil, m)))
+		if err != nil || got.Offset != m.Offset || got.Time != m.Time || !bytes.Equal(got.Data, m.Data) {
+			t.Errorf("round trip of %+v: %+v, %v", m, got, err)
+		}
+	}
+}
+
+func TestDecodeStoredRejects(t *testing.T) {
+	for _, give := range []string{
+		"", "1", "1 ", "1 2", "1 2 ", "0 1 {}", "01 1 {}", "-1 1 {}", "1 -1 {}",
+		"1 2 {", "1 2 \xff", "99999999999999999999 1 {}", "1 99999999999999999999 {}", "a 1 {}",
+	} {
+		if _, err := DecodeStored(give); err == nil {
+			t.Errorf("DecodeStored(%q) accepted", give)
+		}
+	}
+}
+
+func FuzzDecodeStored(f *testing.F) {
+	f.Add("1 2 {}")
+	f.Add("18446744073709551615 1 []")
+	f.Add("3 1764000000000 {\"a\":1}")
+	f.Add("1 2 \"\xff\"")
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := DecodeStored(s)
+		if err != nil {
+			return
+		}
+		if m.Offset == 0 || len(m.Data) == 0 {
+			t.Fatalf("accepted %q as %+v", s, m)
+		}
+		again, err := DecodeStored(string(AppendStored(nil, m)))
+		if err != nil || again.Offset != m.Offset || again.Time != m.Time || !bytes.Equal(again.Data, m.Data) {
+			t.Fatalf("re-encoding %q: %+v, %v", s, again, err)
+		}
+	})
+}
