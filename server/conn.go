@@ -26,8 +26,6 @@ type conn struct {
 	ws     *websocket.Conn
 	raw    *rawConn // the socket under ws: data frames are written here directly
 	id     uint64
-	batch  bool        // the client offered rt.batch: queued frames may be sent as one array
-	young  uint8       // inputs read so far, up to youngInputs
 	ctx    lifeContext // ends when the connection does
 
 	// Send queue (write.go). Frames are whole WebSocket frames, shared
@@ -35,12 +33,17 @@ type conn struct {
 	mu      sync.Mutex
 	idle    sync.Cond // on mu; signalled when the writer goroutine exits
 	queue   [][]byte
-	queued  int  // bytes queued and not yet written to the socket
-	writing bool // a writer goroutine owns the queue
-	closed  bool // nothing more is queued
+	queued  int         // bytes queued and not yet written to the socket
+	writing bool        // a writer goroutine owns the queue
+	closed  bool        // nothing more is queued
+	batch   bool        // the client offered rt.batch: queued frames may be sent as one array
+	young   uint8       // inputs read so far, up to youngInputs (read goroutine)
+	closing atomic.Bool // a close with a status code is under way
+	heldBy  *holdSet    // the last holdSet this queue was added to
 
-	closing   atomic.Bool // a close with a status code is under way
-	heldBy    *holdSet    // under mu: the last holdSet this queue was added to
+	// (writing, closed, batch, young and closing share one word: conn
+	// stays in the 512-byte size class, which every idle connection pays.)
+
 	pingTimer *time.Timer
 	expiry    *tokenExpiry // nil while the token has no exp; owned by the read goroutine
 

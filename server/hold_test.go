@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"pgregory.net/rapid"
 
@@ -238,5 +239,13 @@ func TestPublisherStalledMidFrameStillDelivers(t *testing.T) {
 		if _, err := io.ReadFull(br, body); err != nil || !strings.Contains(string(body), `"id":`+strconv.Itoa(i)+`,`) {
 			t.Fatalf("answer %d: %q (%v)", i, body, err)
 		}
+	}
+}
+
+// Every idle connection pays for its conn: one more field must not move
+// it to the next allocation size class (576 bytes) unnoticed.
+func TestConnStaysInItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(conn{}); n > 512 {
+		t.Fatalf("conn is %d bytes, over the 512-byte size class", n)
 	}
 }
