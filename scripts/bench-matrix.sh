@@ -88,29 +88,12 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 		stop_server
 		;;
 	storm)
-		# The storm-isolation harness (scripts/storm-isolation.sh): the
-		# server and 20 probe clients on core 0, the storm on core 1.
+		# The storm-isolation harness (rtbench storm): the server and the
+		# probe process on core 0, the storm process on core 1.
 		start_server "$2" "$tmp/storm.yaml" 0
-		local cp
-		taskset -c 1 "$bench" serve503 --listen 127.0.0.1:19613 --max-time 60s >/dev/null 2>&1 &
-		cp=$!
 		wait_port 18613
-		wait_port 19613
-		taskset -c 0 "$bench" connect --url ws://127.0.0.1:19613/ws -n 1000000 -c 1 --rate 1 --hold 100ms --duration 1s \
-			--probe-url ws://127.0.0.1:18613/ws --probe-clients 20 --probe-rate 1000 --baseline 5s --max-time 50s --json > "$f.probe" &
-		local pr=$!
-		sleep 5.15
-		taskset -c 1 "$bench" connect --url ws://127.0.0.1:18613/ws -n 5000 -c 256 --hold 100ms --server-pid "$sp" --max-time 50s --json > "$f"
-		wait "$pr"
-		kill "$cp" 2>/dev/null || true
-		wait "$cp" 2>/dev/null || true
+		"$bench" storm --url ws://127.0.0.1:18613/ws --server-pid "$sp" --probe-cpu 0 --storm-cpu 1 --max-time 60s --json > "$f"
 		stop_server
-		python3 - "$f" "$f.probe" <<-'EOF'
-			import json, sys
-			s = json.load(open(sys.argv[1])); p = json.load(open(sys.argv[2]))["probe"]
-			s["probe"] = p
-			json.dump(s, open(sys.argv[1], "w"))
-		EOF
 		;;
 	esac
 }
