@@ -408,7 +408,12 @@ func (u *upgradeWriter) onPong(context.Context, []byte) {
 // resets the hijacked reader to read the net.Conn it got, this one):
 // before a read that would wait for the client, held frames go out.
 func (c *rawConn) Read(p []byte) (int, error) {
-	if h := c.hold.Load(); h.pending() && c.sc != nil && c.socketInput() == 0 {
+	if h := c.hold.Load(); h.pending() && c.sc != nil {
+		if n := h.readNow(c.sc, p); n > 0 {
+			return n, nil
+		}
+		// Nothing yet (or the end, or an error: the read below reports
+		// it): flush before waiting.
 		h.flush()
 	}
 	return c.Conn.Read(p)

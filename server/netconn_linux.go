@@ -76,3 +76,15 @@ func (c *rawConn) awaitFD(fd uintptr) bool {
 		return true // bytes, the end, or an error: the read reports it
 	}
 }
+
+// readFD reads what the non-blocking descriptor has now into h.rp.
+func (h *holdSet) readFD(fd uintptr) {
+	for {
+		n, err := syscall.Read(int(fd), h.rp)
+		if err == syscall.EINTR {
+			continue
+		}
+		h.rn = max(n, 0)
+		return
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -247,6 +248,25 @@ type holdSet struct {
 	spare     []*conn
 	publishes int
 	held      atomic.Bool // len(conns) > 0
+
+	// readNow's callback and its argument and result (read goroutine).
+	readFn func(fd uintptr)
+	rp     []byte
+	rn     int
+}
+
+// readNow reads into p what the socket has now, without waiting: one
+// read(2) where asking first (TIOCINQ) and then reading would take two.
+func (h *holdSet) readNow(sc syscall.RawConn, p []byte) int {
+	if h.readFn == nil {
+		h.readFn = h.readFD
+	}
+	h.rp, h.rn = p, 0
+	if sc.Control(h.readFn) != nil {
+		h.rn = 0
+	}
+	h.rp = nil
+	return h.rn
 }
 
 // maxHeldPublishes bounds how many publishes a busy publisher's
