@@ -194,6 +194,7 @@ func (c *conn) handleFrame(frame []byte) {
 			c.holding.Store(true)
 			c.runFrame(f, frame)
 			c.holding.Store(false)
+			c.raw.growReader() // when more input is in hand
 			return
 		}
 		c.runFrame(f, frame)

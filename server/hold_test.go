@@ -249,3 +249,48 @@ func TestConnStaysInItsSizeClass(t *testing.T) {
 		t.Fatalf("conn is %d bytes, over the 512-byte size class", n)
 	}
 }
+
+// However a publisher's bytes arrive (frames of any size, split anywhere,
+// in bursts that grow its read buffer and pauses that shrink it again),
+// every publish is delivered once and in order.
+func TestPublisherReadBufferKeepsEveryByte(t *testing.T) {
+	leakcheck.Check(t)
+	_, url := startServer(t, Options{Metrics: metrics.NewDiscard()})
+	sub := wstest.Dial(t, url)
+	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"bytes"}`))
+	pub := rawUpgrade(t, url)
+	go func() { _, _ = io.Copy(io.Discard, pub) }() // the answers
+	next := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		sizes := rapid.SliceOfN(rapid.IntRange(0, 9000), 1, 40).Draw(rt, "sizes")
+		var stream []byte
+		var want []string
+		var ends []int // where each frame ends in stream
+		for _, n := range sizes {
+			data := `{"i":` + strconv.Itoa(next) + `,"p":"` + strings.Repeat("x", n) + `"}`
+			next++
+			want = append(want, data)
+			stream = append(stream, maskedText(`{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"bytes","data":`+data+`}}`)...)
+			ends = append(ends, len(stream))
+		}
+		// Written in chunks of random sizes; after some chunks, wait for
+		// every message complete so far (the read then waits, and its
+		// buffer shrinks).
+		sent, got := 0, 0
+		for sent < len(stream) {
+			k := min(len(stream)-sent, rapid.IntRange(1, 20000).Draw(rt, "chunk"))
+			if _, err := pub.Write(stream[sent : sent+k]); err != nil {
+				rt.Fatal(err)
+			}
+			sent += k
+			if !rapid.Bool().Draw(rt, "pause") && sent < len(stream) {
+				continue
+			}
+			for ; got < len(ends) && ends[got] <= sent; got++ {
+				if m := sub.ExpectMessage("bytes"); m != want[got] {
+					rt.Fatalf("message %d: %.60s, want %.60s", got, m, want[got])
+				}
+			}
+		}
+	})
+}

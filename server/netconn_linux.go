@@ -70,6 +70,7 @@ func (c *rawConn) awaitFD(fd uintptr) bool {
 			continue
 		case syscall.EAGAIN:
 			c.flushBeforeWait()
+			c.shrinkReader()
 			return false // nothing yet: wait
 		}
 		c.peeked = max(n, 0)

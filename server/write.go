@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"sync"
@@ -253,6 +254,12 @@ type holdSet struct {
 	readFn func(fd uintptr)
 	rp     []byte
 	rn     int
+
+	// While a burst has the large read buffer (rawConn.growReader): its
+	// husk, the small reader set aside, and what feeds the move.
+	big    *bufio.Reader
+	small  bufio.Reader
+	prefix prefixReader
 }
 
 // readNow reads into p what the socket has now, without waiting: one
