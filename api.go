@@ -1,6 +1,7 @@
 package rtserver
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/serverapi"
 )
 
@@ -17,10 +19,11 @@ import (
 // also faces the clients' network, which start-up says once.
 func (n *Node) mountAPI() error {
 	h, err := serverapi.New(serverapi.Options{
-		Key:          n.cfg.APIKey,
+		Key:          n.cfg.API.Key,
 		MaxBodyBytes: n.cfg.Limits.MaxMessageBytes,
+		MaxJSONDepth: n.cfg.Limits.MaxJSONDepth,
 		Backend:      apiBackend{n},
-		Metrics:      n.Metrics,
+		Metrics:      n.metrics,
 		Logger:       n.log,
 	})
 	if err != nil {
@@ -70,25 +73,33 @@ var errDegraded = errors.New("cross-instance delivery is down; retry later")
 type apiBackend struct{ n *Node }
 
 func (b apiBackend) Publish(topic string, data json.RawMessage) error {
-	if b.n.Server.Degraded() {
+	if b.n.server.Degraded() {
 		return errDegraded
 	}
-	return b.n.Server.Publish(topic, data)
+	return b.n.server.Publish(topic, data)
 }
 
-func (b apiBackend) Disconnect(user string) error { return b.n.Server.Disconnect(user) }
+func (b apiBackend) Disconnect(user string) error { return b.n.server.Disconnect(user) }
 
 func (b apiBackend) Unsubscribe(user, topic string) error {
-	return b.n.Server.Unsubscribe(user, topic)
+	return b.n.server.Unsubscribe(user, topic)
 }
 
-func (b apiBackend) Draining() bool { return b.n.Server.Draining() }
+func (b apiBackend) Presence(ctx context.Context, topic, cursor string) (presence.Page, error) {
+	return b.n.server.Presence(ctx, topic, cursor)
+}
+
+func (b apiBackend) PresenceStats(ctx context.Context, topic string) (presence.Stats, error) {
+	return b.n.server.PresenceStats(ctx, topic)
+}
+
+func (b apiBackend) Draining() bool { return b.n.server.Draining() }
 
 func (b apiBackend) Info() serverapi.Info {
-	conns, _ := b.n.Server.Counts()
-	info := serverapi.Info{InstanceID: b.n.instanceID, Connections: conns, Topics: b.n.Server.Topics(), Instances: 1}
-	if b.n.Cluster != nil {
-		info.Instances += b.n.Cluster.Stats().Instances
+	conns, _ := b.n.server.Counts()
+	info := serverapi.Info{InstanceID: b.n.instanceID, Connections: conns, Topics: b.n.server.Topics(), Instances: 1}
+	if b.n.cluster != nil {
+		info.Instances += b.n.cluster.agg.Stats().Instances
 	}
 	return info
 }

@@ -25,7 +25,7 @@ import (
 //	go test -run '^$' -bench BenchmarkAPIPublish -count 5 .
 func BenchmarkAPIPublish(b *testing.B) {
 	cfg := quietConfig()
-	cfg.APIKey = "bench-key"
+	cfg.API.Key = "bench-key"
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -39,11 +39,10 @@ func BenchmarkAPIPublish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 	defer func() {
-		stop()
+		node.Shutdown(context.Background())
 		<-done
 	}()
 	base := "http://" + ln.Addr().String()

@@ -82,38 +82,6 @@ const (
 
 var builtinGrants = []string{GrantAny, GrantAuthenticated, GrantOwner, GrantClaim, GrantProxy}
 
-// Rule lists the grants of each action; any of them allows, an empty list
-// allows nobody.
-type Rule struct {
-	Subscribe []string
-	Publish   []string
-}
-
-// Namespace is a set of topics (Pattern) and its grants.
-type Namespace struct {
-	// Pattern is a path.Match glob ('*' matches any run of characters but
-	// '/') holding at most one "{user}", which matches exactly the
-	// connection's user and never an anonymous connection.
-	Pattern string
-	Rule
-}
-
-// Config is the topic grants (the topics.* keys). The zero value lets
-// everyone subscribe to and publish on every topic not reserved for the
-// server, as the standalone binary's default does.
-type Config struct {
-	// Namespaces are tried in order; the first whose pattern matches the
-	// topic decides.
-	Namespaces []Namespace
-	// Default decides topics no namespace matches; nil means
-	// {Subscribe: [any], Publish: [any]}.
-	Default *Rule
-	Proxy   Proxy
-	// Grants are the application's own grants by name, usable in every
-	// rule next to the built-ins. A name may not shadow a built-in.
-	Grants map[string]GrantFunc
-}
-
 // anyRule is the default rule when Config.Default is nil.
 var anyRule = Rule{Subscribe: []string{GrantAny}, Publish: []string{GrantAny}}
 
@@ -140,23 +108,29 @@ type rule [2][]grant
 type namespace struct {
 	pat  pattern
 	rule rule
+	keep keeps
 }
+
+// keeps is what a rule's topics keep beside their grants.
+type keeps struct{ presence, joinLeave bool }
 
 // Checker answers access questions. Create it with New; it is safe for
 // concurrent use.
 type Checker struct {
-	ns     []namespace
-	def    rule
-	proxy  *proxy // nil unless a rule lists the proxy grant
-	denied [2]prometheus.Counter
-	log    *slog.Logger
-	anyPub bool
+	ns      []namespace
+	def     rule
+	defKeep keeps
+	keepAny bool   // some rule keeps presence or joinLeave
+	proxy   *proxy // nil unless a rule lists the proxy grant
+	denied  [2]prometheus.Counter
+	log     *slog.Logger
+	anyPub  bool
 }
 
 // New validates cfg (every problem at once, as *ConfigError values joined)
 // and compiles it. m nil means metrics.NewDiscard(); log nil discards.
 func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
-	if err := Validate(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if m == nil {
@@ -199,17 +173,42 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
 	}
 	for _, n := range cfg.Namespaces {
 		p, _ := compilePattern(n.Pattern) // validated above
-		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule)})
+		k := keeps{n.Presence, n.JoinLeave}
+		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k})
+		c.keepAny = c.keepAny || k != keeps{}
 	}
 	def := anyRule
 	if cfg.Default != nil {
 		def = *cfg.Default
 	}
 	c.def = compile(def)
+	c.defKeep = keeps{def.Presence, def.JoinLeave}
+	c.keepAny = c.keepAny || c.defKeep != keeps{}
 	if usesProxy {
 		c.proxy = newProxy(cfg.Proxy, m, log)
 	}
 	return c, nil
+}
+
+// KeepsPresence reports whether some rule keeps presence or joinLeave.
+func (c *Checker) KeepsPresence() bool { return c.keepAny }
+
+// Presence reports what topic keeps: its presence, and join/leave diffs
+// for its subscribers. The first namespace whose pattern has the topic's
+// shape decides ({user} standing for any one non-empty run without '/'),
+// whoever asks: a topic's presence is one for all its subscribers.
+func (c *Checker) Presence(topic string) (presence, joinLeave bool) {
+	if !c.keepAny || protocol.Reserved(topic) {
+		return false, false
+	}
+	k := c.defKeep
+	for i := range c.ns {
+		if c.ns[i].pat.matchShape(topic) {
+			k = c.ns[i].keep
+			break
+		}
+	}
+	return k.presence, k.joinLeave
 }
 
 // PublishableByAny reports whether some rule lets anyone, anonymous
@@ -230,10 +229,10 @@ func (c *Checker) decide(ctx context.Context, q Question) Decision {
 	if protocol.Reserved(q.Topic) || q.Action > Publish {
 		return Deny
 	}
-	r := &c.def
+	r, pat := &c.def, (*pattern)(nil)
 	for i := range c.ns {
-		if c.ns[i].pat.match(q.Topic, q.User) {
-			r = &c.ns[i].rule
+		if c.ns[i].pat.match(q.Topic) {
+			r, pat = &c.ns[i].rule, &c.ns[i].pat
 			break
 		}
 	}
@@ -242,10 +241,13 @@ func (c *Checker) decide(ctx context.Context, q Question) Decision {
 		switch g.kind {
 		case kindAny:
 			return Allow
-		case kindAuthenticated, kindOwner:
-			// owner is only valid in a namespace whose pattern holds
-			// {user}, and such a pattern matches only its own user.
+		case kindAuthenticated:
 			if q.User != "" {
+				return Allow
+			}
+		case kindOwner:
+			// Only valid in a namespace whose pattern holds {user}.
+			if pat.owns(q.Topic, q.User) {
 				return Allow
 			}
 		case kindClaim:

@@ -27,7 +27,7 @@ import (
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Holes found by an adversarial test of the built binary (issue 13). Each
+// Holes found by an adversarial test of the built binary. Each
 // test here failed on the build it attacked.
 
 // A publish whose data holds invalid UTF-8 (FF FE inside a JSON string)

@@ -13,11 +13,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
 	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/rtserver/rtserver/internal/jsonexact"
 )
 
 // maxTokenBytes bounds the work a forged token can cost: real tokens are a
@@ -29,6 +32,7 @@ var (
 	errBigToken  = errors.New("token too large")
 	errNoSubject = errors.New("token has no sub")
 	errAlg       = errors.New("signing method not configured")
+	errCrit      = errors.New(`token header lists "crit" extensions, and the server understands none`)
 	// errTopicsClaim wraps a validly signed token whose "topics" claim has
 	// the wrong shape: a backend bug worth a log line, not an attack.
 	errTopicsClaim = errors.New("topics claim")
@@ -53,9 +57,15 @@ type verifier struct {
 
 // newVerifier returns nil (anonymous connections) when no key is set.
 func newVerifier(cfg *Config) (*verifier, error) {
-	secret, publicPEM := cfg.JWTHMACSecret, cfg.JWTPublicKey
-	if len(secret) == 0 && len(publicPEM) == 0 && cfg.JWKSURL == "" {
-		if cfg.JWTAudience != "" || cfg.JWTIssuer != "" {
+	secret, publicPEM := cfg.JWT.HMACSecret, cfg.JWT.PublicKey
+	if len(publicPEM) == 0 && cfg.JWT.PublicKeyFile != "" {
+		var err error
+		if publicPEM, err = os.ReadFile(cfg.JWT.PublicKeyFile); err != nil {
+			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: %w", err)
+		}
+	}
+	if len(secret) == 0 && len(publicPEM) == 0 && cfg.JWT.JWKSURL == "" {
+		if cfg.JWT.Audience != "" || cfg.JWT.Issuer != "" {
 			return nil, errors.New("handshake: auth.jwt.audience and issuer need a key (hmacSecret, publicKeyFile or jwksUrl)")
 		}
 		return nil, nil
@@ -85,19 +95,19 @@ func newVerifier(cfg *Config) (*verifier, error) {
 			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: unsupported key type %T (want RSA or EC P-256)", key)
 		}
 	}
-	if cfg.JWKSURL != "" {
+	if cfg.JWT.JWKSURL != "" {
 		var err error
-		if v.jwks, err = newJWKS(cfg.JWKSURL, cfg.JWKSClient, cfg.Now, cfg.Logger); err != nil {
+		if v.jwks, err = newJWKS(cfg.JWT.JWKSURL, cfg.JWT.JWKSClient, cfg.Now, cfg.Logger); err != nil {
 			return nil, err
 		}
 		algs = append(algs, "RS256", "ES256")
 	}
 	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithTimeFunc(cfg.Now)}
-	if cfg.JWTAudience != "" {
-		opts = append(opts, jwt.WithAudience(cfg.JWTAudience))
+	if cfg.JWT.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.JWT.Audience))
 	}
-	if cfg.JWTIssuer != "" {
-		opts = append(opts, jwt.WithIssuer(cfg.JWTIssuer))
+	if cfg.JWT.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.JWT.Issuer))
 	}
 	v.parser = jwt.NewParser(opts...)
 	return v, nil
@@ -127,6 +137,13 @@ func parsePublicKey(data []byte) (any, error) {
 // the token names one (or no static key fits its alg), else the static
 // key of its alg.
 func (v *verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
+	// RFC 7515 section 4.1.11: a recipient must refuse a token whose
+	// "crit" header names an extension it does not understand. The server
+	// understands none, so any "crit" (even a malformed one) refuses it,
+	// before a key is looked up.
+	if _, ok := t.Header["crit"]; ok {
+		return nil, errCrit
+	}
 	alg := t.Method.Alg()
 	if alg == "HS256" {
 		if v.hmac != nil {
@@ -161,6 +178,46 @@ type claims struct {
 	Topics json.RawMessage `json:"topics,omitempty"`
 }
 
+// claimNames are the claims the server reads.
+var claimNames = [...]string{"sub", "exp", "nbf", "iat", "aud", "iss", "jti", "topics"}
+
+// UnmarshalJSON reads the claims by the rule every other JSON the server
+// reads follows (package jsonexact, docs/protocol.md): names exact.
+// encoding/json alone would take "SUB" for "sub" and keep the last of a
+// repeated one, so a token whose issuer copies user-chosen keys into it
+// could name another user to this server than to a backend that reads
+// the same token exactly. A token holding a case variant of a claim the
+// server reads, or one such claim twice, is refused.
+func (c *claims) UnmarshalJSON(b []byte) error {
+	if err := checkClaimNames(b); err != nil {
+		return err
+	}
+	type plain claims // the same fields, without this method
+	return json.Unmarshal(b, (*plain)(c))
+}
+
+func checkClaimNames(b []byte) error {
+	var err error
+	var seen [len(claimNames)]bool
+	ok := jsonexact.WalkObject(b, func(key, _ []byte) bool {
+		for i, name := range claimNames {
+			switch {
+			case string(key) == name && seen[i]:
+				err = fmt.Errorf("claim %q appears twice", name)
+			case string(key) == name:
+				seen[i] = true
+			case len(key) == len(name) && strings.EqualFold(string(key), name):
+				err = fmt.Errorf("claim %q differs from %q only in case", key, name)
+			}
+		}
+		return err == nil
+	})
+	if err == nil && !ok {
+		err = errors.New("claims are not a JSON object")
+	}
+	return err
+}
+
 // verify checks the request's token and fills id's token fields.
 func (v *verifier) verify(r *http.Request, id *Identity) error {
 	tok := tokenOf(r)
@@ -189,7 +246,13 @@ func (v *verifier) verifyToken(ctx context.Context, tok string, id *Identity) er
 	if err != nil {
 		return fmt.Errorf("%w of sub %q: %w", errTopicsClaim, c.Subject, err)
 	}
-	id.User, id.Topics = c.Subject, topics
+	// The payload segment decoded, as the parser did to read it: the
+	// application reads its own claims from it (server.Request.Claims).
+	payload, err := v.parser.DecodeSegment(tok[strings.IndexByte(tok, '.')+1 : strings.LastIndexByte(tok, '.')])
+	if err != nil {
+		return err
+	}
+	id.User, id.Topics, id.Claims = c.Subject, topics, payload
 	id.Expires = time.Time{}
 	if c.ExpiresAt != nil {
 		id.Expires = c.ExpiresAt.Time

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"net/http"
@@ -90,7 +91,7 @@ func TestAuth(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := DefaultConfig()
-			cfg.JWTHMACSecret, cfg.JWTPublicKey = tt.secret, tt.pub
+			cfg.JWT.HMACSecret, cfg.JWT.PublicKey = tt.secret, tt.pub
 			g, m := newGate(t, cfg)
 			r := upgradeReq("203.0.113.7:1")
 			if tt.token != "" {
@@ -134,7 +135,7 @@ func TestAuthConfigErrors(t *testing.T) {
 		"P-384 key":     pemOf(t, &p384.PublicKey),
 	} {
 		cfg := DefaultConfig()
-		cfg.JWTPublicKey = pub
+		cfg.JWT.PublicKey = pub
 		if _, err := New(cfg, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
@@ -170,7 +171,7 @@ func TestAuthTopicsClaim(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := DefaultConfig()
-			cfg.JWTHMACSecret = secret
+			cfg.JWT.HMACSecret = secret
 			g, m := newGate(t, cfg)
 			claims := jwt.MapClaims{"sub": "alice", "exp": exp}
 			if tt.topics != nil {
@@ -205,7 +206,7 @@ func TestAuthTopicsClaim(t *testing.T) {
 func TestAuthTopicsClaimForgedAndReuse(t *testing.T) {
 	secret := []byte("s3cret-hmac-key-of-enough-length")
 	cfg := DefaultConfig()
-	cfg.JWTHMACSecret = secret
+	cfg.JWT.HMACSecret = secret
 	g, m := newGate(t, cfg)
 	forged := sign(t, jwt.SigningMethodHS256, []byte("not-the-secret-not-the-secret-00"), jwt.MapClaims{"sub": "a", "topics": "bad"})
 	var c claims
@@ -234,7 +235,7 @@ func TestVerifyToken(t *testing.T) {
 	secret := []byte("s3cret-hmac-key-of-enough-length")
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
 	cfg := DefaultConfig()
-	cfg.JWTHMACSecret = secret
+	cfg.JWT.HMACSecret = secret
 	g, _ := newGate(t, cfg)
 
 	id, err := g.VerifyToken(context.Background(), sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": exp.Unix()}))
@@ -256,8 +257,52 @@ func TestVerifyToken(t *testing.T) {
 		}
 	}
 
+	// RFC 7515 4.1.11: a token whose crit header names an extension the
+	// server does not understand is refused, however well it is signed.
+	for name, crit := range map[string]any{"unknown extension": []string{"exp"}, "b64": []string{"b64"}, "malformed": "x", "empty": []string{}} {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": exp.Unix()})
+		tok.Header["crit"] = crit
+		s, err := tok.SignedString(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, err := g.VerifyToken(context.Background(), s); err == nil {
+			t.Errorf("crit %s: accepted as %+v", name, id)
+		}
+	}
+
+	// Claims are read with exact names, as every other JSON the server
+	// reads: a case variant of a claim it reads, or a repeated one, is
+	// refused rather than folded or overwritten.
+	for name, payload := range map[string]string{
+		"case variant": `{"sub":"alice","SUB":"admin"}`,
+		"only variant": `{"Sub":"admin"}`,
+		"repeated sub": `{"sub":"alice","sub":"admin"}`,
+		"exp variant":  `{"sub":"alice","EXP":1}`,
+	} {
+		if id, err := g.VerifyToken(context.Background(), signRaw(t, secret, payload)); err == nil {
+			t.Errorf("%s: accepted as %+v", name, id)
+		}
+	}
+	if id, err := g.VerifyToken(context.Background(), signRaw(t, secret, `{"sub":"alice","name":"A","Name":"B"}`)); err != nil || id.User != "alice" {
+		t.Errorf("claims the server does not read: %+v, %v", id, err)
+	}
+
 	anon, _ := newGate(t, DefaultConfig())
 	if _, err := anon.VerifyToken(context.Background(), "x"); !errors.Is(err, ErrNoAuth) {
 		t.Errorf("gate without auth: %v, want ErrNoAuth", err)
 	}
+}
+
+// signRaw signs an HS256 token over payload exactly as given (MapClaims
+// cannot hold a repeated key).
+func signRaw(t testing.TB, secret []byte, payload string) string {
+	t.Helper()
+	enc := base64.RawURLEncoding
+	unsigned := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc.EncodeToString([]byte(payload))
+	sig, err := jwt.SigningMethodHS256.Sign(unsigned, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return unsigned + "." + enc.EncodeToString(sig)
 }

@@ -8,8 +8,8 @@
 // waiting FIFO up to MaxQueueWait and released in up to 16 even steps
 // across each Tick, never a whole budget at once), and draining. A shed
 // upgrade gets 503 (429 for the per-IP rate) with Retry-After and a JSON
-// body, or in close mode a completed upgrade closed at once with 1013
-// retry_after_ms=N; origin and auth failures are always plain 403 / 401.
+// body, or in close mode a completed upgrade closed at once with 1013 and
+// the hint in its reason (internal/retryhint writes all three); origin and auth failures are always plain 403 / 401.
 // Retry hints are jittered and grow with the recent shedding rate, so a
 // rejected crowd comes back spread out rather than in lockstep.
 //
@@ -61,7 +61,7 @@
 //   - An idle gate runs nothing: pacing tokens are counted per tick window
 //     from the clock, and the one timer runs only while someone waits.
 //   - Bounded: the pacing queue by MaxConcurrent and by what could be
-//     served within MaxQueueWait; the per-IP store by PerIPMaxKeys (LRU,
+//     served within MaxQueueWait; the per-IP store by PerIP.MaxKeys (LRU,
 //     never failing open; see package ratelimit).
 //   - Lock order: the pacer mutex, then (inside it) only gauge updates.
 //     The ratelimit shard mutexes are never held together with it.

@@ -27,12 +27,14 @@ const (
 	codeConcurrency
 	codeRate
 	codeCost
+	codeBus
 	numCodes
 )
 
 var codeText = [numCodes]string{
 	ReasonMemory, ReasonPublishRate, ReasonSubscribers,
 	ReasonClusterTopPublisher, ReasonPredicate, ReasonConcurrency, ReasonRate, ReasonCost,
+	ReasonBus,
 }
 
 // Class is one registered class; resolve it once and check it per call.
@@ -209,7 +211,7 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 				byText[sharedRate.by], byText[sharedCost.by])
 		}
 		if a.shared == nil {
-			return nil, errors.New("scope cluster: Options.Shared is nil (a cluster-scoped part needs a shared store, e.g. Redis)")
+			return nil, errors.New("scope cluster: no shared store to keep the fleet's budget in (message.Options.Shared; a node has one when redis.url is set)")
 		}
 		c.shared = &sharedPart{rate: sharedRate, cost: sharedCost}
 	}
@@ -323,6 +325,8 @@ func pressureCode(r pressure.Reason) (reasonCode, bool) {
 		return codePublishRate, true
 	case ReasonSubscribers:
 		return codeSubscribers, true
+	case ReasonBus:
+		return codeBus, true
 	}
 	return 0, false
 }

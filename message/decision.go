@@ -3,15 +3,19 @@ package message
 import (
 	"math"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/retryhint"
 )
 
 // Reason words of a denied Decision (docs/protocol.md, the reason field of
-// -32001; RATE and COST are answered as -32002 instead). The first three
-// are the pressure reasons' own text.
+// -32001; RATE and COST are answered as -32002 instead). The first four
+// are the pressure reasons' own text; BUS is also how a publish the
+// cross-instance bus refused is answered.
 const (
 	ReasonMemory              = "MEMORY"
 	ReasonPublishRate         = "PUBLISH_RATE"
 	ReasonSubscribers         = "SUBSCRIBERS"
+	ReasonBus                 = "BUS"
 	ReasonClusterTopPublisher = "CLUSTER_TOP_PUBLISHER"
 	ReasonPredicate           = "PREDICATE"
 	ReasonConcurrency         = "CONCURRENCY"
@@ -36,7 +40,7 @@ type Decision struct {
 	Limit      int64 // binding limit (math.MaxInt64 when no part limits)
 	Remaining  int64
 	RetryAfter time.Duration // > 0 when denied
-	Reason     string        // binding part when denied: MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, CONCURRENCY, RATE, COST
+	Reason     string        // binding part when denied: MEMORY, BUS, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, CONCURRENCY, RATE, COST
 }
 
 // AllowFull is the identity of Combine: allowed, no limit, nothing to wait
@@ -48,7 +52,7 @@ var AllowFull = Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.Ma
 // maximum (never under-state the wait). Reason is the binding part's: a
 // denial binds over an allowance; between two denials the one with the
 // larger RetryAfter binds, and equal waits are broken by a fixed priority
-// (MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE,
+// (MEMORY, BUS, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE,
 // CONCURRENCY, RATE, COST, then any other word in byte order), so that Combine is
 // commutative and the binding reason does not depend on evaluation order.
 //
@@ -94,6 +98,8 @@ func reasonRank(r string) int {
 	case "":
 		return 0
 	case ReasonMemory:
+		return 10
+	case ReasonBus:
 		return 9
 	case ReasonPublishRate:
 		return 8
@@ -114,12 +120,11 @@ func reasonRank(r string) int {
 }
 
 // RetryAfterMillis is RetryAfter in whole milliseconds, rounded up, for the
-// retryAfterMs field: at least 1 when denied (docs/protocol.md: a positive integer),
-// 0 when allowed.
+// hint on the wire: at least 1 when denied (docs/protocol.md: a positive
+// integer), 0 when allowed.
 func (d Decision) RetryAfterMillis() int64 {
 	if d.Allowed {
 		return 0
 	}
-	ms := int64((d.RetryAfter + time.Millisecond - 1) / time.Millisecond)
-	return max(ms, 1)
+	return retryhint.Millis(d.RetryAfter)
 }

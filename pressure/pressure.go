@@ -15,8 +15,8 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 )
 
-// Reason is the active pressure reason. Priority: MEMORY > PUBLISH_RATE >
-// SUBSCRIBERS > NONE.
+// Reason is the active pressure reason. Priority: MEMORY > BUS >
+// PUBLISH_RATE > SUBSCRIBERS > NONE.
 type Reason uint8
 
 const (
@@ -24,10 +24,13 @@ const (
 	Memory
 	PublishRate
 	Subscribers
+	// Bus: the cross-instance bus refused a publish during the last
+	// sample interval (its send queue stayed full, or Redis is down).
+	Bus
 )
 
 // numReasons is the number of Reason values, NONE included.
-const numReasons = 4
+const numReasons = 5
 
 func (r Reason) String() string {
 	switch r {
@@ -37,11 +40,13 @@ func (r Reason) String() string {
 		return "PUBLISH_RATE"
 	case Subscribers:
 		return "SUBSCRIBERS"
+	case Bus:
+		return "BUS"
 	}
 	return "NONE"
 }
 
-// ParseReason parses MEMORY, PUBLISH_RATE or SUBSCRIBERS.
+// ParseReason parses MEMORY, PUBLISH_RATE, SUBSCRIBERS or BUS.
 func ParseReason(s string) (Reason, bool) {
 	switch s {
 	case "MEMORY":
@@ -50,6 +55,8 @@ func ParseReason(s string) (Reason, bool) {
 		return PublishRate, true
 	case "SUBSCRIBERS":
 		return Subscribers, true
+	case "BUS":
+		return Bus, true
 	}
 	return None, false
 }
@@ -77,6 +84,7 @@ type Snapshot struct {
 	MemoryLimit     uint64  // GOMEMLIMIT, else Config.MemoryLimitBytes, else cgroup memory.max; 0 = none
 	RSS             uint64  // resident set size (Linux /proc/self/statm; 0 elsewhere)
 	PublishRate     float64 // messages published per second (local + from the bus)
+	BusSheds        int64   // publishes the bus refused in the interval (BUS when > 0)
 	Connections     int64
 	Subscriptions   int64
 	SubscriberRatio float64       // subscriptions / connections (0 with no connections)
@@ -112,65 +120,6 @@ func (s *Snapshot) RateOfUser(user string) float64 {
 	return 0
 }
 
-// Config of the monitor. Thresholds of 0 switch that reason (or, for the
-// topic thresholds, that hot-topic test) off.
-type Config struct {
-	SampleInterval          time.Duration // 0: 1s
-	MemoryHeapUsedRatio     float64       // MEMORY when heap in use / limit >= this
-	MemoryLimitBytes        uint64        // used when GOMEMLIMIT is unset; 0: cgroup memory.max
-	PublishRatePerSec       float64       // PUBLISH_RATE when published msgs/s >= this
-	SubscriberRatio         float64       // SUBSCRIBERS when subscriptions/connections >= this
-	TopicPublishRatePerSec  float64       // a topic is hot at >= this many attempts/s ...
-	TopicPublishBytesPerSec float64       // ... or >= this many bytes/s
-	TopN                    int           // top topics and users kept per sample; <= 0: 20
-	Hysteresis              float64       // a reason clears below threshold*(1-Hysteresis); 0 = none; clamped to [0, 1)
-
-	// MaxTrackedKeys bounds the distinct topics, and separately the
-	// distinct users, counted per sample interval; attempts on further
-	// names are counted only in Snapshot.Untracked*Attempts. 0: 10,000.
-	MaxTrackedKeys int
-
-	// Now is the clock used to stamp samples and measure the interval
-	// between them. nil: time.Now.
-	Now func() time.Time
-}
-
-// DefaultConfig is the pressure.* defaults of docs/configuration.md.
-func DefaultConfig() Config {
-	return Config{
-		SampleInterval:          time.Second,
-		MemoryHeapUsedRatio:     0.85,
-		PublishRatePerSec:       10000,
-		SubscriberRatio:         50,
-		TopicPublishRatePerSec:  5000,
-		TopicPublishBytesPerSec: 10485760,
-		TopN:                    20,
-	}
-}
-
-// withDefaults fills the documented zero-value defaults.
-func (c Config) withDefaults() Config {
-	if c.SampleInterval <= 0 {
-		c.SampleInterval = time.Second
-	}
-	if c.TopN <= 0 {
-		c.TopN = 20
-	}
-	if c.MaxTrackedKeys <= 0 {
-		c.MaxTrackedKeys = DefaultMaxTrackedKeys
-	}
-	if c.Hysteresis < 0 || c.Hysteresis != c.Hysteresis {
-		c.Hysteresis = 0
-	}
-	if c.Hysteresis >= 1 {
-		c.Hysteresis = 0.99
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	return c
-}
-
 // Counts reports the live connection and subscription counts.
 type Counts func() (connections, subscriptions int64)
 
@@ -179,6 +128,7 @@ type Counts func() (connections, subscriptions int64)
 type Monitor struct {
 	snap      atomic.Pointer[Snapshot]
 	published atomic.Int64
+	busSheds  atomic.Int64
 	topics    *table
 	users     *table
 
@@ -217,10 +167,9 @@ type listenerSet struct {
 	sample []func(*Snapshot)
 }
 
-// New returns a monitor; counts may be nil (0 connections and
-// subscriptions), m may be nil (no metrics), log may be nil (slog.Default).
-// It does not start sampling: call Run, or Sample.
-func New(cfg Config, counts Counts, m *metrics.Metrics, log *slog.Logger) *Monitor {
+// New returns a monitor; m may be nil (no metrics), log may be nil
+// (slog.Default). It does not start sampling: call Run, or Sample.
+func New(cfg Config, m *metrics.Metrics, log *slog.Logger) *Monitor {
 	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.Default()
@@ -229,7 +178,6 @@ func New(cfg Config, counts Counts, m *metrics.Metrics, log *slog.Logger) *Monit
 		topics:     newTable(cfg.MaxTrackedKeys),
 		users:      newTable(cfg.MaxTrackedKeys),
 		cfg:        cfg,
-		counts:     counts,
 		log:        log,
 		hot:        make(map[string]uint64),
 		keepTopics: make(map[string]struct{}),
@@ -265,6 +213,12 @@ func (m *Monitor) RecordAttempt(topic, user string, bytes int) {
 	if user != "" {
 		m.users.record(user, b)
 	}
+}
+
+// RecordBusShed counts a publish the cross-instance bus refused, for BUS:
+// one atomic add.
+func (m *Monitor) RecordBusShed() {
+	m.busSheds.Add(1)
 }
 
 // RecordPublished counts n messages actually published (locally, or
@@ -311,7 +265,14 @@ func (m *Monitor) publishListeners() {
 
 // Run samples every SampleInterval until ctx ends. The first sample is one
 // interval after Run starts, so the first rates cover a whole interval.
-func (m *Monitor) Run(ctx context.Context) {
+//
+// counts reports the live connection and subscription counts; it may be
+// nil (0 and 0). It is handed over here, not to New, because its source
+// (the server) is built after the monitor and exists once it runs.
+func (m *Monitor) Run(ctx context.Context, counts Counts) {
+	m.smu.Lock()
+	m.counts = counts
+	m.smu.Unlock()
 	t := time.NewTicker(m.cfg.SampleInterval)
 	defer t.Stop()
 	for {
@@ -358,6 +319,7 @@ func (m *Monitor) Sample() {
 		MemoryLimit:     rt.MemoryLimit,
 		RSS:             rt.RSS,
 		PublishRate:     float64(m.published.Swap(0)) / elapsed,
+		BusSheds:        m.busSheds.Swap(0),
 		Connections:     conns,
 		Subscriptions:   subs,
 		SchedLatencyP99: rt.SchedP99,
@@ -392,6 +354,12 @@ func (m *Monitor) reason(s *Snapshot) Reason {
 		if m.active[r] {
 			reason = r
 		}
+	}
+	// BUS has no threshold and no hysteresis: the bus refusing publishes
+	// is itself the signal. It ranks below MEMORY only.
+	m.active[Bus] = s.BusSheds > 0
+	if m.active[Bus] && reason != Memory {
+		reason = Bus
 	}
 	return reason
 }

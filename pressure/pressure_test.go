@@ -101,7 +101,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newHarness(t interface{ Helper() }, cfg Config) *harness {
+func newHarness(t interface {
+	Helper()
+	Fatal(...any)
+}, cfg Config) *harness {
 	t.Helper()
 	h := &harness{
 		clock:  &fakeClock{t: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)},
@@ -112,7 +115,12 @@ func newHarness(t interface{ Helper() }, cfg Config) *harness {
 	}
 	cfg.Now = h.clock.Now
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
-	h.mon = New(cfg, h.counts.get, metrics.New(h.reg, ""), log)
+	m, err := metrics.New(h.reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mon = New(cfg, m, log)
+	h.mon.counts = h.counts.get // as Run would hand it over
 	h.mon.readRuntime = h.rt.read
 	return h
 }
@@ -167,7 +175,7 @@ func TestReasonStringRoundTrip(t *testing.T) {
 }
 
 func TestSnapshotNeverNil(t *testing.T) {
-	mon := New(Config{}, nil, nil, nil)
+	mon := New(Config{}, nil, nil)
 	s := mon.Snapshot()
 	if s == nil || s.Reason != None {
 		t.Fatalf("initial snapshot = %+v", s)
@@ -214,8 +222,8 @@ func TestReasonPriority(t *testing.T) {
 				t.Fatalf("reason = %v, want %v (snapshot %+v)", s.Reason, tt.want, s)
 			}
 			g := gauges(t, h.reg, "pressure_reason")
-			if len(g) != 4 {
-				t.Fatalf("pressure_reason series = %v, want 4", g)
+			if len(g) != int(numReasons) {
+				t.Fatalf("pressure_reason series = %v, want %d", g, numReasons)
 			}
 			for r := range Reason(numReasons) {
 				want := 0.0
@@ -602,7 +610,7 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 250 * time.Millisecond
 		start := time.Now()
-		mon := New(Config{SampleInterval: interval}, nil, metrics.NewDiscard(), nil)
+		mon := New(Config{SampleInterval: interval}, metrics.NewDiscard(), nil)
 		var mu sync.Mutex
 		var at []time.Duration
 		mon.OnSample(func(s *Snapshot) {
@@ -612,7 +620,7 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 		})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
-		go func() { mon.Run(ctx); close(done) }()
+		go func() { mon.Run(ctx, nil); close(done) }()
 
 		time.Sleep(interval - time.Nanosecond)
 		synctest.Wait()
@@ -712,7 +720,7 @@ func TestConcurrentRecordExactTotals(t *testing.T) {
 }
 
 func TestRecordAttemptExistingTopicAllocatesNothing(t *testing.T) {
-	mon := New(Config{}, nil, nil, nil)
+	mon := New(Config{}, nil, nil)
 	topic, user := "chat:room-7", "alice"
 	mon.RecordAttempt(topic, user, 10)
 	if n := testing.AllocsPerRun(1000, func() { mon.RecordAttempt(topic, user, 10) }); n != 0 {

@@ -89,13 +89,40 @@ func TestDecode(t *testing.T) {
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
 
 func TestDecodeBatchBound(t *testing.T) {
-	frame := "[" + strings.Repeat(`{"jsonrpc":"2.0","method":"m"},`, MaxBatch) + `{"jsonrpc":"2.0","id":9,"method":"m"}]`
-	f, ferr := Decode([]byte(frame))
-	if ferr != nil || len(f.Requests) != MaxBatch+1 {
-		t.Fatalf("decode: %v, %d requests", ferr, len(f.Requests))
+	elem := `{"jsonrpc":"2.0","method":"m"}`
+	full := "[" + strings.Repeat(elem+",", MaxBatch-1) + elem + "]"
+	if f, ferr := Decode([]byte(full)); ferr != nil || len(f.Requests) != MaxBatch {
+		t.Fatalf("a batch of MaxBatch: %v, %d requests", ferr, len(f.Requests))
 	}
-	if last := f.Requests[MaxBatch]; last.Err == nil || last.Err.Code != CodeInvalidRequest {
-		t.Fatalf("element past MaxBatch: %+v", last)
+	// One more, or 32,000 more: refused as a whole with one error, so the
+	// answer stays one small object however many elements were sent.
+	for _, n := range []int{MaxBatch + 1, 32000} {
+		frame := "[" + strings.Repeat(elem+",", n-1) + elem + "]"
+		f, ferr := Decode([]byte(frame))
+		if ferr == nil || ferr.Code != CodeInvalidRequest || f.Requests != nil {
+			t.Fatalf("a batch of %d: %v, %d requests", n, ferr, len(f.Requests))
+		}
+	}
+}
+
+func TestDecodeDepthBound(t *testing.T) {
+	nested := func(n int) string {
+		return `{"jsonrpc":"2.0","id":1,"method":"m","params":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + "}"
+	}
+	// The request object is one level; its params add the rest.
+	if _, ferr := Decode([]byte(nested(DefaultMaxDepth))); ferr != nil {
+		t.Fatalf("depth %d refused: %v", DefaultMaxDepth, ferr)
+	}
+	if _, ferr := Decode([]byte(nested(DefaultMaxDepth + 1))); ferr == nil || ferr.Code != CodeInvalidRequest {
+		t.Fatalf("depth %d: %v, want -32600", DefaultMaxDepth+1, ferr)
+	}
+	if _, ferr := DecodeDepth([]byte(nested(5)), 4); ferr == nil {
+		t.Fatal("depth 5 under a limit of 4 accepted")
+	}
+	// Brackets inside strings are not nesting.
+	str := `{"jsonrpc":"2.0","method":"m","params":["` + strings.Repeat("[{", 100) + `"]}`
+	if _, ferr := Decode([]byte(str)); ferr != nil {
+		t.Fatalf("brackets in a string counted: %v", ferr)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,14 +13,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Receive-loop retry pacing while Redis is unreachable.
 const (
-	retryMin = 100 * time.Millisecond
+	// retryMax caps the subscription's wait between retries while Redis
+	// is unreachable.
 	retryMax = 2 * time.Second
 	logEvery = 10 * time.Second // at most one log line per kind of trouble
 )
@@ -37,7 +38,11 @@ type Aggregator struct {
 	log     *slog.Logger
 	maxList int // bound on each list of a received envelope
 
-	view atomic.Pointer[view]
+	// The merged view's top-N and sibling count; the per-topic and
+	// per-user sums are read from mg, which publishes them itself.
+	top      atomic.Pointer[[]Entry]
+	siblings atomic.Int64
+	src      atomic.Pointer[Sources] // set by Activate; never nil
 
 	// mu guards the merge state. Lock order: life, then mu.
 	mu     sync.Mutex
@@ -50,17 +55,21 @@ type Aggregator struct {
 	// old could still pass the clock window: a captured envelope is never
 	// accepted twice. See accept.
 	seen map[string]int64
+	// ignored is when each instance left out by MaxInstances was last
+	// heard from, for cluster_publish_rate_instances_ignored: at most
+	// MaxInstances entries, forgotten after StaleAfter like siblings.
+	ignored map[string]time.Time
 
 	// life serialises Activate and Deactivate.
 	life   sync.Mutex
 	cancel context.CancelFunc
-	ps     *redis.PubSub
+	sub    *bus.Subscription
 	wg     sync.WaitGroup
 
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
 	received, parseErrors, outdated, instIgnored atomic.Uint64
 
-	logParse, logPublish, logSkip, logInstances, logRecv, logClock logLimit
+	logParse, logPublish, logSkip, logInstances, logClock logLimit
 }
 
 // Stats are counters kept beside the Prometheus metrics, for things
@@ -72,7 +81,7 @@ type Stats struct {
 	Received         uint64 // sibling envelopes accepted (cluster_publish_rate_received_total)
 	ParseErrors      uint64 // envelopes dropped: oversize, malformed, unsigned, forged
 	Outdated         uint64 // sibling envelopes dropped: ts not newer than the last accepted from the sender, or too far from this clock (a replay)
-	InstancesIgnored uint64 // envelopes from new instances past MaxInstances
+	InstancesIgnored uint64 // envelopes from new instances past MaxInstances (cluster_publish_rate_ignored_total)
 	Instances        int    // fresh siblings in the current view
 }
 
@@ -98,10 +107,12 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		maxList: max(2*opts.TopN, 64),
 		mg:      newMerger(),
 		seen:    map[string]int64{},
+		ignored: map[string]time.Time{},
 		latest:  local.Snapshot(),
 		win:     newWindow(max(8*opts.TopN, 256), now),
 	}
-	a.view.Store(emptyView)
+	a.top.Store(&[]Entry{})
+	a.src.Store(&Sources{})
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
@@ -118,17 +129,30 @@ func (a *Aggregator) InstanceID() string { return a.id }
 // unreachable until ctx ends (then it returns the error and stays
 // inactive). Once active, the aggregator runs until Deactivate, whatever
 // becomes of ctx, and rides out Redis outages on its own. Calling it while
-// active does nothing.
-func (a *Aggregator) Activate(ctx context.Context) error {
+// active does nothing. src is this instance's subscriber counts (its zero
+// value: none).
+func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	a.life.Lock()
 	defer a.life.Unlock()
-	if a.ps != nil {
+	if a.sub != nil {
 		return nil
 	}
-	ps := a.client.Subscribe(ctx, a.opts.Channel)
-	if err := awaitSubscribed(ctx, ps); err != nil {
-		_ = ps.Close()
-		return fmt.Errorf("publishrate: subscribe %q: %w", a.opts.Channel, err)
+	a.src.Store(&src)
+	sub := bus.Subscribe(bus.SubscriptionConfig{
+		Client:  a.client,
+		Channel: a.opts.Channel,
+		Handle:  func(p string) { a.receive([]byte(p)) },
+		// We hear our own broadcast every PublishInterval, so a channel
+		// silent this long means a dead connection: ping it.
+		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
+		MaxBackoff: retryMax,
+		Logger:     a.log,
+	})
+	select {
+	case <-sub.Ready():
+	case <-ctx.Done():
+		sub.Close()
+		return fmt.Errorf("publishrate: subscribe %q: %w", a.opts.Channel, ctx.Err())
 	}
 	subs := a.subjects()
 	now := a.opts.Now()
@@ -140,35 +164,10 @@ func (a *Aggregator) Activate(ctx context.Context) error {
 	a.mu.Unlock()
 
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel, a.ps = cancel, ps
-	a.wg.Add(2)
-	go a.receiveLoop(lctx, ps)
+	a.cancel, a.sub = cancel, sub
+	a.wg.Add(1)
 	go a.tickLoop(lctx)
 	return nil
-}
-
-// awaitSubscribed waits for Redis to confirm the subscription.
-func awaitSubscribed(ctx context.Context, ps *redis.PubSub) error {
-	backoff := retryMin
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, time.Second)
-		if err == nil {
-			if _, ok := msg.(*redis.Subscription); ok {
-				return nil
-			}
-			continue
-		}
-		if ctx.Err() != nil {
-			return errors.Join(ctx.Err(), err)
-		}
-		if isTimeout(err) {
-			continue
-		}
-		if !sleepCtx(ctx, backoff) {
-			return errors.Join(ctx.Err(), err)
-		}
-		backoff = min(2*backoff, retryMax)
-	}
 }
 
 // Deactivate stops the broadcast timer and the subscriber, waits for both
@@ -177,20 +176,20 @@ func awaitSubscribed(ctx context.Context, ps *redis.PubSub) error {
 func (a *Aggregator) Deactivate() {
 	a.life.Lock()
 	defer a.life.Unlock()
-	if a.ps == nil {
+	if a.sub == nil {
 		return
 	}
 	a.cancel()
-	_ = a.ps.Close() // unblocks the receive loop's read
+	a.sub.Close()
 	a.wg.Wait()
-	a.cancel, a.ps = nil, nil
+	a.cancel, a.sub = nil, nil
 
 	now := a.opts.Now()
 	a.mu.Lock()
 	a.active = false
-	for id := range a.mg.remotes {
-		a.mg.drop(id)
-	}
+	a.mg.dropAll()
+	clear(a.ignored)
+	a.m.ClusterInstancesIgnored.Set(0)
 	a.mg.setLocalSubs(nil)
 	a.win.reset(now)
 	a.mergeLocked(now)
@@ -200,23 +199,23 @@ func (a *Aggregator) Deactivate() {
 // TopPublishers returns the merged cluster-wide top-N topics, by messages
 // per second descending (ties: bytes per second descending, then topic).
 // The slice is the caller's.
-func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(a.view.Load().top) }
+func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(*a.top.Load()) }
 
 // RateOf is the cluster-wide messages per second of topic: the sum over
 // this instance's latest sample and every fresh sibling slice that carries
 // it, whether or not it made the merged top-N; 0 when none does. A map
 // read, no allocation: safe on the admission path.
-func (a *Aggregator) RateOf(topic string) float64 { return a.view.Load().rateOf(topic) }
+func (a *Aggregator) RateOf(topic string) float64 { return a.mg.rateOf(topic) }
 
 // RateOfUser is RateOf for a user's publish attempts.
-func (a *Aggregator) RateOfUser(user string) float64 { return a.view.Load().rateOfUser(user) }
+func (a *Aggregator) RateOfUser(user string) float64 { return a.mg.rateOfUser(user) }
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
 // count (LocalSubscribers live when set, else the list Subjects returned on
 // the last tick) plus the "subs" of every fresh sibling.
 func (a *Aggregator) SubscribersOf(topic string) int {
-	n := a.view.Load().subscribersOf(topic)
-	if f := a.opts.LocalSubscribers; f != nil {
+	n := a.mg.subscribersOf(topic)
+	if f := a.src.Load().LocalSubscribers; f != nil {
 		n += f(topic)
 	}
 	return n
@@ -232,7 +231,7 @@ func (a *Aggregator) Stats() Stats {
 		ParseErrors:      a.parseErrors.Load(),
 		Outdated:         a.outdated.Load(),
 		InstancesIgnored: a.instIgnored.Load(),
-		Instances:        a.view.Load().siblings,
+		Instances:        int(a.siblings.Load()),
 	}
 }
 
@@ -249,30 +248,32 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 		a.win.add(s, now)
 	}
 	a.mergeLocked(now)
+	a.forgetSeen(now)
 	a.mu.Unlock()
 }
 
-// mergeLocked forgets stale siblings, rebuilds the view and publishes it
-// and the cluster metrics. a.mu is held.
+// mergeLocked forgets stale siblings and publishes the merged top-N, the
+// sibling count and the cluster metrics; the merger has already published
+// the sums. It costs what left plus O(TopN log topics), whatever the
+// number of siblings held. a.mu is held.
 func (a *Aggregator) mergeLocked(now time.Time) {
-	for id, r := range a.mg.remotes {
-		if now.Sub(r.arrived) >= a.opts.StaleAfter {
-			a.mg.drop(id)
-		}
+	a.mg.expire(now, a.opts.StaleAfter)
+	siblings := len(a.mg.remotes)
+	a.siblings.Store(int64(siblings))
+	a.m.ClusterInstances.Set(float64(siblings))
+	top := a.mg.top(a.opts.TopN)
+	if slices.Equal(top, *a.top.Load()) {
+		return
 	}
-	a.forgetSeen(now)
-	v := a.mg.build(a.opts.TopN)
-	a.view.Store(v)
-
-	rates := make(map[string]float64, len(v.top))
-	bytes := make(map[string]float64, len(v.top))
-	for _, e := range v.top {
+	a.top.Store(&top)
+	rates := make(map[string]float64, len(top))
+	bytes := make(map[string]float64, len(top))
+	for _, e := range top {
 		rates[e.Topic] = e.MessagesPerSec
 		bytes[e.Topic] = e.BytesPerSec
 	}
 	a.m.ClusterTopicRate.Set(rates)
 	a.m.ClusterTopicBytes.Set(bytes)
-	a.m.ClusterInstances.Set(float64(v.siblings))
 }
 
 // receive handles one payload from the channel.
@@ -302,19 +303,34 @@ func (a *Aggregator) receive(payload []byte) {
 	if _, ok := a.mg.remotes[e.InstanceID]; !ok && len(a.mg.remotes) >= a.opts.MaxInstances {
 		a.mergeLocked(now) // forgets stale siblings, freeing room
 		if len(a.mg.remotes) >= a.opts.MaxInstances {
-			a.instIgnored.Add(1)
-			if a.logInstances.allow(now) {
-				a.log.Warn("ignoring envelope from a new instance: MaxInstances siblings tracked",
-					"from", e.InstanceID, "maxInstances", a.opts.MaxInstances)
-			}
+			a.ignoreLocked(e.InstanceID, now)
 			return
 		}
 	}
 	a.seen[e.InstanceID] = e.TS
-	a.mg.put(e.InstanceID, &remote{ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
+	a.mg.put(&remote{id: e.InstanceID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
+	if _, ok := a.ignored[e.InstanceID]; ok {
+		delete(a.ignored, e.InstanceID)
+		a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
+	}
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)
+}
+
+// ignoreLocked counts an envelope from instance id left out because
+// MaxInstances siblings are held. a.mu is held.
+func (a *Aggregator) ignoreLocked(id string, now time.Time) {
+	a.instIgnored.Add(1)
+	a.m.ClusterIgnored.Inc()
+	if _, ok := a.ignored[id]; ok || len(a.ignored) < a.opts.MaxInstances {
+		a.ignored[id] = now
+		a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
+	}
+	if a.logInstances.allow(now) {
+		a.log.Warn("ignoring envelopes from new instances: publishRate.maxInstances siblings held; the cluster view is missing them",
+			"from", id, "maxInstances", a.opts.MaxInstances, "instancesIgnored", len(a.ignored))
+	}
 }
 
 // fresh reports whether e may be accepted: its ts is within
@@ -325,6 +341,11 @@ func (a *Aggregator) receive(payload []byte) {
 // topics shed for as long as the replays go on. a.mu is held.
 func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 	window := a.opts.StaleAfter + a.opts.MaxClockSkew
+	if len(a.opts.HMACSecret) > 0 {
+		// The fleet's replay rule for signed envelopes binds too; with
+		// the default staleAfter and maxClockSkew it is the wider one.
+		window = min(window, envsign.Window)
+	}
 	if age := now.Sub(time.UnixMilli(e.TS)); age > window || age < -window {
 		if a.logClock.allow(now) {
 			a.log.Warn("dropped cluster rate envelope: its ts is too far from this instance's clock (a replay, or clocks apart by more than publishRate.maxClockSkew)",
@@ -337,7 +358,9 @@ func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 }
 
 // forgetSeen drops the high-water marks that the clock window alone now
-// enforces: any envelope at or below them is too old to pass. a.mu is held.
+// enforces (any envelope at or below them is too old to pass), and the
+// ignored instances not heard from within StaleAfter. It scans every
+// entry, so it runs on samples and ticks, not per envelope. a.mu is held.
 func (a *Aggregator) forgetSeen(now time.Time) {
 	oldest := now.Add(-(a.opts.StaleAfter + a.opts.MaxClockSkew)).UnixMilli()
 	for id, ts := range a.seen {
@@ -345,39 +368,12 @@ func (a *Aggregator) forgetSeen(now time.Time) {
 			delete(a.seen, id)
 		}
 	}
-}
-
-func (a *Aggregator) receiveLoop(ctx context.Context, ps *redis.PubSub) {
-	defer a.wg.Done()
-	// We hear our own broadcast every PublishInterval, so a read that stays
-	// idle this long means a dead connection: ping it (a failed ping makes
-	// go-redis reconnect and resubscribe).
-	idle := a.opts.StaleAfter + a.opts.PublishInterval
-	backoff := retryMin
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, idle)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if isTimeout(err) {
-				_ = ps.Ping(ctx)
-				continue
-			}
-			if a.logRecv.allow(a.opts.Now()) {
-				a.log.Warn("cluster rate subscriber: retrying", "err", err, "after", backoff)
-			}
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, retryMax)
-			continue
-		}
-		backoff = retryMin
-		if m, ok := msg.(*redis.Message); ok {
-			a.receive([]byte(m.Payload))
+	for id, at := range a.ignored {
+		if now.Sub(at) >= a.opts.StaleAfter {
+			delete(a.ignored, id)
 		}
 	}
+	a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
 }
 
 func (a *Aggregator) tickLoop(ctx context.Context) {
@@ -441,7 +437,9 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 	topics, users := a.win.averages(a.latest)
 	a.win.reset(now)
 	a.setLocalSubsLocked(subs)
+	a.mg.resum()
 	a.mergeLocked(now)
+	a.forgetSeen(now)
 	a.mu.Unlock()
 	return a.encode(a.newEnvelope(now, topics, users, subs))
 }
@@ -449,17 +447,18 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 // setLocalSubsLocked makes subs the local part of SubscribersOf, unless
 // LocalSubscribers answers that live. a.mu is held.
 func (a *Aggregator) setLocalSubsLocked(subs []SubjectCount) {
-	if a.opts.LocalSubscribers != nil {
+	if a.src.Load().LocalSubscribers != nil {
 		subs = nil
 	}
 	a.mg.setLocalSubs(subs)
 }
 
 func (a *Aggregator) subjects() []SubjectCount {
-	if a.opts.Subjects == nil {
+	f := a.src.Load().Subjects
+	if f == nil {
 		return nil
 	}
-	return a.opts.Subjects()
+	return f()
 }
 
 // newEnvelope builds this instance's envelope: each list deduplicated,
@@ -514,7 +513,7 @@ func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, use
 		e.Users = append(e.Users, r.wireUser)
 	}
 
-	if a.opts.Subjects != nil {
+	if a.src.Load().Subjects != nil {
 		sm := make(map[string]int, len(subs))
 		for _, s := range subs {
 			if protocol.ValidTopic(s.Topic) && s.Count > 0 {
@@ -549,23 +548,6 @@ func (a *Aggregator) encode(e *envelope) ([]byte, error) {
 		if e.Subs != nil {
 			e.Subs = e.Subs[:len(e.Subs)*3/4]
 		}
-	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// sleepCtx waits d or until ctx ends; false when ctx ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

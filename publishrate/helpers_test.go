@@ -100,7 +100,7 @@ func deadClient(t testing.TB) redis.UniversalClient {
 
 // newOffline returns an aggregator that is marked active but has no Redis
 // goroutines: tests feed it payloads with receive and call collect.
-func newOffline(t testing.TB, local Local, opts Options) *Aggregator {
+func newOffline(t testing.TB, local Local, opts Options, src ...Sources) *Aggregator {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = discardLog
@@ -111,6 +111,9 @@ func newOffline(t testing.TB, local Local, opts Options) *Aggregator {
 	a, err := New(deadClient(t), local, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, s := range src {
+		a.src.Store(&s) // as Activate would hand them over
 	}
 	a.mu.Lock()
 	a.active = true
@@ -130,10 +133,22 @@ func env(t testing.TB, id string, ts int64, slice ...wireTopic) []byte {
 	return b
 }
 
-// topicGauge reads a topic-labelled gauge family from the registry.
-func topicGauge(t testing.TB, m *metrics.Metrics, name string) map[string]float64 {
+// gatheredMetrics is metrics on a registry of their own, for the tests
+// that read the exposition.
+func gatheredMetrics(t testing.TB) (*metrics.Metrics, *prometheus.Registry) {
 	t.Helper()
-	mfs, err := m.Registry.Gather()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+// topicGauge reads a topic-labelled gauge family from the registry.
+func topicGauge(t testing.TB, reg prometheus.Gatherer, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,9 @@ package publishrate
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +17,7 @@ import (
 
 func TestMergeSumsAcrossInstances(t *testing.T) {
 	clk := newFakeClock()
-	m := metrics.NewDiscard()
+	m, reg := gatheredMetrics(t)
 	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 100, BytesPerSec: 1000})
 	a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, InstanceID: "self"})
 
@@ -44,10 +46,10 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 		t.Errorf("received = %v, want %v", got, want)
 	}
 	wantRates := map[string]float64{"hot": 1300, "other": 5, "cold": 1}
-	if got := topicGauge(t, m, "cluster_topic_publish_rate"); !maps.Equal(got, wantRates) {
+	if got := topicGauge(t, reg, "cluster_topic_publish_rate"); !maps.Equal(got, wantRates) {
 		t.Errorf("cluster_topic_publish_rate = %v, want %v", got, wantRates)
 	}
-	if got := topicGauge(t, m, "cluster_topic_publish_bytes"); got["hot"] != 13000 {
+	if got := topicGauge(t, reg, "cluster_topic_publish_bytes"); got["hot"] != 13000 {
 		t.Errorf("cluster_topic_publish_bytes{hot} = %v, want 13000", got["hot"])
 	}
 
@@ -61,8 +63,8 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 func TestMergeUsersAndSubscribers(t *testing.T) {
 	clk := newFakeClock()
 	local := &fakeLocal{snap: &pressure.Snapshot{TopUsers: []pressure.UserRate{{User: "alice", MessagesPerSec: 7}}}}
-	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self",
-		Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
+	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self"},
+		Sources{Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
 	if _, err := a.collect(clk.Now()); err != nil { // takes the local subjects
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestMergeUsersAndSubscribers(t *testing.T) {
 
 func TestSubscribersOfLiveLocal(t *testing.T) {
 	live := map[string]int{"room": 5}
-	a := newOffline(t, newFakeLocal(), Options{InstanceID: "self",
+	a := newOffline(t, newFakeLocal(), Options{InstanceID: "self"}, Sources{
 		Subjects:         func() []SubjectCount { return []SubjectCount{{"room", 1000}} }, // not used for the local part
 		LocalSubscribers: func(topic string) int { return live[topic] },
 	})
@@ -233,7 +235,7 @@ func TestBroadcastTickExpiresStale(t *testing.T) {
 }
 
 func TestTopNCapAndOrder(t *testing.T) {
-	m := metrics.NewDiscard()
+	m, reg := gatheredMetrics(t)
 	a := newOffline(t, newFakeLocal(), Options{TopN: 5, Metrics: m})
 	var slice []wireTopic
 	for i := range 12 {
@@ -255,14 +257,14 @@ func TestTopNCapAndOrder(t *testing.T) {
 	if got := a.RateOf("t03"); got != 3 {
 		t.Errorf("RateOf(t03) outside the top-N = %v, want 3", got)
 	}
-	labels := slices.Sorted(maps.Keys(topicGauge(t, m, "cluster_topic_publish_rate")))
+	labels := slices.Sorted(maps.Keys(topicGauge(t, reg, "cluster_topic_publish_rate")))
 	if !slices.Equal(labels, slices.Sorted(slices.Values(want))) {
 		t.Errorf("gauge labels = %v, want the top-N %v", labels, want)
 	}
 
 	// A newer slice without the ties: they leave the top-N and the exposition.
 	a.receive(env(t, "A", 2, slice[:12]...))
-	labels = slices.Sorted(maps.Keys(topicGauge(t, m, "cluster_topic_publish_rate")))
+	labels = slices.Sorted(maps.Keys(topicGauge(t, reg, "cluster_topic_publish_rate")))
 	if want := []string{"t07", "t08", "t09", "t10", "t11"}; !slices.Equal(labels, want) {
 		t.Errorf("gauge labels = %v, want %v", labels, want)
 	}
@@ -270,13 +272,22 @@ func TestTopNCapAndOrder(t *testing.T) {
 
 func TestMaxInstances(t *testing.T) {
 	clk := newFakeClock()
-	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
+	m := metrics.NewDiscard()
+	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, Metrics: m, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
 	a.receive(env(t, "A", 1, wireTopic{"x", 1, 0}))
 	clk.Advance(5 * time.Second)
 	a.receive(env(t, "B", 1, wireTopic{"x", 1, 0}))
 	a.receive(env(t, "C", 1, wireTopic{"x", 1, 0}))
-	if st := a.Stats(); st.InstancesIgnored != 1 || st.Instances != 2 || a.RateOf("x") != 2 {
-		t.Fatalf("stats %+v, RateOf(x) = %v: want C ignored", st, a.RateOf("x"))
+	a.receive(env(t, "C", 2, wireTopic{"x", 1, 0}))
+	a.receive(env(t, "D", 1, wireTopic{"x", 1, 0}))
+	if st := a.Stats(); st.InstancesIgnored != 3 || st.Instances != 2 || a.RateOf("x") != 2 {
+		t.Fatalf("stats %+v, RateOf(x) = %v: want C and D ignored", st, a.RateOf("x"))
+	}
+	if got, want := value(m.ClusterIgnored), 3.0; got != want {
+		t.Errorf("cluster_publish_rate_ignored_total = %v, want %v", got, want)
+	}
+	if got := value(m.ClusterInstancesIgnored); got != 2 {
+		t.Errorf("cluster_publish_rate_instances_ignored = %v, want 2 (C and D)", got)
 	}
 	// A known sibling still updates while the table is full.
 	a.receive(env(t, "B", 2, wireTopic{"x", 5, 0}))
@@ -284,9 +295,36 @@ func TestMaxInstances(t *testing.T) {
 		t.Errorf("RateOf(x) = %v, want 6", a.RateOf("x"))
 	}
 	clk.Advance(5 * time.Second) // A goes stale and frees its slot
-	a.receive(env(t, "C", 1, wireTopic{"x", 10, 0}))
-	if st := a.Stats(); st.InstancesIgnored != 1 || st.Instances != 2 || a.RateOf("x") != 15 {
+	a.receive(env(t, "C", 3, wireTopic{"x", 10, 0}))
+	if st := a.Stats(); st.InstancesIgnored != 3 || st.Instances != 2 || a.RateOf("x") != 15 {
 		t.Errorf("stats %+v, RateOf(x) = %v: want B and C", st, a.RateOf("x"))
+	}
+	if got := value(m.ClusterInstancesIgnored); got != 1 {
+		t.Errorf("cluster_publish_rate_instances_ignored = %v, want 1 (D) once C is in", got)
+	}
+	// D falls silent: StaleAfter after it was last heard from, nothing is missing.
+	clk.Advance(5 * time.Second)
+	a.onSample(&pressure.Snapshot{})
+	if got := value(m.ClusterInstancesIgnored); got != 0 {
+		t.Errorf("cluster_publish_rate_instances_ignored = %v, want 0 once D is silent", got)
+	}
+}
+
+// The sibling limit is a config key with a default, validated by name.
+func TestMaxInstancesOption(t *testing.T) {
+	if got := DefaultOptions().MaxInstances; got != 1024 {
+		t.Errorf("default maxInstances = %d, want 1024", got)
+	}
+	err := Options{MaxInstances: -1}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "publishRate.maxInstances") {
+		t.Errorf("Validate(maxInstances -1) = %v, want an error naming publishRate.maxInstances", err)
+	}
+	a := newOffline(t, newFakeLocal(), Options{MaxInstances: 3000})
+	for i := range 3000 {
+		a.receive(env(t, fmt.Sprint("i", i), 1))
+	}
+	if st := a.Stats(); st.Instances != 3000 || st.InstancesIgnored != 0 {
+		t.Errorf("maxInstances 3000: stats %+v", st)
 	}
 }
 
@@ -299,24 +337,30 @@ func TestOwnEnvelopeIgnored(t *testing.T) {
 	}
 }
 
-// TestMergeMatchesNaiveSum: after any sequence of contributions replaced
-// and dropped, the view equals a plain recomputation from the current
-// contributions, and the interned keys are exactly the keys in use (ids
-// are released, none leak). Rates are dyadic so sums are exact in any order.
-func TestMergeMatchesNaiveSum(t *testing.T) {
-	topicGen := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h"})
-	userGen := rapid.SampledFrom([]string{"u1", "u2", "u3", "u4"})
+// TestIncrementalMergeMatchesFromScratch: after any sequence of local
+// samples, local subscriber lists, sibling envelopes (arriving in or out of
+// clock order), drops, expiries and re-sums, every lookup, the top-N and
+// the sibling count equal a merge computed from scratch over the
+// contributions held, and the keys kept live are exactly the keys in use.
+// Rates are dyadic so sums are exact in any order.
+func TestIncrementalMergeMatchesFromScratch(t *testing.T) {
+	topics := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	users := []string{"u1", "u2", "u3", "u4"}
+	topicGen := rapid.SampledFrom(topics)
+	userGen := rapid.SampledFrom(users)
 	rateGen := rapid.SampledFrom([]float64{0, 0.5, 1, 2, 3, 10, 600})
-	idGen := rapid.SampledFrom([]string{"A", "B", "C", "D"})
+	idGen := rapid.SampledFrom([]string{"A", "B", "C", "D", "E"})
+	const stale = 10 * time.Second
 	rapid.Check(t, func(rt *rapid.T) {
 		topN := rapid.IntRange(1, 6).Draw(rt, "topN")
 		m := newMerger()
+		now := testEpoch
 		var local *pressure.Snapshot
 		var lsubs []SubjectCount
 		remotes := map[string]*remote{}
 
-		for step := range rapid.IntRange(1, 30).Draw(rt, "steps") {
-			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+		for step := range rapid.IntRange(1, 40).Draw(rt, "steps") {
+			switch rapid.IntRange(0, 5).Draw(rt, "op") {
 			case 0:
 				local = &pressure.Snapshot{}
 				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "lt") {
@@ -333,7 +377,10 @@ func TestMergeMatchesNaiveSum(t *testing.T) {
 				}
 				m.setLocalSubs(lsubs)
 			case 2:
-				r := &remote{}
+				// Arrivals are normally in clock order; now and then one
+				// is stamped a little earlier than the last.
+				arrived := now.Add(-time.Duration(rapid.IntRange(0, 2).Draw(rt, "late")) * time.Second)
+				r := &remote{id: idGen.Draw(rt, "id"), arrived: arrived}
 				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "rt") {
 					r.slice = append(r.slice, wireTopic{tp, rateGen.Draw(rt, "r"), rateGen.Draw(rt, "b")})
 				}
@@ -343,97 +390,169 @@ func TestMergeMatchesNaiveSum(t *testing.T) {
 				for _, u := range rapid.SliceOfDistinct(userGen, rapid.ID).Draw(rt, "ru") {
 					r.users = append(r.users, wireUser{u, rateGen.Draw(rt, "r")})
 				}
-				id := idGen.Draw(rt, "id")
-				remotes[id] = r
-				m.put(id, r)
+				remotes[r.id] = r
+				m.put(r)
 			case 3:
 				id := idGen.Draw(rt, "id")
 				delete(remotes, id)
 				m.drop(id)
-			}
-			v := m.build(topN)
-
-			// The model.
-			want := map[string]topicAgg{}
-			users := map[string]float64{}
-			addTopic := func(tp string, msgs, bytes float64) {
-				w := want[tp]
-				w.msgs, w.bytes, w.n = w.msgs+msgs, w.bytes+bytes, w.n+1
-				want[tp] = w
-			}
-			addSubs := func(tp string, c int) {
-				w := want[tp]
-				w.subs += c
-				want[tp] = w
-			}
-			if local != nil {
-				for _, tr := range local.TopTopics {
-					addTopic(tr.Topic, tr.MessagesPerSec, tr.BytesPerSec)
+			case 4:
+				now = now.Add(time.Duration(rapid.IntRange(0, 12).Draw(rt, "advance")) * time.Second)
+				for id, r := range remotes {
+					if now.Sub(r.arrived) >= stale {
+						delete(remotes, id)
+					}
 				}
-				for _, u := range local.TopUsers {
-					users[u.User] += u.MessagesPerSec
-				}
+				m.expire(now, stale)
+			case 5:
+				m.resum()
 			}
-			for _, s := range lsubs {
-				if s.Count > 0 {
-					addSubs(s.Topic, s.Count)
-				}
-			}
-			for _, r := range remotes {
-				for _, wt := range r.slice {
-					addTopic(wt.Topic, wt.MessagesPerSec, wt.BytesPerSec)
-				}
-				for _, s := range r.subs {
-					addSubs(s.Topic, s.Count)
-				}
-				for _, u := range r.users {
-					users[u.User] += u.MessagesPerSec
-				}
-			}
-
-			got := map[string]topicAgg{}
-			for tp, id := range v.tindex {
-				got[tp] = v.tvals[id]
-			}
-			if !maps.Equal(got, want) {
-				rt.Fatalf("step %d: topics %v, want %v", step, got, want)
-			}
-			gotUsers := map[string]float64{}
-			for u, id := range v.uindex {
-				gotUsers[u] = v.uvals[id]
-			}
-			if !maps.Equal(gotUsers, users) {
-				rt.Fatalf("step %d: users %v, want %v", step, gotUsers, users)
-			}
-			for _, in := range []*interner{&m.topics, &m.users} {
-				if live := len(in.names) - len(in.free); live != len(in.ids) {
-					rt.Fatalf("step %d: %d ids live, %d keys interned", step, live, len(in.ids))
-				}
-			}
-			var all []Entry
-			for k, a := range want {
-				if a.n > 0 {
-					all = append(all, Entry{k, a.msgs, a.bytes, a.n})
-				}
-			}
-			slices.SortFunc(all, func(x, y Entry) int {
-				if before(x.MessagesPerSec, x.BytesPerSec, x.Topic, &y) {
-					return -1
-				}
-				return 1
-			})
-			if wantTop := all[:min(topN, len(all))]; !slices.Equal(v.top, wantTop) {
-				rt.Fatalf("step %d: top %v, want %v", step, v.top, wantTop)
-			}
-			if v.siblings != len(remotes) {
-				rt.Fatalf("step %d: siblings %d, want %d", step, v.siblings, len(remotes))
-			}
+			want := fromScratch(local, lsubs, remotes)
+			checkMerged(rt, step, m, want, topics, users, topN, len(remotes))
 		}
 	})
 }
 
+// merged is a from-scratch merge: every topic and user named by a
+// contribution, with its sums.
+type merged struct {
+	topics map[string]topicSum
+	users  map[string]float64
+}
+
+type topicSum struct {
+	msgs, bytes float64
+	n           int // rate contributions
+	subs        int
+}
+
+func fromScratch(local *pressure.Snapshot, lsubs []SubjectCount, remotes map[string]*remote) merged {
+	w := merged{topics: map[string]topicSum{}, users: map[string]float64{}}
+	addTopic := func(tp string, msgs, bytes float64) {
+		s := w.topics[tp]
+		s.msgs, s.bytes, s.n = s.msgs+msgs, s.bytes+bytes, s.n+1
+		w.topics[tp] = s
+	}
+	addSubs := func(tp string, c int) {
+		s := w.topics[tp]
+		s.subs += c
+		w.topics[tp] = s
+	}
+	if local != nil {
+		for _, tr := range local.TopTopics {
+			addTopic(tr.Topic, tr.MessagesPerSec, tr.BytesPerSec)
+		}
+		for _, u := range local.TopUsers {
+			w.users[u.User] += u.MessagesPerSec
+		}
+	}
+	for _, s := range lsubs {
+		if s.Count > 0 {
+			addSubs(s.Topic, s.Count)
+		}
+	}
+	for _, r := range remotes {
+		for _, wt := range r.slice {
+			addTopic(wt.Topic, wt.MessagesPerSec, wt.BytesPerSec)
+		}
+		for _, s := range r.subs {
+			addSubs(s.Topic, s.Count)
+		}
+		for _, u := range r.users {
+			w.users[u.User] += u.MessagesPerSec
+		}
+	}
+	return w
+}
+
+func checkMerged(rt *rapid.T, step int, m *merger, want merged, topics, users []string, topN, siblings int) {
+	for _, tp := range append(topics, "absent") {
+		s := want.topics[tp]
+		if got := m.rateOf(tp); got != s.msgs {
+			rt.Fatalf("step %d: rateOf(%s) = %v, want %v", step, tp, got, s.msgs)
+		}
+		if got := m.subscribersOf(tp); got != s.subs {
+			rt.Fatalf("step %d: subscribersOf(%s) = %v, want %v", step, tp, got, s.subs)
+		}
+		if k := m.topics.lookup(tp); k != nil && math.Float64frombits(k.pubBytes.Load()) != s.bytes {
+			rt.Fatalf("step %d: bytes of %s = %v, want %v", step, tp, math.Float64frombits(k.pubBytes.Load()), s.bytes)
+		}
+	}
+	for _, u := range append(users, "absent") {
+		if got := m.rateOfUser(u); got != want.users[u] {
+			rt.Fatalf("step %d: rateOfUser(%s) = %v, want %v", step, u, got, want.users[u])
+		}
+	}
+	// Live keys are exactly those named, each found in the table under its id.
+	for _, c := range []struct {
+		ks    *keyset
+		named int
+	}{{&m.topics, len(want.topics)}, {&m.users, len(want.users)}} {
+		live := 0
+		for id, k := range c.ks.byID {
+			if k == nil {
+				continue
+			}
+			live++
+			if int(k.id) != id || c.ks.lookup(k.name) != k || !k.live() {
+				rt.Fatalf("step %d: key %q at id %d: id %d, found %v, live %v", step, k.name, id, k.id, c.ks.lookup(k.name) == k, k.live())
+			}
+		}
+		if live != c.named || len(c.ks.free) != len(c.ks.byID)-live {
+			rt.Fatalf("step %d: %d keys live (%d ids free of %d), %d named", step, live, len(c.ks.free), len(c.ks.byID), c.named)
+		}
+	}
+	var all []Entry
+	for k, s := range want.topics {
+		if s.n > 0 {
+			all = append(all, Entry{k, s.msgs, s.bytes, s.n})
+		}
+	}
+	slices.SortFunc(all, func(x, y Entry) int {
+		if ranksBefore(x.MessagesPerSec, x.BytesPerSec, x.Topic, y.MessagesPerSec, y.BytesPerSec, y.Topic) {
+			return -1
+		}
+		return 1
+	})
+	if got, wantTop := m.top(topN), all[:min(topN, len(all))]; !slices.Equal(got, wantTop) {
+		rt.Fatalf("step %d: top %v, want %v", step, got, wantTop)
+	}
+	if len(m.remotes) != siblings {
+		rt.Fatalf("step %d: siblings %d, want %d", step, len(m.remotes), siblings)
+	}
+	n := 0
+	for r := m.oldest; r != nil; r = r.newer {
+		if n++; r.newer != nil && r.newer.arrived.Before(r.arrived) {
+			rt.Fatalf("step %d: arrival list out of order", step)
+		}
+	}
+	if n != siblings {
+		rt.Fatalf("step %d: arrival list holds %d siblings, want %d", step, n, siblings)
+	}
+}
+
+// TestTableGrowsAndForgetsDormantKeys: keys churned through the table
+// leave it bounded by the live ones, and lookups keep answering through
+// every rebuild.
+func TestTableGrowsAndForgetsDormantKeys(t *testing.T) {
+	m := newMerger()
+	for i := range 10_000 {
+		r := &remote{id: "A", arrived: testEpoch, slice: []wireTopic{{fmt.Sprint("t", i), 1, 1}, {"steady", 1, 1}}}
+		m.put(r)
+		if got := m.rateOf("steady"); got != 1 {
+			t.Fatalf("after %d envelopes RateOf(steady) = %v", i, got)
+		}
+		if i > 0 && m.rateOf(fmt.Sprint("t", i-1)) != 0 {
+			t.Fatalf("a topic that left still has a rate")
+		}
+	}
+	if size := len(m.topics.tab.Load().slots); size > 4*minTableSize {
+		t.Errorf("table of %d slots for 2 live topics", size)
+	}
+}
+
 func TestLookupsDoNotAllocate(t *testing.T) {
-	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{
+	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{}, Sources{
 		LocalSubscribers: func(string) int { return 1 },
 	})
 	a.receive(env(t, "A", 1, wireTopic{"hot", 1, 1}))
@@ -448,6 +567,9 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 		}
 	}
 	_ = sink
+	if n := testing.AllocsPerRun(1000, clusterRuleOnFleet(t)); n != 0 {
+		t.Errorf("a cluster rule check against 1,000 siblings allocates %v per call", n)
+	}
 }
 
 // TestWithPressureMonitor wires the real pressure monitor as Local: its
@@ -456,7 +578,7 @@ func TestWithPressureMonitor(t *testing.T) {
 	clk := newFakeClock()
 	cfg := pressure.DefaultConfig()
 	cfg.Now = clk.Now
-	mon := pressure.New(cfg, nil, metrics.NewDiscard(), discardLog)
+	mon := pressure.New(cfg, metrics.NewDiscard(), discardLog)
 	a := newOffline(t, mon, Options{Now: clk.Now, InstanceID: "me"})
 	for range 50 {
 		mon.RecordAttempt("chat", "alice", 100)
@@ -472,5 +594,38 @@ func TestWithPressureMonitor(t *testing.T) {
 	e := sent(t, a, clk.Now())
 	if len(e.Slice) != 1 || e.Slice[0] != (wireTopic{"chat", 50, 5000}) {
 		t.Errorf("slice = %v", e.Slice)
+	}
+}
+
+// TestLookupsDuringMergeSeeWholeEnvelopes: a reader racing the merge sees
+// a topic's sum before or after an envelope, never with the sender's old
+// part taken out and the new one not yet in (or the other way round).
+func TestLookupsDuringMergeSeeWholeEnvelopes(t *testing.T) {
+	m := newMerger()
+	m.put(&remote{id: "B", arrived: testEpoch, slice: []wireTopic{{"hot", 10, 0}}})
+	m.put(&remote{id: "A", arrived: testEpoch, slice: []wireTopic{{"hot", 200, 0}}})
+	done := make(chan struct{})
+	bad := make(chan float64, 1)
+	go func() {
+		defer close(bad)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if r := m.rateOf("hot"); r != 110 && r != 210 {
+				bad <- r
+				return
+			}
+		}
+	}()
+	for i := range 20_000 {
+		// Fresh topics each time grow the table under the reader, too.
+		m.put(&remote{id: "A", arrived: testEpoch, slice: []wireTopic{{"hot", float64(100 * (1 + i%2)), 0}, {fmt.Sprint("churn-", i), 1, 0}}})
+	}
+	close(done)
+	if r, ok := <-bad; ok {
+		t.Fatalf("a reader saw RateOf(hot) = %v, not a whole envelope's sum", r)
 	}
 }

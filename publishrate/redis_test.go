@@ -47,7 +47,7 @@ func activate(t *testing.T, a *Aggregator) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), awaitFor)
 	defer cancel()
-	if err := a.Activate(ctx); err != nil {
+	if err := a.Activate(ctx, Sources{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -143,7 +143,7 @@ func TestActivateGivesUpWithContext(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if err := n.agg.Activate(ctx); err == nil {
+	if err := n.agg.Activate(ctx, Sources{}); err == nil {
 		t.Fatal("Activate with Redis down returned nil")
 	}
 	// Still inactive: a later Activate really subscribes.

@@ -94,7 +94,7 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 		{User: "u1", MessagesPerSec: 1}, {User: "u2", MessagesPerSec: 5}, {User: "u3", MessagesPerSec: 4},
 		{User: strings.Repeat("x", MaxUserLen+1), MessagesPerSec: 100}, {User: "", MessagesPerSec: 100},
 	}
-	a := newOffline(t, local, Options{Now: clk.Now, TopN: 2, Subjects: func() []SubjectCount {
+	a := newOffline(t, local, Options{Now: clk.Now, TopN: 2}, Sources{Subjects: func() []SubjectCount {
 		return []SubjectCount{{"r1", 1}, {"r2", 9}, {"r1", 5}, {"r3", 0}, {"bad topic", 50}, {"r4", 2}}
 	}})
 	clk.Advance(time.Second)
@@ -114,7 +114,7 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 	}
 
 	// Subjects wired but empty: "subs":[] is still sent.
-	b, err := newOffline(t, newFakeLocal(), Options{Subjects: func() []SubjectCount { return nil }}).collect(time.Now())
+	b, err := newOffline(t, newFakeLocal(), Options{}, Sources{Subjects: func() []SubjectCount { return nil }}).collect(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,22 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Built-in method names (docs/protocol.md, "Built-in methods").
+// Built-in method names (docs/protocol.md, "Built-in methods"), as the
+// protocol declares them.
 const (
-	MethodSubscribe   = "subscribe"
-	MethodUnsubscribe = "unsubscribe"
-	MethodPublish     = "publish"
+	MethodSubscribe   = protocol.MethodSubscribe
+	MethodUnsubscribe = protocol.MethodUnsubscribe
+	MethodPublish     = protocol.MethodPublish
 )
 
 func isBuiltin(m string) bool {
-	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh
+	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh ||
+		m == MethodPresence || m == MethodPresenceStats
 }
 
 var emptyResult = json.RawMessage("{}")
@@ -33,6 +34,8 @@ func (c *conn) dispatch(r *protocol.Request, raw []byte) (json.RawMessage, *prot
 		return c.builtinCall(r, raw)
 	case MethodRefresh:
 		return c.refresh(r)
+	case MethodPresence, MethodPresenceStats:
+		return c.presenceCall(r, raw)
 	}
 	return c.appCall(r, raw)
 }
@@ -85,17 +88,19 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 		if perr := c.addSub(p.Topic); perr != nil {
 			return nil, perr
 		}
+		s.awaitPresence(p.Topic)
 	case MethodUnsubscribe:
 		c.removeSub(p.Topic)
 	case MethodPublish:
 		data := compactData(p.Data)
-		s.hub.publish(p.Topic, data, c.holder())
+		// The bus first: a publish it cannot take (full, or Redis down)
+		// is shed and delivered nowhere, so success always means every
+		// instance gets it (docs/cluster.md).
 		if err := s.bus.Publish(p.Topic, data); err != nil {
-			// Local subscribers got it; other instances did not. The
-			// publish still succeeds: the bus counted the drop, and while
-			// the bus is down every client was told "degraded".
-			s.log.Debug("bus publish dropped", "topic", p.Topic, "err", err)
+			s.log.Debug("bus refused a publish", "topic", p.Topic, "err", err)
+			return nil, c.busShed()
 		}
+		s.hub.publish(p.Topic, data, c.holder())
 		if s.pressure != nil {
 			s.pressure.RecordPublished(1)
 		}
@@ -153,7 +158,7 @@ func (c *conn) admit(call *message.Call) *protocol.Error {
 	if d.Allowed {
 		return nil
 	}
-	retry := retryMs(d.RetryAfter)
+	retry := d.RetryAfterMillis()
 	if message.IsRateLimited(d.Reason) {
 		data := protocol.RateLimitedData{Class: cls.Name(), RetryAfterMs: retry, Limit: d.Limit, Remaining: d.Remaining}
 		if d.Reason == message.ReasonCost {
@@ -164,13 +169,6 @@ func (c *conn) admit(call *message.Call) *protocol.Error {
 	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
 		Class: cls.Name(), Reason: d.Reason, RetryAfterMs: retry,
 	})
-}
-
-func retryMs(d time.Duration) int64 {
-	if ms := d.Milliseconds(); ms > 0 {
-		return ms
-	}
-	return 1
 }
 
 // appCall runs an application RPC: a registered handler, else the
@@ -209,7 +207,7 @@ func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage,
 			result, perr = nil, protocol.NewError(protocol.CodeInternal, "", nil)
 		}
 	}()
-	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
+	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, Claims: c.ticket.Claims, IP: c.ticket.IPKey, ConnID: c.id}
 	v, err := h(&c.ctx, req)
 	outcome = callOutcome(&c.ctx, err)
 	if err != nil {

@@ -60,7 +60,6 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 		conns := make([]*conn, subs)
 		for i := range conns {
 			c := &conn{s: s, queue: make([][]byte, 0, 2048)}
-			c.idle.L = &c.mu
 			c.writing = true // no writer goroutine: the test drains the queue
 			conns[i] = c
 			s.hub.subscribe(c, topic)
@@ -113,7 +112,6 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 			}
 			defer server.Close()
 			c := &conn{s: s, raw: newRawConn(server)}
-			c.idle.L = &c.mu
 			conns[i] = c
 			s.hub.subscribe(c, topic)
 		}

@@ -47,7 +47,7 @@ type tier struct {
 func newTier(t *testing.T, class string, rule message.Rule, routes map[string]string) tier {
 	t.Helper()
 	m := metrics.NewDiscard()
-	mon := pressure.New(pressure.DefaultConfig(), nil, m, nil)
+	mon := pressure.New(pressure.DefaultConfig(), m, nil)
 	adm := message.New(message.Options{Snapshot: mon.Snapshot, Metrics: m})
 	if err := adm.Register(class, rule); err != nil {
 		t.Fatal(err)

@@ -37,16 +37,13 @@ func tcpConn(t testing.TB, s *Server) (*conn, net.Conn) {
 		t.Fatal(err)
 	}
 	c := &conn{s: s, raw: newRawConn(server)}
-	c.idle.L = &c.mu
 	return c, client
 }
 
 // writerIdle waits until c has no writer goroutine.
 func writerIdle(c *conn) {
 	c.mu.Lock()
-	for c.writing {
-		c.idle.Wait()
-	}
+	c.awaitWriter()
 	c.mu.Unlock()
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/wstest"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // The hijacked connection runs on small buffers and a corked writer. Every
@@ -27,7 +28,7 @@ func TestEveryMessageSizeRoundTrips(t *testing.T) {
 	const limit = 16 << 10
 	s, url := startServer(t, Options{Config: Config{MaxMessageBytes: limit}})
 	s.Handle("echo", func(_ context.Context, r *Request) (any, error) { return r.Params, nil })
-	for _, sub := range []string{"", BatchSubprotocol} {
+	for _, sub := range []string{"", protocol.BatchSubprotocol} {
 		c := wstest.Dial(t, url, sub)
 		if sub != "" && c.WS.Subprotocol() != sub {
 			t.Fatalf("subprotocol %q not negotiated", sub)
@@ -179,7 +180,7 @@ func TestSealedConnSendsNoData(t *testing.T) {
 func TestLargeAndQueuedMessagesArriveIntact(t *testing.T) {
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
-	for _, sub := range []string{"", BatchSubprotocol} {
+	for _, sub := range []string{"", protocol.BatchSubprotocol} {
 		c := wstest.Dial(t, url, sub)
 		wstest.MustOK(t, c.Call("subscribe", `{"topic":"big"}`))
 		sizes := []int{0, 120, 126, 65530, 70000, 200000}

@@ -2,13 +2,14 @@ package server
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,49 +20,13 @@ import (
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
-
-// Config holds the per-connection limits (limits.* in docs/configuration.md).
-// Zero values mean the documented defaults.
-type Config struct {
-	MaxMessageBytes         int64         // read limit per message; default 65536; past it: close 1009
-	MaxSubscriptionsPerConn int           // default 128; past it: -32004
-	SendQueueBytes          int           // default 1 MiB; past it while the socket is full: close 1013 (write.go)
-	WriteTimeout            time.Duration // default 5s
-	PingInterval            time.Duration // default 25s; a peer that misses a pong is closed
-	MaxCallsPerConn         int           // application RPCs in flight per connection; default 16
-	// RefreshNotice is how long before its token's exp a connection gets
-	// the tokenExpiring notice; default 30s (docs/authentication.md).
-	RefreshNotice time.Duration
-}
-
-func (c *Config) setDefaults() {
-	if c.MaxMessageBytes <= 0 {
-		c.MaxMessageBytes = 65536
-	}
-	if c.MaxSubscriptionsPerConn <= 0 {
-		c.MaxSubscriptionsPerConn = 128
-	}
-	if c.SendQueueBytes <= 0 {
-		c.SendQueueBytes = 1 << 20
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 5 * time.Second
-	}
-	if c.PingInterval <= 0 {
-		c.PingInterval = 25 * time.Second
-	}
-	if c.MaxCallsPerConn <= 0 {
-		c.MaxCallsPerConn = 16
-	}
-	if c.RefreshNotice <= 0 {
-		c.RefreshNotice = 30 * time.Second
-	}
-}
 
 // Request is an application RPC as a Handler sees it.
 type Request struct {
@@ -72,15 +37,20 @@ type Request struct {
 	// (protocol.Request.Plain; the RPC proxy forwards it as is). Nil
 	// otherwise, and for the elements of a batch: encode the request from
 	// Method, Params and ID instead.
-	Raw    json.RawMessage
-	ID     json.RawMessage // nil for a notification
-	User   string          // JWT sub, or "" when anonymous
-	IP     string          // client IP key
+	Raw  json.RawMessage
+	ID   json.RawMessage // nil for a notification
+	User string          // JWT sub, or "" when anonymous
+	// Claims is the payload of the token the connection was opened with,
+	// as the client sent it (a JSON object), verified; nil when anonymous.
+	// A refresh does not change it: the connection's identity is its
+	// first token's.
+	Claims json.RawMessage
+	IP     string // client IP key
 	ConnID uint64
 }
 
 // Handler serves one application RPC. The context ends when the connection
-// does. A result of type json.RawMessage is sent as is; anything else is
+// does, and carries the values of the upgrade request's context. A result of type json.RawMessage is sent as is; anything else is
 // marshalled. An error of type *protocol.Error is sent as is; any other
 // error answers -32603 without its text. A panic answers -32603 and the
 // connection lives on.
@@ -104,9 +74,16 @@ type Options struct {
 	// message tier (docs/access-control.md); nil: every topic not
 	// reserved for the server is open to everyone.
 	Access *access.Checker
-	// DrainRetryAfter is the base of the retry_after_ms hint sent with close
-	// code 1012 during a drain (jittered); default 1s.
+	// DrainRetryAfter is the base of the retry hint sent with close code
+	// 1012 during a drain, and with the 503 that refuses an upgrade while
+	// draining without a gate (jittered); default 1s.
 	DrainRetryAfter time.Duration
+	// Presence keeps who is in which topic (presence.go); the zero value
+	// keeps nothing.
+	Presence PresenceOptions
+	// InstanceID names this instance in client ids (ClientID); empty: a
+	// random one.
+	InstanceID string
 }
 
 // Server serves WebSocket connections. Create it with New.
@@ -124,6 +101,9 @@ type Server struct {
 
 	handlers sync.Map // method -> Handler
 	hub      hub
+
+	presence   *presence.Tracker
+	instanceID string
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -166,6 +146,13 @@ func New(opts Options) *Server {
 	if s.drainHint <= 0 {
 		s.drainHint = time.Second
 	}
+	s.instanceID = opts.InstanceID
+	if s.instanceID == "" {
+		var b [8]byte
+		_, _ = crand.Read(b[:])
+		s.instanceID = hex.EncodeToString(b[:])
+	}
+	s.presence = s.newTracker(opts.Presence)
 	s.hub.init(s)
 	return s
 }
@@ -176,6 +163,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bus.Start(ctx, (*busReceiver)(s)); err != nil {
 		return fmt.Errorf("server: start bus: %w", err)
 	}
+	s.presence.Start()
 	return nil
 }
 
@@ -191,7 +179,9 @@ func (s *Server) Handle(method string, h Handler) {
 // Publish sends data (valid JSON) to every subscriber of topic, on this
 // instance and, through the bus, on the others: what a client's publish
 // does, for application handlers. It skips the message tier (the caller
-// is trusted) and counts as a published message for PUBLISH_RATE.
+// is trusted) and counts as a published message for PUBLISH_RATE. A bus
+// error (bus.ErrQueueFull, bus.ErrDegraded) means it was delivered
+// nowhere.
 func (s *Server) Publish(topic string, data json.RawMessage) error {
 	if msg := protocol.CheckTopic(topic); msg != "" {
 		return errors.New("server: " + msg)
@@ -200,6 +190,14 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		return errors.New("server: data is not valid JSON in UTF-8")
 	}
 	data = compactData(data)
+	// The bus first: what it refuses (full, or Redis down) is delivered
+	// nowhere, and the caller hears why (docs/cluster.md).
+	if err := s.bus.Publish(topic, data); err != nil {
+		if s.pressure != nil {
+			s.pressure.RecordBusShed()
+		}
+		return err
+	}
 	// Whether more publishes follow is unknown here (a handler in a
 	// loop, the bus draining a backlog) and nothing would flush held
 	// frames: a small topic's deliveries are written at once, a large
@@ -209,7 +207,7 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
-	return s.bus.Publish(topic, data)
+	return nil
 }
 
 // Counts reports open connections and subscriptions, for the pressure
@@ -255,12 +253,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else if s.draining.Load() {
-		http.Error(w, `{"error":"OVERLOADED","retryAfterMs":1000}`, http.StatusServiceUnavailable)
+		retryhint.Answer(w, http.StatusServiceUnavailable, retryhint.HeadOverloaded, hintMillis(s.drainHint))
 		return
 	}
 	uw := &upgradeWriter{ResponseWriter: w}
 	ws, err := websocket.Accept(uw, r, &websocket.AcceptOptions{
-		Subprotocols:       []string{BatchSubprotocol},
+		Subprotocols:       []string{protocol.BatchSubprotocol},
 		InsecureSkipVerify: true, // the gate checked the origin
 		OnPongReceived:     uw.onPong,
 	})
@@ -270,6 +268,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.raw = uw.conn
+	c.ctx.values = r.Context()
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }
@@ -278,10 +277,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // upgrade's struct goes back (the gate released its ticket; nothing else
 // refers to it). An admitted connection's struct is never reused.
 var connPool = sync.Pool{New: func() any { return new(conn) }}
-
-// BatchSubprotocol is the subprotocol under which the server may send
-// several queued messages in one frame as a JSON array.
-const BatchSubprotocol = "rt.batch"
 
 // busReceiver adapts the server to bus.Receiver.
 type busReceiver Server
@@ -378,7 +373,7 @@ func (s *Server) Drain(ctx context.Context, d time.Duration) {
 	// Each client learns when it will be closed, so one that reconnects on
 	// its own does so spread over the window too.
 	for i, c := range conns {
-		hint := at[i] + s.jitter(s.drainHint)
+		hint := at[i] + retryhint.Jitter(s.drainHint/2, s.drainHint)
 		c.enqueue(protocol.AppendSystem(nil, protocol.EventDraining, hint.Milliseconds()))
 	}
 	start := time.Now()
@@ -423,7 +418,7 @@ func drainSchedule(n int, d time.Duration) []time.Duration {
 // drainClose closes c with 1012 after its queued frames (the draining
 // notice) are written, without holding up the drain schedule.
 func (s *Server) drainClose(c *conn, done *sync.WaitGroup) {
-	c.closeLater(websocket.StatusServiceRestart, retryReason(s.jitter(s.drainHint)), true, done)
+	c.closeLater(websocket.StatusServiceRestart, retryhint.Reason(hintMillis(s.drainHint)), true, done)
 }
 
 // Shutdown closes every connection at once and waits for their goroutines,
@@ -443,22 +438,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	// After the connections (their leaves are among what it sends), before
+	// the bus (which carries its last diffs).
+	s.presence.Close()
 	if berr := s.bus.Close(); berr != nil && !errors.Is(berr, bus.ErrClosed) {
 		err = errors.Join(err, berr)
 	}
 	return err
 }
 
-// jitter spreads a hint uniformly over [base/2, 3*base/2).
-func (s *Server) jitter(base time.Duration) time.Duration {
-	return base/2 + rand.N(base)
-}
-
-// retryReason is the close reason text carrying a retry hint.
-func retryReason(d time.Duration) string {
-	ms := d.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	return "retry_after_ms=" + strconv.FormatInt(ms, 10)
+// hintMillis is a retry hint around base: uniform over [base/2, 3*base/2)
+// in whole milliseconds, at least 1.
+func hintMillis(base time.Duration) int64 {
+	return retryhint.Millis(retryhint.Jitter(base/2, base))
 }

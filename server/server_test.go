@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
@@ -274,9 +277,10 @@ func TestDrainNotifiesThenCloses1012(t *testing.T) {
 			t.Fatalf("first frame during drain: %+v", m)
 		}
 		code, reason := c.CloseStatus()
-		if code != websocket.StatusServiceRestart || !strings.HasPrefix(reason, "retry_after_ms=") {
-			t.Fatalf("close %d %q, want 1012 retry_after_ms=N", code, reason)
+		if code != websocket.StatusServiceRestart {
+			t.Fatalf("close %d %q, want 1012", code, reason)
 		}
+		wstest.RetryHint(t, reason)
 	}
 	<-done
 	if s.Ready() {
@@ -287,6 +291,14 @@ func TestDrainNotifiesThenCloses1012(t *testing.T) {
 	_, resp, err := websocket.Dial(ctx, url, nil)
 	if err == nil || resp == nil || resp.StatusCode != 503 {
 		t.Fatalf("dial while draining: %v %v", resp, err)
+	}
+	// Without a gate the server itself refuses, with the standard answer:
+	// a JSON body and a Retry-After agreeing with its hint.
+	body, _ := io.ReadAll(resp.Body)
+	hint := retryhint.FromBody(body)
+	if resp.Header.Get("Content-Type") != "application/json" || hint <= 0 ||
+		resp.Header.Get("Retry-After") != strconv.FormatInt(retryhint.RetryAfterSeconds(hint.Milliseconds()), 10) {
+		t.Fatalf("503 while draining: %v %s", resp.Header, body)
 	}
 }
 
@@ -365,14 +377,14 @@ func TestRepeatedInvalidFramesClose1008(t *testing.T) {
 	leakcheck.Check(t)
 	_, url := startServer(t, Options{})
 	c := wstest.Dial(t, url)
-	for range maxInvalidFrames - 1 {
+	for range maxInvalid - 1 {
 		c.Send(`not json`)
 		if f := c.Recv(); f.Error == nil || f.Error.Code != protocol.CodeParseError {
 			t.Fatalf("got %+v", f)
 		}
 	}
 	wstest.MustOK(t, c.Call("subscribe", `{"topic":"t"}`)) // a valid request resets the count
-	for range maxInvalidFrames - 1 {
+	for range maxInvalid - 1 {
 		c.Send(`{"jsonrpc":"1.0","id":1,"method":"x"}`)
 		c.Recv()
 	}

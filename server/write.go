@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/bufpool"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -158,7 +159,7 @@ func (c *conn) queueFrame(frame []byte) bool {
 		c.closed = true
 		c.queue = nil
 		s.m.SlowConsumerDisconnects.Inc()
-		c.closeLater(websocket.StatusTryAgainLater, retryReason(s.jitter(time.Second)), false, nil)
+		c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
 		return false
 	}
 	c.queue = append(c.queue, frame)
@@ -336,6 +337,30 @@ func (c *conn) writeFailed(err error) {
 	}()
 }
 
+// writerExits marks the writer goroutine gone and wakes a close waiting
+// for it. c.mu held.
+func (c *conn) writerExits() {
+	c.writing = false
+	if c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// awaitWriter returns once no writer goroutine runs. c.mu held (released
+// while it waits).
+func (c *conn) awaitWriter() {
+	for c.writing {
+		if c.idle == nil {
+			c.idle = make(chan struct{})
+		}
+		idle := c.idle
+		c.mu.Unlock()
+		<-idle
+		c.mu.Lock()
+	}
+}
+
 // writeLoop writes queued frames (and the rest of a frame a direct write
 // began) until there are none, then exits.
 func (c *conn) writeLoop() {
@@ -344,8 +369,7 @@ func (c *conn) writeLoop() {
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 && !c.raw.pending() {
-			c.writing = false
-			c.idle.Broadcast()
+			c.writerExits()
 			c.mu.Unlock()
 			return
 		}
@@ -362,8 +386,7 @@ func (c *conn) writeLoop() {
 		if err != nil {
 			c.closed = true
 			c.queue = nil
-			c.writing = false
-			c.idle.Broadcast()
+			c.writerExits()
 			c.mu.Unlock()
 			if !errors.Is(err, errSealed) { // a close is under way: let it finish
 				c.abort()

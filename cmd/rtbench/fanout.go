@@ -16,7 +16,8 @@ import (
 )
 
 type fanoutConfig struct {
-	URL         *url.URL
+	URL         *url.URL      // where the subscribers connect
+	PubURL      *url.URL      // where the publishers connect; nil: URL
 	P, S, T     int           // publishers, subscribers, topics
 	Size        int           // approximate bytes of each message's data
 	Duration    time.Duration // publishing time
@@ -27,10 +28,14 @@ type fanoutConfig struct {
 	C           int           // dialers in parallel while connecting
 	DialTimeout time.Duration
 	ServerPID   int
+	// PubServerPID is the publishers' instance, when it is another one:
+	// its CPU is reported apart (pubServerCpuSeconds).
+	PubServerPID int
 }
 
 type fanoutResult struct {
 	URL         string `json:"url"`
+	PubURL      string `json:"pubUrl,omitempty"`
 	Publishers  int    `json:"publishers"`
 	Subscribers int    `json:"subscribers"`
 	Topics      int    `json:"topics"`
@@ -54,7 +59,11 @@ type fanoutResult struct {
 	ServerUser      float64        `json:"serverUserSeconds,omitempty"`
 	ServerSys       float64        `json:"serverSysSeconds,omitempty"`
 	CPUPerMillion   float64        `json:"serverCpuSecondsPerMillionDelivered,omitempty"`
-	ClientCPU       float64        `json:"rtbenchCpuSeconds"`
+	// Missing is what was owed and never arrived: deliveries of
+	// acknowledged publishes minus deliveries.
+	Missing      int64   `json:"missingDeliveries"`
+	PubServerCPU float64 `json:"pubServerCpuSeconds,omitempty"`
+	ClientCPU    float64 `json:"rtbenchCpuSeconds"`
 }
 
 // tsKey marks the send time embedded in each message's data; subscribers
@@ -165,6 +174,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
+	if cfg.PubURL == nil {
+		cfg.PubURL = cfg.URL
+	}
 	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch, OwnTopics: cfg.OwnTopics}
 	subsOf := make([]int64, cfg.T)
 	for i := range cfg.S {
@@ -234,6 +246,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		return nil, fmt.Errorf("subscribers: %w", err)
 	}
 	res.BatchNegotiated = int(negotiated.Load())
+	if cfg.PubURL != cfg.URL {
+		res.PubURL = cfg.PubURL.String()
+	}
 	all := subs
 	defer func() {
 		stopping.Store(true)
@@ -242,7 +257,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	}()
 
 	// Publishers.
-	pubs, err := dialMany(ctx, newDialer(cfg.URL, nil), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
+	pubs, err := dialMany(ctx, newDialer(cfg.PubURL, nil), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
 	if err != nil {
 		return nil, fmt.Errorf("publishers: %w", err)
 	}
@@ -257,6 +272,10 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	cpu, err := startCPU(cfg.ServerPID)
 	if err != nil {
 		return nil, fmt.Errorf("server cpu: %w", err)
+	}
+	pubCPU, err := startCPU(cfg.PubServerPID)
+	if err != nil {
+		return nil, fmt.Errorf("publishers' server cpu: %w", err)
 	}
 	selfCPU, _ := startCPU(selfPID())
 	start := time.Now()
@@ -285,6 +304,11 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	} else if ok {
 		res.ServerCPU, res.ServerUser, res.ServerSys = used.Total().Seconds(), used.User.Seconds(), used.Sys.Seconds()
 	}
+	if used, ok, err := pubCPU.stop(); err != nil {
+		return nil, fmt.Errorf("publishers' server cpu: %w", err)
+	} else if ok {
+		res.PubServerCPU = used.Total().Seconds()
+	}
 	if used, ok, _ := selfCPU.stop(); ok {
 		res.ClientCPU = used.Total().Seconds()
 	}
@@ -296,6 +320,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	res.Published = published.Load()
 	res.Expected = expected.Load()
 	res.Delivered = delivered.Load()
+	res.Missing = max(0, res.Expected-res.Delivered)
 	res.Frames = frames.Load()
 	end := base.Add(time.Duration(lastDelivery.Load()))
 	if end.Before(start) {

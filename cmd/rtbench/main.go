@@ -24,6 +24,8 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
   rtbench api      --url http://127.0.0.1:9090/api/publish --key KEY -c 16 --duration 10s [--body JSON] [--server-pid PID]
+  rtbench siblings --redis-url redis://127.0.0.1:6379 --metrics-url http://127.0.0.1:8080/metrics -n 100 --duration 30s
+                   [--interval 5s] [--secret S] [--churn 0.2] [--hot-rate 5000] [--server-pid PID] [--stale]
   rtbench serve503 --listen 127.0.0.1:9503 [--max-time 1h]
 
 Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m).
@@ -142,13 +144,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		window := fs.Int("window", 64, "unanswered publishes per publisher")
 		batch := fs.Bool("batch", false, "subscribers offer the rt.batch subprotocol")
 		own := fs.Bool("own-topics", false, "publisher j publishes only to topic j mod -t (with -p equal to -t: one publisher per topic) instead of round-robin over all")
+		pubURL := fs.String("pub-url", "", "where the publishers connect (default --url): another instance of the fleet, to measure delivery across instances")
+		pubPID := fs.Int("pub-server-pid", 0, "the --pub-url instance's process id: measure its CPU too")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
 				return nil, err
 			}
-			return runFanout(ctx, fanoutConfig{URL: u, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
-				Window: *window, Batch: *batch, OwnTopics: *own, DialTimeout: *dialTimeout, ServerPID: *pid})
+			pu := u
+			if *pubURL != "" {
+				if pu, err = checkURL(*pubURL); err != nil {
+					return nil, err
+				}
+			}
+			return runFanout(ctx, fanoutConfig{URL: u, PubURL: pu, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
+				Window: *window, Batch: *batch, OwnTopics: *own, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
 		}
 	case "rpc":
 		method := fs.String("method", "report.daily", "method to call")
@@ -176,6 +186,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return nil, err
 			}
 			return runAPI(ctx, apiConfig{URL: u, Key: *key, Body: *body, C: *c, Duration: *dur, ServerPID: *pid})
+		}
+	case "siblings":
+		redisURL := fs.String("redis-url", "redis://127.0.0.1:6379", "the fleet's Redis (loopback only)")
+		channel := fs.String("channel", "rt:pressure:rates", "publishRate.channel")
+		n := fs.Int("n", 100, "simulated sibling instances")
+		interval := fs.Duration("interval", 5*time.Second, "publishRate.publishInterval: each sibling sends once per interval")
+		dur := fs.Duration("duration", 30*time.Second, "sending time; the first interval is warm-up, not measured")
+		topN := fs.Int("topn", 20, "topics, users and subscriber counts per envelope (publishRate.topN)")
+		secret := fs.String("secret", "", "publishRate.hmacSecret: sign the envelopes")
+		churn := fs.Float64("churn", 0.2, "fraction of each sibling's own topics renamed every interval")
+		hot := fs.Float64("hot-rate", 5000, "messages/s of one hot topic and one hot user, spread evenly over the siblings")
+		murl := fs.String("metrics-url", "http://127.0.0.1:8080/metrics", "the server's /metrics: its view of the siblings")
+		stale := fs.Bool("stale", false, "after the last envelope, wait until the server's view is empty and report how long it took")
+		runMode = func(ctx context.Context) (any, error) {
+			return runSiblings(ctx, siblingsConfig{RedisURL: *redisURL, Channel: *channel, N: *n, Interval: *interval, Duration: *dur,
+				TopN: *topN, Secret: *secret, Churn: *churn, HotRate: *hot, MetricsURL: *murl, ServerPID: *pid, Stale: *stale})
 		}
 	case "serve503":
 		listen := fs.String("listen", "127.0.0.1:9503", "address to answer 503 on (loopback only)")

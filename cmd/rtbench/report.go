@@ -57,13 +57,19 @@ func printTable(out io.Writer, res any) {
 		}
 	case *fanoutResult:
 		row("target", "%s", r.URL)
+		if r.PubURL != "" {
+			row("publishers' target", "%s", r.PubURL)
+		}
 		row("shape", "%d publishers -> %d subscribers over %d topics, %d-byte data, batch %v (negotiated by %d)", r.Publishers, r.Subscribers, r.Topics, r.Size, r.Batch, r.BatchNegotiated)
 		row("published", "%d (%.0f/s)  errors: %s", r.Published, r.PublishPerSec, counts(r.PublishErrors))
-		row("delivered", "%d of %d expected in %.2f s  =  %.0f msg/s, %.2f msg/frame", r.Delivered, r.Expected, r.Seconds, r.DeliveredPerSec, r.MsgsPerFrame)
+		row("delivered", "%d of %d expected in %.2f s  =  %.0f msg/s, %.2f msg/frame; missing %d", r.Delivered, r.Expected, r.Seconds, r.DeliveredPerSec, r.MsgsPerFrame, r.Missing)
 		lat("end-to-end latency", r.Latency)
 		row("subscribers closed", "%s", counts(r.SubsClosed))
 		if r.ServerCPU > 0 {
 			row("server CPU", "%.3f s (user %.3f, sys %.3f)  =  %.3f s per million delivered", r.ServerCPU, r.ServerUser, r.ServerSys, r.CPUPerMillion)
+		}
+		if r.PubServerCPU > 0 {
+			row("publishers' server CPU", "%.3f s", r.PubServerCPU)
 		}
 		row("rtbench CPU", "%.3f s", r.ClientCPU)
 	case *rpcResult:
@@ -76,6 +82,18 @@ func printTable(out io.Writer, res any) {
 		lat("latency", r.Latency)
 		if r.ServerCPU > 0 {
 			row("server CPU", "%.3f s", r.ServerCPU)
+		}
+	case *siblingsResult:
+		row("siblings", "%d, %d envelopes of %.0f bytes (signed %v, churn %.0f%%)", r.Siblings, r.Envelopes, r.EnvelopeBytes, r.Signed, 100*r.Churn)
+		row("server received", "%.0f envelopes in %.2f s measured", r.Received, r.Seconds)
+		if r.ServerCPU > 0 {
+			row("server CPU", "%.3f s = %.2f%% of a core (idle: %.2f%%), %.1f µs per envelope net of idle", r.ServerCPU, r.CPUPercent, r.IdlePercent, r.PerEnvelope)
+			row("server RSS", "%.1f MiB", float64(r.RSSBytes)/(1<<20))
+		}
+		row("view", "%.0f siblings, hot topic %.1f msg/s (want %.1f): correct %v", r.ViewSiblings, r.ViewHotRate, r.WantHotRate, r.ViewCorrect)
+		row("fleet egress", "%.1f MB/s if all %d instances subscribed", r.FleetEgressMBps, r.Siblings+1)
+		if r.StaleSeconds > 0 {
+			row("staleness", "view empty %.2f s after the last envelope", r.StaleSeconds)
 		}
 	case *apiResult:
 		row("target", "%s, %d callers", r.URL, r.C)

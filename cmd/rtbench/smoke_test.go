@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	rtserver "github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/message"
@@ -23,7 +25,10 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	t.Helper()
 	cfg := rtserver.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.DrainDuration = time.Millisecond
+	cfg.Drain.Duration = time.Millisecond
+	// As the binary does: the idle probe reads go_goroutines.
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(collectors.NewGoCollector())
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -35,12 +40,11 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		node.Shutdown(context.Background())
+		if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
 			t.Errorf("serve: %v", err)
 		}
 	})
@@ -201,8 +205,8 @@ func TestFanoutDeliversEveryMessage(t *testing.T) {
 func TestRPCClassifiesAnswers(t *testing.T) {
 	t.Parallel()
 	u, node := startNode(t, func(c *rtserver.Config) {
-		c.Classes = map[string]message.Rule{"limited": {Rate: &message.Rate{Limit: 5, Per: time.Hour, By: "conn"}}}
-		c.Methods = map[string]string{"report.*": "limited"}
+		c.Admission.Classes = map[string]message.Rule{"limited": {Rate: &message.Rate{Limit: 5, Per: time.Hour, By: "conn"}}}
+		c.Admission.Methods = map[string]string{"report.*": "limited"}
 	})
 	ok := func(context.Context, *server.Request) (any, error) { return map[string]int{"n": 1}, nil }
 	node.Handle("report.daily", ok)

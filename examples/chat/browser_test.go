@@ -352,3 +352,23 @@ func TestBrowserRefreshesShortLivedTokens(t *testing.T) {
 		t.Fatalf("%+v: want 3 notices on one open connection, no drop, a token per connect and refresh", res)
 	}
 }
+
+// Pages show who is in the room: the list loads on join and follows the
+// presence notifications as people come and go.
+func TestPagesShowWhoIsInTheRoom(t *testing.T) {
+	b := needBrowser(t)
+	leakcheck.Check(t)
+	a := startApp(t, options{DemoAuth: "s3cret"}, "")
+	ctx := testContext(t, 30*time.Second)
+	alice := openPage(t, ctx, b, a.url("/?room=r2&user=alice"))
+	bob := openPage(t, ctx, b, a.url("/?room=r2&user=bob"))
+	who := func(p *page, want string) {
+		t.Helper()
+		p.mustEval(t, ctx, until(fmt.Sprintf(`document.getElementById("who").textContent === %q`, want)), nil)
+	}
+	who(alice, "in the room: 2alicebob")
+	who(bob, "in the room: 2alicebob")
+	alice.mustEval(t, ctx, `chat.join("elsewhere").then(() => true)`, nil)
+	who(bob, "in the room: 1bob")
+	who(alice, "in the room: 1alice")
+}

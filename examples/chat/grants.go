@@ -12,26 +12,30 @@ import (
 
 // topicGrants: everyone may read rooms and announcements, a user may read
 // only their own private topic, and no client publishes anything itself.
+// Rooms keep presence (who is in them) with join/leave notifications.
 // Messages reach room:* through chat.say (which validates them and names
 // the sender), and announce:* and user:* through the server API: both
 // publish from the server's side, where grants do not apply.
 func topicGrants() access.Config {
 	return access.Config{
 		Namespaces: []access.Namespace{
-			// {user} matches only the connection's own user; another
-			// user's topic (or an anonymous connection) falls through to
-			// the next namespace, which allows nobody.
+			// A {user} pattern decides every user:<name> topic, whoever
+			// asks: its owner may subscribe; another user, or an
+			// anonymous connection, is refused here, never passed on to
+			// the default.
 			{Pattern: "user:{user}", Rule: access.Rule{Subscribe: []string{access.GrantOwner}}},
-			{Pattern: "user:*", Rule: access.Rule{}},
 			{Pattern: "announce:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}}},
+			// Rooms keep their presence, and their readers hear who comes
+			// and goes: the page's list of who is in the room.
+			{Pattern: "room:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}, Presence: true, JoinLeave: true}},
 		},
-		// room:* and anything else: read by anyone, published by nobody.
+		// Anything else: read by anyone, published by nobody.
 		Default: &access.Rule{Subscribe: []string{access.GrantAny}},
 	}
 }
 
-// demoUser is what /token accepts as a user name: no '/', ':' or '@', so
-// user:<name> is exactly one topic that "user:*" also covers.
+// demoUser is what /token accepts as a user name: no '/' or ':' (the
+// pattern's separator), so every name owns exactly its user:<name> topic.
 var demoUser = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,40}$`)
 
 // demoTokens serves GET /token?user=NAME: an HS256 JWT for that user,

@@ -31,9 +31,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -113,19 +111,7 @@ func run(o options, log *slog.Logger) error {
 	log.Info("chat: open this in a browser", "url", "http://"+ln.Addr().String()+"/")
 
 	// The first signal drains, a second one stops at once.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hardStop := make(chan struct{})
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
-	defer signal.Stop(sig)
-	go func() {
-		<-sig
-		cancel()
-		<-sig
-		close(hardStop)
-	}()
-	return a.serve(ctx, ln, hardStop)
+	return rtserver.RunUntilSignal(a.node, ln)
 }
 
 // app is the chat server: an rtserver node plus the static files.
@@ -137,7 +123,7 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	cfg := rtserver.DefaultConfig()
 	cfg.Listen = o.Listen
 	cfg.Logger = log
-	cfg.DrainDuration = o.Drain
+	cfg.Drain.Duration = o.Drain
 	cfg.Handshake.MaxConnections = o.MaxConnections
 	switch o.Reject {
 	case "http", "":
@@ -147,14 +133,14 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	default:
 		return nil, fmt.Errorf("-reject: %q is neither http nor close", o.Reject)
 	}
-	cfg.Classes = map[string]message.Rule{
+	cfg.Admission.Classes = map[string]message.Rule{
 		"chat": {Rate: &message.Rate{Limit: 5, Per: time.Second, By: "user"}},
 	}
-	cfg.Methods = map[string]string{"chat.say": "chat"}
+	cfg.Admission.Methods = map[string]string{"chat.say": "chat"}
 	cfg.Topics = topicGrants()
-	cfg.APIKey = o.APIKey
+	cfg.API.Key = o.APIKey
 	if o.DemoAuth != "" {
-		cfg.Handshake.JWTHMACSecret = []byte(o.DemoAuth)
+		cfg.Auth.JWT.HMACSecret = []byte(o.DemoAuth)
 	}
 	cfg.Limits.RefreshNotice = o.RefreshNotice
 	node, err := rtserver.New(cfg)
@@ -176,13 +162,6 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	node.HandleHTTP("GET /clients/js/", http.StripPrefix("/clients/js/", http.FileServer(http.Dir(o.Assets))))
 	node.HandleHTTP("GET /", http.FileServerFS(static))
 	return &app{node: node}, nil
-}
-
-// serve serves the node and the page on ln until ctx ends, then drains
-// the node and returns. Closing hardStop during the drain closes the rest
-// at once.
-func (a *app) serve(ctx context.Context, ln net.Listener, hardStop <-chan struct{}) error {
-	return a.node.Serve(ctx, ln, hardStop)
 }
 
 // Chat messages as published on room:<room> and returned by chat.say.
