@@ -19,25 +19,31 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 )
 
-// tcpConn is a conn over a real loopback TCP pair (so the direct,
-// non-blocking write path is the one under test) and the client's end.
-func tcpConn(t testing.TB, s *Server) (*conn, net.Conn) {
+// tcpPair is both ends of a loopback TCP connection.
+func tcpPair(t testing.TB) (client, server net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	server, err := ln.Accept()
+	server, err = ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &conn{s: s, raw: newRawConn(server)}
-	return c, client
+	return client, server
+}
+
+// tcpConn is a conn over a real loopback TCP pair (so the direct,
+// non-blocking write path is the one under test) and the client's end.
+func tcpConn(t testing.TB, s *Server) (*conn, net.Conn) {
+	t.Helper()
+	client, server := tcpPair(t)
+	return &conn{s: s, raw: newRawConn(server)}, client
 }
 
 // writerIdle waits until c has no writer goroutine.
