@@ -90,7 +90,9 @@ func New(cfg Config) (*Node, error) {
 	if n.gate, err = handshake.New(hs, n.metrics); err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
-	n.pressure = pressure.New(cfg.Pressure, n.metrics, log)
+	if n.pressure, err = pressure.New(cfg.Pressure, pressure.Deps{Metrics: n.metrics, Logger: log}); err != nil {
+		return nil, fmt.Errorf("rtserver: %w", err)
+	}
 
 	// The cluster parts (Redis client, aggregator, shared limiter) come
 	// before the message tier, which reads them.
@@ -136,17 +138,13 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("rtserver: %w", err) // "message: method %q: ..."
 	}
-	if n.access, err = access.New(cfg.Topics, n.metrics, log); err != nil {
+	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log}); err != nil {
 		return fmt.Errorf("rtserver: %w", err)
 	}
 
 	var fallback server.Handler
 	if cfg.RPC.Proxy.URL != "" {
-		proxy := cfg.RPC.Proxy
-		if proxy.Logger == nil {
-			proxy.Logger = log
-		}
-		if fallback, err = rpcproxy.New(proxy); err != nil {
+		if fallback, err = rpcproxy.New(cfg.RPC.Proxy, rpcproxy.Deps{Logger: log}); err != nil {
 			return fmt.Errorf("rtserver: %w", err)
 		}
 	}
