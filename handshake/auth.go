@@ -207,7 +207,7 @@ func checkClaimNames(b []byte) error {
 				err = fmt.Errorf("claim %q appears twice", name)
 			case string(key) == name:
 				seen[i] = true
-			case len(key) == len(name) && strings.EqualFold(string(key), name):
+			case strings.EqualFold(string(key), name):
 				err = fmt.Errorf("claim %q differs from %q only in case", key, name)
 			}
 		}

@@ -1,7 +1,6 @@
 package pressure
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,26 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 )
-
-// fakeClock is an injected Config.Now.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // fakeRuntime stands in for the runtime reader.
 type fakeRuntime struct {
@@ -77,28 +59,11 @@ func (f *fakeCounts) get() (int64, int64) {
 
 type harness struct {
 	mon    *Monitor
-	clock  *fakeClock
+	clock  *testkit.Clock
 	rt     *fakeRuntime
 	counts *fakeCounts
 	reg    *prometheus.Registry
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *testkit.LogBuffer
 }
 
 func newHarness(t interface {
@@ -107,11 +72,11 @@ func newHarness(t interface {
 }, cfg Config) *harness {
 	t.Helper()
 	h := &harness{
-		clock:  &fakeClock{t: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)},
+		clock:  testkit.NewClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)),
 		rt:     &fakeRuntime{},
 		counts: &fakeCounts{},
 		reg:    prometheus.NewRegistry(),
-		logs:   &syncBuffer{},
+		logs:   &testkit.LogBuffer{},
 	}
 	cfg.Now = h.clock.Now
 	log := slog.New(slog.NewTextHandler(h.logs, nil))

@@ -62,18 +62,6 @@ func newTier(t *testing.T, class string, rule message.Rule, routes map[string]st
 	return tier{m: m, mon: mon, adm: adm, router: router}
 }
 
-// waitUntil polls cond until it holds, failing with msg() once deadline
-// has passed: for states no event announces (goroutine stacks, counts).
-func waitUntil(t *testing.T, deadline time.Time, cond func() bool, msg func() string) {
-	t.Helper()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // allStacks is every goroutine's stack, as runtime.Stack prints them.
 func allStacks() []byte {
 	buf := make([]byte, 4<<20)
