@@ -82,7 +82,7 @@ type API struct {
 	// Key turns the server API on: callers present it as "Authorization:
 	// apikey KEY". Served on AdminListen when set, else on Listen. Empty:
 	// the API is off.
-	Key string `yaml:"key" help:"API key backends send as \"Authorization: apikey KEY\" to POST /api/{publish,broadcast,disconnect,unsubscribe,info}, served on adminListen when set, else on listen; printable ASCII without spaces; empty: the server API is off"`
+	Key string `yaml:"key" help:"API key backends send as \"Authorization: apikey KEY\" to POST /api/{publish,broadcast,disconnect,unsubscribe,info,presence,presenceStats}, served on adminListen when set, else on listen; printable ASCII without spaces; empty: the server API is off"`
 }
 
 // Drain is graceful shutdown (drain.*).

@@ -100,7 +100,7 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 			s.log.Debug("bus refused a publish", "topic", p.Topic, "err", err)
 			return nil, c.busShed()
 		}
-		s.hub.publish(p.Topic, data, c.burst.Load())
+		s.hub.publish(p.Topic, data, c.holder())
 		if s.pressure != nil {
 			s.pressure.RecordPublished(1)
 		}

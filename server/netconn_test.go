@@ -220,19 +220,7 @@ func TestLargeAndQueuedMessagesArriveIntact(t *testing.T) {
 // once: the end is peeked for, not waited for (its readiness may already
 // have been delivered).
 func TestAwaitInputSeesAnEarlierEnd(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server := tcpPair(t)
 	defer server.Close()
 	rc := newRawConn(server)
 	rc.br = bufio.NewReaderSize(server, readBufferSize)
@@ -270,19 +258,7 @@ func TestCloseFrameNext(t *testing.T) {
 		{[]byte{0x81, 0x80, 1, 2, 3, 4}, false},
 		{[]byte{0x8A, 0x80, 1, 2, 3, 4, 0x88, 0x80, 1, 2, 3, 4}, true}, // a pong (taken), then a close
 	} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		client, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		server, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		client, server := tcpPair(t)
 		rc := newRawConn(server)
 		rc.br = bufio.NewReaderSize(server, readBufferSize)
 		if _, err := client.Write(tc.frame); err != nil {

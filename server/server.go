@@ -199,10 +199,11 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		return err
 	}
 	// Whether more publishes follow is unknown here (a handler in a
-	// loop, the bus draining a backlog): treat it as a burst, so a large
-	// topic's deliveries go to writers on every core, never all through
-	// this one goroutine.
-	s.hub.publish(topic, data, true)
+	// loop, the bus draining a backlog) and nothing would flush held
+	// frames: a small topic's deliveries are written at once, a large
+	// topic's go to writers on every core, never all through this one
+	// goroutine.
+	s.hub.publish(topic, data, nil)
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
@@ -286,10 +287,11 @@ func (r *busReceiver) Deliver(topic string, data []byte) {
 		s.pressure.RecordPublished(1)
 	}
 	// Whether more publishes follow is unknown here (a handler in a
-	// loop, the bus draining a backlog): treat it as a burst, so a large
-	// topic's deliveries go to writers on every core, never all through
-	// this one goroutine.
-	s.hub.publish(topic, data, true)
+	// loop, the bus draining a backlog) and nothing would flush held
+	// frames: a small topic's deliveries are written at once, a large
+	// topic's go to writers on every core, never all through this one
+	// goroutine.
+	s.hub.publish(topic, data, nil)
 }
 
 func (r *busReceiver) BusState(degraded bool) {

@@ -250,3 +250,21 @@ func TestRunJSON(t *testing.T) {
 		t.Fatalf("table output (exit %d): %s", code, out.String())
 	}
 }
+
+// With --own-topics each publisher publishes only to its own topic: with
+// 2 publishers, 3 topics and 6 subscribers, topic 2 gets nothing and each
+// message reaches the 2 subscribers of its publisher's topic.
+func TestFanoutOwnTopics(t *testing.T) {
+	t.Parallel()
+	u, _ := startNode(t, nil)
+	res, err := runFanout(testCtx(t), fanoutConfig{URL: u, P: 2, S: 6, T: 3, Size: 64, Duration: 200 * time.Millisecond, Rate: 200, OwnTopics: true, ServerPID: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Published == 0 || res.PublishErrors != nil || res.SubsClosed != nil {
+		t.Fatalf("published %d errors %v closed %v", res.Published, res.PublishErrors, res.SubsClosed)
+	}
+	if res.Expected != 2*res.Published || res.Delivered != res.Expected {
+		t.Errorf("published %d expected %d delivered %d, want 2 deliveries each", res.Published, res.Expected, res.Delivered)
+	}
+}
