@@ -17,12 +17,23 @@ type inMsg struct {
 	topic   string // or, for a control message, its key
 	data    []byte
 	control bool
+	epoch   string // a history topic's message (position.go): its position
+	offset  uint64
 }
 
 // deliverer hands received messages to r, in the order they arrived.
 func (e *engine) deliverer(r Receiver) {
 	defer e.bg.Done()
+	pr, _ := r.(PositionReceiver)
 	for m := range e.deliver {
+		if m.offset > 0 {
+			if pr != nil {
+				pr.DeliverAt(m.topic, m.data, m.epoch, m.offset)
+			} else {
+				e.dropMalformed.Inc()
+			}
+			continue
+		}
 		if m.control {
 			r.DeliverControl(m.topic, m.data)
 		} else {
@@ -231,6 +242,15 @@ func (l *subLoop) handle(p string) {
 		e.dropReceived(DropOversize, l.channel, len(p))
 		return
 	}
+	var epoch string
+	var offset uint64
+	if len(p) > 0 && p[0] == positionVersion {
+		var ok bool
+		if epoch, offset, p, ok = splitPosition(p); !ok {
+			e.dropReceived(DropMalformed, l.channel, len(p))
+			return
+		}
+	}
 	if e.signer != nil {
 		env, mac, ok := e.signer.verify(p)
 		if !ok {
@@ -248,10 +268,19 @@ func (l *subLoop) handle(p string) {
 	if control {
 		decode = decodeControl
 	}
-	topic, data, own, reason := decode(p, e.id, e.maxEnv)
+	self := e.id
+	if offset > 0 && !control {
+		// A position envelope comes back to its sender on purpose.
+		self = ""
+	}
+	topic, data, own, reason := decode(p, self, e.maxEnv)
 	switch {
-	case own:
+	case own && offset == 0:
 		return
+	case own: // an envelope that names no instance
+		reason = DropMalformed
+	}
+	switch {
 	case reason != "":
 		e.dropReceived(reason, l.channel, len(p))
 		return
@@ -267,7 +296,7 @@ func (l *subLoop) handle(p string) {
 	}
 	// The topic is cloned so the Receiver may keep it without pinning the
 	// whole payload.
-	m := inMsg{topic: strings.Clone(topic), data: buf, control: control}
+	m := inMsg{topic: strings.Clone(topic), data: buf, control: control, epoch: strings.Clone(epoch), offset: offset}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {

@@ -258,7 +258,8 @@ func (m *Memory) remove(s *stream) {
 	s.msgs = nil
 }
 
-// Read returns topic's position and up to limit messages after after.
+// Read returns topic's position and up to limit messages after after
+// (Newest: the newest limit).
 func (m *Memory) Read(_ context.Context, topic string, after uint64, limit int, policy Policy) (Position, []Message, error) {
 	now := m.now()
 	for {
@@ -273,6 +274,9 @@ func (m *Memory) Read(_ context.Context, topic string, after uint64, limit int, 
 		}
 		s.trim(now, -1)
 		pos := Position{Epoch: s.epoch, Offset: s.last}
+		if after == Newest {
+			after = s.last - min(s.last, uint64(max(limit, 0)))
+		}
 		var out []Message
 		if n := len(s.msgs); n > 0 && after < s.last && limit > 0 {
 			first := s.msgs[0].Offset
