@@ -83,7 +83,40 @@ type Metrics struct {
 	TopicProxyErrors *prometheus.CounterVec // reason: proxy grant questions that failed (decided by topics.proxy.fail)
 
 	APIRequests *prometheus.CounterVec // method, code: server API calls (docs/server-api.md)
+
+	// History and recovery (docs/history.md).
+	HistoryRecoveries  *prometheus.CounterVec // result: subscribes with recover, by outcome
+	HistoryReplayed    prometheus.Counter     // messages replayed to recovering subscribers
+	HistoryGapFills    *prometheus.CounterVec // result: gaps in a topic's offsets this instance saw
+	HistoryResyncs     prometheus.Counter     // resync events sent
+	HistoryStoreErrors *prometheus.CounterVec // op: failed store operations
+	HistoryEvictions   prometheus.Counter     // memory store topics evicted by its byte cap
 }
+
+// History label values: the result label of history_recoveries_total and
+// history_gap_fills_total, the op label of history_store_errors_total.
+const (
+	RecoveryRecovered   = "recovered"
+	RecoveryEpoch       = "epoch"
+	RecoveryTrimmed     = "trimmed"
+	RecoveryTooMany     = "tooMany"
+	RecoveryUnavailable = "unavailable"
+
+	GapFilled = "filled" // read from the store and delivered
+	GapResync = "resync" // the store no longer had it: subscribers got resync
+	GapError  = "error"  // the store could not be read (retried)
+
+	StoreOpPublish = "publish"
+	StoreOpRead    = "read"
+)
+
+// RecoveryResults, GapResults and StoreOps list the label values, created
+// at zero.
+var (
+	RecoveryResults = []string{RecoveryRecovered, RecoveryEpoch, RecoveryTrimmed, RecoveryTooMany, RecoveryUnavailable}
+	GapResults      = []string{GapFilled, GapResync, GapError}
+	StoreOps        = []string{StoreOpPublish, StoreOpRead}
+)
 
 // New creates every metric and registers it, with the Go and process
 // collectors, on reg. namespace prefixes every name ("" for none).
@@ -128,6 +161,21 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 		TopicProxyErrors: f.counterVec("topic_proxy_errors_total", "Questions to the topic grant proxy that failed and were decided by topics.proxy.fail, by reason.", "reason"),
 
 		APIRequests: f.counterVec("api_requests_total", "Server API calls, by method (unknown methods as \"unknown\") and HTTP status code.", "method", "code"),
+	}
+	m.HistoryRecoveries = f.counterVec("history_recoveries_total", "Subscribes with recover on history topics, by result.", "result")
+	m.HistoryReplayed = f.counter("history_replayed_messages_total", "Messages replayed from history to recovering subscribers.")
+	m.HistoryGapFills = f.counterVec("history_gap_fills_total", "Gaps in a history topic's offsets seen by this instance, by result.", "result")
+	m.HistoryResyncs = f.counter("history_resyncs_total", "Resync events sent to subscribers of history topics.")
+	m.HistoryStoreErrors = f.counterVec("history_store_errors_total", "History store operations that failed, by op.", "op")
+	m.HistoryEvictions = f.counter("history_evictions_total", "History topics whose streams the memory store dropped to stay under history.memoryMaxBytes.")
+	for _, r := range RecoveryResults {
+		m.HistoryRecoveries.WithLabelValues(r)
+	}
+	for _, r := range GapResults {
+		m.HistoryGapFills.WithLabelValues(r)
+	}
+	for _, op := range StoreOps {
+		m.HistoryStoreErrors.WithLabelValues(op)
 	}
 	m.TopicDenied.WithLabelValues(ActionSubscribe)
 	m.TopicDenied.WithLabelValues(ActionPublish)

@@ -50,6 +50,7 @@ type conn struct {
 	builtin message.Call        // reused for built-ins, which run inline
 	calls   atomic.Int32        // application RPC goroutines in flight
 	burst   atomic.Bool         // more input waits behind the frame being run: its publishes only queue (hub.publish)
+	replays []replay            // recoveries to run once the frame's responses are queued (history.go)
 
 	callsMu  sync.Mutex
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
@@ -245,13 +246,15 @@ func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 		}
 		n++
 	}
-	if n == 0 {
-		return
+	if n > 0 {
+		if f.Batch {
+			out = append(out, ']')
+		}
+		c.enqueue(out)
 	}
-	if f.Batch {
-		out = append(out, ']')
+	if c.replays != nil {
+		c.runReplays()
 	}
-	c.enqueue(out)
 }
 
 // handle runs one request and returns its encoded response, or nil.
@@ -328,6 +331,7 @@ func (c *conn) abort() {
 	c.mu.Lock()
 	c.closed = true
 	c.queue = nil
+	c.idle.Broadcast() // a replay waiting for room (awaitRoom)
 	c.mu.Unlock()
 	// A close handshake in progress (the WebSocket library's Close waits
 	// up to 5s for the peer's answer, and a hostile or stuck peer never

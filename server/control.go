@@ -197,6 +197,7 @@ func (c *conn) removeSub(topic string) bool {
 	delete(c.subs, topic)
 	c.s.subscriptions.Add(-1)
 	c.s.hub.unsubscribe(c, topic)
+	c.s.hist.leave(c, topic)
 	return true
 }
 
@@ -206,6 +207,7 @@ func (c *conn) dropSubs() {
 	defer c.subsMu.Unlock()
 	for topic := range c.subs {
 		c.s.hub.unsubscribe(c, topic)
+		c.s.hist.leave(c, topic)
 	}
 	c.s.subscriptions.Add(-int64(len(c.subs)))
 	c.subs = nil

@@ -19,6 +19,7 @@ import (
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
@@ -107,6 +108,18 @@ type Options struct {
 	// DrainRetryAfter is the base of the retry_after_ms hint sent with close
 	// code 1012 during a drain (jittered); default 1s.
 	DrainRetryAfter time.Duration
+
+	// History keeps the streams of history topics (docs/history.md), and
+	// HistoryPolicy says which topics keep one (Policy.Enabled). Either
+	// nil: no topic keeps history, and nothing of it costs anything. A
+	// *history.Memory store without a Deliver gets the server's.
+	History       history.Store
+	HistoryPolicy func(topic string) history.Policy
+	HistoryConfig history.Config
+	// HistoryCheckInterval is how often the position of every idle
+	// history topic with local subscribers is checked against the store,
+	// to repair a lost last message; default 5s.
+	HistoryCheckInterval time.Duration
 }
 
 // Server serves WebSocket connections. Create it with New.
@@ -124,6 +137,7 @@ type Server struct {
 
 	handlers sync.Map // method -> Handler
 	hub      hub
+	hist     *historyState // nil: no history topics
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -167,6 +181,7 @@ func New(opts Options) *Server {
 		s.drainHint = time.Second
 	}
 	s.hub.init(s)
+	s.hist = newHistoryState(s, opts)
 	return s
 }
 
@@ -200,6 +215,10 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		return errors.New("server: data is not valid JSON in UTF-8")
 	}
 	data = compactData(data)
+	if pol := s.hist.policyOf(topic); pol.Enabled() {
+		_, err := s.hist.publish(context.Background(), topic, data, pol, "")
+		return err
+	}
 	// Whether more publishes follow is unknown here (a handler in a
 	// loop, the bus draining a backlog): treat it as a burst, so a large
 	// topic's deliveries go to writers on every core, never all through
@@ -287,6 +306,12 @@ type busReceiver Server
 
 func (r *busReceiver) Deliver(topic string, data []byte) {
 	s := (*Server)(r)
+	if s.hist.policyOf(topic).Enabled() {
+		// A history topic never delivers a message without an offset
+		// (one from an instance whose config has no history for it).
+		s.m.BusDropped.WithLabelValues(bus.DropMalformed).Inc()
+		return
+	}
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
@@ -441,6 +466,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	s.hist.close()
 	if berr := s.bus.Close(); berr != nil && !errors.Is(berr, bus.ErrClosed) {
 		err = errors.Join(err, berr)
 	}

@@ -165,6 +165,7 @@ func (c *conn) writeLoop() {
 
 		c.mu.Lock()
 		c.queued -= n
+		c.idle.Broadcast() // a replay waiting for room (awaitRoom)
 		if err != nil {
 			c.closed = true
 			c.queue = nil
