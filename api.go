@@ -1,6 +1,7 @@
 package rtserver
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -8,6 +9,9 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/rtserver/rtserver/history"
+	"github.com/rtserver/rtserver/protocol"
+	"github.com/rtserver/rtserver/server"
 	"github.com/rtserver/rtserver/serverapi"
 )
 
@@ -74,6 +78,26 @@ func (b apiBackend) Publish(topic string, data json.RawMessage) error {
 		return errDegraded
 	}
 	return b.n.Server.Publish(topic, data)
+}
+
+// PublishAt is Publish with the position of a history topic's message.
+func (b apiBackend) PublishAt(ctx context.Context, topic string, data json.RawMessage, key string) (*history.Position, error) {
+	if b.n.Server.Degraded() {
+		return nil, errDegraded
+	}
+	pos, ok, err := b.n.Server.PublishHistory(ctx, topic, data, key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &pos, nil
+}
+
+func (b apiBackend) History(ctx context.Context, topic string, since *protocol.Since, limit int) (json.RawMessage, error) {
+	res, err := b.n.Server.History(ctx, topic, since, limit)
+	if errors.Is(err, server.ErrNoHistory) {
+		return nil, serverapi.ErrNoHistory
+	}
+	return res, err
 }
 
 func (b apiBackend) Disconnect(user string) error { return b.n.Server.Disconnect(user) }

@@ -18,6 +18,7 @@ import (
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/clusterrate"
@@ -53,6 +54,9 @@ type Config struct {
 	// own grants by name. The zero value lets everyone subscribe and
 	// publish (docs/access-control.md).
 	Topics access.Config
+	// History is the history.* keys; which topics keep history is each
+	// namespace's history (Topics), docs/history.md.
+	History history.Config
 
 	Redis Redis
 
@@ -95,7 +99,8 @@ type Node struct {
 	Admit    *message.Admission
 	Access   *access.Checker // the topic grants
 	Server   *server.Server
-	cluster  *cluster    // nil without Redis
+	history  *history.Redis // the Redis history store; nil without Redis or history
+	cluster  *cluster       // nil without Redis
 	shared   *lateShared // nil without Redis
 	// Cluster is the cluster-wide top-publisher view; nil without Redis.
 	Cluster *publishrate.Aggregator
@@ -202,7 +207,33 @@ func New(cfg Config) (*Node, error) {
 		n.Admit.SetRates(n.cluster.agg)
 	}
 
+	var store history.Store
+	if n.Access.KeepsHistory() {
+		if err := cfg.History.Validate(); err != nil {
+			return nil, fmt.Errorf("rtserver: %w", err)
+		}
+		if n.cluster == nil {
+			store = history.NewMemory(history.MemoryOptions{Config: cfg.History, Evicted: n.Metrics.HistoryEvictions})
+		} else {
+			n.history, err = history.NewRedis(history.RedisOptions{
+				Client:      n.cluster.client,
+				Bus:         n.cluster.bus.(bus.HistoryPublisher),
+				KeyPrefix:   cfg.Redis.ChannelPrefix,
+				Partitions:  cfg.Redis.Partitions,
+				Config:      cfg.History,
+				StoreErrors: n.Metrics.HistoryStoreErrors,
+				Logger:      log,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("rtserver: history: %w", err)
+			}
+			store = n.history
+		}
+	}
 	n.Server = server.New(server.Options{
+		History:         store,
+		HistoryPolicy:   historyPolicy(store, n.Access),
+		HistoryConfig:   cfg.History,
 		Config:          cfg.Limits,
 		Gate:            gate,
 		Router:          router,
@@ -237,6 +268,15 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// historyPolicy is the server's history policy: the topic grants'
+// namespaces, when some topic keeps history.
+func historyPolicy(store history.Store, a *access.Checker) func(string) history.Policy {
+	if store == nil {
+		return nil
+	}
+	return a.HistoryOf
 }
 
 // lateShared is the cluster-scoped limiter of message.Options.Shared,
@@ -382,6 +422,9 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struc
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := n.Server.Shutdown(shutdownCtx)
+		if n.history != nil {
+			n.history.Close()
+		}
 		srv.Close()
 		if admin != nil {
 			admin.Close()

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -87,6 +88,9 @@ var builtinGrants = []string{GrantAny, GrantAuthenticated, GrantOwner, GrantClai
 type Rule struct {
 	Subscribe []string
 	Publish   []string
+	// History keeps the topics' recent messages for recovery
+	// (docs/history.md); the zero value keeps none.
+	History history.Policy
 }
 
 // Namespace is a set of topics (Pattern) and its grants.
@@ -151,6 +155,10 @@ type Checker struct {
 	denied [2]prometheus.Counter
 	log    *slog.Logger
 	anyPub bool
+
+	history     []historyNS // (history.go)
+	historyDef  history.Policy
+	keepHistory bool
 }
 
 // New validates cfg (every problem at once, as *ConfigError values joined)
@@ -206,6 +214,9 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
 		def = *cfg.Default
 	}
 	c.def = compile(def)
+	if err := c.compileHistory(cfg, def); err != nil {
+		return nil, err
+	}
 	if usesProxy {
 		c.proxy = newProxy(cfg.Proxy, m, log)
 	}

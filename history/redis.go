@@ -51,10 +51,11 @@ type Redis struct {
 	errPub  prometheus.Counter
 	errRead prometheus.Counter
 
-	queue chan *pubReq
-	stop  chan struct{}
-	done  sync.WaitGroup
-	once  sync.Once
+	queue   chan *pubReq
+	stop    chan struct{}
+	done    sync.WaitGroup
+	once    sync.Once
+	started sync.Once // the writer starts with the first publish
 }
 
 // RedisOptions configures NewRedis.
@@ -80,7 +81,8 @@ type RedisOptions struct {
 	Now         func() time.Time
 }
 
-// NewRedis returns a Redis store and starts its writer; Close stops it.
+// NewRedis returns a Redis store. It does no I/O; its writer goroutine
+// starts with the first Publish, and Close stops it.
 func NewRedis(o RedisOptions) (*Redis, error) {
 	if o.Client == nil || o.Bus == nil {
 		return nil, errors.New("history: a Redis store needs a client and a Redis bus")
@@ -106,8 +108,6 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		r.errPub = o.StoreErrors.WithLabelValues("publish")
 		r.errRead = o.StoreErrors.WithLabelValues("read")
 	}
-	r.done.Add(1)
-	go r.writer()
 	return r, nil
 }
 
@@ -116,6 +116,7 @@ var _ Store = (*Redis)(nil)
 // Close stops the writer; publishes still queued fail with ErrUnavailable.
 func (r *Redis) Close() error {
 	r.once.Do(func() { close(r.stop) })
+	r.started.Do(func() {}) // no writer after Close
 	r.done.Wait()
 	return nil
 }
@@ -207,6 +208,15 @@ func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) 
 		p.Policy.TTL.Milliseconds(), (r.cfg.MetaTTL + p.Policy.TTL).Milliseconds(),
 		r.cfg.IdempotencyTTL.Milliseconds(), newEpoch(), sh,
 	}}
+	r.started.Do(func() {
+		r.done.Add(1)
+		go r.writer()
+	})
+	select {
+	case <-r.stop:
+		return Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable)
+	default:
+	}
 	select {
 	case r.queue <- req:
 	case <-r.stop:

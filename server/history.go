@@ -43,6 +43,7 @@ type historyState struct {
 	cfg    history.Config
 	policy func(topic string) history.Policy
 	scope  string // this server's idempotency scope for anonymous connections
+	every  time.Duration
 
 	mu     sync.Mutex
 	topics map[string]*topicSeq
@@ -101,13 +102,20 @@ func newHistoryState(s *Server, o Options) *historyState {
 	if m, ok := o.History.(*history.Memory); ok && m.Deliver == nil {
 		m.Deliver = func(topic, epoch string, msg history.Message) { h.deliverAt(topic, msg.Data, epoch, msg.Offset) }
 	}
-	every := o.HistoryCheckInterval
-	if every <= 0 {
-		every = 5 * time.Second
+	h.every = o.HistoryCheckInterval
+	if h.every <= 0 {
+		h.every = 5 * time.Second
+	}
+	return h
+}
+
+// start starts the periodic position check (Server.Start).
+func (h *historyState) start() {
+	if h == nil {
+		return
 	}
 	h.wg.Add(1)
-	go h.checker(every)
-	return h
+	go h.checker(h.every)
 }
 
 // policyOf is topic's history policy; the zero policy when history is off.

@@ -191,6 +191,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bus.Start(ctx, (*busReceiver)(s)); err != nil {
 		return fmt.Errorf("server: start bus: %w", err)
 	}
+	s.hist.start()
 	return nil
 }
 

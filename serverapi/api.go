@@ -2,6 +2,7 @@ package serverapi
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
@@ -35,6 +37,23 @@ type Backend interface {
 	// Draining reports whether this instance is draining: calls answer 503.
 	Draining() bool
 }
+
+// HistoryBackend is implemented by a Backend whose topics may keep
+// history (docs/history.md): publish and broadcast then go through
+// PublishAt and return positions, and the history method is served.
+type HistoryBackend interface {
+	// PublishAt publishes like Publish, through the history store when
+	// topic keeps history: it returns the position then (nil otherwise).
+	// key, when not empty, is the call's idempotencyKey.
+	PublishAt(ctx context.Context, topic string, data json.RawMessage, key string) (*history.Position, error)
+	// History answers the history method: {"epoch","offset","messages"}.
+	// ErrNoHistory when topic keeps none.
+	History(ctx context.Context, topic string, since *protocol.Since, limit int) (json.RawMessage, error)
+}
+
+// ErrNoHistory is HistoryBackend.History's error for a topic that keeps
+// no history: the call answers 400.
+var ErrNoHistory = errors.New("topic keeps no history")
 
 // Info is the result of the info method.
 type Info struct {
@@ -67,6 +86,7 @@ const (
 	MethodDisconnect  = "disconnect"
 	MethodUnsubscribe = "unsubscribe"
 	MethodInfo        = "info"
+	MethodHistory     = "history"
 	// unknownMethod is the method label of paths that name no method.
 	unknownMethod = "unknown"
 )
@@ -158,7 +178,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func known(name string) bool {
 	switch name {
-	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo:
+	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo, MethodHistory:
 		return true
 	}
 	return false
@@ -179,7 +199,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 		return nil, fail(http.StatusServiceUnavailable, protocol.CodeOverloaded, "draining")
 	}
 	if !known(name) {
-		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, disconnect, unsubscribe or info)", name)
+		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, history, disconnect, unsubscribe or info)", name)
 	}
 	buf := bufpool.Get()
 	defer bufpool.Put(buf)
@@ -189,9 +209,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 	}
 	switch name {
 	case MethodPublish:
-		return h.publish(body)
+		return h.publish(r.Context(), body)
 	case MethodBroadcast:
-		return h.broadcast(body)
+		return h.broadcast(r.Context(), body)
+	case MethodHistory:
+		return h.history(r.Context(), body)
 	case MethodDisconnect:
 		return h.disconnect(body)
 	case MethodUnsubscribe:
@@ -287,10 +309,11 @@ func (h *Handler) unavailable(err error) *apiError {
 	return fail(http.StatusServiceUnavailable, protocol.CodeInternal, "%v", err)
 }
 
-func (h *Handler) publish(body []byte) ([]byte, *apiError) {
+func (h *Handler) publish(ctx context.Context, body []byte) ([]byte, *apiError) {
 	var p struct {
-		Topic string          `json:"topic"`
-		Data  json.RawMessage `json:"data"`
+		Topic          string          `json:"topic"`
+		Data           json.RawMessage `json:"data"`
+		IdempotencyKey string          `json:"idempotencyKey"`
 	}
 	if aerr := decode(body, &p); aerr != nil {
 		return nil, aerr
@@ -301,16 +324,68 @@ func (h *Handler) publish(body []byte) ([]byte, *apiError) {
 	if p.Data == nil {
 		return nil, badParams("missing data")
 	}
-	if err := h.b.Publish(p.Topic, p.Data); err != nil {
+	if aerr := checkKey(p.IdempotencyKey); aerr != nil {
+		return nil, aerr
+	}
+	pos, err := h.publishAt(ctx, p.Topic, p.Data, p.IdempotencyKey)
+	if err != nil {
 		return nil, h.unavailable(err)
 	}
-	return okResult, nil
+	if pos == nil {
+		return okResult, nil
+	}
+	return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
 }
 
-func (h *Handler) broadcast(body []byte) ([]byte, *apiError) {
+// publishAt publishes through the history backend when there is one.
+func (h *Handler) publishAt(ctx context.Context, topic string, data json.RawMessage, key string) (*history.Position, error) {
+	if hb, ok := h.b.(HistoryBackend); ok {
+		return hb.PublishAt(ctx, topic, data, key)
+	}
+	return nil, h.b.Publish(topic, data)
+}
+
+func checkKey(key string) *apiError {
+	if len(key) > protocol.MaxIdempotencyKey {
+		return badParams("idempotencyKey must be 1 to %d bytes", protocol.MaxIdempotencyKey)
+	}
+	return nil
+}
+
+// history answers the history method, with the client method's params.
+func (h *Handler) history(ctx context.Context, body []byte) ([]byte, *apiError) {
 	var p struct {
-		Topics []string        `json:"topics"`
-		Data   json.RawMessage `json:"data"`
+		Topic string `json:"topic"`
+	}
+	if aerr := decode(body, &p); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkTopic("topic", p.Topic); aerr != nil {
+		return nil, aerr
+	}
+	hp, perr := protocol.DecodeHistoryParams(body)
+	if perr != nil {
+		return nil, badParams("%s", perr.Message)
+	}
+	hb, ok := h.b.(HistoryBackend)
+	if !ok {
+		return nil, badParams("%s", ErrNoHistory)
+	}
+	res, err := hb.History(ctx, p.Topic, hp.Since, hp.Limit)
+	switch {
+	case errors.Is(err, ErrNoHistory):
+		return nil, badParams("%s", err)
+	case err != nil:
+		return nil, h.unavailable(err)
+	}
+	return res, nil
+}
+
+func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError) {
+	var p struct {
+		Topics         []string        `json:"topics"`
+		Data           json.RawMessage `json:"data"`
+		IdempotencyKey string          `json:"idempotencyKey"`
 	}
 	if aerr := decode(body, &p); aerr != nil {
 		return nil, aerr
@@ -326,12 +401,34 @@ func (h *Handler) broadcast(body []byte) ([]byte, *apiError) {
 	if p.Data == nil {
 		return nil, badParams("missing data")
 	}
+	if aerr := checkKey(p.IdempotencyKey); aerr != nil {
+		return nil, aerr
+	}
+	// The positions of the history topics among them, in order:
+	// {"positions":[{"topic":T,"epoch":E,"offset":N}...]}.
+	var out []byte
 	for i, t := range p.Topics {
-		if err := h.b.Publish(t, p.Data); err != nil {
+		pos, err := h.publishAt(ctx, t, p.Data, p.IdempotencyKey)
+		if err != nil {
 			return nil, h.unavailable(fmt.Errorf("published to %d of %d topics, then: %w", i, len(p.Topics), err))
 		}
+		if pos == nil {
+			continue
+		}
+		if out == nil {
+			out = append(out, `{"positions":[`...)
+		} else {
+			out = append(out, ',')
+		}
+		pb := protocol.AppendPosition(nil, pos.Epoch, pos.Offset)
+		tb, _ := json.Marshal(t)
+		out = append(append(append(out, `{"topic":`...), tb...), ',')
+		out = append(out, pb[1:]...)
 	}
-	return okResult, nil
+	if out == nil {
+		return okResult, nil
+	}
+	return append(out, "]}"...), nil
 }
 
 func (h *Handler) disconnect(body []byte) ([]byte, *apiError) {
