@@ -101,7 +101,7 @@ type Node struct {
 	Server   *server.Server
 	history  *history.Redis // the Redis history store; nil without Redis or history
 	cluster  *cluster       // nil without Redis
-	shared   *lateShared // nil without Redis
+	shared   *lateShared    // nil without Redis
 	// Cluster is the cluster-wide top-publisher view; nil without Redis.
 	Cluster *publishrate.Aggregator
 
