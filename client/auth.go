@@ -11,6 +11,7 @@ import (
 const (
 	eventTokenExpiring = "tokenExpiring"
 	eventUnsubscribed  = "unsubscribed"
+	eventResync        = "resync" // a history topic's gap the server could not fill (history.go)
 )
 
 // tokenExpiredReason is the reason of the server's close 1008 when a
@@ -96,5 +97,7 @@ func (c *Client) systemEvent(event, topic string) {
 		delete(c.subs, topic)
 		c.mu.Unlock()
 		c.opts.Logger.Debug("rtclient: unsubscribed by the server", "topic", topic)
+	case eventResync:
+		c.resync(topic)
 	}
 }

@@ -105,6 +105,13 @@ type Options struct {
 	// that concern it: a refresh started for tokenExpiring (with
 	// TokenFunc), the topic forgotten for unsubscribed.
 	OnSystem func(event string, params json.RawMessage)
+	// OnRecovery is called after every reconnect (and resync) for each
+	// subscription to a history topic (docs/history.md): recovered true
+	// when every message missed meanwhile was replayed (they arrive next,
+	// in order, once each), false with the server's reason ("epoch",
+	// "trimmed", "tooMany") when they are gone: reload the topic's state
+	// then. It runs on the handler goroutine, in order with messages.
+	OnRecovery func(topic string, recovered bool, reason string)
 	// OnState is called on every state change, with the error that caused
 	// it (nil for Connecting, Connected and a Close by the caller). Calls
 	// never overlap and come in order. It must not call Close (which waits
