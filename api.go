@@ -21,7 +21,7 @@ import (
 // also faces the clients' network, which start-up says once.
 func (n *Node) mountAPI() error {
 	h, err := serverapi.New(serverapi.Options{
-		Key:          n.cfg.APIKey,
+		Key:          n.cfg.API.Key,
 		MaxBodyBytes: n.cfg.Limits.MaxMessageBytes,
 		Backend:      apiBackend{n},
 		Metrics:      n.Metrics,

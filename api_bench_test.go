@@ -25,7 +25,7 @@ import (
 //	go test -run '^$' -bench BenchmarkAPIPublish -count 5 .
 func BenchmarkAPIPublish(b *testing.B) {
 	cfg := quietConfig()
-	cfg.APIKey = "bench-key"
+	cfg.API.Key = "bench-key"
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		b.Fatal(err)

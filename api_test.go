@@ -28,7 +28,7 @@ func TestAPIWarnsBeyondLoopback(t *testing.T) {
 	} {
 		var buf bytes.Buffer
 		cfg := rtserver.DefaultConfig()
-		cfg.Listen, cfg.AdminListen, cfg.APIKey = tt.listen, tt.admin, "k"
+		cfg.Listen, cfg.AdminListen, cfg.API.Key = tt.listen, tt.admin, "k"
 		cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 		if _, err := rtserver.New(cfg); err != nil {
 			t.Fatal(err)
@@ -44,7 +44,7 @@ func TestAPIWarnsBeyondLoopback(t *testing.T) {
 // panic on conflicting patterns, and each request reaches its handler.
 func TestAPIBesideApplicationRoutes(t *testing.T) {
 	cfg := rtserver.DefaultConfig()
-	cfg.APIKey = "k"
+	cfg.API.Key = "k"
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	n, err := rtserver.New(cfg)
 	if err != nil {

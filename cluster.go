@@ -5,50 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/bus"
-	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
 	"github.com/rtserver/rtserver/server"
 )
-
-// Redis configures the cross-instance parts (redis.* and publishRate.* in
-// docs/configuration.md). An empty URL means a single instance: the
-// in-memory bus and no cluster view.
-//
-// For a Redis Cluster, name more seed nodes in the URL's query:
-// redis://host1:6379?addr=host2:6379&addr=host3:6379 (any addr parameter
-// selects the cluster client).
-type Redis struct {
-	URL           string
-	Bus           string // single (default) | sharded
-	Partitions    int    // sharded bus; default 16
-	ChannelPrefix string // default "rt:"
-
-	// The cluster aggregator (publishRate.*); zero values are its defaults.
-	RateChannel         string
-	RatePublishInterval time.Duration
-	RateStaleAfter      time.Duration
-	RateTopN            int
-	RateMaxClockSkew    time.Duration
-	HMACSecret          []byte
-}
-
-// DefaultRedis is the redis.* and publishRate.* defaults of
-// docs/configuration.md.
-func DefaultRedis() Redis {
-	return Redis{
-		Bus: "single", Partitions: 16, ChannelPrefix: "rt:",
-		RateChannel: "rt:pressure:rates", RatePublishInterval: 5 * time.Second,
-		RateStaleAfter: 12 * time.Second, RateTopN: 20,
-		RateMaxClockSkew: 5 * time.Second,
-	}
-}
 
 // cluster holds the Redis client, the bus and the aggregator. The bus and
 // the aggregator share one instance id, so logs and envelopes agree.
@@ -59,33 +24,20 @@ type cluster struct {
 	srv    *server.Server // set by wireSubjects before anything runs
 }
 
-func newCluster(cfg Redis, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
+func newCluster(cfg bus.Config, rates publishrate.Options, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
 	client, err := redisClient(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	// go-redis writes free text to stderr, a line per failed dial during
-	// an outage; route it through the node's structured, rate-limited
-	// log. Its logger is process-wide: the last node created wins.
-	redis.SetLogger(logx.Printf{Logger: log, Msg: "redis client"})
 	c := &cluster{client: client}
-	c.agg, err = publishrate.New(client, mon, publishrate.Options{
-		Channel:         cfg.RateChannel,
-		PublishInterval: cfg.RatePublishInterval,
-		StaleAfter:      cfg.RateStaleAfter,
-		TopN:            cfg.RateTopN,
-		MaxClockSkew:    cfg.RateMaxClockSkew,
-		HMACSecret:      cfg.HMACSecret,
-		Subjects:        c.subjects,
-		LocalSubscribers: func(topic string) int {
-			return c.srv.LocalSubscribers(topic)
-		},
-		Metrics: m,
-		Logger:  log,
-	})
+	rates.Subjects = c.subjects
+	rates.LocalSubscribers = func(topic string) int { return c.srv.LocalSubscribers(topic) }
+	rates.Metrics = m
+	rates.Logger = log
+	c.agg, err = publishrate.New(client, mon, rates)
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("rtserver: publishRate: %w", err)
+		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	ropts := bus.RedisOptions{
 		Client:        client,
@@ -95,7 +47,7 @@ func newCluster(cfg Redis, m *metrics.Metrics, log *slog.Logger, mon *pressure.M
 		Logger:        log,
 		// One fleet secret signs both kinds of envelope: whoever can
 		// forge one could forge the other.
-		HMACSecret: cfg.HMACSecret,
+		HMACSecret: rates.HMACSecret,
 	}
 	switch cfg.Bus {
 	case "", "single":

@@ -21,13 +21,13 @@ import (
 func Example() {
 	cfg := rtserver.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.DrainDuration = 100 * time.Millisecond
+	cfg.Drain.Duration = 100 * time.Millisecond
 	// admission.classes and admission.methods: chat.* may be called twice
 	// per minute per user (anonymous users are keyed by IP).
-	cfg.Classes = map[string]message.Rule{
+	cfg.Admission.Classes = map[string]message.Rule{
 		"chat": {Rate: &message.Rate{Limit: 2, Per: time.Minute, By: "user"}},
 	}
-	cfg.Methods = map[string]string{"chat.*": "chat"}
+	cfg.Admission.Methods = map[string]string{"chat.*": "chat"}
 
 	node, err := rtserver.New(cfg)
 	if err != nil {

@@ -22,14 +22,14 @@ const (
 type HTTPTimeouts struct {
 	// ReadHeaderTimeout bounds reading a request's head, from its first
 	// byte (from the accept for a connection's first request). Default 10s.
-	ReadHeaderTimeout time.Duration
+	ReadHeaderTimeout time.Duration `yaml:"readHeaderTimeout" help:"longest time to read a request's head; 0 = 10s"`
 	// ReadTimeout bounds reading a whole request, body included. Default 30s.
-	ReadTimeout time.Duration
+	ReadTimeout time.Duration `yaml:"readTimeout" help:"longest time to read a whole request, body included; 0 = 30s"`
 	// IdleTimeout closes a keep-alive connection that sends no next request
 	// within it. Default 120s: longer than the 60s idle timeout of common
 	// load balancers, which must close first or they may send a request on
 	// a connection being closed.
-	IdleTimeout time.Duration
+	IdleTimeout time.Duration `yaml:"idleTimeout" help:"a keep-alive connection with no next request within this is closed; keep it above your load balancer's idle timeout; 0 = 2m"`
 }
 
 func (t HTTPTimeouts) withDefaults() HTTPTimeouts {

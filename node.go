@@ -30,65 +30,6 @@ import (
 	"github.com/rtserver/rtserver/server"
 )
 
-// Config is a node's whole configuration in library types. The zero value
-// of each part is that package's documented default where it has one; use
-// DefaultConfig for the defaults of docs/configuration.md.
-type Config struct {
-	Listen      string // default 127.0.0.1:8080
-	AdminListen string // empty: /metrics on Listen
-	// HTTP bounds how long both listeners wait on a client (http.*).
-	HTTP HTTPTimeouts
-
-	Handshake handshake.Config
-	Limits    server.Config
-	Pressure  pressure.Config
-
-	// Classes and Methods are the message tier (admission.classes and
-	// admission.methods). A method mapped to a missing class is an error.
-	Classes    map[string]message.Rule
-	Methods    map[string]string
-	FailPolicy message.FailPolicy
-
-	// Topics is the topic grants (topics.*): who may subscribe to and
-	// publish on which topic; Topics.Grants registers the application's
-	// own grants by name. The zero value lets everyone subscribe and
-	// publish (docs/access-control.md).
-	Topics access.Config
-	// History is the history.* keys; which topics keep history is each
-	// namespace's history (Topics), docs/history.md.
-	History history.Config
-
-	Redis Redis
-
-	// RPCProxy forwards methods with no Go handler to an HTTP backend;
-	// an empty URL turns it off (-32601).
-	RPCProxy rpcproxy.Options
-
-	DrainDuration time.Duration // default 10s
-
-	// APIKey turns the server API on (POST /api/..., docs/server-api.md):
-	// callers present it as "Authorization: apikey KEY". Served on
-	// AdminListen when set, else on Listen. Empty: the API is off.
-	APIKey string
-
-	// Registry receives every metric (default: a new registry);
-	// MetricsNamespace prefixes their names.
-	Registry         *prometheus.Registry
-	MetricsNamespace string
-	Logger           *slog.Logger
-}
-
-// DefaultConfig returns the defaults of docs/configuration.md.
-func DefaultConfig() Config {
-	return Config{
-		Listen:        "127.0.0.1:8080",
-		Handshake:     handshake.DefaultConfig(),
-		Pressure:      pressure.DefaultConfig(),
-		Redis:         DefaultRedis(),
-		DrainDuration: 10 * time.Second,
-	}
-}
-
 // Node is one running rtserver instance.
 type Node struct {
 	cfg      Config
@@ -113,11 +54,11 @@ type Node struct {
 // New builds a node; nothing listens until Run (or until Handler is
 // served by the caller).
 func New(cfg Config) (*Node, error) {
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:8080"
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("rtserver: invalid configuration: %w", err)
 	}
-	if cfg.DrainDuration < 0 {
-		return nil, errors.New("rtserver: negative drain duration")
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -130,14 +71,16 @@ func New(cfg Config) (*Node, error) {
 	// forged envelopes): one line per kind per interval, with a count.
 	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
 	n := &Node{cfg: cfg, log: log}
-	n.Metrics = metrics.New(cfg.Registry, cfg.MetricsNamespace)
+	n.Metrics = metrics.New(cfg.Registry, cfg.Metrics.Namespace)
 
-	if cfg.Handshake.Logger == nil {
-		cfg.Handshake.Logger = log
+	hs := cfg.Handshake
+	hs.JWT = cfg.Auth.JWT.JWT
+	if hs.Logger == nil {
+		hs.Logger = log
 	}
-	gate, err := handshake.New(cfg.Handshake, n.Metrics)
+	gate, err := handshake.New(hs, n.Metrics)
 	if err != nil {
-		return nil, fmt.Errorf("rtserver: handshake: %w", err)
+		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	n.Gate = gate
 
@@ -151,26 +94,22 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Redis.URL != "" {
 		n.shared = &lateShared{}
 		sharedOpt = n.shared
-		for _, r := range cfg.Classes {
-			if (r.Rate != nil && r.Rate.Scope == "cluster") || (r.Cost != nil && r.Cost.Scope == "cluster") {
-				n.shared.used = true
-			}
-		}
+		n.shared.used = cfg.Admission.ClusterScoped()
 	}
 	n.Admit = message.New(message.Options{
 		Snapshot:   n.Pressure.Snapshot,
 		Rates:      snapshotRates{n.Pressure},
-		FailPolicy: cfg.FailPolicy,
+		FailPolicy: cfg.Admission.FailPolicy,
 		RetryAfter: cfg.Handshake.RetryAfter,
 		Metrics:    n.Metrics,
 		Shared:     sharedOpt,
 	})
-	for name, rule := range cfg.Classes {
+	for name, rule := range cfg.Admission.Classes {
 		if err := n.Admit.Register(name, rule); err != nil {
-			return nil, fmt.Errorf("rtserver: admission class %q: %w", name, err)
+			return nil, fmt.Errorf("rtserver: admission.classes.%s: %w", name, err)
 		}
 	}
-	router, err := message.NewRouter(n.Admit, cfg.Methods)
+	router, err := message.NewRouter(n.Admit, cfg.Admission.Methods)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: admission methods: %w", err)
 	}
@@ -181,11 +120,11 @@ func New(cfg Config) (*Node, error) {
 	}
 
 	var fallback server.Handler
-	if cfg.RPCProxy.URL != "" {
-		if cfg.RPCProxy.Logger == nil {
-			cfg.RPCProxy.Logger = log
+	if cfg.RPC.Proxy.URL != "" {
+		if cfg.RPC.Proxy.Logger == nil {
+			cfg.RPC.Proxy.Logger = log
 		}
-		fallback, err = rpcproxy.New(cfg.RPCProxy)
+		fallback, err = rpcproxy.New(cfg.RPC.Proxy)
 		if err != nil {
 			return nil, err
 		}
@@ -194,7 +133,7 @@ func New(cfg Config) (*Node, error) {
 	var b bus.Bus
 	n.instanceID = newInstanceID()
 	if cfg.Redis.URL != "" {
-		n.cluster, err = newCluster(cfg.Redis, n.Metrics, log, n.Pressure)
+		n.cluster, err = newCluster(cfg.Redis, cfg.PublishRate, n.Metrics, log, n.Pressure)
 		if err != nil {
 			return nil, err
 		}
@@ -209,9 +148,6 @@ func New(cfg Config) (*Node, error) {
 
 	var store history.Store
 	if n.Access.KeepsHistory() {
-		if err := cfg.History.Validate(); err != nil {
-			return nil, fmt.Errorf("rtserver: %w", err)
-		}
 		if n.cluster == nil {
 			store = history.NewMemory(history.MemoryOptions{Config: cfg.History, Evicted: n.Metrics.HistoryEvictions})
 		} else {
@@ -230,11 +166,13 @@ func New(cfg Config) (*Node, error) {
 			store = n.history
 		}
 	}
+	limits := cfg.Limits
+	limits.RefreshNotice = cfg.Auth.JWT.RefreshNotice
 	n.Server = server.New(server.Options{
 		History:         store,
 		HistoryPolicy:   historyPolicy(store, n.Access),
 		HistoryConfig:   cfg.History,
-		Config:          cfg.Limits,
+		Config:          limits,
 		Gate:            gate,
 		Router:          router,
 		Pressure:        n.Pressure,
@@ -262,7 +200,7 @@ func New(cfg Config) (*Node, error) {
 		n.adminMux = http.NewServeMux()
 		n.adminMux.Handle("GET /metrics", metricsHandler)
 	}
-	if cfg.APIKey != "" {
+	if cfg.API.Key != "" {
 		if err := n.mountAPI(); err != nil {
 			return nil, fmt.Errorf("rtserver: api: %w", err)
 		}
@@ -444,7 +382,7 @@ func (n *Node) Serve(ctx context.Context, ln net.Listener, hardStop <-chan struc
 // nil) or the failure of a listener ends it early, closing the rest at
 // once.
 func (n *Node) drain(failed context.Context, hardStop <-chan struct{}) {
-	n.log.Info("draining", "duration", n.cfg.DrainDuration)
+	n.log.Info("draining", "duration", n.cfg.Drain.Duration)
 	drainCtx, cancelDrain := context.WithCancel(failed)
 	var watcher sync.WaitGroup
 	if hardStop != nil {
@@ -456,7 +394,7 @@ func (n *Node) drain(failed context.Context, hardStop <-chan struct{}) {
 			}
 		})
 	}
-	n.Server.Drain(drainCtx, n.cfg.DrainDuration)
+	n.Server.Drain(drainCtx, n.cfg.Drain.Duration)
 	cancelDrain()
 	watcher.Wait()
 }

@@ -51,7 +51,7 @@ func quietConfig() rtserver.Config {
 func TestServeListenerFailureStopsEverything(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := quietConfig()
-	cfg.DrainDuration = time.Hour
+	cfg.Drain.Duration = time.Hour
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestServeStopsCleanly(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := quietConfig()
 	cfg.AdminListen = "127.0.0.1:0"
-	cfg.DrainDuration = time.Millisecond
+	cfg.Drain.Duration = time.Millisecond
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)

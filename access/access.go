@@ -83,41 +83,6 @@ const (
 
 var builtinGrants = []string{GrantAny, GrantAuthenticated, GrantOwner, GrantClaim, GrantProxy}
 
-// Rule lists the grants of each action; any of them allows, an empty list
-// allows nobody.
-type Rule struct {
-	Subscribe []string
-	Publish   []string
-	// History keeps the topics' recent messages for recovery
-	// (docs/history.md); the zero value keeps none.
-	History history.Policy
-}
-
-// Namespace is a set of topics (Pattern) and its grants.
-type Namespace struct {
-	// Pattern is a path.Match glob ('*' matches any run of characters but
-	// '/') holding at most one "{user}", which matches exactly the
-	// connection's user and never an anonymous connection.
-	Pattern string
-	Rule
-}
-
-// Config is the topic grants (the topics.* keys). The zero value lets
-// everyone subscribe to and publish on every topic not reserved for the
-// server, as the standalone binary's default does.
-type Config struct {
-	// Namespaces are tried in order; the first whose pattern matches the
-	// topic decides.
-	Namespaces []Namespace
-	// Default decides topics no namespace matches; nil means
-	// {Subscribe: [any], Publish: [any]}.
-	Default *Rule
-	Proxy   Proxy
-	// Grants are the application's own grants by name, usable in every
-	// rule next to the built-ins. A name may not shadow a built-in.
-	Grants map[string]GrantFunc
-}
-
 // anyRule is the default rule when Config.Default is nil.
 var anyRule = Rule{Subscribe: []string{GrantAny}, Publish: []string{GrantAny}}
 
@@ -164,7 +129,7 @@ type Checker struct {
 // New validates cfg (every problem at once, as *ConfigError values joined)
 // and compiles it. m nil means metrics.NewDiscard(); log nil discards.
 func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
-	if err := Validate(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if m == nil {

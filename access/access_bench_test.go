@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/rtserver/rtserver/handshake"
 )
@@ -25,7 +26,7 @@ func benchChecker(b *testing.B, proxyURL string) *Checker {
 			{Pattern: "room:*", Rule: Rule{Subscribe: []string{"proxy"}, Publish: []string{"proxy"}}},
 		},
 		Default: &Rule{Subscribe: []string{"any"}, Publish: []string{"authenticated"}},
-		Proxy:   Proxy{URL: proxyURL, CacheTTL: 1 << 62},
+		Proxy:   Proxy{URL: proxyURL, Timeout: time.Minute, CacheTTL: 1 << 62},
 	})
 	return c
 }

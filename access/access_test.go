@@ -76,7 +76,7 @@ func TestValidate(t *testing.T) {
 				{Pattern: "chat:*", Rule: Rule{Subscribe: []string{"authenticated", "mine"}, Publish: []string{"proxy"}}},
 			},
 			Default: &Rule{Subscribe: []string{"any"}},
-			Proxy:   Proxy{URL: "http://127.0.0.1:1/grant"},
+			Proxy:   Proxy{URL: "http://127.0.0.1:1/grant", Timeout: time.Second},
 			Grants:  map[string]GrantFunc{"mine": okFn},
 		}},
 		{name: "bad glob", cfg: Config{Namespaces: []Namespace{{Pattern: "a"}, {Pattern: "chat:["}}}, wantKeys: []string{"topics.namespaces[1].pattern"}},
@@ -95,7 +95,7 @@ func TestValidate(t *testing.T) {
 			wantKeys: []string{"topics.grants.x", "topics.default.publish[0]"}},
 	}
 	for _, tt := range tests {
-		err := Validate(tt.cfg)
+		err := tt.cfg.Validate()
 		var keys []string
 		if err != nil {
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
@@ -263,7 +263,7 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 			{Pattern: "room:*", Rule: Rule{Publish: []string{"proxy"}}},
 		},
 		Default: &Rule{Subscribe: []string{"any"}},
-		Proxy:   Proxy{URL: b.URL, CacheTTL: time.Hour},
+		Proxy:   Proxy{URL: b.URL, Timeout: time.Minute, CacheTTL: time.Hour},
 	})
 	claim := &handshake.TopicClaim{Publish: []string{"chat:x-*", "chat:r?om"}}
 	ctx := context.Background()

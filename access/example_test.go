@@ -54,11 +54,11 @@ func Example() {
 }
 
 // Configuration errors name the key, as the standalone binary reports them.
-func ExampleValidate() {
-	err := access.Validate(access.Config{Namespaces: []access.Namespace{
+func ExampleConfig_Validate() {
+	err := (access.Config{Namespaces: []access.Namespace{
 		{Pattern: "chat:*", Rule: access.Rule{Subscribe: []string{"owner"}}},
 		{Pattern: "chat:[", Rule: access.Rule{Publish: []string{"everyone"}}},
-	}})
+	}}).Validate()
 	fmt.Println(err)
 	// Output:
 	// topics.namespaces[0].subscribe[0]: owner needs a namespace pattern holding {user}

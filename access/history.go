@@ -1,7 +1,6 @@
 package access
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/rtserver/rtserver/history"
@@ -18,20 +17,15 @@ type historyNS struct {
 	pol history.Policy
 }
 
-// compileHistory validates and indexes every rule's history policy.
+// compileHistory indexes every rule's history policy (Validate checked
+// them).
 func (c *Checker) compileHistory(cfg Config, def Rule) error {
-	for i, n := range cfg.Namespaces {
-		if err := n.History.Validate(fmt.Sprintf("topics.namespaces[%d].history", i)); err != nil {
-			return err
-		}
+	for _, n := range cfg.Namespaces {
 		c.history = append(c.history, historyNS{
 			g:   newGlob(strings.Replace(n.Pattern, userPlaceholder, "*", 1)),
 			pol: n.History,
 		})
 		c.keepHistory = c.keepHistory || n.History.Enabled()
-	}
-	if err := def.History.Validate("topics.default.history"); err != nil {
-		return err
 	}
 	c.historyDef = def.History
 	c.keepHistory = c.keepHistory || def.History.Enabled()

@@ -19,31 +19,6 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 )
 
-// Proxy is the proxy grant's backend (topics.proxy.*).
-//
-// The question is POSTed as JSON,
-// {"action":"subscribe"|"publish","topic":T,"user":U,"connId":C,"clientIp":IP},
-// and the backend answers 200 with {"allow": true|false}. Any other
-// status, a body that is not that JSON, a timeout or a transport error is
-// a failure: counted in topic_proxy_errors_total{reason} and decided by
-// FailOpen.
-type Proxy struct {
-	URL     string
-	Timeout time.Duration // per question; 0 = 1s
-	// CacheTTL > 0 keeps publish answers for authenticated users per
-	// (user, topic) that long. Subscribe answers and anonymous
-	// connections' answers are never cached (the backend may decide by
-	// connection or client IP).
-	CacheTTL  time.Duration
-	CacheSize int  // most cached answers; 0 = 65536
-	FailOpen  bool // a failure allows (fail: open); false: -32005 (fail: closed)
-	// Client makes the requests; nil = a client that follows no redirects
-	// and keeps up to 64 idle connections to the backend.
-	Client *http.Client
-	// Now is the cache's clock; nil = time.Now.
-	Now func() time.Time
-}
-
 // maxProxyAnswer bounds the body read from the backend: {"allow":true} is
 // 14 bytes.
 const maxProxyAnswer = 4 << 10
@@ -122,7 +97,7 @@ func (p *proxy) ask(ctx context.Context, q Question) Decision {
 	select {
 	case res := <-ch:
 		if res.Err != nil {
-			if p.cfg.FailOpen {
+			if p.cfg.Fail == FailOpen {
 				return Allow
 			}
 			return Unavailable
@@ -146,7 +121,7 @@ func (p *proxy) post(q question) (bool, error) {
 	allow, reason, err := p.do(q)
 	if err != nil {
 		p.errs[reason].Inc()
-		p.log.Warn("topic grant proxy failed", "reason", reason, "action", q.Action, "topic", q.Topic, "failOpen", p.cfg.FailOpen, "err", err)
+		p.log.Warn("topic grant proxy failed", "reason", reason, "action", q.Action, "topic", q.Topic, "failOpen", p.cfg.Fail == FailOpen, "err", err)
 	}
 	return allow, err
 }

@@ -70,7 +70,7 @@ func TestProxyAllowDeny(t *testing.T) {
 	b := newBackend(t, func(w http.ResponseWriter, q question) {
 		io.WriteString(w, `{"allow":`+map[bool]string{true: "true", false: "false"}[q.User == "alice"]+`,"extra":1}`)
 	})
-	c, m := proxyChecker(t, Proxy{URL: b.URL})
+	c, m := proxyChecker(t, Proxy{URL: b.URL, Timeout: time.Minute})
 	if d := ask(c, Subscribe, alice); d != Allow {
 		t.Errorf("alice = %v", d)
 	}
@@ -126,9 +126,9 @@ func TestProxyFailures(t *testing.T) {
 	for _, failOpen := range []bool{false, true} {
 		// Only p:slow may time out: the others get a timeout no busy
 		// machine reaches, so their reason is never "timeout" by accident.
-		c, m := proxyChecker(t, Proxy{URL: b.URL, Timeout: time.Minute, FailOpen: failOpen})
-		slow, sm := proxyChecker(t, Proxy{URL: b.URL, Timeout: 50 * time.Millisecond, FailOpen: failOpen})
-		dead, dm := proxyChecker(t, Proxy{URL: deadURL, FailOpen: failOpen})
+		c, m := proxyChecker(t, Proxy{URL: b.URL, Timeout: time.Minute, Fail: failPolicy(failOpen)})
+		slow, sm := proxyChecker(t, Proxy{URL: b.URL, Timeout: 50 * time.Millisecond, Fail: failPolicy(failOpen)})
+		dead, dm := proxyChecker(t, Proxy{URL: deadURL, Timeout: time.Minute, Fail: failPolicy(failOpen)})
 		want := Unavailable
 		if failOpen {
 			want = Allow
@@ -249,7 +249,7 @@ func TestProxyCache(t *testing.T) {
 	})
 	var now atomic.Int64
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	c, _ := proxyChecker(t, Proxy{URL: b.URL, CacheTTL: 10 * time.Second, Now: clock})
+	c, _ := proxyChecker(t, Proxy{URL: b.URL, Timeout: time.Minute, CacheTTL: 10 * time.Second, Now: clock})
 	asks := func() int64 { return b.requests.Load() }
 
 	// Publish answers are reused per (user, topic) until they expire...
@@ -320,4 +320,11 @@ func TestAnswerCacheBounded(t *testing.T) {
 	if _, ok := c.get("u", "hot", later); ok {
 		t.Error("an expired entry was returned")
 	}
+}
+
+func failPolicy(open bool) FailPolicy {
+	if open {
+		return FailOpen
+	}
+	return FailClosed
 }

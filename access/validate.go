@@ -3,27 +3,22 @@ package access
 import (
 	"errors"
 	"fmt"
+	"github.com/rtserver/rtserver/internal/conf"
 	"maps"
 	"net/url"
 	"slices"
 	"strings"
 )
 
-// ConfigError is one invalid part of a Config. Key is the key path of the
-// standalone binary's configuration (topics.namespaces[2].pattern), which
-// names the same part of the library's Config.
-type ConfigError struct {
-	Key string
-	Msg string
-}
-
-func (e *ConfigError) Error() string { return e.Key + ": " + e.Msg }
+// ConfigError is one invalid key of a configuration: Key is its path in
+// docs/configuration.md (topics.namespaces[2].pattern).
+type ConfigError = conf.KeyError
 
 // Validate reports every problem of cfg at once (errors.Join of
 // *ConfigError), or nil: bad patterns, unknown grant names, owner outside
 // a {user} namespace, proxy without a URL, bad proxy settings, and
 // application grants that are nil or shadow a built-in.
-func Validate(cfg Config) error {
+func (cfg Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)})
@@ -43,6 +38,11 @@ func Validate(cfg Config) error {
 		return slices.Contains(builtinGrants, name) || (name != "" && cfg.Grants[name] != nil)
 	}
 	checkRule := func(key string, r Rule, hasUser bool) {
+		if err := r.History.Validate(key + ".history"); err != nil {
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				errs = append(errs, j.Unwrap()...)
+			}
+		}
 		for _, side := range []struct {
 			name  string
 			names []string
@@ -77,8 +77,14 @@ func Validate(cfg Config) error {
 			bad("topics.proxy.url", "must be an http:// or https:// URL with a host, got %q", pr.URL)
 		}
 	}
-	if pr.Timeout < 0 {
+	switch {
+	case pr.URL != "" && pr.Timeout <= 0:
+		bad("topics.proxy.timeout", "must be a positive duration when topics.proxy.url is set, got %s", pr.Timeout)
+	case pr.Timeout < 0:
 		bad("topics.proxy.timeout", "must not be negative, got %s", pr.Timeout)
+	}
+	if pr.Fail != FailClosed && pr.Fail != FailOpen {
+		bad("topics.proxy.fail", "must be open or closed, got %d", int(pr.Fail))
 	}
 	if pr.CacheTTL < 0 {
 		bad("topics.proxy.cacheTTL", "must not be negative, got %s", pr.CacheTTL)

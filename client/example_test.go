@@ -21,7 +21,7 @@ import (
 func startNode() (url string, stop func()) {
 	cfg := rtserver.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.DrainDuration = 50 * time.Millisecond
+	cfg.Drain.Duration = 50 * time.Millisecond
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		panic(err)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -53,9 +54,15 @@ type verifier struct {
 
 // newVerifier returns nil (anonymous connections) when no key is set.
 func newVerifier(cfg *Config) (*verifier, error) {
-	secret, publicPEM := cfg.JWTHMACSecret, cfg.JWTPublicKey
-	if len(secret) == 0 && len(publicPEM) == 0 && cfg.JWKSURL == "" {
-		if cfg.JWTAudience != "" || cfg.JWTIssuer != "" {
+	secret, publicPEM := cfg.JWT.HMACSecret, cfg.JWT.PublicKey
+	if len(publicPEM) == 0 && cfg.JWT.PublicKeyFile != "" {
+		var err error
+		if publicPEM, err = os.ReadFile(cfg.JWT.PublicKeyFile); err != nil {
+			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: %w", err)
+		}
+	}
+	if len(secret) == 0 && len(publicPEM) == 0 && cfg.JWT.JWKSURL == "" {
+		if cfg.JWT.Audience != "" || cfg.JWT.Issuer != "" {
 			return nil, errors.New("handshake: auth.jwt.audience and issuer need a key (hmacSecret, publicKeyFile or jwksUrl)")
 		}
 		return nil, nil
@@ -85,19 +92,19 @@ func newVerifier(cfg *Config) (*verifier, error) {
 			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: unsupported key type %T (want RSA or EC P-256)", key)
 		}
 	}
-	if cfg.JWKSURL != "" {
+	if cfg.JWT.JWKSURL != "" {
 		var err error
-		if v.jwks, err = newJWKS(cfg.JWKSURL, cfg.JWKSClient, cfg.Now, cfg.Logger); err != nil {
+		if v.jwks, err = newJWKS(cfg.JWT.JWKSURL, cfg.JWT.JWKSClient, cfg.Now, cfg.Logger); err != nil {
 			return nil, err
 		}
 		algs = append(algs, "RS256", "ES256")
 	}
 	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithTimeFunc(cfg.Now)}
-	if cfg.JWTAudience != "" {
-		opts = append(opts, jwt.WithAudience(cfg.JWTAudience))
+	if cfg.JWT.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.JWT.Audience))
 	}
-	if cfg.JWTIssuer != "" {
-		opts = append(opts, jwt.WithIssuer(cfg.JWTIssuer))
+	if cfg.JWT.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.JWT.Issuer))
 	}
 	v.parser = jwt.NewParser(opts...)
 	return v, nil

@@ -28,11 +28,11 @@ func BenchmarkVerifyToken(b *testing.B) {
 		cfg  func(*Config)
 		tok  string
 	}{
-		{"HS256", func(c *Config) { c.JWTHMACSecret = secret }, jwttest.Sign(b, jwt.SigningMethodHS256, secret, "", claims)},
-		{"RS256-file", func(c *Config) { c.JWTPublicKey = pemOf(b, &rsaKey.PublicKey) }, jwttest.Sign(b, jwt.SigningMethodRS256, rsaKey, "", claims)},
-		{"RS256-jwks", func(c *Config) { c.JWKSURL = ks.URL }, jwttest.Sign(b, jwt.SigningMethodRS256, rsaKey, "r", claims)},
-		{"ES256-jwks", func(c *Config) { c.JWKSURL = ks.URL }, jwttest.Sign(b, jwt.SigningMethodES256, ecKey, "e", claims)},
-		{"ES256-jwks-aud", func(c *Config) { c.JWKSURL, c.JWTAudience = ks.URL, "rt" }, jwttest.Sign(b, jwt.SigningMethodES256, ecKey, "e", claims)},
+		{"HS256", func(c *Config) { c.JWT.HMACSecret = secret }, jwttest.Sign(b, jwt.SigningMethodHS256, secret, "", claims)},
+		{"RS256-file", func(c *Config) { c.JWT.PublicKey = pemOf(b, &rsaKey.PublicKey) }, jwttest.Sign(b, jwt.SigningMethodRS256, rsaKey, "", claims)},
+		{"RS256-jwks", func(c *Config) { c.JWT.JWKSURL = ks.URL }, jwttest.Sign(b, jwt.SigningMethodRS256, rsaKey, "r", claims)},
+		{"ES256-jwks", func(c *Config) { c.JWT.JWKSURL = ks.URL }, jwttest.Sign(b, jwt.SigningMethodES256, ecKey, "e", claims)},
+		{"ES256-jwks-aud", func(c *Config) { c.JWT.JWKSURL, c.JWT.Audience = ks.URL, "rt" }, jwttest.Sign(b, jwt.SigningMethodES256, ecKey, "e", claims)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			cfg := DefaultConfig()

@@ -90,7 +90,7 @@ func TestAuth(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := DefaultConfig()
-			cfg.JWTHMACSecret, cfg.JWTPublicKey = tt.secret, tt.pub
+			cfg.JWT.HMACSecret, cfg.JWT.PublicKey = tt.secret, tt.pub
 			g, m := newGate(t, cfg)
 			r := upgradeReq("203.0.113.7:1")
 			if tt.token != "" {
@@ -134,7 +134,7 @@ func TestAuthConfigErrors(t *testing.T) {
 		"P-384 key":     pemOf(t, &p384.PublicKey),
 	} {
 		cfg := DefaultConfig()
-		cfg.JWTPublicKey = pub
+		cfg.JWT.PublicKey = pub
 		if _, err := New(cfg, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
@@ -170,7 +170,7 @@ func TestAuthTopicsClaim(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := DefaultConfig()
-			cfg.JWTHMACSecret = secret
+			cfg.JWT.HMACSecret = secret
 			g, m := newGate(t, cfg)
 			claims := jwt.MapClaims{"sub": "alice", "exp": exp}
 			if tt.topics != nil {
@@ -205,7 +205,7 @@ func TestAuthTopicsClaim(t *testing.T) {
 func TestAuthTopicsClaimForgedAndReuse(t *testing.T) {
 	secret := []byte("s3cret-hmac-key-of-enough-length")
 	cfg := DefaultConfig()
-	cfg.JWTHMACSecret = secret
+	cfg.JWT.HMACSecret = secret
 	g, m := newGate(t, cfg)
 	forged := sign(t, jwt.SigningMethodHS256, []byte("not-the-secret-not-the-secret-00"), jwt.MapClaims{"sub": "a", "topics": "bad"})
 	var c claims
@@ -234,7 +234,7 @@ func TestVerifyToken(t *testing.T) {
 	secret := []byte("s3cret-hmac-key-of-enough-length")
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
 	cfg := DefaultConfig()
-	cfg.JWTHMACSecret = secret
+	cfg.JWT.HMACSecret = secret
 	g, _ := newGate(t, cfg)
 
 	id, err := g.VerifyToken(context.Background(), sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": exp.Unix()}))

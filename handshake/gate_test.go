@@ -169,7 +169,7 @@ func TestPerIPRate(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_700_000_000, 0)
 	cfg := DefaultConfig()
-	cfg.PerIPLimit, cfg.PerIPPer, cfg.PerTickBudget = 2, 10*time.Second, 0
+	cfg.PerIP.Limit, cfg.PerIP.Per, cfg.PerTickBudget = 2, 10*time.Second, 0
 	cfg.TrustedProxies = prefixes("10.0.0.0/8")
 	cfg.Now = func() time.Time { return now }
 	g, m := newGate(t, cfg)
@@ -382,7 +382,7 @@ func TestConfigValidation(t *testing.T) {
 		{"negative wait", func(c *Config) { c.MaxQueueWait = -time.Second }},
 		{"unknown reject mode", func(c *Config) { c.Reject = 7 }},
 		{"negative retryAfter", func(c *Config) { c.RetryAfter = -1 }},
-		{"perIP without per", func(c *Config) { c.PerIPLimit, c.PerIPPer = 5, 0 }},
+		{"perIP without per", func(c *Config) { c.PerIP.Limit, c.PerIP.Per = 5, 0 }},
 		{"bad origin pattern", func(c *Config) { c.AllowedOrigins = []string{"[x"} }},
 	}
 	for _, tt := range tests {

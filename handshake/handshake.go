@@ -2,8 +2,6 @@ package handshake
 
 import (
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"sync/atomic"
@@ -13,67 +11,6 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/ratelimit"
 )
-
-// RejectMode is how a shed upgrade is answered.
-type RejectMode int
-
-const (
-	RejectHTTP  RejectMode = iota // 503 / 429 with Retry-After and a JSON body
-	RejectClose                   // complete the upgrade, close with 1013 retry_after_ms=N
-)
-
-// Config of the gate (docs/handshake.md and the handshake.* and auth.*
-// keys of docs/configuration.md). Zero caps mean off.
-type Config struct {
-	MaxConnections int           // connection slots (in flight + open); 0 = off
-	MaxConcurrent  int           // upgrades in flight; 0 = off
-	PerTickBudget  int           // upgrades let through per Tick; 0 = no pacing
-	Tick           time.Duration // required (> 0) when PerTickBudget > 0
-	MaxQueueWait   time.Duration // longest wait for a pacing tick; 0 = never wait
-	Reject         RejectMode
-	RetryAfter     time.Duration // base of the jittered hint; 0 = 1s
-	PerIPLimit     int           // upgrades per PerIPPer per client IP; 0 = off
-	PerIPPer       time.Duration
-	PerIPMaxKeys   int // bound of the per-IP store; 0 = 65536
-	TrustedProxies []netip.Prefix
-	AllowedOrigins []string // glob patterns; empty = same host only (see originPolicy)
-	AllowNoOrigin  bool
-	JWTHMACSecret  []byte // HS256 key; empty and no public key = anonymous
-	JWTPublicKey   []byte // PEM of an RSA or EC P-256 public key (RS256 / ES256)
-	// JWKSURL serves a JSON Web Key Set: RS256 / ES256 keys picked by the
-	// token's kid, fetched by New (an error stops it), cached, and
-	// fetched again when an unknown kid arrives or the set is older than
-	// JWKSMaxAge, at most once per JWKSMinRefetch. Empty = no JWKS.
-	JWKSURL string
-	// JWKSClient fetches JWKSURL; nil = a client with a 10 s timeout.
-	JWKSClient *http.Client
-	// JWTAudience and JWTIssuer, when set, must be the token's aud (one
-	// of them) and iss; otherwise the upgrade is refused with 401.
-	JWTAudience string
-	JWTIssuer   string
-	// Logger receives the warning for a validly signed token whose topics
-	// claim has the wrong shape (a backend bug); nil = discard.
-	Logger *slog.Logger
-	// Now is the clock for the per-IP rate, pacing windows and the retry
-	// hint; nil = time.Now. Pacing waits on real timers, so with pacing on
-	// Now must advance with real time (a frozen clock would never open a
-	// new tick): tests of pacing run in testing/synctest, where both are
-	// the bubble's fake clock.
-	Now func() time.Time
-}
-
-// DefaultConfig is the handshake.* defaults of docs/configuration.md.
-func DefaultConfig() Config {
-	return Config{
-		MaxConcurrent: 1000,
-		PerTickBudget: 64,
-		Tick:          10 * time.Millisecond,
-		MaxQueueWait:  2 * time.Second,
-		RetryAfter:    time.Second,
-		PerIPPer:      10 * time.Second,
-		AllowNoOrigin: true,
-	}
-}
 
 // Identity is who an admitted upgrade is.
 type Identity struct {
@@ -215,17 +152,12 @@ type Gate struct {
 
 // New validates cfg and returns a gate. m nil means metrics.NewDiscard().
 func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
-	if err := validate(&cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	if m == nil {
 		m = metrics.NewDiscard()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.TrustedProxies = append([]netip.Prefix(nil), cfg.TrustedProxies...)
 	for i, p := range cfg.TrustedProxies {
@@ -248,8 +180,8 @@ func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
 	if g.auth, err = newVerifier(&cfg); err != nil {
 		return nil, err
 	}
-	if cfg.PerIPLimit > 0 {
-		g.perIP = ratelimit.NewKeyed(cfg.PerIPLimit, cfg.PerIPPer, cfg.PerIPMaxKeys)
+	if cfg.PerIP.Limit > 0 {
+		g.perIP = ratelimit.NewKeyed(cfg.PerIP.Limit, cfg.PerIP.Per, cfg.PerIP.MaxKeys)
 	}
 	if cfg.PerTickBudget > 0 {
 		g.pacer = newPacer(&cfg, g.clock, m)
@@ -267,51 +199,6 @@ func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
 		return float64(int64(v>>32) - int64(v&inflightMask))
 	})
 	return g, nil
-}
-
-func validate(cfg *Config) error {
-	var errs []error
-	bad := func(key string, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("handshake: %s: "+format, append([]any{key}, args...)...))
-	}
-	if cfg.MaxConnections < 0 {
-		bad("maxConnections", "%d < 0", cfg.MaxConnections)
-	}
-	if cfg.MaxConcurrent < 0 {
-		bad("maxConcurrent", "%d < 0", cfg.MaxConcurrent)
-	}
-	if cfg.PerTickBudget < 0 {
-		bad("perTickBudget", "%d < 0", cfg.PerTickBudget)
-	}
-	if cfg.PerTickBudget > 0 && cfg.Tick <= 0 {
-		bad("tick", "%v must be > 0 when perTickBudget is set", cfg.Tick)
-	}
-	if cfg.MaxQueueWait < 0 {
-		bad("maxQueueWait", "%v < 0", cfg.MaxQueueWait)
-	}
-	if cfg.Reject != RejectHTTP && cfg.Reject != RejectClose {
-		bad("reject", "unknown mode %d", cfg.Reject)
-	}
-	if cfg.RetryAfter < 0 {
-		bad("retryAfter", "%v < 0", cfg.RetryAfter)
-	} else if cfg.RetryAfter == 0 {
-		cfg.RetryAfter = time.Second
-	}
-	if cfg.PerIPLimit < 0 {
-		bad("perIP.limit", "%d < 0", cfg.PerIPLimit)
-	}
-	if cfg.PerIPLimit > 0 && cfg.PerIPPer <= 0 {
-		bad("perIP.per", "%v must be > 0 when perIP.limit is set", cfg.PerIPPer)
-	}
-	if cfg.PerIPMaxKeys < 0 {
-		bad("perIP max keys", "%d < 0", cfg.PerIPMaxKeys)
-	}
-	for _, p := range cfg.TrustedProxies {
-		if !p.IsValid() {
-			bad("trustedProxies", "invalid prefix %v", p)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // clock is Config.Now as nanoseconds since the gate was made.

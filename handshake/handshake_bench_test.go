@@ -49,7 +49,7 @@ func BenchmarkAdmitReleaseParallel(b *testing.B) {
 func BenchmarkAdmitReleasePacedPerIP(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.MaxConnections, cfg.PerTickBudget = 1<<20, 1<<30
-	cfg.PerIPLimit = 1 << 30
+	cfg.PerIP.Limit = 1 << 30
 	g, _ := newGate(b, cfg)
 	r := upgradeReq("203.0.113.1:1")
 	var w discardWriter

@@ -98,7 +98,7 @@ func TestHTTP503OverCap(t *testing.T) {
 func TestHTTP429PerIPWithForgedXFF(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
-	cfg.PerIPLimit, cfg.PerIPPer = 2, time.Minute
+	cfg.PerIP.Limit, cfg.PerIP.Per = 2, time.Minute
 	cfg.TrustedProxies = prefixes("10.0.0.0/8") // the loopback test client is not a proxy
 	g, m := newGate(t, cfg)
 	srv, _ := serve(t, g)
@@ -119,7 +119,7 @@ func TestHTTP403And401AlsoInCloseMode(t *testing.T) {
 	secret := []byte("http-test-secret-0123456789abcdef")
 	for _, mode := range []RejectMode{RejectHTTP, RejectClose} {
 		cfg := DefaultConfig()
-		cfg.Reject, cfg.JWTHMACSecret = mode, secret
+		cfg.Reject, cfg.JWT.HMACSecret = mode, secret
 		g, m := newGate(t, cfg)
 		srv, ended := serve(t, g)
 		resp, _ := plainUpgrade(t, srv, map[string]string{"Origin": "https://evil.example.net"})
@@ -158,7 +158,7 @@ func TestCloseMode1013(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.MaxConnections, cfg.Reject = 1, RejectClose
-	cfg.PerIPLimit, cfg.PerIPPer = 1, time.Minute
+	cfg.PerIP.Limit, cfg.PerIP.Per = 1, time.Minute
 	g, m := newGate(t, cfg)
 	srv, ended := serve(t, g)
 	release := dialHeld(t, srv)

@@ -47,7 +47,7 @@ func TestJWKSRotation(t *testing.T) {
 	clock := &fakeClock{}
 	clock.ns.Store(time.Now().UnixNano())
 	cfg := DefaultConfig()
-	cfg.JWKSURL = ks.URL
+	cfg.JWT.JWKSURL = ks.URL
 	cfg.Now = clock.now
 	cfg.PerTickBudget = 0
 	g, _ := newGate(t, cfg)
@@ -117,7 +117,7 @@ func TestJWKSConcurrentUnknownKID(t *testing.T) {
 	ks := jwttest.NewKeyServer(t)
 	ks.Serve(t, map[string]any{"old": &old.PublicKey})
 	cfg := DefaultConfig()
-	cfg.JWKSURL = ks.URL
+	cfg.JWT.JWKSURL = ks.URL
 	cfg.PerTickBudget = 0
 	g, _ := newGate(t, cfg)
 	ks.Serve(t, map[string]any{"old": &old.PublicKey, "new": &fresh.PublicKey})
@@ -152,7 +152,7 @@ func TestJWKSStartErrors(t *testing.T) {
 			ks.ServeRaw([]byte(body))
 		}
 		cfg := DefaultConfig()
-		cfg.JWKSURL = ks.URL
+		cfg.JWT.JWKSURL = ks.URL
 		if _, err := New(cfg, nil); err == nil {
 			t.Errorf("%s: New accepted the key set", name)
 		}
@@ -161,11 +161,11 @@ func TestJWKSStartErrors(t *testing.T) {
 	ks := jwttest.NewKeyServer(t)
 	ks.Serve(t, map[string]any{"": &ec.PublicKey, "p384": &p384.PublicKey})
 	cfg := DefaultConfig()
-	cfg.JWKSURL = ks.URL
+	cfg.JWT.JWKSURL = ks.URL
 	if _, err := New(cfg, nil); err == nil {
 		t.Error("a set with no usable key was accepted")
 	}
-	cfg.JWKSURL = "http://127.0.0.1:1/unreachable"
+	cfg.JWT.JWKSURL = "http://127.0.0.1:1/unreachable"
 	if _, err := New(cfg, nil); err == nil {
 		t.Error("unreachable key set accepted")
 	}
@@ -175,9 +175,9 @@ func TestAudienceIssuer(t *testing.T) {
 	t.Parallel()
 	secret := []byte("s3cret-hmac-key-of-enough-length")
 	cfg := DefaultConfig()
-	cfg.JWTHMACSecret = secret
-	cfg.JWTAudience = "rt"
-	cfg.JWTIssuer = "https://idp.example"
+	cfg.JWT.HMACSecret = secret
+	cfg.JWT.Audience = "rt"
+	cfg.JWT.Issuer = "https://idp.example"
 	cfg.PerTickBudget = 0
 	g, _ := newGate(t, cfg)
 	tests := []struct {
@@ -198,7 +198,7 @@ func TestAudienceIssuer(t *testing.T) {
 		}
 	}
 	anon := DefaultConfig()
-	anon.JWTAudience = "rt"
+	anon.JWT.Audience = "rt"
 	if _, err := New(anon, nil); err == nil {
 		t.Error("audience without a key accepted")
 	}
@@ -263,7 +263,7 @@ func TestJWKSMaxAge(t *testing.T) {
 	clock := &fakeClock{}
 	clock.ns.Store(time.Now().UnixNano())
 	cfg := DefaultConfig()
-	cfg.JWKSURL = ks.URL
+	cfg.JWT.JWKSURL = ks.URL
 	cfg.Now = clock.now
 	cfg.PerTickBudget = 0
 	g, _ := newGate(t, cfg)

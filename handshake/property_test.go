@@ -54,11 +54,11 @@ func TestExactlyOnceProperty(t *testing.T) {
 			cfg.PerTickBudget = rapid.IntRange(0, 2).Draw(rt, "budget")
 			cfg.Tick = 10 * time.Millisecond
 			cfg.MaxQueueWait = time.Duration(rapid.IntRange(0, 50).Draw(rt, "waitMs")) * time.Millisecond
-			cfg.PerIPLimit = rapid.IntRange(0, 3).Draw(rt, "perIP")
-			cfg.PerIPPer = 100 * time.Millisecond
+			cfg.PerIP.Limit = rapid.IntRange(0, 3).Draw(rt, "perIP")
+			cfg.PerIP.Per = 100 * time.Millisecond
 			cfg.AllowNoOrigin = true
 			if rapid.Bool().Draw(rt, "auth") {
-				cfg.JWTHMACSecret = secret
+				cfg.JWT.HMACSecret = secret
 			}
 			g, m := newGate(rt, cfg)
 			goodTok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "u"}).SignedString(secret)

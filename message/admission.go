@@ -22,8 +22,8 @@ type RateSource interface {
 
 // ClusterTopPublisher rejects while the topic's (or user's) rate >= Threshold.
 type ClusterTopPublisher struct {
-	Threshold float64
-	By        string // "topic" (default, when empty) or "user"
+	Threshold float64 `yaml:"threshold" help:"publish attempts per second, this instance plus every sibling's fresh slice, at which calls are shed (positive)"`
+	By        string  `yaml:"by" help:"topic | user; empty: topic"` // "topic" (default, when empty) or "user"
 }
 
 // Rate limits calls per key: Limit per Per, keyed By "user", "conn" or "ip".
@@ -31,25 +31,25 @@ type ClusterTopPublisher struct {
 // by its IP, in a separate key space so a user id never shares a budget
 // with an IP. Calls with an empty key (no IP known) share one budget.
 type Rate struct {
-	Limit int
-	Per   time.Duration
-	By    string
+	Limit int           `yaml:"limit" help:"calls allowed per period and key (positive)"`
+	Per   time.Duration `yaml:"per" help:"the period (positive)"`
+	By    string        `yaml:"by" help:"user | conn | ip; an anonymous connection's user key is its client IP; empty: user"`
 	// Strategy is "gcra" (the default, when empty: a token bucket of
 	// Limit, refilled one call every Per/Limit, so a window of Per may see
 	// up to 2·Limit−1 calls) or "slidingWindow" (the true count: no window
 	// of length Per ever holds more than Limit admitted calls; memory per
 	// key up to Limit timestamps).
-	Strategy string
+	Strategy string `yaml:"strategy" help:"gcra (a token bucket: a full burst, then one call per per/limit) | slidingWindow (the true count: at most limit calls in any window of per; memory up to limit timestamps per key); empty: gcra"`
 	// Scope is "local" (default: each instance counts its own calls) or
 	// "cluster" (one budget shared by every instance: each check is one
 	// round trip through Options.Shared; strategy gcra only; by user or ip,
 	// since a connection lives on one instance).
-	Scope string
+	Scope string `yaml:"scope" help:"local (each instance counts its own calls) | cluster (one budget shared by every instance through Redis: needs redis.url, strategy gcra, by user or ip; one round trip per check; a Redis failure is decided by admission.failPolicy and counted in admission_rule_errors_total); empty: local"`
 }
 
 // Concurrency caps in-flight calls of the class.
 type Concurrency struct {
-	Max int
+	Max int `yaml:"max" help:"calls of this class in flight at once on this instance (positive)"`
 }
 
 // AdaptiveConcurrency caps in-flight calls of the class at a limit that
@@ -61,19 +61,20 @@ type Concurrency struct {
 // must be released with Call.ReleaseWith (or Release, which reports
 // Completed) for the limit to learn.
 type AdaptiveConcurrency struct {
-	Min, Max int // 1 <= Min <= Max
+	Min int `yaml:"min" help:"lowest in-flight limit, and the limit while the no-load latency is probed (positive)"`
+	Max int `yaml:"max" help:"highest in-flight limit (at least min); the limit starts at min and moves with the calls' latency and drops (reason CONCURRENCY; gauge admission_concurrency_limit)"`
 	// Tolerance: calls may take this many times the no-load latency
 	// before the limit falls (Envoy's 25% buffer). Default 1.25; > 1.
-	Tolerance float64
+	Tolerance float64 `yaml:"-"`
 	// Window is how often the limit is recomputed from the calls that
 	// completed since the last update. Default 100ms.
-	Window time.Duration
+	Window time.Duration `yaml:"-"`
 	// ProbeEvery is how often the no-load latency is re-measured: the
 	// limit is pinned to Min until ProbeCalls calls started at that
 	// concurrency have completed, then restored. Default 60s (plus up to
 	// 15% random jitter, so a fleet does not probe in step).
-	ProbeEvery time.Duration
-	ProbeCalls int // default 25
+	ProbeEvery time.Duration `yaml:"-"`
+	ProbeCalls int           `yaml:"-"` // default 25
 }
 
 // Cost charges each call's cost against a per-key budget: a token bucket
@@ -81,36 +82,36 @@ type AdaptiveConcurrency struct {
 // by the cost). A call that does not fit is denied with reason COST
 // (-32002); a call costing more than Budget never fits.
 type Cost struct {
-	Budget int64
-	Per    time.Duration
+	Budget int64         `yaml:"budget" help:"cost units allowed per period and key: a token bucket of this size, refilled evenly over per (1 to 2147483647)"`
+	Per    time.Duration `yaml:"per" help:"the period (positive)"`
 	// Of is what a call costs: "bytes" (Call.Bytes, the request's size),
 	// "fanout" (Call.Bytes × Call.Subscribers: a publish's bytes times
 	// this instance's subscribers of the topic) or "param:<name>" (the
 	// call's top-level numeric param <name>, rounded up; a call without
 	// it, or with a negative or non-numeric value, is a rule error decided
 	// by FailPolicy and counted in admission_rule_errors_total).
-	Of string
-	By string // as Rate.By: "user" (default), "conn" or "ip"
+	Of string `yaml:"of" help:"what a call costs: bytes (the request frame) | fanout (the request's bytes x this instance's subscribers of the topic, for publish) | param:NAME (the call's top-level numeric param NAME, e.g. param:maxTokens, rounded up; a call without it is decided by admission.failPolicy); denied calls answer -32002 with reason COST"`
+	By string `yaml:"by" help:"user | conn | ip, as for rate; empty: user"` // as Rate.By: "user" (default), "conn" or "ip"
 	// Scope is "local" (default: this instance's own budget) or "cluster"
 	// (one budget shared by every instance, through Options.Shared).
-	Scope string
+	Scope string `yaml:"scope" help:"local | cluster, as for rate; a class whose rate and cost are both cluster-scoped checks both in one round trip and needs the same by for both; empty: local"`
 }
 
 // Rule is a class's rule; a call must clear every part that is set. A Rule
 // with no part admits everything (and still counts it).
 type Rule struct {
 	// Reasons rejects while the pressure snapshot's reason is listed.
-	Reasons []pressure.Reason
+	Reasons []pressure.Reason `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS"`
 	// Predicate rejects (PREDICATE) when it returns false. One that errors
 	// or panics is decided by Options.FailPolicy and counted in
 	// admission_rule_errors_total. It runs on the dispatch path: keep it
 	// cheap and non-blocking. The snapshot is never nil.
-	Predicate           func(s *pressure.Snapshot, c *Call) (bool, error)
-	ClusterTopPublisher *ClusterTopPublisher
-	Rate                *Rate
-	Cost                *Cost
-	Concurrency         *Concurrency
-	AdaptiveConcurrency *AdaptiveConcurrency
+	Predicate           func(s *pressure.Snapshot, c *Call) (bool, error) `yaml:"-"`
+	ClusterTopPublisher *ClusterTopPublisher                              `yaml:"clusterTopPublisher,omitempty"`
+	Rate                *Rate                                             `yaml:"rate,omitempty"`
+	Cost                *Cost                                             `yaml:"cost,omitempty"`
+	Concurrency         *Concurrency                                      `yaml:"concurrency,omitempty"`
+	AdaptiveConcurrency *AdaptiveConcurrency                              `yaml:"adaptiveConcurrency,omitempty"`
 }
 
 // FailPolicy decides a rule part that errors or panics: a predicate, a

@@ -112,65 +112,6 @@ func (s *Snapshot) RateOfUser(user string) float64 {
 	return 0
 }
 
-// Config of the monitor. Thresholds of 0 switch that reason (or, for the
-// topic thresholds, that hot-topic test) off.
-type Config struct {
-	SampleInterval          time.Duration // 0: 1s
-	MemoryHeapUsedRatio     float64       // MEMORY when heap in use / limit >= this
-	MemoryLimitBytes        uint64        // used when GOMEMLIMIT is unset; 0: cgroup memory.max
-	PublishRatePerSec       float64       // PUBLISH_RATE when published msgs/s >= this
-	SubscriberRatio         float64       // SUBSCRIBERS when subscriptions/connections >= this
-	TopicPublishRatePerSec  float64       // a topic is hot at >= this many attempts/s ...
-	TopicPublishBytesPerSec float64       // ... or >= this many bytes/s
-	TopN                    int           // top topics and users kept per sample; <= 0: 20
-	Hysteresis              float64       // a reason clears below threshold*(1-Hysteresis); 0 = none; clamped to [0, 1)
-
-	// MaxTrackedKeys bounds the distinct topics, and separately the
-	// distinct users, counted per sample interval; attempts on further
-	// names are counted only in Snapshot.Untracked*Attempts. 0: 10,000.
-	MaxTrackedKeys int
-
-	// Now is the clock used to stamp samples and measure the interval
-	// between them. nil: time.Now.
-	Now func() time.Time
-}
-
-// DefaultConfig is the pressure.* defaults of docs/configuration.md.
-func DefaultConfig() Config {
-	return Config{
-		SampleInterval:          time.Second,
-		MemoryHeapUsedRatio:     0.85,
-		PublishRatePerSec:       10000,
-		SubscriberRatio:         50,
-		TopicPublishRatePerSec:  5000,
-		TopicPublishBytesPerSec: 10485760,
-		TopN:                    20,
-	}
-}
-
-// withDefaults fills the documented zero-value defaults.
-func (c Config) withDefaults() Config {
-	if c.SampleInterval <= 0 {
-		c.SampleInterval = time.Second
-	}
-	if c.TopN <= 0 {
-		c.TopN = 20
-	}
-	if c.MaxTrackedKeys <= 0 {
-		c.MaxTrackedKeys = DefaultMaxTrackedKeys
-	}
-	if c.Hysteresis < 0 || c.Hysteresis != c.Hysteresis {
-		c.Hysteresis = 0
-	}
-	if c.Hysteresis >= 1 {
-		c.Hysteresis = 0.99
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	return c
-}
-
 // Counts reports the live connection and subscription counts.
 type Counts func() (connections, subscriptions int64)
 

@@ -1,13 +1,13 @@
 package publishrate
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/conf"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -63,75 +63,114 @@ type Breaker interface {
 // documented default.
 type Options struct {
 	// Channel is the Redis pub/sub channel. Default "rt:pressure:rates".
-	Channel string
+	Channel string `yaml:"channel" help:"Redis channel of the rate envelopes; empty: rt:pressure:rates"`
 	// PublishInterval is how often this instance broadcasts its slice, and
 	// how often stale sibling slices are expired. Default 5s.
-	PublishInterval time.Duration
+	PublishInterval time.Duration `yaml:"publishInterval" help:"period of this instance's envelope; 0 = 5s"`
 	// StaleAfter drops a sibling whose last envelope arrived longer ago
 	// than this, by this instance's clock. Must be >= PublishInterval
 	// (2x or more is advisable). Default 12s.
-	StaleAfter time.Duration
+	StaleAfter time.Duration `yaml:"staleAfter" help:"a sibling's slice is dropped when nothing newer arrived within this; at least publishInterval; 0 = 12s"`
 	// TopN caps each list in the envelope and the merged TopPublishers.
 	// Default 20.
-	TopN int
-	// HMACSecret, when set, signs every envelope and makes receivers drop
-	// (and count) envelopes whose signature is missing or wrong.
-	HMACSecret []byte
-	// Subjects optionally reports this instance's subscriber counts per
-	// topic. It is called once per broadcast tick (and at Activate); its
-	// top-N by count is broadcast as "subs", and the whole list is the local
-	// part of SubscribersOf unless LocalSubscribers is set. Nil: no "subs"
-	// field and no local part.
-	Subjects func() []SubjectCount
-	// LocalSubscribers optionally answers the live local subscriber count
-	// of one topic. When set, SubscribersOf uses it for the local part
-	// instead of the list Subjects returned on the last tick. It runs on the
-	// caller's goroutine, so it must be cheap and must not call back into
-	// the Aggregator.
-	LocalSubscribers func(topic string) int
-	// Breaker guards the publish call. Nil: NewBreaker(3, 2*PublishInterval, Now).
-	Breaker Breaker
-	// Metrics receives the cluster_* metrics. Nil: metrics.NewDiscard().
-	Metrics *metrics.Metrics
-	// Logger for broadcast failures, breaker changes and dropped envelopes
-	// (rate limited). Nil: slog.Default().
-	Logger *slog.Logger
-	// Now is the clock for freshness and interval averaging. Nil: time.Now.
-	// The broadcast ticker is a time.Ticker (fake inside testing/synctest).
-	Now func() time.Time
-	// InstanceID tags this instance's envelopes: 1 to 128 bytes of the topic
-	// alphabet [A-Za-z0-9_.:/@-]. Default: 16 random hex digits.
-	InstanceID string
-	// MaxInstances bounds the siblings tracked at once; envelopes from new
-	// instances past it are ignored and counted (Stats.InstancesIgnored).
-	// Default 1024.
-	MaxInstances int
-	// MaxEnvelopeBytes bounds an envelope, sent or received. Default 64 KiB.
-	MaxEnvelopeBytes int
+	TopN int `yaml:"topN" help:"topics and users carried per envelope; 0 = 20"`
 	// MaxClockSkew is how far apart the instances' clocks may be. An
 	// envelope whose ts is further than StaleAfter+MaxClockSkew from this
 	// instance's clock is dropped (Stats.Outdated), as is one not newer
 	// than the last accepted from its sender, even after that sender was
 	// forgotten: a captured envelope cannot be replayed. Default 5s.
-	MaxClockSkew time.Duration
+	MaxClockSkew time.Duration `yaml:"maxClockSkew" help:"how far apart the instances' clocks may be: an envelope whose ts is further than staleAfter + this from the receiver's clock is dropped, as is a replayed one; 0 = 5s"`
+	// HMACSecret, when set, signs every envelope and makes receivers drop
+	// (and count) envelopes whose signature is missing or wrong.
+	HMACSecret []byte `yaml:"hmacSecret" help:"when set, rate envelopes and bus messages are signed (HMAC-SHA256) and unsigned or badly signed ones are dropped; the same on every instance"`
+	// Subjects optionally reports this instance's subscriber counts per
+	// topic. It is called once per broadcast tick (and at Activate); its
+	// top-N by count is broadcast as "subs", and the whole list is the local
+	// part of SubscribersOf unless LocalSubscribers is set. Nil: no "subs"
+	// field and no local part.
+	Subjects func() []SubjectCount `yaml:"-"`
+	// LocalSubscribers optionally answers the live local subscriber count
+	// of one topic. When set, SubscribersOf uses it for the local part
+	// instead of the list Subjects returned on the last tick. It runs on the
+	// caller's goroutine, so it must be cheap and must not call back into
+	// the Aggregator.
+	LocalSubscribers func(topic string) int `yaml:"-"`
+	// Breaker guards the publish call. Nil: NewBreaker(3, 2*PublishInterval, Now).
+	Breaker Breaker `yaml:"-"`
+	// Metrics receives the cluster_* metrics. Nil: metrics.NewDiscard().
+	Metrics *metrics.Metrics `yaml:"-"`
+	// Logger for broadcast failures, breaker changes and dropped envelopes
+	// (rate limited). Nil: slog.Default().
+	Logger *slog.Logger `yaml:"-"`
+	// Now is the clock for freshness and interval averaging. Nil: time.Now.
+	// The broadcast ticker is a time.Ticker (fake inside testing/synctest).
+	Now func() time.Time `yaml:"-"`
+	// InstanceID tags this instance's envelopes: 1 to 128 bytes of the topic
+	// alphabet [A-Za-z0-9_.:/@-]. Default: 16 random hex digits.
+	InstanceID string `yaml:"-"`
+	// MaxInstances bounds the siblings tracked at once; envelopes from new
+	// instances past it are ignored and counted (Stats.InstancesIgnored).
+	// Default 1024.
+	MaxInstances int `yaml:"-"`
+	// MaxEnvelopeBytes bounds an envelope, sent or received. Default 64 KiB.
+	MaxEnvelopeBytes int `yaml:"-"`
 }
 
-// withDefaults fills zero fields and validates the rest.
+// DefaultOptions is the publishRate.* defaults of docs/configuration.md.
+func DefaultOptions() Options {
+	return Options{
+		Channel:         DefaultChannel,
+		PublishInterval: DefaultPublishInterval,
+		StaleAfter:      DefaultStaleAfter,
+		TopN:            DefaultTopN,
+		MaxClockSkew:    DefaultMaxClockSkew,
+	}
+}
+
+// Validate reports every invalid publishRate.* value at once, naming each
+// key (zero values mean the defaults).
+func (o Options) Validate() error {
+	var p conf.Problems
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"publishRate.publishInterval", o.PublishInterval}, {"publishRate.staleAfter", o.StaleAfter}, {"publishRate.maxClockSkew", o.MaxClockSkew}} {
+		if d.v < 0 {
+			p.Add(d.key, "must not be negative (0 = the default), got %s", d.v)
+		}
+	}
+	if o.TopN < 0 {
+		p.Add("publishRate.topN", "must not be negative (0 = %d), got %d", DefaultTopN, o.TopN)
+	}
+	if o.MaxInstances < 0 {
+		p.Add("publishRate.maxInstances", "must not be negative, got %d", o.MaxInstances)
+	}
+	if o.MaxEnvelopeBytes < 0 {
+		p.Add("publishRate.maxEnvelopeBytes", "must not be negative, got %d", o.MaxEnvelopeBytes)
+	}
+	interval := cmp.Or(max(o.PublishInterval, 0), DefaultPublishInterval)
+	if o.StaleAfter > 0 && o.StaleAfter < interval {
+		p.Add("publishRate.staleAfter", "must be at least publishRate.publishInterval (%s), got %s", interval, o.StaleAfter)
+	}
+	if o.InstanceID != "" && !validInstanceID(o.InstanceID) {
+		p.Add("publishRate.instanceId", "must be 1 to %d bytes of [A-Za-z0-9_.:/@-], got %q", MaxInstanceIDLen, o.InstanceID)
+	}
+	return p.Err()
+}
+
+// withDefaults validates o and fills its zero fields.
 func (o Options) withDefaults() (Options, error) {
+	if err := o.Validate(); err != nil {
+		return o, err
+	}
 	if o.Channel == "" {
 		o.Channel = DefaultChannel
-	}
-	if o.PublishInterval < 0 || o.StaleAfter < 0 || o.TopN < 0 || o.MaxInstances < 0 || o.MaxEnvelopeBytes < 0 || o.MaxClockSkew < 0 {
-		return o, errors.New("publishrate: negative option")
 	}
 	if o.PublishInterval == 0 {
 		o.PublishInterval = DefaultPublishInterval
 	}
 	if o.StaleAfter == 0 {
 		o.StaleAfter = max(DefaultStaleAfter, o.PublishInterval)
-	}
-	if o.StaleAfter < o.PublishInterval {
-		return o, fmt.Errorf("publishrate: staleAfter %v is shorter than publishInterval %v", o.StaleAfter, o.PublishInterval)
 	}
 	if o.TopN == 0 {
 		o.TopN = DefaultTopN
@@ -158,9 +197,6 @@ func (o Options) withDefaults() (Options, error) {
 		var b [8]byte
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 		o.InstanceID = hex.EncodeToString(b[:])
-	}
-	if !validInstanceID(o.InstanceID) {
-		return o, fmt.Errorf("publishrate: instanceId %q must be 1 to %d bytes of [A-Za-z0-9_.:/@-]", o.InstanceID, MaxInstanceIDLen)
 	}
 	if o.Breaker == nil {
 		o.Breaker = NewBreaker(3, 2*o.PublishInterval, o.Now)

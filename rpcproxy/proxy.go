@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/rtserver/rtserver/internal/conf"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -24,17 +26,43 @@ const (
 
 // Options configure the proxy. Zero values are the documented defaults.
 type Options struct {
-	URL              string        // the backend's endpoint (required)
-	Timeout          time.Duration // per call; default 5s
-	MaxResponseBytes int64         // default 1 MiB; larger answers are -32005
-	Client           *http.Client  // default: a client with sane pooling
-	Logger           *slog.Logger
+	URL     string        `yaml:"url" help:"http(s) URL that receives each application RPC as a JSON-RPC POST and answers with the JSON-RPC response; empty: unknown methods answer -32601"`
+	Timeout time.Duration `yaml:"timeout" help:"longest wait for the backend; past it the call answers -32005; 0 = 5s"`
+	// MaxResponseBytes bounds an answer; default 1 MiB; larger answers
+	// are -32005.
+	MaxResponseBytes int64        `yaml:"-"`
+	Client           *http.Client `yaml:"-"` // default: a client with sane pooling
+	Logger           *slog.Logger `yaml:"-"`
+}
+
+// DefaultOptions is the rpc.proxy.* defaults of docs/configuration.md.
+func DefaultOptions() Options { return Options{Timeout: 5 * time.Second} }
+
+// Validate reports every invalid rpc.proxy.* value at once, naming each
+// key. An empty URL is valid (the proxy is off); New needs one.
+func (o Options) Validate() error {
+	var p conf.Problems
+	if o.URL != "" {
+		if u, err := url.Parse(o.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.Add("rpc.proxy.url", "must be a http:// or https:// URL with a host, got %q", o.URL)
+		}
+	}
+	if o.Timeout < 0 {
+		p.Add("rpc.proxy.timeout", "must not be negative (0 = 5s), got %s", o.Timeout)
+	}
+	if o.MaxResponseBytes < 0 {
+		p.Add("rpc.proxy.maxResponseBytes", "must not be negative, got %d", o.MaxResponseBytes)
+	}
+	return p.Err()
 }
 
 // New returns a server.Handler that forwards every call it gets.
 func New(opts Options) (server.Handler, error) {
 	if opts.URL == "" {
-		return nil, errors.New("rpcproxy: URL is required")
+		return nil, errors.New("rpcproxy: rpc.proxy.url is required")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second

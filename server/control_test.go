@@ -20,7 +20,7 @@ const testSecret = "control-test-secret"
 func startAuthServer(t *testing.T, broker *bus.MemoryBroker) (*Server, string) {
 	t.Helper()
 	cfg := handshake.DefaultConfig()
-	cfg.JWTHMACSecret = []byte(testSecret)
+	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
 	gate, err := handshake.New(cfg, m)
 	if err != nil {

@@ -26,44 +26,6 @@ import (
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Config holds the per-connection limits (limits.* in docs/configuration.md).
-// Zero values mean the documented defaults.
-type Config struct {
-	MaxMessageBytes         int64         // read limit per message; default 65536; past it: close 1009
-	MaxSubscriptionsPerConn int           // default 128; past it: -32004
-	SendQueueBytes          int           // default 1 MiB; past it while the socket is full: close 1013 (write.go)
-	WriteTimeout            time.Duration // default 5s
-	PingInterval            time.Duration // default 25s; a peer that misses a pong is closed
-	MaxCallsPerConn         int           // application RPCs in flight per connection; default 16
-	// RefreshNotice is how long before its token's exp a connection gets
-	// the tokenExpiring notice; default 30s (docs/authentication.md).
-	RefreshNotice time.Duration
-}
-
-func (c *Config) setDefaults() {
-	if c.MaxMessageBytes <= 0 {
-		c.MaxMessageBytes = 65536
-	}
-	if c.MaxSubscriptionsPerConn <= 0 {
-		c.MaxSubscriptionsPerConn = 128
-	}
-	if c.SendQueueBytes <= 0 {
-		c.SendQueueBytes = 1 << 20
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 5 * time.Second
-	}
-	if c.PingInterval <= 0 {
-		c.PingInterval = 25 * time.Second
-	}
-	if c.MaxCallsPerConn <= 0 {
-		c.MaxCallsPerConn = 16
-	}
-	if c.RefreshNotice <= 0 {
-		c.RefreshNotice = 30 * time.Second
-	}
-}
-
 // Request is an application RPC as a Handler sees it.
 type Request struct {
 	Method string

@@ -23,7 +23,7 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	t.Helper()
 	cfg := rtserver.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.DrainDuration = time.Millisecond
+	cfg.Drain.Duration = time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -201,8 +201,8 @@ func TestFanoutDeliversEveryMessage(t *testing.T) {
 func TestRPCClassifiesAnswers(t *testing.T) {
 	t.Parallel()
 	u, node := startNode(t, func(c *rtserver.Config) {
-		c.Classes = map[string]message.Rule{"limited": {Rate: &message.Rate{Limit: 5, Per: time.Hour, By: "conn"}}}
-		c.Methods = map[string]string{"report.*": "limited"}
+		c.Admission.Classes = map[string]message.Rule{"limited": {Rate: &message.Rate{Limit: 5, Per: time.Hour, By: "conn"}}}
+		c.Admission.Methods = map[string]string{"report.*": "limited"}
 	})
 	ok := func(context.Context, *server.Request) (any, error) { return map[string]int{"n": 1}, nil }
 	node.Handle("report.daily", ok)

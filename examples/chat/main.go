@@ -137,7 +137,7 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	cfg := rtserver.DefaultConfig()
 	cfg.Listen = o.Listen
 	cfg.Logger = log
-	cfg.DrainDuration = o.Drain
+	cfg.Drain.Duration = o.Drain
 	cfg.Handshake.MaxConnections = o.MaxConnections
 	switch o.Reject {
 	case "http", "":
@@ -147,14 +147,14 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	default:
 		return nil, fmt.Errorf("-reject: %q is neither http nor close", o.Reject)
 	}
-	cfg.Classes = map[string]message.Rule{
+	cfg.Admission.Classes = map[string]message.Rule{
 		"chat": {Rate: &message.Rate{Limit: 5, Per: time.Second, By: "user"}},
 	}
-	cfg.Methods = map[string]string{"chat.say": "chat"}
+	cfg.Admission.Methods = map[string]string{"chat.say": "chat"}
 	cfg.Topics = topicGrants()
-	cfg.APIKey = o.APIKey
+	cfg.API.Key = o.APIKey
 	if o.DemoAuth != "" {
-		cfg.Handshake.JWTHMACSecret = []byte(o.DemoAuth)
+		cfg.Auth.JWT.HMACSecret = []byte(o.DemoAuth)
 	}
 	cfg.Limits.RefreshNotice = o.RefreshNotice
 	node, err := rtserver.New(cfg)

@@ -1,20 +1,36 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/internal/conf"
 )
 
 // Loading: flags, then the file, then the environment, then flags again.
+// Every key, default and rule belongs to rtserver.Config; this file only
+// finds the values.
 
 const envPrefix = "RTSERVER_"
 
 // usageOutput receives the -h usage text; tests silence it.
 var usageOutput io.Writer = os.Stderr
+
+// Action is what the binary should do once the configuration is loaded.
+type Action int
+
+const (
+	ActionRun            Action = iota // serve
+	ActionPrintConfig                  // --print-config: write the YAML to stdout, exit 0
+	ActionPrintReference               // --config-reference: write ConfigReference() to stdout, exit 0
+)
+
+// KeyError is an invalid or unknown configuration key (rtserver.ConfigError).
+type KeyError = rtserver.ConfigError
 
 // configFlags are the command-line flags, parsed before anything else
 // because --config names the file.
@@ -48,14 +64,14 @@ func (f *configFlags) usage(w io.Writer) {
 	f.fs.SetOutput(io.Discard)
 }
 
-// Load builds the configuration: Default(), then the YAML file named by
-// --config, then RTSERVER_* variables from environ, then flags; and
-// validates the result. args excludes the program name (os.Args[1:]);
-// environ is os.Environ(). On -h/--help it prints usage to stderr and
+// Load builds the configuration: rtserver.DefaultConfig(), then the YAML
+// file named by --config, then RTSERVER_* variables from environ, then
+// flags; and validates the result. args excludes the program name
+// (os.Args[1:]); environ is os.Environ(). On -h/--help it prints usage and
 // returns flag.ErrHelp (exit 0). ActionPrintReference returns before any
 // file or environment is read.
-func Load(args []string, environ []string) (Config, Action, error) {
-	cfg := Default()
+func Load(args []string, environ []string) (rtserver.Config, Action, error) {
+	cfg := rtserver.DefaultConfig()
 	f := newConfigFlags()
 	if err := f.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -85,9 +101,9 @@ func Load(args []string, environ []string) (Config, Action, error) {
 		if err != nil {
 			return cfg, action, &KeyError{Key: "--config", Msg: err.Error()}
 		}
-		srcErr = decodeFile(&cfg, data, f.config)
+		srcErr = conf.DecodeYAML(&cfg, data, f.config)
 	}
-	if err := errors.Join(srcErr, applyEnv(&cfg, environ)); err != nil {
+	if err := errors.Join(srcErr, conf.ApplyEnv(&cfg, environ, envPrefix)); err != nil {
 		return cfg, action, err
 	}
 	f.fs.Visit(func(fl *flag.Flag) {
@@ -104,62 +120,9 @@ func Load(args []string, environ []string) (Config, Action, error) {
 			cfg.Log.Level = f.logLevel
 		}
 	})
-	cfg.normalize()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cfg, action, err
 	}
 	return cfg, action, nil
-}
-
-// normalize puts equal configurations into one representation: empty lists
-// and maps become nil, and a class rule's empty "by" becomes its default.
-// Load does this, so --print-config shows what is in effect and reloads to
-// an identical Config.
-func (c *Config) normalize() {
-	nilIfEmpty := func(s []string) []string {
-		if len(s) == 0 {
-			return nil
-		}
-		return s
-	}
-	c.Handshake.TrustedProxies = nilIfEmpty(c.Handshake.TrustedProxies)
-	c.Handshake.AllowedOrigins = nilIfEmpty(c.Handshake.AllowedOrigins)
-	// Grant lists: nil and empty both mean nobody.
-	if len(c.Topics.Namespaces) == 0 {
-		c.Topics.Namespaces = nil
-	}
-	for i := range c.Topics.Namespaces {
-		n := &c.Topics.Namespaces[i]
-		n.Subscribe, n.Publish = nilIfEmpty(n.Subscribe), nilIfEmpty(n.Publish)
-	}
-	c.Topics.Default.Subscribe = nilIfEmpty(c.Topics.Default.Subscribe)
-	c.Topics.Default.Publish = nilIfEmpty(c.Topics.Default.Publish)
-	if len(c.Admission.Classes) == 0 {
-		c.Admission.Classes = nil
-	}
-	if len(c.Admission.Methods) == 0 {
-		c.Admission.Methods = nil
-	}
-	for name, r := range c.Admission.Classes {
-		r.Reasons = nilIfEmpty(r.Reasons)
-		if r.ClusterTopPublisher != nil && r.ClusterTopPublisher.By == "" {
-			ctp := *r.ClusterTopPublisher
-			ctp.By = "topic"
-			r.ClusterTopPublisher = &ctp
-		}
-		if r.Rate != nil && (r.Rate.By == "" || r.Rate.Strategy == "" || r.Rate.Scope == "") {
-			rate := *r.Rate
-			rate.By = cmp.Or(rate.By, "user")
-			rate.Strategy = cmp.Or(rate.Strategy, "gcra")
-			rate.Scope = cmp.Or(rate.Scope, "local")
-			r.Rate = &rate
-		}
-		if r.Cost != nil && (r.Cost.By == "" || r.Cost.Scope == "") {
-			cost := *r.Cost
-			cost.By = cmp.Or(cost.By, "user")
-			cost.Scope = cmp.Or(cost.Scope, "local")
-			r.Cost = &cost
-		}
-		c.Admission.Classes[name] = r
-	}
 }

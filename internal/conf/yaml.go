@@ -1,4 +1,4 @@
-package main
+package conf
 
 import (
 	"bytes"
@@ -10,18 +10,23 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// YAML is the configuration as a YAML document, for --print-config. Loading
-// it as a --config file gives back the same Config.
-func (c Config) YAML() ([]byte, error) {
+// EncodeYAML writes v (a struct or a pointer to one) as a YAML document
+// that DecodeYAML reads back to the same value.
+func EncodeYAML(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(yamlNode(reflect.ValueOf(c))); err != nil {
+	n, err := yamlNode(reflect.ValueOf(v))
+	if err != nil {
+		return nil, err
+	}
+	if err := enc.Encode(n); err != nil {
 		return nil, err
 	}
 	if err := enc.Close(); err != nil {
@@ -30,77 +35,115 @@ func (c Config) YAML() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// yamlNode builds the YAML tree of a Config value. It is written out rather
-// than left to yaml.v3's Marshal because that loses some strings (a leading
+// Scalar is how a leaf value is written in YAML and in the reference: a
+// duration as a Go duration string, bytes as a string, a text type by its
+// MarshalText.
+func Scalar(v reflect.Value) (string, bool) {
+	t := v.Type()
+	switch {
+	case t == durationType:
+		return time.Duration(v.Int()).String(), true
+	case t == bytesType:
+		return string(v.Bytes()), true
+	case isText(t):
+		b, err := v.Interface().(interface{ MarshalText() ([]byte, error) }).MarshalText()
+		if err != nil {
+			return "", false
+		}
+		return string(b), true
+	}
+	return "", false
+}
+
+// yamlNode builds the YAML tree of a value. It is written out rather than
+// left to yaml.v3's Marshal because that loses some strings (a leading
 // newline), prints "<<" as a merge key and large floats in exponent form.
-func yamlNode(v reflect.Value) *yaml.Node {
+func yamlNode(v reflect.Value) (*yaml.Node, error) {
 	t := v.Type()
 	scalar := func(tag, value string) *yaml.Node {
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value}
 	}
-	switch {
-	case t == durationType:
-		return scalar("!!str", v.Interface().(Duration).String())
-	case t.Kind() == reflect.Struct:
+	if s, ok := Scalar(v); ok {
+		return yamlString(s), nil
+	} else if isText(t) || t == durationType || t == bytesType {
+		return nil, fmt.Errorf("conf: cannot print %v", v.Interface())
+	}
+	switch t.Kind() {
+	case reflect.Struct:
 		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		for i := range t.NumField() {
-			f := t.Field(i)
-			fv := v.Field(i)
-			if strings.HasSuffix(f.Tag.Get("yaml"), ",omitempty") && fv.IsZero() {
+		for _, f := range Fields(t) {
+			fv := v.FieldByIndex(f.Index)
+			if f.OmitEmpty && fv.IsZero() {
 				continue
 			}
-			n.Content = append(n.Content, scalar("!!str", yamlName(f)), yamlNode(fv))
+			c, err := yamlNode(fv)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, scalar("!!str", f.Name), c)
 		}
-		return n
-	case t.Kind() == reflect.Pointer:
+		return n, nil
+	case reflect.Pointer:
 		if v.IsNil() {
-			return scalar("!!null", "null")
+			return scalar("!!null", "null"), nil
 		}
 		return yamlNode(v.Elem())
-	case t.Kind() == reflect.Map:
+	case reflect.Map:
 		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 		keys := v.MapKeys()
 		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
 		for _, k := range keys {
-			n.Content = append(n.Content, yamlNode(k), yamlNode(v.MapIndex(k)))
+			c, err := yamlNode(v.MapIndex(k))
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, yamlString(k.String()), c)
 		}
 		if len(keys) == 0 {
 			n.Style = yaml.FlowStyle
 		}
-		return n
-	case t.Kind() == reflect.Slice:
+		return n, nil
+	case reflect.Slice:
 		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 		for i := range v.Len() {
-			n.Content = append(n.Content, yamlNode(v.Index(i)))
+			c, err := yamlNode(v.Index(i))
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, c)
 		}
 		if v.Len() == 0 {
 			n.Style = yaml.FlowStyle
 		}
-		return n
-	case t.Kind() == reflect.String:
-		s := v.String()
-		switch {
-		case !utf8.ValidString(s):
-			return scalar("", s) // yaml.v3 writes it as !!binary, which reads back
-		case !plainASCII(s) || s == "<<": // yaml.v3 would write "<<" bare: a merge key
-			n := scalar("!!str", s)
-			n.Style = yaml.DoubleQuotedStyle
-			return n
-		}
-		return scalar("!!str", s) // quoted by yaml.v3 when it would read as another type
-	case t.Kind() == reflect.Bool:
-		return scalar("!!bool", strconv.FormatBool(v.Bool()))
-	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
-		return scalar("!!int", strconv.FormatInt(v.Int(), 10))
-	case t.Kind() == reflect.Float64:
-		return scalar("", formatFloat(v.Float()))
+		return n, nil
+	case reflect.String:
+		return yamlString(v.String()), nil
+	case reflect.Bool:
+		return scalar("!!bool", strconv.FormatBool(v.Bool())), nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return scalar("!!int", strconv.FormatInt(v.Int(), 10)), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return scalar("!!int", strconv.FormatUint(v.Uint(), 10)), nil
+	case reflect.Float64:
+		return scalar("", FormatFloat(v.Float())), nil
 	}
-	panic("config: yamlNode: unhandled type " + t.String())
+	return nil, fmt.Errorf("conf: cannot print a %s", t)
 }
 
-// formatFloat writes f so that YAML reads it back as the same float64, in
+func yamlString(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	switch {
+	case !utf8.ValidString(s):
+		n.Tag = "" // yaml.v3 writes it as !!binary, which reads back
+	case !plainASCII(s) || s == "<<": // yaml.v3 would write "<<" bare: a merge key
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	return n // otherwise quoted by yaml.v3 when it would read as another type
+}
+
+// FormatFloat writes f so that YAML reads it back as the same float64, in
 // plain decimals when that is short (10485760, not 1.048576e+07).
-func formatFloat(f float64) string {
+func FormatFloat(f float64) string {
 	switch {
 	case math.IsNaN(f):
 		return ".nan"
@@ -135,7 +178,12 @@ func plainASCII(s string) bool {
 // keys can make a small file describe an exponentially large tree.
 const maxNodeVisits = 20_000
 
-func decodeFile(cfg *Config, data []byte, name string) error {
+// DecodeYAML decodes one YAML document into dst (a pointer to a struct)
+// strictly: an unknown key, a key given twice or a value of the wrong type
+// is a *KeyError naming the key path and FILE:LINE; every problem is
+// reported at once. Sections absent from the file keep dst's values; a
+// list or map given replaces dst's. An empty document changes nothing.
+func DecodeYAML(dst any, data []byte, name string) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -152,25 +200,15 @@ func decodeFile(cfg *Config, data []byte, name string) error {
 		return nil
 	}
 	d := &nodeDecoder{file: name}
-	if err := d.decode(doc.Content[0], reflect.ValueOf(cfg).Elem(), ""); err != nil {
+	if err := d.decode(doc.Content[0], reflect.ValueOf(dst).Elem(), ""); err != nil {
 		return err
 	}
-	if len(d.errs) > 0 {
-		return errors.Join(d.errs...)
-	}
-	// The walk above is the decoder; yaml.v3's own strict decode is a second
-	// opinion, so no key the walk might have missed is silently ignored.
-	strict := yaml.NewDecoder(bytes.NewReader(data))
-	strict.KnownFields(true)
-	var shadow Config
-	if err := strict.Decode(&shadow); err != nil {
-		return &KeyError{Key: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	return nil
+	return errors.Join(d.errs...)
 }
 
-// nodeDecoder decodes a yaml.Node into a Config (sub)value along the struct
-// tree, so an unknown key or a bad value is reported with its key path.
+// nodeDecoder decodes a yaml.Node into a struct (sub)value along the
+// struct tree, so an unknown key or a bad value is reported with its key
+// path.
 type nodeDecoder struct {
 	file   string // file name for positions; "" for environment values
 	env    string // the environment variable, for values from the environment
@@ -186,59 +224,63 @@ func (d *nodeDecoder) fail(key string, n *yaml.Node, msg string) {
 	d.errs = append(d.errs, &KeyError{Key: key, Msg: msg, Source: src})
 }
 
-var errTooComplex = errors.New("document too complex (aliases or merge keys expand past 20000 nodes)")
+func (d *nodeDecoder) tooComplex(key string) error {
+	return &KeyError{Key: whole(key), Msg: "document too complex (aliases or merge keys expand past 20000 nodes)"}
+}
 
 // decode sets v from n. It returns an error only when it must stop (too
 // complex); per-key problems are collected in d.errs.
 func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 	for n.Kind == yaml.AliasNode {
 		if d.visits++; d.visits > maxNodeVisits || n.Alias == nil {
-			return &KeyError{Key: d.whole(key), Msg: errTooComplex.Error()}
+			return d.tooComplex(key)
 		}
 		n = n.Alias
 	}
 	if d.visits++; d.visits > maxNodeVisits {
-		return &KeyError{Key: d.whole(key), Msg: errTooComplex.Error()}
+		return d.tooComplex(key)
 	}
 	isNull := n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 	t := v.Type()
 	switch {
-	case t.Kind() == reflect.Struct && t != durationType:
+	case isSection(t) && t.Kind() == reflect.Struct:
 		if isNull {
-			return nil // an empty section keeps its defaults
+			return nil // an empty section keeps its values
 		}
 		if n.Kind != yaml.MappingNode {
-			d.fail(d.whole(key), n, "want a mapping")
+			d.fail(whole(key), n, "want a mapping")
 			return nil
 		}
+		fields := Fields(t)
 		return d.mapping(n, key, func(k string, kn, vn *yaml.Node) error {
-			f, ok := fieldByYAMLName(t, k)
-			if !ok {
+			i := slices.IndexFunc(fields, func(f Field) bool { return f.Name == k })
+			if i < 0 {
 				d.fail(join(key, k), kn, "unknown key")
 				return nil
 			}
-			return d.decode(vn, v.FieldByIndex(f.Index), join(key, k))
+			return d.decode(vn, v.FieldByIndex(fields[i].Index), join(key, k))
 		})
-	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+	case isSection(t): // a pointer to a section
 		if isNull {
 			v.SetZero()
 			return nil
 		}
 		nv := reflect.New(t.Elem())
+		if !v.IsNil() {
+			nv.Elem().Set(v.Elem()) // a copy: the old value may be shared
+		}
 		if err := d.decode(n, nv.Elem(), key); err != nil {
 			return err
 		}
-		v.Set(nv) // replaces, never merges into, an earlier value
+		v.Set(nv)
 		return nil
-	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
-		// A list of sections (topics.namespaces): each element is decoded
-		// like a section, so its problems name the key with its index.
+	case t.Kind() == reflect.Slice && t != bytesType:
 		if isNull {
 			v.SetZero()
 			return nil
 		}
 		if n.Kind != yaml.SequenceNode {
-			d.fail(d.whole(key), n, "want a list")
+			d.fail(whole(key), n, "want "+typeWord(t)+", got "+nodeWord(n))
 			return nil
 		}
 		list := reflect.MakeSlice(t, len(n.Content), len(n.Content))
@@ -247,7 +289,7 @@ func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 				return err
 			}
 		}
-		v.Set(list) // a list replaces the default (or file) list
+		v.Set(list) // a list replaces the earlier list
 		return nil
 	case t.Kind() == reflect.Map:
 		if isNull {
@@ -255,7 +297,7 @@ func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 			return nil
 		}
 		if n.Kind != yaml.MappingNode {
-			d.fail(d.whole(key), n, "want a mapping")
+			d.fail(whole(key), n, "want a mapping")
 			return nil
 		}
 		m := reflect.MakeMap(t)
@@ -264,19 +306,29 @@ func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 			if err := d.decode(vn, ev, join(key, k)); err != nil {
 				return err
 			}
-			m.SetMapIndex(reflect.ValueOf(k), ev)
+			m.SetMapIndex(reflect.ValueOf(k).Convert(t.Key()), ev)
 			return nil
 		})
-		v.Set(m) // a map replaces the default map
+		v.Set(m) // a map replaces the earlier map
 		return err
 	default:
 		if isNull {
 			v.SetZero()
 			return nil
 		}
+		if n.Kind != yaml.ScalarNode {
+			d.fail(whole(key), n, "want "+typeWord(t)+", got "+nodeWord(n))
+			return nil
+		}
+		if t == durationType || t == bytesType || isText(t) {
+			if err := setText(v, n.Value); err != nil {
+				d.fail(whole(key), n, err.Error())
+			}
+			return nil
+		}
 		nv := reflect.New(t)
 		if err := n.Decode(nv.Interface()); err != nil {
-			d.fail(d.whole(key), n, valueMsg(t, n, err))
+			d.fail(whole(key), n, fmt.Sprintf("want %s, got %q", typeWord(t), n.Value))
 			return nil
 		}
 		v.Set(nv.Elem())
@@ -284,8 +336,40 @@ func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 	}
 }
 
+// setText sets a duration, bytes or text value from its string form.
+func setText(v reflect.Value, s string) error {
+	t := v.Type()
+	switch {
+	case t == durationType:
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("want a Go duration such as 10ms or 2s, got %q", s)
+		}
+		v.SetInt(int64(d))
+	case t == bytesType:
+		v.SetBytes([]byte(s))
+	default:
+		nv := reflect.New(t)
+		if err := nv.Interface().(interface{ UnmarshalText([]byte) error }).UnmarshalText([]byte(s)); err != nil {
+			return fmt.Errorf("invalid value %q: %v", s, err)
+		}
+		v.Set(nv.Elem())
+	}
+	return nil
+}
+
+func nodeWord(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
 // whole is key, or "(top level)" for the document itself.
-func (d *nodeDecoder) whole(key string) string {
+func whole(key string) string {
 	if key == "" {
 		return "(top level)"
 	}
@@ -304,7 +388,7 @@ func join(prefix, k string) string {
 // explicitly is an error.
 func (d *nodeDecoder) mapping(n *yaml.Node, key string, set func(k string, kn, vn *yaml.Node) error) error {
 	if d.visits++; d.visits > maxNodeVisits {
-		return &KeyError{Key: d.whole(key), Msg: errTooComplex.Error()}
+		return d.tooComplex(key)
 	}
 	seen := make(map[string]bool, len(n.Content)/2)
 	for pass := range 2 {
@@ -319,7 +403,7 @@ func (d *nodeDecoder) mapping(n *yaml.Node, key string, set func(k string, kn, v
 			case pass == 1 && !isMerge:
 				var k string
 				if kn.Kind != yaml.ScalarNode || kn.Decode(&k) != nil {
-					d.fail(d.whole(key), kn, "keys must be strings")
+					d.fail(whole(key), kn, "keys must be strings")
 					continue
 				}
 				if seen[k] {
@@ -341,7 +425,7 @@ func (d *nodeDecoder) mapping(n *yaml.Node, key string, set func(k string, kn, v
 func (d *nodeDecoder) merge(vn *yaml.Node, key string, set func(k string, kn, vn *yaml.Node) error) error {
 	for vn.Kind == yaml.AliasNode && vn.Alias != nil {
 		if d.visits++; d.visits > maxNodeVisits {
-			return &KeyError{Key: d.whole(key), Msg: errTooComplex.Error()}
+			return d.tooComplex(key)
 		}
 		vn = vn.Alias
 	}
@@ -355,7 +439,7 @@ func (d *nodeDecoder) merge(vn *yaml.Node, key string, set func(k string, kn, vn
 				m = m.Alias
 			}
 			if m.Kind != yaml.MappingNode {
-				d.fail(d.whole(key), vn, "<< wants a mapping or a list of mappings")
+				d.fail(whole(key), vn, "<< wants a mapping or a list of mappings")
 				return nil
 			}
 			if err := d.mapping(m, key, set); err != nil {
@@ -364,48 +448,6 @@ func (d *nodeDecoder) merge(vn *yaml.Node, key string, set func(k string, kn, vn
 		}
 		return nil
 	}
-	d.fail(d.whole(key), vn, "<< wants a mapping or a list of mappings")
+	d.fail(whole(key), vn, "<< wants a mapping or a list of mappings")
 	return nil
-}
-
-func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		if f := t.Field(i); yamlName(f) == name {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-// valueMsg explains a value that does not fit its key's type.
-func valueMsg(t reflect.Type, n *yaml.Node, err error) string {
-	if t == durationType {
-		return err.Error()
-	}
-	got := n.Value
-	if n.Kind != yaml.ScalarNode {
-		got = map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}[n.Kind]
-		return "want " + typeWord(t) + ", got " + got
-	}
-	return fmt.Sprintf("want %s, got %q", typeWord(t), got)
-}
-
-func typeWord(t reflect.Type) string {
-	switch {
-	case t == durationType:
-		return "a Go duration such as 10ms or 2s"
-	case t.Kind() == reflect.Bool:
-		return "true or false"
-	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
-		return "an integer"
-	case t.Kind() == reflect.Float64:
-		return "a number"
-	case t.Kind() == reflect.String:
-		return "a string"
-	case t.Kind() == reflect.Slice:
-		return "a list of " + strings.TrimPrefix(typeWord(t.Elem()), "a ") + "s"
-	case t.Kind() == reflect.Map:
-		return "a mapping"
-	}
-	return t.String()
 }

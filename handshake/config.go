@@ -1,0 +1,213 @@
+package handshake
+
+import (
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path"
+	"time"
+
+	"github.com/rtserver/rtserver/internal/conf"
+)
+
+// RejectMode is how a shed upgrade is answered.
+type RejectMode int
+
+const (
+	RejectHTTP  RejectMode = iota // 503 / 429 with Retry-After and a JSON body
+	RejectClose                   // complete the upgrade, close with 1013 retry_after_ms=N
+)
+
+var rejectWords = [...]string{RejectHTTP: "http", RejectClose: "close"}
+
+// MarshalText is the config word: http or close.
+func (m RejectMode) MarshalText() ([]byte, error) {
+	if m < 0 || int(m) >= len(rejectWords) {
+		return nil, fmt.Errorf("unknown reject mode %d", int(m))
+	}
+	return []byte(rejectWords[m]), nil
+}
+
+// UnmarshalText reads the config word http or close.
+func (m *RejectMode) UnmarshalText(b []byte) error {
+	for i, w := range rejectWords {
+		if string(b) == w {
+			*m = RejectMode(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("want http or close")
+}
+
+// Config of the gate: the handshake.* keys of docs/configuration.md (the
+// auth.jwt.* keys are JWT, placed there by the root configuration). The
+// zero value has no caps, no pacing, a 1s retry hint, same-host origins
+// only and anonymous connections.
+type Config struct {
+	MaxConnections int            `yaml:"maxConnections" help:"open WebSocket connections on this instance; 0 = no cap"`
+	MaxConcurrent  int            `yaml:"maxConcurrent" help:"upgrades in flight, from arrival to the end of the handshake; 0 = no cap"`
+	PerTickBudget  int            `yaml:"perTickBudget" help:"upgrades completed per tick; 0 = no pacing"`
+	Tick           time.Duration  `yaml:"tick" help:"pacing period; must be positive when perTickBudget > 0"`
+	MaxQueueWait   time.Duration  `yaml:"maxQueueWait" help:"longest a paced upgrade waits in the FIFO queue before it is rejected; 0 = reject the excess at once"`
+	Reject         RejectMode     `yaml:"reject" help:"how a shed upgrade is answered: http (503/429 with Retry-After) | close (upgrade, then close 1013)"`
+	RetryAfter     time.Duration  `yaml:"retryAfter" help:"base of the jittered retry hint given to rejected clients; 0 = 1s"`
+	PerIP          PerIP          `yaml:"perIP"`
+	TrustedProxies []netip.Prefix `yaml:"trustedProxies" help:"CIDRs of proxies whose X-Forwarded-For is believed"`
+	AllowedOrigins []string       `yaml:"allowedOrigins" help:"Origin glob patterns (path.Match syntax); empty: same host only"`
+	AllowNoOrigin  bool           `yaml:"allowNoOrigin" help:"admit upgrades that carry no Origin header (non-browser clients)"`
+
+	// JWT verifies tokens (auth.jwt.*); all keys empty: anonymous
+	// connections.
+	JWT JWT `yaml:"-"`
+
+	// Logger receives the warning for a validly signed token whose topics
+	// claim has the wrong shape (a backend bug); nil = discard.
+	Logger *slog.Logger `yaml:"-"`
+	// Now is the clock for the per-IP rate, pacing windows and the retry
+	// hint; nil = time.Now. Pacing waits on real timers, so with pacing on
+	// Now must advance with real time (a frozen clock would never open a
+	// new tick): tests of pacing run in testing/synctest, where both are
+	// the bubble's fake clock.
+	Now func() time.Time `yaml:"-"`
+}
+
+// PerIP is the per-client-IP upgrade rate (handshake.perIP.*).
+type PerIP struct {
+	Limit int           `yaml:"limit" help:"upgrades per client IP (IPv6: per /64) per period; 0 = off"`
+	Per   time.Duration `yaml:"per" help:"the period of handshake.perIP.limit; must be positive when the limit is set"`
+	// MaxKeys bounds the per-IP store (LRU); 0 = 65536.
+	MaxKeys int `yaml:"-"`
+}
+
+// JWT selects how tokens are verified (auth.jwt.*). HMACSecret,
+// PublicKey (or PublicKeyFile) and JWKSURL all empty: anonymous
+// connections. Several may be set: a token is verified by the key its alg
+// (and kid, for the key set) selects; a token without kid goes to the
+// fixed public key.
+type JWT struct {
+	HMACSecret    []byte `yaml:"hmacSecret" help:"HS256 key (the raw bytes of this string); empty with no publicKeyFile or jwksUrl: anonymous connections"`
+	PublicKeyFile string `yaml:"publicKeyFile" help:"PEM file with the RSA or EC public key for RS256 / ES256 tokens; read at start-up"`
+	// PublicKey is the PEM of an RSA or EC P-256 public key; when set,
+	// PublicKeyFile is not read.
+	PublicKey []byte `yaml:"-"`
+	// JWKSURL serves a JSON Web Key Set: RS256 / ES256 keys picked by the
+	// token's kid, fetched by New (an error stops it), cached, and
+	// fetched again when an unknown kid arrives or the set is an hour
+	// old, at most once per 30s.
+	JWKSURL string `yaml:"jwksUrl" help:"http(s) URL of a JSON Web Key Set: RS256 / ES256 keys picked by the token's kid; fetched at start-up (failure stops it), cached, fetched again when an unknown kid arrives or the set is an hour old, at most once per 30s"`
+	// Audience and Issuer, when set, must be the token's aud (one of
+	// them) and iss; otherwise the upgrade is refused with 401.
+	Audience string `yaml:"audience" help:"when set, a token's aud must contain it, else 401"`
+	Issuer   string `yaml:"issuer" help:"when set, a token's iss must equal it, else 401"`
+	// JWKSClient fetches JWKSURL; nil = a client with a 10 s timeout.
+	JWKSClient *http.Client `yaml:"-"`
+}
+
+// DefaultConfig is the handshake.* defaults of docs/configuration.md.
+func DefaultConfig() Config {
+	return Config{
+		MaxConcurrent: 1000,
+		PerTickBudget: 64,
+		Tick:          10 * time.Millisecond,
+		MaxQueueWait:  2 * time.Second,
+		RetryAfter:    time.Second,
+		PerIP:         PerIP{Per: 10 * time.Second},
+		AllowNoOrigin: true,
+	}
+}
+
+// withDefaults gives the zero values that mean a default their value.
+func (c Config) withDefaults() Config {
+	if c.RetryAfter == 0 {
+		c.RetryAfter = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every invalid handshake.* value at once, naming each
+// key (errors.Join of *conf.KeyError).
+func (c Config) Validate() error {
+	var p conf.Problems
+	nonNegative := func(key string, n int) {
+		if n < 0 {
+			p.Add(key, "must not be negative, got %d", n)
+		}
+	}
+	nonNegative("handshake.maxConnections", c.MaxConnections)
+	nonNegative("handshake.maxConcurrent", c.MaxConcurrent)
+	nonNegative("handshake.perTickBudget", c.PerTickBudget)
+	switch {
+	case c.PerTickBudget > 0 && c.Tick <= 0:
+		p.Add("handshake.tick", "must be a positive duration when handshake.perTickBudget is set, got %s", c.Tick)
+	case c.Tick < 0:
+		p.Add("handshake.tick", "must not be negative, got %s", c.Tick)
+	}
+	if c.MaxQueueWait < 0 {
+		p.Add("handshake.maxQueueWait", "must not be negative, got %s", c.MaxQueueWait)
+	}
+	if _, err := c.Reject.MarshalText(); err != nil {
+		p.Add("handshake.reject", "must be http or close, got %d", int(c.Reject))
+	}
+	if c.RetryAfter < 0 {
+		p.Add("handshake.retryAfter", "must not be negative, got %s", c.RetryAfter)
+	}
+	nonNegative("handshake.perIP.limit", c.PerIP.Limit)
+	switch {
+	case c.PerIP.Limit > 0 && c.PerIP.Per <= 0:
+		p.Add("handshake.perIP.per", "must be a positive duration when handshake.perIP.limit is set, got %s", c.PerIP.Per)
+	case c.PerIP.Per < 0:
+		p.Add("handshake.perIP.per", "must not be negative, got %s", c.PerIP.Per)
+	}
+	if c.PerIP.MaxKeys < 0 {
+		p.Add("handshake.perIP.maxKeys", "must not be negative, got %d", c.PerIP.MaxKeys)
+	}
+	for i, pfx := range c.TrustedProxies {
+		if !pfx.IsValid() {
+			p.Add(fmt.Sprintf("handshake.trustedProxies[%d]", i), "invalid CIDR %v (want e.g. 10.0.0.0/8 or fd00::/8)", pfx)
+		}
+	}
+	for i, o := range c.AllowedOrigins {
+		key := fmt.Sprintf("handshake.allowedOrigins[%d]", i)
+		if o == "" {
+			p.Add(key, "empty pattern")
+		} else if _, err := path.Match(o, ""); err != nil {
+			p.Add(key, "bad glob pattern %q (path.Match syntax)", o)
+		}
+	}
+	p.Join(c.JWT.Validate())
+	return p.Err()
+}
+
+// Validate reports every invalid auth.jwt.* value at once. It reads
+// PublicKeyFile (when PublicKey is empty) to check that it holds a PEM
+// block.
+func (j JWT) Validate() error {
+	var p conf.Problems
+	noKey := len(j.HMACSecret) == 0 && len(j.PublicKey) == 0 && j.PublicKeyFile == "" && j.JWKSURL == ""
+	if noKey && (j.Audience != "" || j.Issuer != "") {
+		p.Add("auth.jwt", "audience and issuer need a key: set hmacSecret, publicKeyFile or jwksUrl")
+	}
+	if j.JWKSURL != "" {
+		if u, err := url.Parse(j.JWKSURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.Add("auth.jwt.jwksUrl", "want an http(s) URL, got %q", j.JWKSURL)
+		}
+	}
+	if len(j.PublicKey) == 0 && j.PublicKeyFile != "" {
+		if data, err := os.ReadFile(j.PublicKeyFile); err != nil {
+			p.Add("auth.jwt.publicKeyFile", "%v", err)
+		} else if b, _ := pem.Decode(data); b == nil {
+			p.Add("auth.jwt.publicKeyFile", "%s holds no PEM block", j.PublicKeyFile)
+		}
+	}
+	return p.Err()
+}

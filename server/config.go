@@ -1,0 +1,80 @@
+package server
+
+import (
+	"time"
+
+	"github.com/rtserver/rtserver/internal/conf"
+)
+
+// Config holds the per-connection limits (limits.* in
+// docs/configuration.md). Zero values mean the documented defaults.
+type Config struct {
+	MaxMessageBytes         int64         `yaml:"maxMessageBytes" help:"largest client message; a larger one closes the connection with 1009; 0 = 65536"`
+	MaxSubscriptionsPerConn int           `yaml:"maxSubscriptionsPerConn" help:"topics one connection may subscribe to; past it: -32004 LIMIT_EXCEEDED; 0 = 128"`
+	SendQueueBytes          int           `yaml:"sendQueueBytes" help:"bytes queued in the server for one client that its socket would not take (the client is not reading); past this while the socket is full: close 1013; 0 = 1048576"`
+	WriteTimeout            time.Duration `yaml:"writeTimeout" help:"longest one socket write may take; 0 = 5s"`
+	PingInterval            time.Duration `yaml:"pingInterval" help:"period of WebSocket pings that detect dead peers; 0 = 25s"`
+	// MaxCallsPerConn is the application RPCs in flight per connection;
+	// default 16.
+	MaxCallsPerConn int `yaml:"-"`
+	// RefreshNotice is how long before its token's exp a connection gets
+	// the tokenExpiring notice; default 30s (docs/authentication.md). The
+	// root configuration sets it from auth.jwt.refreshNotice.
+	RefreshNotice time.Duration `yaml:"-"`
+}
+
+// DefaultConfig is the limits.* defaults of docs/configuration.md.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
+// setDefaults gives the zero values their documented defaults.
+func (c *Config) setDefaults() {
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 65536
+	}
+	if c.MaxSubscriptionsPerConn <= 0 {
+		c.MaxSubscriptionsPerConn = 128
+	}
+	if c.SendQueueBytes <= 0 {
+		c.SendQueueBytes = 1 << 20
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 5 * time.Second
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = 25 * time.Second
+	}
+	if c.MaxCallsPerConn <= 0 {
+		c.MaxCallsPerConn = 16
+	}
+	if c.RefreshNotice <= 0 {
+		c.RefreshNotice = 30 * time.Second
+	}
+}
+
+// Validate reports every negative limit at once, naming each key (zero
+// means the default).
+func (c Config) Validate() error {
+	var p conf.Problems
+	nonNegative := func(key string, n int64) {
+		if n < 0 {
+			p.Add(key, "must not be negative (0 = the default), got %d", n)
+		}
+	}
+	nonNegativeDur := func(key string, d time.Duration) {
+		if d < 0 {
+			p.Add(key, "must not be negative (0 = the default), got %s", d)
+		}
+	}
+	nonNegative("limits.maxMessageBytes", c.MaxMessageBytes)
+	nonNegative("limits.maxSubscriptionsPerConn", int64(c.MaxSubscriptionsPerConn))
+	nonNegative("limits.sendQueueBytes", int64(c.SendQueueBytes))
+	nonNegativeDur("limits.writeTimeout", c.WriteTimeout)
+	nonNegativeDur("limits.pingInterval", c.PingInterval)
+	nonNegative("limits.maxCallsPerConn", int64(c.MaxCallsPerConn))
+	nonNegativeDur("auth.jwt.refreshNotice", c.RefreshNotice)
+	return p.Err()
+}
