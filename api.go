@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/rtserver/rtserver/history"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
 	"github.com/rtserver/rtserver/server"
 	"github.com/rtserver/rtserver/serverapi"
@@ -23,6 +24,7 @@ func (n *Node) mountAPI() error {
 	h, err := serverapi.New(serverapi.Options{
 		Key:          n.cfg.API.Key,
 		MaxBodyBytes: n.cfg.Limits.MaxMessageBytes,
+		MaxJSONDepth: n.cfg.Limits.MaxJSONDepth,
 		Backend:      apiBackend{n},
 		Metrics:      n.Metrics,
 		Logger:       n.log,
@@ -104,6 +106,14 @@ func (b apiBackend) Disconnect(user string) error { return b.n.Server.Disconnect
 
 func (b apiBackend) Unsubscribe(user, topic string) error {
 	return b.n.Server.Unsubscribe(user, topic)
+}
+
+func (b apiBackend) Presence(ctx context.Context, topic, cursor string) (presence.Page, error) {
+	return b.n.Server.Presence(ctx, topic, cursor)
+}
+
+func (b apiBackend) PresenceStats(ctx context.Context, topic string) (presence.Stats, error) {
+	return b.n.Server.PresenceStats(ctx, topic)
 }
 
 func (b apiBackend) Draining() bool { return b.n.Server.Draining() }

@@ -2,7 +2,6 @@ package rtserver_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -90,7 +89,6 @@ func TestAPIOnHistoryTopics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Server.Shutdown(context.Background())
 	for _, tt := range []struct {
 		path, body string
 		want       int

@@ -42,6 +42,8 @@ func newCluster(cfg bus.Config, rates publishrate.Options, m *metrics.Metrics, l
 	ropts := bus.RedisOptions{
 		Client:        client,
 		ChannelPrefix: cfg.ChannelPrefix,
+		PublishQueue:  cfg.PublishQueue,
+		PublishWait:   cfg.PublishWait,
 		InstanceID:    c.agg.InstanceID(),
 		Metrics:       m,
 		Logger:        log,

@@ -17,6 +17,7 @@ import (
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/conf"
 	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
 	"github.com/rtserver/rtserver/rpcproxy"
@@ -41,6 +42,7 @@ type Config struct {
 	Auth        Auth                `yaml:"auth"`
 	Topics      access.Config       `yaml:"topics"`
 	History     history.Config      `yaml:"history"`
+	Presence    presence.Config     `yaml:"presence"`
 	Limits      server.Config       `yaml:"limits"`
 	Pressure    pressure.Config     `yaml:"pressure"`
 	PublishRate publishrate.Options `yaml:"publishRate"`
@@ -130,6 +132,7 @@ func DefaultConfig() Config {
 		Auth:        Auth{JWT: JWT{RefreshNotice: 30 * time.Second}},
 		Topics:      access.DefaultConfig(),
 		History:     history.DefaultConfig(),
+		Presence:    presence.DefaultConfig(),
 		Limits:      server.DefaultConfig(),
 		Pressure:    pressure.DefaultConfig(),
 		PublishRate: publishrate.DefaultOptions(),
@@ -178,6 +181,7 @@ func (c Config) Validate() error {
 	p.Join(c.Auth.JWT.Validate())
 	p.Join(c.Topics.Validate())
 	p.Join(c.History.Validate())
+	p.Join(c.Presence.Validate())
 	p.Join(c.Limits.Validate())
 	p.Join(c.Pressure.Validate())
 	p.Join(c.PublishRate.Validate())

@@ -166,6 +166,10 @@ func New(cfg Config) (*Node, error) {
 			store = n.history
 		}
 	}
+	popts, err := n.presenceOptions(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rtserver: presence: %w", err)
+	}
 	limits := cfg.Limits
 	limits.RefreshNotice = cfg.Auth.JWT.RefreshNotice
 	n.Server = server.New(server.Options{
@@ -182,6 +186,8 @@ func New(cfg Config) (*Node, error) {
 		Fallback:        fallback,
 		Access:          n.Access,
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
+		Presence:        popts,
+		InstanceID:      n.instanceID,
 	})
 	if n.cluster != nil {
 		n.cluster.wireSubjects(n.Server)

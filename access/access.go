@@ -109,21 +109,27 @@ type rule [2][]grant
 type namespace struct {
 	pat  pattern
 	rule rule
+	keep keeps
+	hist history.Policy // (history.go)
 }
+
+// keeps is what a rule's topics keep beside their grants.
+type keeps struct{ presence, joinLeave bool }
 
 // Checker answers access questions. Create it with New; it is safe for
 // concurrent use.
 type Checker struct {
-	ns     []namespace
-	def    rule
-	proxy  *proxy // nil unless a rule lists the proxy grant
-	denied [2]prometheus.Counter
-	log    *slog.Logger
-	anyPub bool
-
-	history     []historyNS // (history.go)
-	historyDef  history.Policy
+	ns      []namespace
+	def     rule
+	defKeep keeps
+	defHist history.Policy // (history.go)
+	// keepHistory: some rule keeps history
 	keepHistory bool
+	keepAny     bool   // some rule keeps presence or joinLeave
+	proxy       *proxy // nil unless a rule lists the proxy grant
+	denied      [2]prometheus.Counter
+	log         *slog.Logger
+	anyPub      bool
 }
 
 // New validates cfg (every problem at once, as *ConfigError values joined)
@@ -172,20 +178,45 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
 	}
 	for _, n := range cfg.Namespaces {
 		p, _ := compilePattern(n.Pattern) // validated above
-		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule)})
+		k := keeps{n.Presence, n.JoinLeave}
+		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k, hist: n.History})
+		c.keepHistory = c.keepHistory || n.History.Enabled()
+		c.keepAny = c.keepAny || k != keeps{}
 	}
 	def := anyRule
 	if cfg.Default != nil {
 		def = *cfg.Default
 	}
 	c.def = compile(def)
-	if err := c.compileHistory(cfg, def); err != nil {
-		return nil, err
-	}
+	c.defKeep = keeps{def.Presence, def.JoinLeave}
+	c.defHist = def.History
+	c.keepHistory = c.keepHistory || def.History.Enabled()
+	c.keepAny = c.keepAny || c.defKeep != keeps{}
 	if usesProxy {
 		c.proxy = newProxy(cfg.Proxy, m, log)
 	}
 	return c, nil
+}
+
+// KeepsPresence reports whether some rule keeps presence or joinLeave.
+func (c *Checker) KeepsPresence() bool { return c.keepAny }
+
+// Presence reports what topic keeps: its presence, and join/leave diffs
+// for its subscribers. The first namespace whose pattern has the topic's
+// shape decides ({user} standing for any one non-empty run without '/'),
+// whoever asks: a topic's presence is one for all its subscribers.
+func (c *Checker) Presence(topic string) (presence, joinLeave bool) {
+	if !c.keepAny || protocol.Reserved(topic) {
+		return false, false
+	}
+	k := c.defKeep
+	for i := range c.ns {
+		if c.ns[i].pat.matchShape(topic) {
+			k = c.ns[i].keep
+			break
+		}
+	}
+	return k.presence, k.joinLeave
 }
 
 // PublishableByAny reports whether some rule lets anyone, anonymous
@@ -206,10 +237,10 @@ func (c *Checker) decide(ctx context.Context, q Question) Decision {
 	if protocol.Reserved(q.Topic) || q.Action > Publish {
 		return Deny
 	}
-	r := &c.def
+	r, pat := &c.def, (*pattern)(nil)
 	for i := range c.ns {
-		if c.ns[i].pat.match(q.Topic, q.User) {
-			r = &c.ns[i].rule
+		if c.ns[i].pat.match(q.Topic) {
+			r, pat = &c.ns[i].rule, &c.ns[i].pat
 			break
 		}
 	}
@@ -218,10 +249,13 @@ func (c *Checker) decide(ctx context.Context, q Question) Decision {
 		switch g.kind {
 		case kindAny:
 			return Allow
-		case kindAuthenticated, kindOwner:
-			// owner is only valid in a namespace whose pattern holds
-			// {user}, and such a pattern matches only its own user.
+		case kindAuthenticated:
 			if q.User != "" {
+				return Allow
+			}
+		case kindOwner:
+			// Only valid in a namespace whose pattern holds {user}.
+			if pat.owns(q.Topic, q.User) {
 				return Allow
 			}
 		case kindClaim:

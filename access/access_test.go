@@ -21,42 +21,80 @@ import (
 func TestPatternMatch(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		pattern, topic, user string
-		want                 bool
+		pattern, topic string
+		want           bool
 	}{
-		{"chat:*", "chat:room1", "", true},
-		{"chat:*", "chat:a/b", "", false}, // path.Match: * stops at /
-		{"chat:*/*", "chat:a/b", "", true},
-		{"news", "news", "", true},
-		{"news", "news2", "", false},
-		{"user:{user}", "user:alice", "alice", true},
-		{"user:{user}", "user:alice", "bob", false},
-		{"user:{user}", "user:alice", "", false}, // never an anonymous connection
-		{"user:{user}", "user:", "", false},
-		{"user:{user}", "user:alicex", "alice", false},
-		{"user:{user}", "user:al", "alice", false},
-		{"user:{user}:*", "user:alice:inbox", "alice", true},
-		{"user:{user}:*", "user:alice:", "alice", true},
-		{"user:{user}:*", "user:bob:inbox", "alice", false},
-		{"*:{user}", "dm:alice", "alice", true},
-		{"*:{user}", "dm:x:alice", "alice", true}, // * crosses ":"
-		{"*:{user}", "a/b:alice", "alice", false},
-		{"{user}", "alice", "alice", true},
-		{"{user}*", "alicealice", "alice", true},
-		{"*{user}", "xalice", "alice", true},
-		// The user occurs twice; only the second occurrence fits.
-		{"a{user}:x", "aaa:x", "aa", true},
-		{"dm:*:{user}", "dm:alice:alice", "alice", true},
-		{"dm:{user}:bob", "dm:alice:bob", "alice", true},
-		{"dm:{user}:bob", "dm:alice:bob", "bob", false},
+		{"chat:*", "chat:room1", true},
+		{"chat:*", "chat:a/b", false}, // path.Match: * stops at /
+		{"chat:*/*", "chat:a/b", true},
+		{"news", "news", true},
+		{"news", "news2", false},
+		// A {user} pattern decides its whole shape, whoever asks.
+		{"user:{user}", "user:alice", true},
+		{"user:{user}", "user:a:b", true}, // its shape, though nobody owns it
+		{"user:{user}", "user:", false},
+		{"user:{user}", "user:a/b", false},
+		{"user:{user}:*", "user:alice:inbox", true},
+		{"user:{user}:*", "user:alice", false},
+		{"{user}", "alice", true},
+		{"{user}", "a/b", false},
 	}
 	for _, tt := range tests {
 		p, err := compilePattern(tt.pattern)
 		if err != nil {
 			t.Fatalf("%q: %v", tt.pattern, err)
 		}
-		if got := p.match(tt.topic, tt.user); got != tt.want {
-			t.Errorf("%q.match(%q, user %q) = %v, want %v", tt.pattern, tt.topic, tt.user, got, tt.want)
+		if got := p.match(tt.topic); got != tt.want {
+			t.Errorf("%q.match(%q) = %v, want %v", tt.pattern, tt.topic, got, tt.want)
+		}
+	}
+}
+
+func TestPatternOwner(t *testing.T) {
+	t.Parallel()
+	const nobody = ""
+	tests := []struct {
+		pattern, topic, owner string
+	}{
+		{"user:{user}", "user:alice", "alice"},
+		{"user:{user}", "user:a:b", nobody}, // the run would hold the separator ':'
+		{"user:{user}", "user:", nobody},
+		{"user:{user}", "chat:alice", nobody},
+		{"user:{user}:*", "user:alice:inbox", "alice"},
+		{"user:{user}:*", "user:alice:", "alice"},
+		{"user:{user}:*", "user:a:b:c", "a"}, // never "a:b"
+		{"*:{user}", "dm:alice", "alice"},
+		{"*:{user}", "dm:x:alice", "alice"}, // * crosses ":", the run does not
+		{"*:{user}", "a/b:alice", nobody},
+		{"{user}", "alice", "alice"},
+		{"a{user}:x", "aaa:x", nobody}, // the run would hold the separator 'a'
+		{"a{user}:x", "ab:x", "b"},
+		{"dm:*:{user}", "dm:alice:alice", "alice"},
+		{"dm:{user}:bob", "dm:alice:bob", "alice"},
+		{`user\:{user}`, "user:alice", "alice"},
+		{"[ab]:{user}", "a:alice", "alice"},
+		// Two different runs fit: nobody owns the topic.
+		{"*:{user}:*", ":a:b:", nobody},
+		{"*:{user}:*", "x:a:x", "a"},
+		{"*:{user}:*", ":a:a:", "a"}, // the same run twice: one owner
+	}
+	for _, tt := range tests {
+		p, err := compilePattern(tt.pattern)
+		if err != nil {
+			t.Fatalf("%q: %v", tt.pattern, err)
+		}
+		got, ok := p.owner(tt.topic)
+		if !ok {
+			got = nobody
+		}
+		if got != tt.owner {
+			t.Errorf("%q.owner(%q) = %q, want %q", tt.pattern, tt.topic, got, tt.owner)
+		}
+		if ok && !p.match(tt.topic) {
+			t.Errorf("%q: %q has an owner but not the pattern's shape", tt.pattern, tt.topic)
+		}
+		if p.owns(tt.topic, "") {
+			t.Errorf("%q: %q owned by an anonymous connection", tt.pattern, tt.topic)
 		}
 	}
 }
@@ -83,6 +121,9 @@ func TestValidate(t *testing.T) {
 		{name: "bad glob after user", cfg: Config{Namespaces: []Namespace{{Pattern: "u:{user}:[z-"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
 		{name: "empty pattern", cfg: Config{Namespaces: []Namespace{{Pattern: ""}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
 		{name: "two users", cfg: Config{Namespaces: []Namespace{{Pattern: "{user}:{user}"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
+		{name: "user after a star", cfg: Config{Namespaces: []Namespace{{Pattern: "user*{user}"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
+		{name: "user before a class", cfg: Config{Namespaces: []Namespace{{Pattern: "u:{user}[ab]"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
+		{name: "user after a class", cfg: Config{Namespaces: []Namespace{{Pattern: "[ab]{user}"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
 		{name: "other placeholder", cfg: Config{Namespaces: []Namespace{{Pattern: "room:{id}"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
 		{name: "unknown grant", cfg: Config{Namespaces: []Namespace{{Pattern: "a", Rule: Rule{Publish: []string{"any", "everyone"}}}}}, wantKeys: []string{"topics.namespaces[0].publish[1]"}},
 		{name: "owner without user", cfg: Config{Namespaces: []Namespace{{Pattern: "a:*", Rule: Rule{Subscribe: []string{"owner"}}}}}, wantKeys: []string{"topics.namespaces[0].subscribe[0]"}},
@@ -129,8 +170,9 @@ func TestBuiltinGrants(t *testing.T) {
 	t.Parallel()
 	c, m := newChecker(t, Config{
 		Namespaces: []Namespace{
+			// No "user:*" after it: the {user} namespace decides other
+			// users' topics itself.
 			{Pattern: "user:{user}", Rule: Rule{Subscribe: []string{"owner"}, Publish: []string{}}},
-			{Pattern: "user:*", Rule: Rule{}}, // other users' topics: nobody
 			{Pattern: "chat:*", Rule: Rule{Subscribe: []string{"authenticated"}, Publish: []string{"claim"}}},
 			{Pattern: "open:*", Rule: Rule{Subscribe: []string{"any"}, Publish: []string{"any"}}},
 		},
@@ -148,6 +190,9 @@ func TestBuiltinGrants(t *testing.T) {
 		{Subscribe, "user:alice", "bob", nil, Deny},
 		{Subscribe, "user:alice", "", nil, Deny},
 		{Publish, "user:alice", "alice", nil, Deny}, // empty list: nobody
+		{Subscribe, "user:a:b", "a:b", nil, Deny},   // a user id holding the separator owns nothing
+		{Subscribe, "user:a:b", "", nil, Deny},      // ...and the topic is still decided here
+		{Subscribe, "user:a/b", "", nil, Allow},     // not of the shape: the default decides
 		{Subscribe, "chat:room1", "bob", nil, Allow},
 		{Subscribe, "chat:room1", "", nil, Deny},
 		{Publish, "chat:room1", "bob", claim, Allow},
@@ -283,7 +328,47 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 	}
 }
 
-func TestHistoryPolicyByNamespace(t *testing.T) {
+// TestPresenceByShape: what a topic keeps is decided by the first
+// namespace with the topic's shape, whoever asks ({user} stands for any
+// one run without '/'), else by the default.
+func TestPresenceByShape(t *testing.T) {
+	c, err := New(Config{
+		Namespaces: []Namespace{
+			{Pattern: "user:{user}", Rule: Rule{Subscribe: []string{GrantOwner}, Presence: true}},
+			{Pattern: "room:*", Rule: Rule{Subscribe: []string{GrantAny}, Presence: true, JoinLeave: true}},
+			{Pattern: "quiet:*", Rule: Rule{Subscribe: []string{GrantAny}}},
+		},
+		Default: &Rule{Subscribe: []string{GrantAny}, JoinLeave: true},
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.KeepsPresence() {
+		t.Fatal("KeepsPresence false")
+	}
+	for _, tt := range []struct {
+		give                string
+		presence, joinLeave bool
+	}{
+		{"user:alice", true, false},
+		{"user:a/b", false, true}, // not the shape: the default decides
+		{"room:1", true, true},
+		{"quiet:1", false, false},
+		{"other", false, true},
+		{"__room:1", false, false},
+	} {
+		p, jl := c.Presence(tt.give)
+		if p != tt.presence || jl != tt.joinLeave {
+			t.Errorf("Presence(%q) = %v, %v; want %v, %v", tt.give, p, jl, tt.presence, tt.joinLeave)
+		}
+	}
+	plain, _ := New(Config{}, nil, nil)
+	if plain.KeepsPresence() {
+		t.Error("the zero Config keeps presence")
+	}
+}
+
+func TestHistoryPolicyByShape(t *testing.T) {
 	room := history.Policy{Size: 10, TTL: time.Minute}
 	c, err := New(Config{
 		Namespaces: []Namespace{
@@ -295,7 +380,7 @@ func TestHistoryPolicyByNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for topic, want := range map[string]history.Policy{"room:1": room, "inbox:alice": room, "news": {}, "other": {}} {
+	for topic, want := range map[string]history.Policy{"room:1": room, "inbox:alice": room, "news": {}, "other": {}, "__x": {}} {
 		if got := c.HistoryOf(topic); got != want {
 			t.Errorf("HistoryOf(%q) = %+v, want %+v", topic, got, want)
 		}

@@ -11,19 +11,28 @@ import (
 // Rule lists the grants of each action; any of them allows, an empty list
 // allows nobody.
 type Rule struct {
-	Subscribe []string `yaml:"subscribe" help:"grants, any of which lets a client subscribe: any, authenticated, owner (in a namespace whose pattern holds {user}), claim (the token's topics claim), proxy (ask topics.proxy.url); empty: nobody"`
+	Subscribe []string `yaml:"subscribe" help:"grants, any of which lets a client subscribe: any, authenticated, owner (in a namespace whose pattern holds {user}: the user whose id is the topic's part in its place), claim (the token's topics claim), proxy (ask topics.proxy.url); empty: nobody"`
 	Publish   []string `yaml:"publish" help:"grants, any of which lets a client publish (same words); empty: nobody (the server API still may)"`
+	// Presence keeps who is subscribed to the topics, fleet-wide
+	// (docs/presence.md); JoinLeave sends their subscribers coalesced
+	// join/leave diffs. Both are decided by the topic's shape, whoever
+	// asks (Checker.Presence).
+	Presence  bool `yaml:"presence" help:"keep the topics' presence: who is subscribed, fleet-wide (methods presence and presenceStats, docs/presence.md)"`
+	JoinLeave bool `yaml:"joinLeave" help:"send the topics' subscribers coalesced presence notifications of joins and leaves, at most one per presence.diffInterval"`
 	// History keeps the topics' recent messages for recovery
-	// (docs/history.md); the zero value keeps none.
-	History history.Policy `yaml:"history"`
+	// (docs/history.md), decided by the topic's shape like presence; the
+	// zero value keeps none.
+	History history.Policy `yaml:"history" help:"keep the topics' recent messages for recovery, {size, ttl}: the last size messages, each for ttl (docs/history.md); default {0, 0s}: none"`
 }
 
 // Namespace is a set of topics (Pattern) and its grants.
 type Namespace struct {
 	// Pattern is a path.Match glob ('*' matches any run of characters but
-	// '/') holding at most one "{user}", which matches exactly the
-	// connection's user and never an anonymous connection.
-	Pattern string `yaml:"pattern" help:"path.Match glob of topics ('*' stops at '/'); may hold {user} once, which matches exactly the connection's user (JWT sub) and never an anonymous connection"`
+	// '/') holding at most one "{user}". A {user} pattern decides every
+	// topic of its shape ({user} read as one or more characters but '/'),
+	// whoever asks; its owner grant allows only the user whose id is the
+	// topic's run in {user}'s place (docs/access-control.md).
+	Pattern string `yaml:"pattern" help:"path.Match glob of topics ('*' stops at '/'); may hold {user} once (between literal characters or the ends): the namespace then decides every topic of its shape, {user} read as one or more characters but '/', whoever asks"`
 	Rule    `yaml:",inline"`
 }
 
@@ -33,7 +42,7 @@ type Namespace struct {
 type Config struct {
 	// Namespaces are tried in order; the first whose pattern matches the
 	// topic decides.
-	Namespaces []Namespace `yaml:"namespaces" help:"ordered list of {pattern, subscribe, publish, history}; the first whose pattern matches the topic decides (see Topic namespaces); default: none"`
+	Namespaces []Namespace `yaml:"namespaces" help:"ordered list of {pattern, subscribe, publish, presence, joinLeave, history}; the first whose pattern matches the topic decides (see Topic namespaces); default: none"`
 	// Default decides topics no namespace matches; nil means
 	// {Subscribe: [any], Publish: [any]}.
 	Default *Rule `yaml:"default"`

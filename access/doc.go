@@ -10,10 +10,14 @@
 //
 //   - any: everyone, anonymous connections included;
 //   - authenticated: a connection with a JWT user;
-//   - owner: the namespace's pattern holds {user}, which matched this
-//     connection's user (a {user} pattern never matches an anonymous
-//     connection, nor another user's topic: such topics fall through to
-//     the next namespace);
+//   - owner: the namespace's pattern holds {user}, and the topic's run in
+//     {user}'s place is this connection's user. A {user} pattern decides
+//     every topic of its shape ({user} read as one or more characters but
+//     '/') whoever asks: another user's topic is refused there, never
+//     passed on to later namespaces. A run holds neither '/' nor the
+//     pattern's separators (the literal characters around {user}), so a
+//     topic has at most one owner, and a user id holding one owns no
+//     topic; anonymous connections own none;
 //   - claim: the token's "topics" claim has a glob for this action that
 //     matches the topic;
 //   - proxy: an HTTP backend answers {"allow": bool} to a POST of the
@@ -28,8 +32,9 @@
 // and are never granted, whatever the configuration says.
 //
 // Must never: allocate or block on the built-in grants (any,
-// authenticated, owner, claim): patterns are compiled at New, split at
-// {user} into two globs, and matched with path.Match on substrings. Only
+// authenticated, owner, claim): patterns are compiled at New ({user}
+// patterns into their shape and the two globs around {user}), and matched
+// with path.Match on substrings. Only
 // the proxy grant does I/O, and only when no grant listed before it
 // allowed.
 //

@@ -6,18 +6,27 @@ import (
 	"strings"
 )
 
-// userPlaceholder in a namespace pattern matches exactly the connection's
-// user.
+// userPlaceholder in a namespace pattern stands for one user's part of a
+// topic (docs/access-control.md, "{user} patterns").
 const userPlaceholder = "{user}"
 
-// pattern is a compiled namespace pattern. Without {user} it is one glob;
-// with it, the globs before and after: a topic matches when some
-// occurrence of the user in it has a matching prefix before and suffix
-// after. Matching allocates nothing.
+// pattern is a compiled namespace pattern. Which topics it decides does
+// not depend on who asks: without {user} that is its glob; with it, its
+// shape, the glob with {user} read as one or more characters other than
+// '/'. For a {user} pattern, owner names the one user a topic of that
+// shape belongs to, if any. Matching allocates nothing.
 type pattern struct {
-	glob           glob // the whole pattern when !hasUser
+	glob    glob // the whole pattern, or the shape of a {user} pattern
+	hasUser bool
+
+	// A {user} pattern split at {user}, and its separators: the literal
+	// characters right before and after {user} (0 at an end of the
+	// pattern). A user's part of a topic never holds a separator or '/',
+	// so it ends at the first separator after it: at most one run of a
+	// topic fits each place it may start.
 	prefix, suffix glob
-	hasUser        bool
+	sepBefore      byte
+	sepAfter       byte
 }
 
 // glob is a path.Match pattern with its literal head split off: most
@@ -36,6 +45,9 @@ func newGlob(p string) glob {
 	return glob{pat: p, head: head}
 }
 
+// literal reports whether the glob matches exactly its own text.
+func (g glob) literal() bool { return g.head == len(g.pat) }
+
 // match is path.Match(g.pat, s) for a valid pattern.
 func (g glob) match(s string) bool {
 	lit := g.pat[:g.head]
@@ -50,6 +62,8 @@ func matchTail(tail, rest string) bool {
 		return rest == ""
 	case "*":
 		return strings.IndexByte(rest, '/') < 0
+	case "?*": // the shape of a pattern ending in {user}
+		return rest != "" && strings.IndexByte(rest, '/') < 0
 	}
 	ok, _ := path.Match(tail, rest)
 	return ok
@@ -73,6 +87,8 @@ func matchGlob(pattern, s string) bool {
 	return matchTail(pattern[i:], s[i:])
 }
 
+var errUserNextToGlob = errors.New("{user} must be next to a literal character or an end of the pattern (user:{user}, room-{user}-inbox), not next to *, ? or [...]: a user's part of a topic would have no end")
+
 func compilePattern(s string) (pattern, error) {
 	if s == "" {
 		return pattern{}, errors.New("empty pattern")
@@ -92,26 +108,163 @@ func compilePattern(s string) (pattern, error) {
 	if !found {
 		return pattern{glob: newGlob(s)}, nil
 	}
-	return pattern{prefix: newGlob(before), suffix: newGlob(after), hasUser: true}, nil
+	p := pattern{
+		glob:    newGlob(before + "?*" + after), // one or more characters but '/'
+		hasUser: true,
+		prefix:  newGlob(before),
+		suffix:  newGlob(after),
+	}
+	var ok bool
+	if before != "" {
+		if p.sepBefore, ok = lastLiteral(before); !ok {
+			return pattern{}, errUserNextToGlob
+		}
+	}
+	if after != "" {
+		if p.sepAfter, ok = firstLiteral(after); !ok {
+			return pattern{}, errUserNextToGlob
+		}
+	}
+	return p, nil
 }
 
-func (p *pattern) match(topic, user string) bool {
-	if !p.hasUser {
-		return p.glob.match(topic)
+// firstLiteral is the character a valid glob's first element matches,
+// when that element is a literal (possibly escaped).
+func firstLiteral(g string) (byte, bool) {
+	switch g[0] {
+	case '*', '?', '[':
+		return 0, false
+	case '\\':
+		return g[1], true // a valid glob does not end in a lone '\'
 	}
+	return g[0], true
+}
+
+// lastLiteral is the character a valid glob's last element matches, when
+// that element is a literal (possibly escaped).
+func lastLiteral(g string) (lit byte, ok bool) {
+	for i := 0; i < len(g); {
+		switch g[i] {
+		case '\\':
+			lit, ok = g[i+1], true
+			i += 2
+		case '*', '?':
+			lit, ok = 0, false
+			i++
+		case '[':
+			lit, ok = 0, false
+			i = classEnd(g, i)
+		default:
+			lit, ok = g[i], true
+			i++
+		}
+	}
+	return lit, ok
+}
+
+// classEnd is the index after the character class starting at g[i] ('[')
+// of a valid glob.
+func classEnd(g string, i int) int {
+	i++
+	if i < len(g) && g[i] == '^' {
+		i++
+	}
+	for first := true; i < len(g); first = false {
+		switch {
+		case g[i] == ']' && !first:
+			return i + 1
+		case g[i] == '\\':
+			i += 2
+		default:
+			i++
+		}
+	}
+	return i
+}
+
+// match reports whether the pattern decides topic (for a {user} pattern:
+// whether topic has its shape, whoever asks).
+func (p *pattern) match(topic string) bool { return p.glob.match(topic) }
+
+// owner returns the user a topic of this {user} pattern's shape belongs
+// to: the one run of the topic in {user}'s place that holds neither '/'
+// nor a separator. A topic in which two different runs fit (possible only
+// when the pattern has a wildcard before {user}) belongs to nobody.
+func (p *pattern) owner(topic string) (user string, ok bool) {
+	if p.prefix.literal() {
+		if !strings.HasPrefix(topic, p.prefix.pat) {
+			return "", false
+		}
+		return p.runAt(topic, len(p.prefix.pat))
+	}
+	// The prefix has a wildcard, so it ends with the literal sepBefore
+	// (compilePattern): a run starts right after one.
+	for i := 0; i < len(topic); i++ {
+		if topic[i] != p.sepBefore {
+			continue
+		}
+		run, fits := p.runAt(topic, i+1)
+		if !fits {
+			continue
+		}
+		if ok && run != user {
+			return "", false
+		}
+		user, ok = run, true
+	}
+	return user, ok
+}
+
+// runAt returns the run of topic that fits {user} when it starts at i:
+// up to the first sepAfter (or the end of the topic when {user} ends the
+// pattern), non-empty, without '/' or sepBefore, with the prefix matching
+// before it and the suffix after it.
+func (p *pattern) runAt(topic string, i int) (string, bool) {
+	j := len(topic)
+	if p.sepAfter != 0 {
+		k := strings.IndexByte(topic[i:], p.sepAfter)
+		if k < 0 {
+			return "", false
+		}
+		j = i + k
+	}
+	run := topic[i:j]
+	if run == "" || strings.IndexByte(run, '/') >= 0 || (p.sepBefore != 0 && strings.IndexByte(run, p.sepBefore) >= 0) {
+		return "", false
+	}
+	// A literal prefix was matched by owner already.
+	if (!p.prefix.literal() && !p.prefix.match(topic[:i])) || !p.suffix.match(topic[j:]) {
+		return "", false
+	}
+	return run, true
+}
+
+// owns reports whether user, a connection's user, owns topic under this
+// {user} pattern. An anonymous connection owns nothing.
+func (p *pattern) owns(topic, user string) bool {
 	if user == "" {
 		return false
 	}
-	for from := 0; from+len(user) <= len(topic); {
-		i := strings.Index(topic[from:], user)
-		if i < 0 {
-			return false
+	run, ok := p.owner(topic)
+	return ok && run == user
+}
+
+// matchShape reports whether topic has the pattern's shape: a pattern
+// without {user} matches as match does; with one, {user} stands for any
+// one non-empty run of topic characters without '/'.
+func (p *pattern) matchShape(topic string) bool {
+	if !p.hasUser {
+		return p.glob.match(topic)
+	}
+	for at := 0; at < len(topic); at++ {
+		if !p.prefix.match(topic[:at]) {
+			continue
 		}
-		at := from + i
-		if p.prefix.match(topic[:at]) && p.suffix.match(topic[at+len(user):]) {
-			return true
+		for end := at + 1; end <= len(topic) && topic[end-1] != '/'; end++ {
+			if p.suffix.match(topic[end:]) {
+				return true
+			}
 		}
-		from = at + 1
 	}
 	return false
 }

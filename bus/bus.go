@@ -13,9 +13,14 @@ type Receiver interface {
 	Deliver(topic string, data []byte)
 	// DeliverControl hands over a control message sent by another
 	// instance's PublishControl (see control.go): key is a valid control
-	// key, data is valid JSON. Control and data messages from one channel
-	// arrive in order. Like Deliver, it must not block for long.
+	// key, data is valid JSON. The messages of one key arrive in order.
+	// Like Deliver, it must not block for long.
 	DeliverControl(key string, data []byte)
+	// Gap reports that messages on topic from other instances were lost
+	// here (this instance fell behind what Redis pushed): it comes after
+	// the topic's messages that went before the loss and before any that
+	// follow. Like Deliver, it must not block for long.
+	Gap(topic string)
 	// BusState reports a change of cross-instance delivery: degraded true
 	// when it went down, false when it recovered.
 	BusState(degraded bool)
@@ -26,15 +31,19 @@ type Bus interface {
 	// Start connects and begins handing received messages to r. It returns
 	// once the bus is running (or degraded and retrying in the background).
 	Start(ctx context.Context, r Receiver) error
-	// Publish queues data for the other instances. It does not wait for the
-	// network; it returns ErrDegraded or ErrQueueFull when the message was
-	// dropped (and counted). It must not keep data after it returns: the
-	// caller's data may alias a read buffer that is reused.
+	// Publish hands data to the other instances. A nil error means the
+	// message left this instance (for Redis: Redis took it); otherwise it
+	// did not, and the error says why: ErrQueueFull when the bus stayed
+	// full for its bounded wait, ErrDegraded while cross-instance delivery
+	// is down (both counted). The caller answers its own publisher
+	// accordingly: a message Publish refused must not be acknowledged. It
+	// must not keep data after it returns: the caller's data may alias a
+	// read buffer that is reused.
 	Publish(topic string, data []byte) error
-	// PublishControl queues a control message for the other instances that
+	// PublishControl sends a control message to the other instances that
 	// declared interest in key (Subscribe(key); buses with one channel
 	// reach every instance). key is reserved, e.g. UserKey(user). Like
-	// Publish, it never blocks and returns the same errors.
+	// Publish, it waits, bounded, and returns the same errors.
 	PublishControl(key string, data []byte) error
 	// Subscribe and Unsubscribe declare this instance's interest in a topic:
 	// the hub calls Subscribe when a topic gets its first local subscriber
@@ -51,16 +60,16 @@ type Bus interface {
 // Errors returned by Publish when a message was dropped.
 var (
 	ErrDegraded  = errors.New("bus: cross-instance delivery is down")
-	ErrQueueFull = errors.New("bus: publish queue full")
+	ErrQueueFull = errors.New("bus: publish queue full: the bus cannot take more now")
 	ErrClosed    = errors.New("bus: closed")
 )
 
 // Drop reasons (the reason label of bus_messages_dropped_total).
 const (
-	DropDegraded  = "degraded"   // published while Redis was unreachable
-	DropQueueFull = "queue_full" // the publish queue was full
-	DropOversize  = "oversize"   // a received envelope over the size cap
-	DropMalformed = "malformed"  // a received envelope that does not parse
-	DropBadTopic  = "bad_topic"  // a received envelope with an invalid or reserved topic
-	DropSlowRecv  = "slow_receiver"
+	DropDegraded  = "degraded"      // published while Redis was unreachable
+	DropQueueFull = "queue_full"    // the publish queue stayed full for PublishWait: the publisher was refused
+	DropOversize  = "oversize"      // a received envelope over the size cap
+	DropMalformed = "malformed"     // a received envelope that does not parse
+	DropBadTopic  = "bad_topic"     // a received envelope with an invalid or reserved topic
+	DropSlowRecv  = "slow_receiver" // received, then lost because the receive workers fell behind; the topic's subscribers hear of the gap
 )

@@ -1,6 +1,17 @@
 package bus
 
-import "github.com/rtserver/rtserver/protocol"
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/protocol"
+)
 
 // Control messages are what the server API sends to the instances that may
 // hold a user's connections (disconnect, unsubscribe). They travel on the
@@ -17,10 +28,30 @@ import "github.com/rtserver/rtserver/protocol"
 // partitions) that can act on them.
 //
 // The control envelope has the data envelope's layout (see envelope.go)
-// with version byte 0x02 and the key in the topic's place. An instance
-// that predates control messages drops it as malformed (counted): during a
-// rolling upgrade, control messages reach only upgraded instances.
-const controlVersion = 0x02
+// with version byte 0x03, the key in the topic's place, and the message's
+// fleet sequence number (8 bytes, big-endian) before the data. An
+// instance that predates this layout drops it as malformed (counted):
+// during a rolling upgrade, control messages reach only upgraded
+// instances.
+//
+// Single use. With signed envelopes, a control message must act once,
+// fleet-wide and across restarts: a captured disconnect published again
+// must not disconnect the user again, neither on an instance that acted
+// on it nor on one started since. The sender numbers each control message
+// from a fleet counter in Redis (INCR ChannelPrefix+"ctl:seq"); a
+// receiver accepts a number only once (it remembers those it accepted
+// within the replay window, beyond which the stamp refuses it anyway),
+// and only above its subscription's floor: the counter's value when
+// Redis confirmed the subscription. Whatever was numbered before a
+// subscription existed is older than it, so an instance started (or a
+// partition subscribed) after a disconnect was sent refuses its replay,
+// while every instance that was subscribed when it was sent, and only
+// those, act on it once. Unsigned control messages are not numbered:
+// without a secret anyone could forge them anyway.
+const controlVersion = 0x03
+
+// seqLen is the length of a control envelope's sequence number.
+const seqLen = 8
 
 // MaxControlKeyLen is the longest control key: the "__user:" prefix plus
 // a user id of up to 1 KiB.
@@ -38,10 +69,14 @@ func validControlKey(key string) bool {
 }
 
 // appendControl appends the control envelope of one message to dst.
-func appendControl(dst []byte, instance, key string, data []byte) []byte {
-	b := appendEnvelope(dst, instance, key, data)
-	b[len(dst)] = controlVersion
-	return b
+func appendControl(dst []byte, instance, key string, seq uint64, data []byte) []byte {
+	dst = append(dst, controlVersion)
+	dst = appendUvarint(dst, uint64(len(instance)))
+	dst = append(dst, instance...)
+	dst = appendUvarint(dst, uint64(len(key)))
+	dst = append(dst, key...)
+	dst = binary.BigEndian.AppendUint64(dst, seq)
+	return append(dst, data...)
 }
 
 // isControl reports whether a received payload is a control envelope.
@@ -49,6 +84,129 @@ func isControl(p string) bool { return len(p) > 0 && p[0] == controlVersion }
 
 // decodeControl splits a received control envelope like decodeEnvelope
 // does a data envelope; the key must be a valid control key.
-func decodeControl(p string, self string, maxBytes int) (key, data string, own bool, reason string) {
-	return splitEnvelope(p, controlVersion, self, maxBytes, validControlKey)
+func decodeControl(p string, self string, maxBytes int) (key string, seq uint64, data string, own bool, reason string) {
+	key, rest, own, reason := splitEnvelope(p, controlVersion, self, maxBytes, validControlKey)
+	if own || reason != "" {
+		return "", 0, "", own, reason
+	}
+	if len(rest) < seqLen {
+		return "", 0, "", false, DropMalformed
+	}
+	return key, binary.BigEndian.Uint64([]byte(rest[:seqLen])), rest[seqLen:], false, ""
+}
+
+// publishControl validates, numbers (when signed), encodes and queues one
+// control message (see control.go), and waits for Redis to take it.
+func (e *engine) publishControl(channel, key string, data []byte) error {
+	if !validControlKey(key) {
+		e.dropBadTopic.Inc()
+		return ErrBadTopic
+	}
+	var seq uint64
+	if e.signer != nil {
+		if e.degraded() {
+			e.dropDegraded.Inc()
+			return ErrDegraded
+		}
+		var err error
+		if seq, err = e.ctl.next(e.pingWait); err != nil {
+			e.dropDegraded.Inc()
+			e.log.Warn("bus: cannot number a control message", "err", err)
+			return ErrDegraded
+		}
+	}
+	return e.enqueue(channel, key, data, seqLen, func(dst []byte, instance, key string, data []byte) []byte {
+		return appendControl(dst, instance, key, seq, data)
+	})
+}
+
+// maxSeen bounds the control numbers remembered; past it (after
+// forgetting the expired ones) new control messages are refused rather
+// than accepted without a record.
+const maxSeen = 1 << 16
+
+// pruneSeen is the size past which each admission first forgets the
+// numbers whose stamp is out of the replay window.
+const pruneSeen = 4096
+
+// controlGuard numbers control messages and admits each number once.
+type controlGuard struct {
+	client redis.UniversalClient
+	key    string // the fleet counter
+
+	mu   sync.Mutex
+	seen map[uint64]int64 // number -> its sender's stamp (ms)
+}
+
+// controlFloor is one subscription's floor: control numbers at or below
+// it were given out before the subscription was confirmed. -1: unknown
+// (reading the counter failed), read again when needed.
+type controlFloor struct{ v atomic.Int64 }
+
+func newControlGuard(client redis.UniversalClient, prefix string) *controlGuard {
+	return &controlGuard{client: client, key: prefix + "ctl:seq", seen: map[uint64]int64{}}
+}
+
+// next takes the next number from the fleet counter.
+func (g *controlGuard) next(timeout time.Duration) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	n, err := g.client.Incr(ctx, g.key).Result()
+	return uint64(n), err
+}
+
+// confirmed sets f from the counter: called when Redis (re)confirms a
+// subscription, before any message that follows is handled.
+func (g *controlGuard) confirmed(f *controlFloor, timeout time.Duration) {
+	v, err := g.read(timeout)
+	if err != nil {
+		f.v.Store(-1)
+		return
+	}
+	f.v.Store(v)
+}
+
+func (g *controlGuard) read(timeout time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	v, err := g.client.Get(ctx, g.key).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// admit reports whether control number seq, stamped stamp by its sender
+// (already checked against the replay window), is new: above the floor
+// of the subscription it came through and not accepted before.
+func (g *controlGuard) admit(f *controlFloor, seq uint64, stamp int64, now int64, timeout time.Duration) bool {
+	floor := f.v.Load()
+	if floor < 0 {
+		v, err := g.read(timeout)
+		if err != nil {
+			return false // cannot tell: refuse rather than act twice
+		}
+		f.v.CompareAndSwap(-1, v)
+		floor = f.v.Load()
+	}
+	if seq == 0 || seq <= uint64(floor) {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, dup := g.seen[seq]; dup {
+		return false
+	}
+	if len(g.seen) >= pruneSeen {
+		for k, at := range g.seen {
+			if now-at > 2*replayWindow.Milliseconds() {
+				delete(g.seen, k)
+			}
+		}
+		if len(g.seen) >= maxSeen {
+			return false
+		}
+	}
+	g.seen[seq] = stamp
+	return true
 }

@@ -18,13 +18,22 @@
 // kind on the same channels and connections (see control.go). They never
 // reach topic subscribers.
 //
-// Invariants: nothing is lost silently (every drop is counted in
-// bus_messages_dropped_total{reason}); Publish never blocks on the network
-// (it queues, bounded, and a full queue drops and counts); the Redis read
-// loop never waits for the Receiver (received messages go through a
-// bounded queue to one delivery goroutine per bus, and a full queue drops
-// and counts slow_receiver), and the Receiver sees messages in the order
-// Redis delivered them on each channel. Subscribe and Unsubscribe are
-// counted per topic, so callers may race them; the sharded bus's Subscribe
-// may wait (bounded) for Redis to confirm a new partition.
+// Subscription is the one Redis pub/sub primitive of rtserver: subscribe
+// and wait for Redis's confirmation, receive, notice a dead connection,
+// redial with backoff. Both Redis buses and the cluster aggregator
+// (publishrate) use it.
+//
+// Invariants: acknowledged means delivered. Publish returns nil only once
+// Redis has taken the message (a message Publish refused was delivered
+// nowhere, and the caller must not acknowledge it); it waits, bounded
+// (RedisOptions.PublishWait), for room in a bounded queue, and refuses
+// with ErrQueueFull rather than drop. Nothing is lost silently: every
+// drop is counted in bus_messages_dropped_total{reason}. The Redis read
+// loop never waits for the Receiver: received messages go to receive
+// workers by topic hash (checked and delivered in parallel, each topic in
+// the order Redis delivered it), and a worker that falls behind drops,
+// counts slow_receiver and tells the Receiver of the topic's gap, in
+// order. Subscribe and Unsubscribe are counted per topic, so callers may
+// race them; the sharded bus's Subscribe may wait (bounded) for Redis to
+// confirm a new partition. The bus never sets process-wide state.
 package bus

@@ -13,6 +13,7 @@ type printer string
 
 func (p printer) Deliver(topic string, data []byte) { fmt.Printf("%s got %s %s\n", p, topic, data) }
 func (p printer) BusState(degraded bool)            { fmt.Printf("%s degraded=%v\n", p, degraded) }
+func (p printer) Gap(topic string)                  { fmt.Printf("%s lost messages on %s\n", p, topic) }
 func (p printer) DeliverControl(key string, data []byte) {
 	fmt.Printf("%s got control %s %s\n", p, key, data)
 }

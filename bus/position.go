@@ -9,7 +9,7 @@ import (
 // stores it, and publishes, in the same atomic step, the data envelope
 // that Envelope built with the position in front:
 //
-//	byte 0x03, the epoch, ' ', the offset in decimal, ' ', a data envelope
+//	byte 0x04, the epoch, ' ', the offset in decimal, ' ', a data envelope
 //
 // The data envelope is signed as usual (when the bus signs); the position
 // is not covered by the signature, because Redis assigns it after the
@@ -20,7 +20,7 @@ import (
 // instance that sent it as well: local subscribers of a history topic get
 // its messages from Redis, in the one order Redis gave them, so every
 // instance delivers a topic's messages in offset order.
-const positionVersion = 0x03
+const positionVersion = 0x04
 
 // MaxEpochLen is the longest epoch a position envelope carries.
 const MaxEpochLen = 32

@@ -9,14 +9,15 @@ import "context"
 // total publish rate fits one Redis connection per instance; past that,
 // use Sharded.
 //
-// Publish queues; one writer goroutine pipelines up to BatchSize PUBLISH
-// commands per round trip. Redis loss (a failed PING, publish or
+// Publish queues and waits for Redis to take the message; Writers
+// goroutines each pipeline up to BatchSize PUBLISH commands per round
+// trip. Redis loss (a failed PING, publish or
 // subscription) makes the bus degraded until Redis answers again and the
 // subscription is confirmed again; go-redis redials and resubscribes.
 type Redis struct {
 	e       *engine
 	channel string
-	loop    *subLoop
+	sub     *Subscription
 }
 
 var _ Bus = (*Redis)(nil)
@@ -37,25 +38,27 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 // background). The bus runs until Close; ctx bounds only this wait.
 func (b *Redis) Start(ctx context.Context, r Receiver) error {
 	err := b.e.start(r, func() {
-		b.e.loops.Add(1)
-		b.loop = newSubLoop(b.e, b.channel, nil)
+		b.sub = b.e.subscribe(b.channel, nil)
 	})
 	if err != nil {
 		return err
 	}
-	return b.e.waitFirst(ctx, b.loop.first)
+	return b.e.waitFirst(ctx, b.sub.First())
 }
 
-// Publish queues data on topic for the other instances. It never blocks:
-// it returns ErrDegraded while Redis is unreachable and ErrQueueFull when
-// the queue is full (both dropped and counted), ErrBadTopic or ErrTooLarge
-// for messages no receiver would accept, ErrClosed after Close.
+// Publish hands data on topic to Redis for the other instances and returns
+// nil once Redis has taken it. It waits at most PublishWait for room in
+// the queue, then for its round trip. It returns ErrDegraded while Redis
+// is unreachable (or when the write failed) and ErrQueueFull when the
+// queue stayed full (both counted), ErrBadTopic or ErrTooLarge for
+// messages no receiver would accept, ErrClosed after Close.
 func (b *Redis) Publish(topic string, data []byte) error {
 	return b.e.publish(b.channel, topic, data)
 }
 
-// PublishControl queues a control message for every other instance, on
-// the one channel. It never blocks; its errors are those of Publish.
+// PublishControl sends a control message to every other instance, on the
+// one channel, like Publish (with its errors); when signed it first takes
+// the message's number from the fleet counter (control.go).
 func (b *Redis) PublishControl(key string, data []byte) error {
 	return b.e.publishControl(b.channel, key, data)
 }
@@ -81,8 +84,8 @@ func (b *Redis) Channel() string { return b.channel }
 // after Close returns.
 func (b *Redis) Close() error {
 	return b.e.close(func() {
-		if b.loop != nil {
-			b.loop.stop()
+		if b.sub != nil {
+			b.sub.Stop()
 		}
 	})
 }

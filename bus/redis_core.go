@@ -39,18 +39,27 @@ type RedisOptions struct {
 	Metrics *metrics.Metrics
 	// Logger logs state changes (degraded, recovered). nil: slog.Default().
 	Logger *slog.Logger
-	// QueueSize bounds the publish queue, in messages: Publish drops and
-	// counts (queue_full) when it is full. 0: 8192.
-	QueueSize int
+	// PublishQueue bounds the publish queue, in messages (redis.publishQueue):
+	// the publishes waiting for a writer. 0: 8192.
+	PublishQueue int
+	// PublishWait is how long Publish waits for room in a full queue
+	// (redis.publishWait) before it refuses the message with
+	// ErrQueueFull. 0: 50ms; a negative value does not wait.
+	PublishWait time.Duration
 	// DeliverQueueSize bounds the messages received from Redis and not yet
-	// handed to the Receiver. The Redis read loop never waits for the
-	// Receiver: when this is full it drops and counts (slow_receiver),
-	// because a stalled read loop would make Redis disconnect us and lose
-	// every topic's messages, not just the slow ones. 0: 8192.
+	// handed to the Receiver, over all receive workers. The Redis read
+	// loop never waits for the Receiver: when a worker's share is full it
+	// drops, counts (slow_receiver) and tells the topic's subscribers
+	// (Receiver.Gap), because a stalled read loop would make Redis
+	// disconnect us and lose every topic's messages, not just the slow
+	// ones. 0: 8192.
 	DeliverQueueSize int
 	// BatchSize is the most PUBLISH commands sent in one pipelined round
-	// trip by the writer. 1 sends each message on its own. 0: 128.
+	// trip by a writer. 1 sends each message on its own. 0: 128.
 	BatchSize int
+	// Writers is how many pipelined round trips may be in flight at once,
+	// each on its own connection. 0: 4.
+	Writers int
 	// MaxEnvelopeBytes caps a received envelope; larger ones are dropped
 	// and counted (oversize). Publish refuses messages over it.
 	// 0: DefaultMaxEnvelopeBytes (1 MiB of data plus the largest header).
@@ -66,21 +75,22 @@ type RedisOptions struct {
 	// HMACSecret, when set, signs (and time-stamps) every envelope this
 	// instance publishes and makes it drop (reason malformed) every
 	// received envelope that is unsigned, signed with another secret, more
-	// than 30s from this instance's clock, or a control message already
-	// accepted (see sign.go). Every instance of a fleet must use the same
-	// secret. nil: unsigned.
+	// than 30s from this instance's clock, or a control message that is
+	// not new to the fleet (see sign.go and control.go). Every instance of
+	// a fleet must use the same secret. nil: unsigned.
 	HMACSecret []byte
 }
 
 const (
 	defaultQueueSize    = 8192
+	defaultPublishWait  = 50 * time.Millisecond
 	defaultBatchSize    = 128
+	defaultWriters      = 4
 	defaultPingInterval = time.Second
 	defaultPingTimeout  = 500 * time.Millisecond
 	// opTimeout bounds one pipelined write. A write that takes longer marks
 	// the bus degraded; the queue behind it fills and drops (counted).
-	opTimeout  = 3 * time.Second
-	minBackoff = 50 * time.Millisecond
+	opTimeout = 3 * time.Second
 )
 
 // ErrBadTopic is returned by Publish for a topic outside the grammar or
@@ -89,18 +99,20 @@ const (
 var ErrBadTopic = errors.New("bus: invalid or reserved topic")
 
 // engine is what the single-channel and the sharded Redis buses share: the
-// publish queue and its pipelining writer, health (degraded) tracking, the
-// pinger, the delivery queue and its goroutine. Subscription loops
-// (subLoop) run on top of it.
+// publish queue and its pipelining writers, health (degraded) tracking,
+// the pinger, and the receive workers. Subscriptions (one per channel)
+// feed the workers.
 //
-// Goroutines: writer, pinger and deliverer (bg), started by start; one
-// subLoop per subscription (loops). close stops loops first, then the bg
-// goroutines, and waits for all.
+// Goroutines: writers, pinger and receive workers (bg), started by start;
+// one Subscription per channel (loops). close stops subscriptions first,
+// then the bg goroutines, and waits for all.
 //
 // Files: this one holds the options, the engine and its life cycle;
-// redis_publish.go the publish queue and writer; redis_health.go the
-// pinger and degraded tracking; redis_subscribe.go the subscription loops,
-// validation of received envelopes and the deliverer.
+// redis_publish.go the publish queue and writers; redis_health.go the
+// pinger and degraded tracking; redis_receive.go what a subscription hands
+// the workers, validation of received envelopes and the workers;
+// subscription.go the subscription itself; control.go the control
+// messages and their replay guard.
 type engine struct {
 	client    redis.UniversalClient
 	ownClient bool
@@ -109,7 +121,10 @@ type engine struct {
 	log       *slog.Logger
 	maxEnv    int
 	signer    *signer // nil: unsigned envelopes
+	ctl       *controlGuard
 	batch     int
+	writers   int
+	wait      time.Duration // PublishWait; <= 0: no wait
 	pingEvery time.Duration
 	pingWait  time.Duration
 
@@ -124,7 +139,7 @@ type engine struct {
 	closed bool
 	queue  chan outMsg
 
-	deliver chan inMsg
+	workers []chan inMsg // received messages, by topic hash
 	health  health
 
 	ctx        context.Context // cancelled by close
@@ -165,10 +180,16 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	e.maxEnv = orDefault(o.MaxEnvelopeBytes, DefaultMaxEnvelopeBytes)
 	e.signer = newSigner(o.HMACSecret)
 	e.batch = orDefault(o.BatchSize, defaultBatchSize)
+	e.writers = orDefault(o.Writers, defaultWriters)
+	e.wait = o.PublishWait
+	if e.wait == 0 {
+		e.wait = defaultPublishWait
+	}
+	e.ctl = newControlGuard(e.client, o.ChannelPrefix)
 	e.pingEvery = orDefault(o.PingInterval, defaultPingInterval)
 	e.pingWait = orDefault(o.PingTimeout, defaultPingTimeout)
-	e.queue = make(chan outMsg, orDefault(o.QueueSize, defaultQueueSize))
-	e.deliver = make(chan inMsg, orDefault(o.DeliverQueueSize, defaultQueueSize))
+	e.queue = make(chan outMsg, orDefault(o.PublishQueue, defaultQueueSize))
+	e.workers = newWorkerQueues(orDefault(o.DeliverQueueSize, defaultQueueSize))
 	e.writerStop = make(chan struct{})
 	e.firstPing = make(chan struct{})
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -194,7 +215,7 @@ func orDefault[T int | time.Duration](v, def T) T {
 }
 
 // start hands r the state changes and messages from now on, starts the
-// writer, pinger and deliverer, and calls startLoops (under pubMu, so
+// writers, pinger and receive workers, and calls startLoops (under pubMu, so
 // that a concurrent close sees the loops it starts).
 func (e *engine) start(r Receiver, startLoops func()) error {
 	e.pubMu.Lock()
@@ -209,10 +230,14 @@ func (e *engine) start(r Receiver, startLoops func()) error {
 	e.health.mu.Lock()
 	e.health.recv = r
 	e.health.mu.Unlock()
-	e.bg.Add(3)
-	go e.writer()
+	e.bg.Add(1 + e.writers + len(e.workers))
+	for range e.writers {
+		go e.writer()
+	}
 	go e.pinger()
-	go e.deliverer(r)
+	for _, q := range e.workers {
+		go e.worker(q, r)
+	}
 	startLoops()
 	return nil
 }
@@ -230,8 +255,8 @@ func (e *engine) waitFirst(ctx context.Context, extra ...<-chan struct{}) error 
 	return nil
 }
 
-// close stops everything; stopLoops must stop every subLoop (and prevent
-// new ones). Idempotent.
+// close stops everything; stopLoops must stop every subscription (and
+// prevent new ones). Idempotent.
 func (e *engine) close(stopLoops func()) error {
 	e.pubMu.Lock()
 	if e.closed {
@@ -251,15 +276,25 @@ func (e *engine) close(stopLoops func()) error {
 	stopLoops()
 	e.cancel()
 	e.loops.Wait()
-	// Only loops send on deliver, and they are all gone.
-	close(e.deliver)
+	// Only subscriptions send to the workers, and they are all gone.
+	for _, q := range e.workers {
+		close(q)
+	}
 	if started {
 		close(e.writerStop)
 	} else {
-		// Never started: what was queued never had a way out. Count it,
-		// as delivery that never came up.
+		// Never started: what was queued never had a way out. Its
+		// publishers hear so.
 		close(e.firstPing)
-		e.dropDegraded.Add(float64(len(e.queue)))
+		for {
+			select {
+			case m := <-e.queue:
+				e.answer(m, ErrDegraded)
+				continue
+			default:
+			}
+			break
+		}
 	}
 	e.bg.Wait()
 	if e.ownClient {

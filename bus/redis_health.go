@@ -69,6 +69,15 @@ func (h *health) setLink(up bool) {
 	h.mu.Unlock()
 }
 
+// subState is a Subscription's OnState.
+func (h *health) subState(up bool) {
+	if up {
+		h.addSubsDown(-1)
+	} else {
+		h.addSubsDown(1)
+	}
+}
+
 func (h *health) addSubsDown(n int) {
 	h.mu.Lock()
 	h.subsDown += n

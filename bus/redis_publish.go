@@ -2,40 +2,41 @@ package bus
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// outMsg is one queued PUBLISH.
+// outMsg is one queued PUBLISH and the publisher waiting for its fate.
 type outMsg struct {
 	channel string
 	env     []byte
+	done    *pending
 }
 
-// publish validates, encodes and queues one message. It never blocks.
+// pending carries a writer's answer to the publisher that waits for it.
+type pending struct{ ch chan error }
+
+var pendingPool = sync.Pool{New: func() any { return &pending{ch: make(chan error, 1)} }}
+
+// publish validates, encodes and queues one message, and waits for Redis
+// to take it.
 func (e *engine) publish(channel, topic string, data []byte) error {
 	if !protocol.ValidTopic(topic) || protocol.Reserved(topic) {
 		e.dropBadTopic.Inc()
 		return ErrBadTopic
 	}
-	return e.enqueue(channel, topic, data, appendEnvelope)
+	return e.enqueue(channel, topic, data, 0, appendEnvelope)
 }
 
-// publishControl validates, encodes and queues one control message (see
-// control.go). It never blocks.
-func (e *engine) publishControl(channel, key string, data []byte) error {
-	if !validControlKey(key) {
-		e.dropBadTopic.Inc()
-		return ErrBadTopic
-	}
-	return e.enqueue(channel, key, data, appendControl)
-}
-
-// enqueue encodes one envelope with encode and queues it.
-func (e *engine) enqueue(channel, topic string, data []byte, encode func(dst []byte, instance, topic string, data []byte) []byte) error {
-	n := envelopeLen(e.id, topic, data)
+// enqueue encodes one envelope with encode (extra bytes longer than a data
+// envelope), queues it (waiting at most e.wait for room) and waits for a
+// writer's answer: nil once Redis has taken it.
+func (e *engine) enqueue(channel, topic string, data []byte, extra int, encode func(dst []byte, instance, topic string, data []byte) []byte) error {
+	n := envelopeLen(e.id, topic, data) + extra
 	if e.signer != nil {
 		n += stampLen + sigLen
 	}
@@ -53,6 +54,26 @@ func (e *engine) enqueue(channel, topic string, data []byte, encode func(dst []b
 	if e.signer != nil {
 		m.env = e.signer.sign(m.env)
 	}
+	return e.send1(m)
+}
+
+// send1 queues m and waits for its answer.
+func (e *engine) send1(m outMsg) error {
+	p := pendingPool.Get().(*pending)
+	m.done = p
+	if err := e.queueUp(m); err != nil {
+		pendingPool.Put(p)
+		return err
+	}
+	// Every queued message is answered exactly once: by the writer that
+	// sends it, or by close when no writer ever ran.
+	err := <-p.ch
+	pendingPool.Put(p)
+	return err
+}
+
+// queueUp puts m on the queue, waiting at most e.wait for room.
+func (e *engine) queueUp(m outMsg) error {
 	e.pubMu.RLock()
 	defer e.pubMu.RUnlock()
 	if e.closed {
@@ -62,12 +83,31 @@ func (e *engine) enqueue(channel, topic string, data []byte, encode func(dst []b
 	case e.queue <- m:
 		return nil
 	default:
-		e.dropQueueFull.Inc()
-		return ErrQueueFull
+	}
+	if e.wait > 0 {
+		t := time.NewTimer(e.wait)
+		defer t.Stop()
+		select {
+		case e.queue <- m:
+			return nil
+		case <-t.C:
+		}
+	}
+	e.dropQueueFull.Inc()
+	return ErrQueueFull
+}
+
+// answer tells m's publisher what became of it.
+func (e *engine) answer(m outMsg, err error) {
+	if m.done != nil {
+		m.done.ch <- err
 	}
 }
 
 // writer drains the publish queue, up to batch messages per round trip.
+// Several writers run at once, each round trip on its own connection: a
+// publisher waits for its own message, so it has one in flight at a time
+// and its messages cannot overtake each other.
 func (e *engine) writer() {
 	defer e.bg.Done()
 	batch := make([]outMsg, 0, e.batch)
@@ -109,13 +149,16 @@ func (e *engine) pubCmd(ctx context.Context, c redis.Cmdable, m outMsg) *redis.I
 	return c.Publish(ctx, m.channel, m.env)
 }
 
-// send publishes one batch. Messages that do not make it are counted as
-// dropped (degraded), and a failed write marks Redis unreachable until the
-// next PING answers.
+// send publishes one batch and answers each message's publisher: nil when
+// Redis took it, ErrDegraded when it did not (counted, reason degraded).
+// A failed write marks Redis unreachable until the next PING answers.
 func (e *engine) send(batch []outMsg) {
 	defer clear(batch) // let the envelopes go
 	if e.degraded() {
 		e.dropDegraded.Add(float64(len(batch)))
+		for _, m := range batch {
+			e.answer(m, ErrDegraded)
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -123,27 +166,34 @@ func (e *engine) send(batch []outMsg) {
 	var ok int
 	var err error
 	if len(batch) == 1 {
-		if err = e.pubCmd(ctx, e.client, batch[0]).Err(); err == nil {
+		err = e.pubCmd(ctx, e.client, batch[0]).Err()
+		if err == nil {
 			ok = 1
+			e.answer(batch[0], nil)
+		} else {
+			e.answer(batch[0], ErrDegraded)
 		}
 	} else {
-		var cmds []redis.Cmder
-		cmds, err = e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, m := range batch {
-				e.pubCmd(ctx, p, m)
+		cmds := make([]*redis.IntCmd, len(batch))
+		_, err = e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, m := range batch {
+				cmds[i] = e.pubCmd(ctx, p, m)
 			}
 			return nil
 		})
-		for _, c := range cmds {
-			if c.Err() == nil {
+		for i, m := range batch {
+			if cmds[i].Err() == nil {
 				ok++
+				e.answer(m, nil)
+			} else {
+				e.answer(m, ErrDegraded)
 			}
 		}
 	}
 	e.m.BusPublished.Add(float64(ok))
 	if lost := len(batch) - ok; lost > 0 {
 		e.dropDegraded.Add(float64(lost))
-		e.log.Warn("bus: publish failed", "lost", lost, "err", err)
+		e.log.Warn("bus: publish failed", "refused", lost, "err", err)
 		e.health.setLink(false)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,9 @@ func (r *recorder) Deliver(topic string, data []byte) {
 // DeliverControl records a control message as a message whose topic is
 // "control " + key, so tests see its order among data messages.
 func (r *recorder) DeliverControl(key string, data []byte) { r.Deliver("control "+key, data) }
+
+// Gap records a gap as a message whose topic is "gap " + topic.
+func (r *recorder) Gap(topic string) { r.Deliver("gap "+topic, nil) }
 
 func (r *recorder) BusState(degraded bool) {
 	r.mu.Lock()
@@ -129,7 +133,7 @@ func testOptions(c redis.UniversalClient, id string) RedisOptions {
 	return RedisOptions{
 		Client: c, InstanceID: id, ChannelPrefix: "test:", Metrics: newMetrics(),
 		PingInterval: 50 * time.Millisecond, PingTimeout: 2 * time.Second,
-		DeliverQueueSize: 1 << 15, QueueSize: 1 << 15,
+		DeliverQueueSize: 1 << 15, PublishQueue: 1 << 15,
 	}
 }
 
@@ -167,7 +171,7 @@ func noBusGoroutines(t testing.TB) {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "rtserver/bus.(*engine)") || strings.Contains(g, "rtserver/bus.(*subLoop)") {
+			if strings.Contains(g, "rtserver/bus.(*engine)") || strings.Contains(g, "rtserver/bus.(*Subscription)") {
 				left = append(left, g)
 			}
 		}
@@ -188,7 +192,7 @@ func TestRedisDeliversInOrderWithoutEcho(t *testing.T) {
 		t.Errorf("channel %q, want test:bus", a.Channel())
 	}
 
-	const n = 10000
+	const n = 2000
 	for i := range n {
 		for {
 			err := a.Publish("room", fmt.Appendf(nil, `{"n":%d}`, i))
@@ -267,18 +271,17 @@ func TestRedisDropsHostileEnvelopes(t *testing.T) {
 		}
 		want[tt.reason]++
 	}
-	// Valid traffic still flows, and arrives after every hostile payload.
+	// Valid traffic still flows. (Receive workers check in parallel, so
+	// the drops are awaited, not assumed done.)
 	if err := a.Publish("room", []byte(`{"ok":true}`)); err != nil {
 		t.Fatal(err)
+	}
+	for _, reason := range []string{DropMalformed, DropOversize, DropBadTopic} {
+		poll(t, "dropped{"+reason+"}", func() bool { return dropped(b.e.m, reason) == want[reason] })
 	}
 	msgs := rb.awaitMsgs(t, 1)
 	if len(msgs) != 1 || msgs[0].data != `{"ok":true}` {
 		t.Errorf("delivered %v, want only the valid message", msgs)
-	}
-	for _, reason := range []string{DropMalformed, DropOversize, DropBadTopic} {
-		if g := dropped(b.e.m, reason); g != want[reason] {
-			t.Errorf("dropped{%s} = %v, want %v", reason, g, want[reason])
-		}
 	}
 	if v := testutil.ToFloat64(b.e.m.BusReceived); v != 1 {
 		t.Errorf("received counter %v, want 1", v)
@@ -289,7 +292,8 @@ func TestRedisPublishRefusals(t *testing.T) {
 	s := redistest.Start(t)
 	o := testOptions(newClient(t, s.Addr), "a")
 	o.MaxEnvelopeBytes = 100
-	o.QueueSize = 1
+	o.PublishQueue = 1
+	o.PublishWait = -1
 	b, err := NewRedis(o)
 	if err != nil {
 		t.Fatal(err)
@@ -305,10 +309,14 @@ func TestRedisPublishRefusals(t *testing.T) {
 		{"bad topic", "a b", "1", ErrBadTopic, DropBadTopic},
 		{"reserved", "__x", "1", ErrBadTopic, DropBadTopic},
 		{"too large", "t", strings.Repeat("1", 100), ErrTooLarge, DropOversize},
-		// Not started: the writer is not draining, so the queue of one fills.
-		{"queued", "t", "1", nil, ""},
+		// Not started: no writer drains the queue of one, which a
+		// publisher below holds; without PublishWait the next is refused
+		// at once.
 		{"queue full", "t", "2", ErrQueueFull, DropQueueFull},
 	}
+	queued := make(chan error, 1)
+	go func() { queued <- b.Publish("t", []byte("1")) }()
+	poll(t, "a queued publish", func() bool { return len(b.e.queue) == 1 })
 	for _, tt := range tests {
 		before := 0.0
 		if tt.reason != "" {
@@ -322,6 +330,9 @@ func TestRedisPublishRefusals(t *testing.T) {
 		}
 	}
 	b.Close()
+	if err := <-queued; !errors.Is(err, ErrDegraded) {
+		t.Errorf("a publish queued when the bus closed unstarted: %v, want ErrDegraded", err)
+	}
 	if err := b.Publish("t", []byte("1")); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
@@ -504,7 +515,7 @@ func TestRedisSignedEnvelopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := rb.awaitMsgs(t, 2)
-	if len(msgs) != 2 || msgs[0].topic != "control "+UserKey("alice") || msgs[1].data != `{"ok":true}` {
+	if !sameMsgs(msgs, []got{{"control " + UserKey("alice"), `{"op":"disconnect"}`}, {"room", `{"ok":true}`}}) {
 		t.Errorf("delivered %v, want the signed control and data messages only", msgs)
 	}
 	poll(t, "5 drops", func() bool { return dropped(b.e.m, DropMalformed) == 5 })
@@ -551,7 +562,7 @@ func TestRedisSignedReplaysDropped(t *testing.T) {
 	b, rb := startRedis(t, ob)
 
 	sender := newSigner(secret)
-	control := string(sender.sign(appendControl(nil, "a", UserKey("alice"), []byte(`{"op":"disconnect"}`))))
+	control := string(sender.sign(appendControl(nil, "a", UserKey("alice"), 1, []byte(`{"op":"disconnect"}`))))
 	sender.now = func() time.Time { return time.Now().Add(-replayWindow - time.Second) }
 	old := string(sender.sign(appendEnvelope(nil, "a", "room", []byte(`{"old":true}`))))
 	sender.now = func() time.Time { return time.Now().Add(replayWindow + time.Second) }
@@ -563,9 +574,127 @@ func TestRedisSignedReplaysDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	msgs := rb.awaitMsgs(t, 2)
-	if len(msgs) != 2 || msgs[0].topic != "control "+UserKey("alice") || msgs[1].data != `{"ok":true}` {
-		t.Errorf("delivered %v, want the control message once, then the fresh one", msgs)
-	}
 	poll(t, "4 drops", func() bool { return dropped(b.e.m, DropMalformed) == 4 })
+	msgs := rb.awaitMsgs(t, 2)
+	if !sameMsgs(msgs, []got{{"control " + UserKey("alice"), `{"op":"disconnect"}`}, {"room", `{"ok":true}`}}) {
+		t.Errorf("delivered %v, want the control message once and the fresh one", msgs)
+	}
+}
+
+// sameMsgs compares what was delivered with want, in any order: control
+// and data messages go through different receive workers.
+func sameMsgs(msgs, want []got) bool {
+	key := func(g got) string { return g.topic + " " + g.data }
+	a, b := make([]string, len(msgs)), make([]string, len(want))
+	for i := range msgs {
+		a[i] = key(msgs[i])
+	}
+	for i := range want {
+		b[i] = key(want[i])
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// A control message is numbered from the fleet counter, and a bus
+// subscribed after the number was given out refuses it: a disconnect
+// captured off Redis does nothing on an instance started since. A bus
+// that was subscribed accepts it once.
+func TestRedisControlNumbersOutliveRestarts(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	secret := []byte("fleet secret")
+	opts := func(id string) RedisOptions {
+		o := testOptions(c, id)
+		o.HMACSecret = secret
+		return o
+	}
+	a, _ := startRedis(t, opts("a"))
+	b, rb := startRedis(t, opts("b"))
+	spy := c.Subscribe(context.Background(), b.Channel())
+	defer spy.Close()
+	if _, err := spy.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PublishControl(UserKey("alice"), []byte(`{"op":"disconnect"}`)); err != nil {
+		t.Fatal(err)
+	}
+	captured, err := spy.ReceiveMessage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb.awaitMsgs(t, 1)
+
+	fresh, rf := startRedis(t, opts("fresh"))
+	if err := c.Publish(context.Background(), b.Channel(), captured.Payload).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*Redis{b, fresh} {
+		poll(t, "the replay refused by "+x.InstanceID(), func() bool { return dropped(x.e.m, DropMalformed) == 1 })
+	}
+	if err := a.PublishControl(UserKey("alice"), []byte(`{"op":"again"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if m := rf.awaitMsgs(t, 1); len(m) != 1 || m[0].data != `{"op":"again"}` {
+		t.Errorf("fresh bus got %v, want only the control message sent after it started", m)
+	}
+	if m := rb.awaitMsgs(t, 2); len(m) != 2 {
+		t.Errorf("b got %v", m)
+	}
+}
+
+// A receive worker that falls behind drops, counts slow_receiver and
+// tells the Receiver of the gap: after the messages that went before it,
+// and before the next one of the topic.
+func TestRedisSlowReceiverGap(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	a, _ := startRedis(t, testOptions(c, "a"))
+	ob := testOptions(c, "b")
+	ob.DeliverQueueSize = 1 // one waiting message per worker
+	b, err := NewRedis(ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := &blockingRecorder{recorder: newRecorder(), release: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Start(ctx, rb); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	const n = 20
+	for i := range n {
+		if err := a.Publish("t", fmt.Appendf(nil, "%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Message 0 holds the worker, 1 waits in its queue, the rest are lost.
+	poll(t, "the drops", func() bool { return dropped(b.e.m, DropSlowRecv) == n-2 })
+	close(rb.release)
+	// The channel is quiet now: the gap is told without waiting for the
+	// topic's next message.
+	rb.awaitMsgs(t, 3)
+	if err := a.Publish("t", []byte(`"after"`)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := rb.awaitMsgs(t, 4)
+	want := []got{{"t", "0"}, {"t", "1"}, {"gap t", ""}, {"t", `"after"`}}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("received %v, want %v", msgs, want)
+	}
+}
+
+// blockingRecorder is a recorder whose first delivery waits for release.
+type blockingRecorder struct {
+	*recorder
+	once    sync.Once
+	release chan struct{}
+}
+
+func (r *blockingRecorder) Deliver(topic string, data []byte) {
+	r.recorder.Deliver(topic, data)
+	r.once.Do(func() { <-r.release })
 }

@@ -47,8 +47,8 @@ const defaultPartitions = 16
 //
 // The whole name is a hash tag, so each partition lives in one Cluster
 // slot (and partitions spread over the nodes). Messages go out with
-// SPUBLISH, pipelined up to BatchSize per round trip (a ClusterClient
-// splits each pipeline by node). An instance SSUBSCRIBEs a partition only
+// SPUBLISH, pipelined up to BatchSize per round trip by Writers
+// goroutines (a ClusterClient splits each pipeline by node). An instance SSUBSCRIBEs a partition only
 // while it has a local subscriber for at least one of its topics, on a
 // connection of its own (go-redis serves one slot per sharded PubSub), and
 // drops messages for the partition's other topics before delivery (not
@@ -63,11 +63,11 @@ type Sharded struct {
 	channels []string // by partition
 	cluster  SubscriberCounter
 
-	// mu guards everything below. Lock order: mu, then a subLoop's mu.
+	// mu guards everything below. Lock order: mu, then a Subscription's mu.
 	mu       sync.RWMutex
-	topics   map[string]int // local refs by topic
-	partRefs []int          // topics with refs, by partition
-	loops    []*subLoop     // the live subscription, by partition
+	topics   map[string]int  // local refs by topic
+	partRefs []int           // topics with refs, by partition
+	loops    []*Subscription // the live subscription, by partition
 	started  bool
 	closed   bool
 }
@@ -87,7 +87,7 @@ func NewSharded(opts ShardedOptions) (*Sharded, error) {
 		cluster:  opts.Cluster,
 		topics:   make(map[string]int),
 		partRefs: make([]int, n),
-		loops:    make([]*subLoop, n),
+		loops:    make([]*Subscription, n),
 	}
 	for i := range b.channels {
 		b.channels[i] = PartitionChannel(opts.ChannelPrefix, i)
@@ -126,7 +126,7 @@ func (b *Sharded) Start(ctx context.Context, r Receiver) error {
 		b.started = true
 		for p, n := range b.partRefs {
 			if n > 0 {
-				firsts = append(firsts, b.startLoop(p).first)
+				firsts = append(firsts, b.startLoop(p).First())
 			}
 		}
 	})
@@ -137,9 +137,8 @@ func (b *Sharded) Start(ctx context.Context, r Receiver) error {
 }
 
 // startLoop opens partition p's subscription. Caller holds mu.
-func (b *Sharded) startLoop(p int) *subLoop {
-	b.e.loops.Add(1)
-	l := newSubLoop(b.e, b.channels[p], b.local)
+func (b *Sharded) startLoop(p int) *Subscription {
+	l := b.e.subscribe(b.channels[p], b.local)
 	b.loops[p] = l
 	return l
 }
@@ -152,15 +151,15 @@ func (b *Sharded) local(topic string) bool {
 	return n > 0
 }
 
-// Publish queues data on topic's partition for the other instances. It
-// never blocks; its errors are those of Redis.Publish.
+// Publish hands data on topic's partition to Redis for the other
+// instances, like Redis.Publish (with its waits and errors).
 func (b *Sharded) Publish(topic string, data []byte) error {
 	return b.e.publish(b.channels[b.partition(topic)], topic, data)
 }
 
-// PublishControl queues a control message on key's partition, for the
-// instances that declared interest in key with Subscribe(key). It never
-// blocks; its errors are those of Publish.
+// PublishControl sends a control message on key's partition, for the
+// instances that declared interest in key with Subscribe(key), like
+// Redis.PublishControl.
 func (b *Sharded) PublishControl(key string, data []byte) error {
 	return b.e.publishControl(b.channels[b.partition(key)], key, data)
 }
@@ -173,7 +172,7 @@ func (b *Sharded) PublishControl(key string, data []byte) error {
 func (b *Sharded) Subscribe(topic string) {
 	b.mu.Lock()
 	b.topics[topic]++
-	var l *subLoop
+	var l *Subscription
 	if b.topics[topic] == 1 {
 		p := b.partition(topic)
 		b.partRefs[p]++
@@ -183,13 +182,13 @@ func (b *Sharded) Subscribe(topic string) {
 		}
 	}
 	b.mu.Unlock()
-	if l == nil || l.confirmed.Load() || b.e.degraded() {
+	if l == nil || l.Confirmed() || b.e.degraded() {
 		return
 	}
 	t := time.NewTimer(b.e.pingWait)
 	defer t.Stop()
 	select {
-	case <-l.first:
+	case <-l.First():
 	case <-t.C:
 	}
 }
@@ -212,7 +211,7 @@ func (b *Sharded) Unsubscribe(topic string) {
 	p := b.partition(topic)
 	b.partRefs[p]--
 	if b.partRefs[p] == 0 && b.loops[p] != nil {
-		b.loops[p].stop()
+		b.loops[p].Stop()
 		b.loops[p] = nil
 	}
 }
@@ -265,7 +264,7 @@ func (b *Sharded) Close() error {
 		b.closed = true
 		for p, l := range b.loops {
 			if l != nil {
-				l.stop()
+				l.Stop()
 				b.loops[p] = nil
 			}
 		}

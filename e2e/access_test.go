@@ -79,7 +79,6 @@ handshake: {perTickBudget: 0}
 topics:
   namespaces:
     - {pattern: "user:{user}", subscribe: [owner], publish: []}
-    - {pattern: "user:*", subscribe: [], publish: []}
     - {pattern: "chat:*", subscribe: [authenticated], publish: [claim]}
     - {pattern: "room:*", subscribe: [proxy], publish: [authenticated, proxy]}
     - {pattern: "news:*", subscribe: [any], publish: []}
@@ -154,7 +153,7 @@ func TestTopicGrantsThroughBinary(t *testing.T) {
 	}{
 		// owner: private user topics.
 		{alice, "alice", "subscribe", "user:alice", ok},
-		{bob, "bob", "subscribe", "user:alice", forbidden}, // falls through to user:* (nobody)
+		{bob, "bob", "subscribe", "user:alice", forbidden}, // decided by user:{user}: not his
 		{anon, "anon", "subscribe", "user:alice", forbidden},
 		{alice, "alice", "publish", "user:alice", forbidden}, // publish: [] is nobody
 		// authenticated and claim.
@@ -205,6 +204,43 @@ func TestTopicGrantsThroughBinary(t *testing.T) {
 		if got := mo[`topic_proxy_errors_total{reason="`+reason+`"}`]; got != n {
 			t.Errorf("topic_proxy_errors_total{reason=%q} = %v, want %v", reason, got, n)
 		}
+	}
+}
+
+// The private-topics recipe of docs/access-control.md followed by a broad
+// namespace: a {user} pattern decides every topic of its shape whoever
+// asks, so another user's topic is refused there and never reaches the
+// broad namespace (which, in the old reading, let every signed-in user
+// read everyone's private topic), and a user whose id holds the
+// pattern's separator owns no topic.
+func TestUserTopicsNeverFallThroughThroughBinary(t *testing.T) {
+	leakcheck.Check(t)
+	p := start(t, fmt.Sprintf(`auth: {jwt: {hmacSecret: %q}}
+handshake: {perTickBudget: 0}
+topics:
+  namespaces:
+    - {pattern: "user:{user}", subscribe: [owner], publish: []}
+    - {pattern: "*:*", subscribe: [authenticated], publish: []}
+  default: {subscribe: [any], publish: []}
+`, grantSecret))
+	alice := dialAs(t, p, grantToken(t, "alice", nil))
+	mallory := dialAs(t, p, grantToken(t, "mallory", nil))
+	colon := dialAs(t, p, grantToken(t, "a:b", nil))
+	const ok, forbidden = 0, protocol.CodeForbidden
+	for _, s := range []struct {
+		c     *wstest.Conn
+		who   string
+		topic string
+		want  int
+	}{
+		{alice, "alice", "user:alice", ok},
+		{mallory, "mallory", "user:alice", forbidden},
+		{colon, "a:b", "user:a:b", forbidden}, // holds the separator: owns nothing
+		{mallory, "mallory", "user:a:b", forbidden},
+		{colon, "a:b", "user:a", forbidden},
+		{mallory, "mallory", "chat:lobby", ok}, // the broad namespace still serves its own topics
+	} {
+		expectCode(t, s.c, s.who, "subscribe", s.topic, s.want)
 	}
 }
 

@@ -187,9 +187,24 @@ func (p *proc) status(path string) int {
 // `handshake_rejected_total{reason="max_connections"}`.
 func (p *proc) metrics() map[string]float64 {
 	p.t.Helper()
-	resp, err := httpClient.Get(p.url("/metrics"))
+	out, err := p.scrape()
 	if err != nil {
 		p.t.Fatalf("scrape: %v", err)
+	}
+	return out
+}
+
+// tryMetrics is metrics for a server that may be too busy to answer in
+// time: ok is false when the scrape failed.
+func (p *proc) tryMetrics() (map[string]float64, bool) {
+	out, err := p.scrape()
+	return out, err == nil
+}
+
+func (p *proc) scrape() (map[string]float64, error) {
+	resp, err := httpClient.Get(p.url("/metrics"))
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	out := map[string]float64{}
@@ -207,7 +222,7 @@ func (p *proc) metrics() map[string]float64 {
 		}
 		out[line[:i]] = v
 	}
-	return out
+	return out, sc.Err()
 }
 
 func (p *proc) metric(series string) float64 { return p.metrics()[series] }

@@ -30,6 +30,7 @@ var (
 	errBigToken  = errors.New("token too large")
 	errNoSubject = errors.New("token has no sub")
 	errAlg       = errors.New("signing method not configured")
+	errCrit      = errors.New(`token header lists "crit" extensions, and the server understands none`)
 	// errTopicsClaim wraps a validly signed token whose "topics" claim has
 	// the wrong shape: a backend bug worth a log line, not an attack.
 	errTopicsClaim = errors.New("topics claim")
@@ -134,6 +135,13 @@ func parsePublicKey(data []byte) (any, error) {
 // the token names one (or no static key fits its alg), else the static
 // key of its alg.
 func (v *verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
+	// RFC 7515 section 4.1.11: a recipient must refuse a token whose
+	// "crit" header names an extension it does not understand. The server
+	// understands none, so any "crit" (even a malformed one) refuses it,
+	// before a key is looked up.
+	if _, ok := t.Header["crit"]; ok {
+		return nil, errCrit
+	}
 	alg := t.Method.Alg()
 	if alg == "HS256" {
 		if v.hmac != nil {

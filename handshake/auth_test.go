@@ -256,6 +256,20 @@ func TestVerifyToken(t *testing.T) {
 		}
 	}
 
+	// RFC 7515 4.1.11: a token whose crit header names an extension the
+	// server does not understand is refused, however well it is signed.
+	for name, crit := range map[string]any{"unknown extension": []string{"exp"}, "b64": []string{"b64"}, "malformed": "x", "empty": []string{}} {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": exp.Unix()})
+		tok.Header["crit"] = crit
+		s, err := tok.SignedString(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, err := g.VerifyToken(context.Background(), s); err == nil {
+			t.Errorf("crit %s: accepted as %+v", name, id)
+		}
+	}
+
 	anon, _ := newGate(t, DefaultConfig())
 	if _, err := anon.VerifyToken(context.Background(), "x"); !errors.Is(err, ErrNoAuth) {
 		t.Errorf("gate without auth: %v, want ErrNoAuth", err)

@@ -148,7 +148,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[7])
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
 local pos = epoch .. ' ' .. off
 if KEYS[3] then redis.call('SET', KEYS[3], pos, 'PX', ARGV[9]) end
-local payload = '\3' .. pos .. ' ' .. env
+local payload = '\4' .. pos .. ' ' .. env
 if ARGV[11] == '1' then
   redis.call('SPUBLISH', ARGV[1], payload)
 else

@@ -31,6 +31,7 @@ func newPositions() *positions {
 func (p *positions) Deliver(string, []byte)        {}
 func (p *positions) DeliverControl(string, []byte) {}
 func (p *positions) BusState(bool)                 {}
+func (p *positions) Gap(string)                    {}
 func (p *positions) DeliverAt(topic string, data []byte, epoch string, offset uint64) {
 	p.mu.Lock()
 	p.got[topic] = append(p.got[topic], offset)

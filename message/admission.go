@@ -101,7 +101,7 @@ type Cost struct {
 // with no part admits everything (and still counts it).
 type Rule struct {
 	// Reasons rejects while the pressure snapshot's reason is listed.
-	Reasons []pressure.Reason `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS"`
+	Reasons []pressure.Reason `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS, BUS (the bus refused a publish in the last sample interval)"`
 	// Predicate rejects (PREDICATE) when it returns false. One that errors
 	// or panics is decided by Options.FailPolicy and counted in
 	// admission_rule_errors_total. It runs on the dispatch path: keep it

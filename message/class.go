@@ -27,12 +27,14 @@ const (
 	codeConcurrency
 	codeRate
 	codeCost
+	codeBus
 	numCodes
 )
 
 var codeText = [numCodes]string{
 	ReasonMemory, ReasonPublishRate, ReasonSubscribers,
 	ReasonClusterTopPublisher, ReasonPredicate, ReasonConcurrency, ReasonRate, ReasonCost,
+	ReasonBus,
 }
 
 // Class is one registered class; resolve it once and check it per call.
@@ -323,6 +325,8 @@ func pressureCode(r pressure.Reason) (reasonCode, bool) {
 		return codePublishRate, true
 	case ReasonSubscribers:
 		return codeSubscribers, true
+	case ReasonBus:
+		return codeBus, true
 	}
 	return 0, false
 }

@@ -6,12 +6,14 @@ import (
 )
 
 // Reason words of a denied Decision (docs/protocol.md, the reason field of
-// -32001; RATE and COST are answered as -32002 instead). The first three
-// are the pressure reasons' own text.
+// -32001; RATE and COST are answered as -32002 instead). The first four
+// are the pressure reasons' own text; BUS is also how a publish the
+// cross-instance bus refused is answered.
 const (
 	ReasonMemory              = "MEMORY"
 	ReasonPublishRate         = "PUBLISH_RATE"
 	ReasonSubscribers         = "SUBSCRIBERS"
+	ReasonBus                 = "BUS"
 	ReasonClusterTopPublisher = "CLUSTER_TOP_PUBLISHER"
 	ReasonPredicate           = "PREDICATE"
 	ReasonConcurrency         = "CONCURRENCY"
@@ -36,7 +38,7 @@ type Decision struct {
 	Limit      int64 // binding limit (math.MaxInt64 when no part limits)
 	Remaining  int64
 	RetryAfter time.Duration // > 0 when denied
-	Reason     string        // binding part when denied: MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, CONCURRENCY, RATE, COST
+	Reason     string        // binding part when denied: MEMORY, BUS, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, CONCURRENCY, RATE, COST
 }
 
 // AllowFull is the identity of Combine: allowed, no limit, nothing to wait
@@ -48,7 +50,7 @@ var AllowFull = Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.Ma
 // maximum (never under-state the wait). Reason is the binding part's: a
 // denial binds over an allowance; between two denials the one with the
 // larger RetryAfter binds, and equal waits are broken by a fixed priority
-// (MEMORY, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE,
+// (MEMORY, BUS, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE,
 // CONCURRENCY, RATE, COST, then any other word in byte order), so that Combine is
 // commutative and the binding reason does not depend on evaluation order.
 //
@@ -94,6 +96,8 @@ func reasonRank(r string) int {
 	case "":
 		return 0
 	case ReasonMemory:
+		return 10
+	case ReasonBus:
 		return 9
 	case ReasonPublishRate:
 		return 8

@@ -18,7 +18,7 @@ func ParseFailPolicy(s string) (FailPolicy, error) {
 	return FailOpen, fmt.Errorf("message: fail policy must be open or closed (got %q)", s)
 }
 
-// ParseReasons parses config words (MEMORY, PUBLISH_RATE, SUBSCRIBERS) into
+// ParseReasons parses config words (MEMORY, PUBLISH_RATE, SUBSCRIBERS, BUS) into
 // a Rule's Reasons, in order, dropping repeats. An unknown word is an error
 // naming it.
 func ParseReasons(words []string) ([]pressure.Reason, error) {
@@ -26,7 +26,7 @@ func ParseReasons(words []string) ([]pressure.Reason, error) {
 	for i, w := range words {
 		r, ok := pressure.ParseReason(w)
 		if !ok {
-			return nil, fmt.Errorf("message: reasons[%d]: unknown pressure reason %q (want MEMORY, PUBLISH_RATE or SUBSCRIBERS)", i, w)
+			return nil, fmt.Errorf("message: reasons[%d]: unknown pressure reason %q (want MEMORY, PUBLISH_RATE, SUBSCRIBERS or BUS)", i, w)
 		}
 		if !slices.Contains(out, r) {
 			out = append(out, r)

@@ -91,6 +91,9 @@ type Metrics struct {
 	HistoryResyncs     prometheus.Counter     // resync events sent
 	HistoryStoreErrors *prometheus.CounterVec // op: failed store operations
 	HistoryEvictions   prometheus.Counter     // memory store topics evicted by its byte cap
+
+	PresenceEntries   prometheus.Gauge   // this instance's entries in presence topics (docs/presence.md)
+	PresenceDiffsSent prometheus.Counter // presence notifications queued to clients
 }
 
 // History label values: the result label of history_recoveries_total and
@@ -161,6 +164,9 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 		TopicProxyErrors: f.counterVec("topic_proxy_errors_total", "Questions to the topic grant proxy that failed and were decided by topics.proxy.fail, by reason.", "reason"),
 
 		APIRequests: f.counterVec("api_requests_total", "Server API calls, by method (unknown methods as \"unknown\") and HTTP status code.", "method", "code"),
+
+		PresenceEntries:   f.gauge("presence_entries", "This instance's connections present in presence topics (one per connection and topic)."),
+		PresenceDiffsSent: f.counter("presence_diffs_sent_total", "Presence join/leave notifications queued to clients."),
 	}
 	m.HistoryRecoveries = f.counterVec("history_recoveries_total", "Subscribes with recover on history topics, by result.", "result")
 	m.HistoryReplayed = f.counter("history_replayed_messages_total", "Messages replayed from history to recovering subscribers.")

@@ -9,14 +9,14 @@ import (
 )
 
 // MarshalText is the reason's config word (MEMORY, PUBLISH_RATE,
-// SUBSCRIBERS; NONE for None).
+// SUBSCRIBERS, BUS; NONE for None).
 func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
-// UnmarshalText reads MEMORY, PUBLISH_RATE or SUBSCRIBERS.
+// UnmarshalText reads MEMORY, PUBLISH_RATE, SUBSCRIBERS or BUS.
 func (r *Reason) UnmarshalText(b []byte) error {
 	v, ok := ParseReason(string(b))
 	if !ok {
-		return fmt.Errorf("unknown pressure reason (want MEMORY, PUBLISH_RATE or SUBSCRIBERS)")
+		return fmt.Errorf("unknown pressure reason (want MEMORY, PUBLISH_RATE, SUBSCRIBERS or BUS)")
 	}
 	*r = v
 	return nil

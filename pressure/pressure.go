@@ -15,8 +15,8 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 )
 
-// Reason is the active pressure reason. Priority: MEMORY > PUBLISH_RATE >
-// SUBSCRIBERS > NONE.
+// Reason is the active pressure reason. Priority: MEMORY > BUS >
+// PUBLISH_RATE > SUBSCRIBERS > NONE.
 type Reason uint8
 
 const (
@@ -24,10 +24,13 @@ const (
 	Memory
 	PublishRate
 	Subscribers
+	// Bus: the cross-instance bus refused a publish during the last
+	// sample interval (its send queue stayed full, or Redis is down).
+	Bus
 )
 
 // numReasons is the number of Reason values, NONE included.
-const numReasons = 4
+const numReasons = 5
 
 func (r Reason) String() string {
 	switch r {
@@ -37,11 +40,13 @@ func (r Reason) String() string {
 		return "PUBLISH_RATE"
 	case Subscribers:
 		return "SUBSCRIBERS"
+	case Bus:
+		return "BUS"
 	}
 	return "NONE"
 }
 
-// ParseReason parses MEMORY, PUBLISH_RATE or SUBSCRIBERS.
+// ParseReason parses MEMORY, PUBLISH_RATE, SUBSCRIBERS or BUS.
 func ParseReason(s string) (Reason, bool) {
 	switch s {
 	case "MEMORY":
@@ -50,6 +55,8 @@ func ParseReason(s string) (Reason, bool) {
 		return PublishRate, true
 	case "SUBSCRIBERS":
 		return Subscribers, true
+	case "BUS":
+		return Bus, true
 	}
 	return None, false
 }
@@ -77,6 +84,7 @@ type Snapshot struct {
 	MemoryLimit     uint64  // GOMEMLIMIT, else Config.MemoryLimitBytes, else cgroup memory.max; 0 = none
 	RSS             uint64  // resident set size (Linux /proc/self/statm; 0 elsewhere)
 	PublishRate     float64 // messages published per second (local + from the bus)
+	BusSheds        int64   // publishes the bus refused in the interval (BUS when > 0)
 	Connections     int64
 	Subscriptions   int64
 	SubscriberRatio float64       // subscriptions / connections (0 with no connections)
@@ -120,6 +128,7 @@ type Counts func() (connections, subscriptions int64)
 type Monitor struct {
 	snap      atomic.Pointer[Snapshot]
 	published atomic.Int64
+	busSheds  atomic.Int64
 	topics    *table
 	users     *table
 
@@ -206,6 +215,12 @@ func (m *Monitor) RecordAttempt(topic, user string, bytes int) {
 	if user != "" {
 		m.users.record(user, b)
 	}
+}
+
+// RecordBusShed counts a publish the cross-instance bus refused, for BUS:
+// one atomic add.
+func (m *Monitor) RecordBusShed() {
+	m.busSheds.Add(1)
 }
 
 // RecordPublished counts n messages actually published (locally, or
@@ -299,6 +314,7 @@ func (m *Monitor) Sample() {
 		MemoryLimit:     rt.MemoryLimit,
 		RSS:             rt.RSS,
 		PublishRate:     float64(m.published.Swap(0)) / elapsed,
+		BusSheds:        m.busSheds.Swap(0),
 		Connections:     conns,
 		Subscriptions:   subs,
 		SchedLatencyP99: rt.SchedP99,
@@ -333,6 +349,12 @@ func (m *Monitor) reason(s *Snapshot) Reason {
 		if m.active[r] {
 			reason = r
 		}
+	}
+	// BUS has no threshold and no hysteresis: the bus refusing publishes
+	// is itself the signal. It ranks below MEMORY only.
+	m.active[Bus] = s.BusSheds > 0
+	if m.active[Bus] && reason != Memory {
+		reason = Bus
 	}
 	return reason
 }

@@ -39,51 +39,67 @@ type Frame struct {
 
 // MaxBatch bounds the number of requests in one batch frame. The frame size
 // is already bounded by the read limit; this bounds the work one frame asks
-// for. Elements past it are answered -32600.
+// for, and the answer: a larger batch is refused as a whole with one
+// -32600, and none of its requests runs.
 const MaxBatch = 100
 
-// Decode parses one frame. The raw members of the requests (ID, Params)
-// may alias frame: copy what outlives it. It returns a non-nil *Error only when the frame
-// as a whole must be answered with a single error (parse error, an empty
-// batch); otherwise per-element problems are in Request.Err.
-func Decode(frame []byte) (Frame, *Error) {
+// DefaultMaxDepth is how deeply a frame's JSON may nest when no other
+// limit is given (limits.maxJSONDepth): well within what common JSON
+// parsers of RPC backends take (Python's stops near 1,000).
+const DefaultMaxDepth = 64
+
+// Decode parses one frame with DefaultMaxDepth; see DecodeDepth.
+func Decode(frame []byte) (Frame, *Error) { return DecodeDepth(frame, DefaultMaxDepth) }
+
+// DecodeDepth parses one frame whose JSON may nest at most maxDepth levels
+// (0 or less: DefaultMaxDepth). The raw members of the requests (ID,
+// Params) may alias frame: copy what outlives it. It returns a non-nil
+// *Error only when the frame as a whole must be answered with a single
+// error (parse error, nesting too deep, an empty batch, a batch of more
+// than MaxBatch requests); otherwise per-element problems are in
+// Request.Err.
+func DecodeDepth(frame []byte, maxDepth int) (Frame, *Error) {
 	data := bytes.TrimLeft(frame, " \t\r\n")
-	if len(data) == 0 {
+	if len(data) == 0 || !json.Valid(data) {
 		return Frame{}, NewError(CodeParseError, "", nil)
+	}
+	if maxDepth <= 0 {
+		maxDepth = DefaultMaxDepth
+	}
+	if DeeperThan(data, maxDepth) {
+		return Frame{}, tooDeep(maxDepth)
 	}
 	switch data[0] {
 	case '{':
-		if !json.Valid(data) {
-			return Frame{}, NewError(CodeParseError, "", nil)
-		}
 		return Frame{Requests: []Request{decodeRequest(data)}}, nil
 	case '[':
 	default:
-		if !json.Valid(data) {
-			return Frame{}, NewError(CodeParseError, "", nil)
-		}
 		return Frame{Requests: []Request{invalid(nil, "request must be an object")}}, nil
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(data, &elems); err != nil {
-		return Frame{}, NewError(CodeParseError, "", nil)
-	}
-	if len(elems) == 0 {
+	n := 0
+	walkArray(data, func([]byte) bool { n++; return n <= MaxBatch })
+	switch {
+	case n == 0:
 		return Frame{}, NewError(CodeInvalidRequest, "empty batch", nil)
+	case n > MaxBatch:
+		return Frame{}, batchTooLarge
 	}
-	reqs := make([]Request, len(elems))
-	for i, e := range elems {
-		if i >= MaxBatch {
-			reqs[i] = Request{ID: json.RawMessage("null"), Err: NewError(CodeInvalidRequest, "batch too large", nil)}
-			continue
-		}
+	reqs := make([]Request, 0, n)
+	walkArray(data, func(e []byte) bool {
 		if e[0] != '{' {
-			reqs[i] = invalid(nil, "request must be an object")
-			continue
+			reqs = append(reqs, invalid(nil, "request must be an object"))
+		} else {
+			reqs = append(reqs, decodeRequest(e))
 		}
-		reqs[i] = decodeRequest(e)
-	}
+		return true
+	})
 	return Frame{Requests: reqs, Batch: true}, nil
+}
+
+var batchTooLarge = NewError(CodeInvalidRequest, "batch too large: at most "+strconv.Itoa(MaxBatch)+" requests", nil)
+
+func tooDeep(maxDepth int) *Error {
+	return NewError(CodeInvalidRequest, "JSON nested deeper than "+strconv.Itoa(maxDepth)+" levels", nil)
 }
 
 // decodeRequest decodes one request object (valid JSON, starting with

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 func TestDecode(t *testing.T) {
@@ -89,14 +91,95 @@ func TestDecode(t *testing.T) {
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
 
 func TestDecodeBatchBound(t *testing.T) {
-	frame := "[" + strings.Repeat(`{"jsonrpc":"2.0","method":"m"},`, MaxBatch) + `{"jsonrpc":"2.0","id":9,"method":"m"}]`
-	f, ferr := Decode([]byte(frame))
-	if ferr != nil || len(f.Requests) != MaxBatch+1 {
-		t.Fatalf("decode: %v, %d requests", ferr, len(f.Requests))
+	elem := `{"jsonrpc":"2.0","method":"m"}`
+	full := "[" + strings.Repeat(elem+",", MaxBatch-1) + elem + "]"
+	if f, ferr := Decode([]byte(full)); ferr != nil || len(f.Requests) != MaxBatch {
+		t.Fatalf("a batch of MaxBatch: %v, %d requests", ferr, len(f.Requests))
 	}
-	if last := f.Requests[MaxBatch]; last.Err == nil || last.Err.Code != CodeInvalidRequest {
-		t.Fatalf("element past MaxBatch: %+v", last)
+	// One more, or 32,000 more: refused as a whole with one error, so the
+	// answer stays one small object however many elements were sent.
+	for _, n := range []int{MaxBatch + 1, 32000} {
+		frame := "[" + strings.Repeat(elem+",", n-1) + elem + "]"
+		f, ferr := Decode([]byte(frame))
+		if ferr == nil || ferr.Code != CodeInvalidRequest || f.Requests != nil {
+			t.Fatalf("a batch of %d: %v, %d requests", n, ferr, len(f.Requests))
+		}
 	}
+}
+
+func TestDecodeDepthBound(t *testing.T) {
+	nested := func(n int) string {
+		return `{"jsonrpc":"2.0","id":1,"method":"m","params":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + "}"
+	}
+	// The request object is one level; its params add the rest.
+	if _, ferr := Decode([]byte(nested(DefaultMaxDepth))); ferr != nil {
+		t.Fatalf("depth %d refused: %v", DefaultMaxDepth, ferr)
+	}
+	if _, ferr := Decode([]byte(nested(DefaultMaxDepth + 1))); ferr == nil || ferr.Code != CodeInvalidRequest {
+		t.Fatalf("depth %d: %v, want -32600", DefaultMaxDepth+1, ferr)
+	}
+	if _, ferr := DecodeDepth([]byte(nested(5)), 4); ferr == nil {
+		t.Fatal("depth 5 under a limit of 4 accepted")
+	}
+	// Brackets inside strings are not nesting.
+	str := `{"jsonrpc":"2.0","method":"m","params":["` + strings.Repeat("[{", 100) + `"]}`
+	if _, ferr := Decode([]byte(str)); ferr != nil {
+		t.Fatalf("brackets in a string counted: %v", ferr)
+	}
+}
+
+// DeeperThan agrees with a decoder that counts levels the obvious way.
+func TestDeeperThanMatchesTokenizer(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var value func(level int) string
+		value = func(level int) string {
+			kind := rapid.IntRange(0, 3).Draw(t, "kind")
+			if level > 8 {
+				kind = 0
+			}
+			switch kind {
+			case 0:
+				return rapid.SampledFrom([]string{"1", `"[{"`, `"a\"]}"`, "null"}).Draw(t, "scalar")
+			case 1:
+				n := rapid.IntRange(0, 3).Draw(t, "n")
+				parts := make([]string, n)
+				for i := range parts {
+					parts[i] = value(level + 1)
+				}
+				return "[" + strings.Join(parts, ",") + "]"
+			default:
+				n := rapid.IntRange(0, 3).Draw(t, "n")
+				parts := make([]string, n)
+				for i := range parts {
+					parts[i] = fmt.Sprintf(`"k%d":%s`, i, value(level+1))
+				}
+				return "{" + strings.Join(parts, ",") + "}"
+			}
+		}
+		s := value(0)
+		if !json.Valid([]byte(s)) {
+			t.Fatalf("generated %s is not JSON", s)
+		}
+		limit := rapid.IntRange(0, 6).Draw(t, "limit")
+		dec := json.NewDecoder(strings.NewReader(s))
+		depth, deepest := 0, 0
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				break
+			}
+			switch tok {
+			case json.Delim('['), json.Delim('{'):
+				depth++
+				deepest = max(deepest, depth)
+			case json.Delim(']'), json.Delim('}'):
+				depth--
+			}
+		}
+		if got := DeeperThan([]byte(s), limit); got != (deepest > limit) {
+			t.Fatalf("DeeperThan(%s, %d) = %v, deepest %d", s, limit, got, deepest)
+		}
+	})
 }
 
 func TestTopicGrammar(t *testing.T) {

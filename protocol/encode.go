@@ -56,6 +56,10 @@ func AppendMessage(b []byte, topic string, data json.RawMessage) []byte {
 	return append(b, "}}"...)
 }
 
+// MethodPresence names the presence diff notification, which carries a
+// topic's coalesced joins and leaves (docs/presence.md).
+const MethodPresence = "presence"
+
 // SystemEvent names of the "system" notification.
 const (
 	EventDegraded  = "degraded"
@@ -67,6 +71,9 @@ const (
 	// EventUnsubscribed: the server API took the connection off a topic;
 	// its params carry the topic.
 	EventUnsubscribed = "unsubscribed"
+	// EventGap: messages published on another instance to the topic in
+	// its params were lost on the way to this one (it fell behind).
+	EventGap = "gap"
 )
 
 // AppendTokenExpiring appends the system tokenExpiring notification.
@@ -80,6 +87,13 @@ func AppendTokenExpiring(b []byte, expiresInMs int64) []byte {
 // {"event":"unsubscribed","topic":T}.
 func AppendUnsubscribed(b []byte, topic string) []byte {
 	b = append(b, `{"jsonrpc":"2.0","method":"system","params":{"event":"unsubscribed","topic":`...)
+	b = appendString(b, topic)
+	return append(b, "}}"...)
+}
+
+// AppendGap appends the system notification {"event":"gap","topic":T}.
+func AppendGap(b []byte, topic string) []byte {
+	b = append(b, `{"jsonrpc":"2.0","method":"system","params":{"event":"gap","topic":`...)
 	b = appendString(b, topic)
 	return append(b, "}}"...)
 }

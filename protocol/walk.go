@@ -164,3 +164,58 @@ func skipString(d []byte, i int) int {
 	}
 	return i
 }
+
+// Members reads the members named in names out of the JSON object in data
+// (valid JSON) into vals, index for index, by the client protocol's rule:
+// keys exact (case-sensitive, after escapes are resolved), other members
+// ignored, a repeated one returned as dup (reading stops there). ok is
+// false when data is not an object. The server API reads its bodies with
+// it, so every JSON the server reads has one meaning.
+func Members(data []byte, names []string, vals [][]byte) (dup string, ok bool) {
+	dup, _, ok = members(data, names, vals)
+	return dup, ok
+}
+
+// walkArray calls f with each element of the JSON array in data, which
+// must be valid JSON, until f says stop. It allocates nothing.
+func walkArray(data []byte, f func(elem []byte) bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '[' {
+		return
+	}
+	i = skipSpace(data, i+1)
+	for i < len(data) && data[i] != ']' {
+		end := skipValue(data, i)
+		if end <= i || !f(data[i:end]) {
+			return
+		}
+		i = skipSpace(data, end)
+		if i < len(data) && data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+	}
+}
+
+// DeeperThan reports whether the JSON value in data (valid JSON) nests
+// arrays and objects more than max levels deep. Frames with fewer
+// brackets than that are answered without a walk.
+func DeeperThan(data []byte, max int) bool {
+	if bytes.Count(data, []byte{'{'})+bytes.Count(data, []byte{'['}) <= max {
+		return false
+	}
+	depth := 0
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			i = skipString(data, i) - 1
+		case '{', '[':
+			depth++
+			if depth > max {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,14 +13,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Receive-loop retry pacing while Redis is unreachable.
 const (
-	retryMin = 100 * time.Millisecond
+	// retryMax caps the subscription's wait between retries while Redis
+	// is unreachable.
 	retryMax = 2 * time.Second
 	logEvery = 10 * time.Second // at most one log line per kind of trouble
 )
@@ -37,7 +38,10 @@ type Aggregator struct {
 	log     *slog.Logger
 	maxList int // bound on each list of a received envelope
 
-	view atomic.Pointer[view]
+	// The merged view's top-N and sibling count; the per-topic and
+	// per-user sums are read from mg, which publishes them itself.
+	top      atomic.Pointer[[]Entry]
+	siblings atomic.Int64
 
 	// mu guards the merge state. Lock order: life, then mu.
 	mu     sync.Mutex
@@ -54,7 +58,7 @@ type Aggregator struct {
 	// life serialises Activate and Deactivate.
 	life   sync.Mutex
 	cancel context.CancelFunc
-	ps     *redis.PubSub
+	sub    *bus.Subscription
 	wg     sync.WaitGroup
 
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
@@ -101,7 +105,7 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		latest:  local.Snapshot(),
 		win:     newWindow(max(8*opts.TopN, 256), now),
 	}
-	a.view.Store(emptyView)
+	a.top.Store(&[]Entry{})
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
@@ -122,13 +126,24 @@ func (a *Aggregator) InstanceID() string { return a.id }
 func (a *Aggregator) Activate(ctx context.Context) error {
 	a.life.Lock()
 	defer a.life.Unlock()
-	if a.ps != nil {
+	if a.sub != nil {
 		return nil
 	}
-	ps := a.client.Subscribe(ctx, a.opts.Channel)
-	if err := awaitSubscribed(ctx, ps); err != nil {
-		_ = ps.Close()
-		return fmt.Errorf("publishrate: subscribe %q: %w", a.opts.Channel, err)
+	sub := bus.Subscribe(bus.SubscriptionConfig{
+		Client:  a.client,
+		Channel: a.opts.Channel,
+		Handle:  func(p string) { a.receive([]byte(p)) },
+		// We hear our own broadcast every PublishInterval, so a channel
+		// silent this long means a dead connection: ping it.
+		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
+		MaxBackoff: retryMax,
+		Logger:     a.log,
+	})
+	select {
+	case <-sub.Ready():
+	case <-ctx.Done():
+		sub.Close()
+		return fmt.Errorf("publishrate: subscribe %q: %w", a.opts.Channel, ctx.Err())
 	}
 	subs := a.subjects()
 	now := a.opts.Now()
@@ -140,35 +155,10 @@ func (a *Aggregator) Activate(ctx context.Context) error {
 	a.mu.Unlock()
 
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel, a.ps = cancel, ps
-	a.wg.Add(2)
-	go a.receiveLoop(lctx, ps)
+	a.cancel, a.sub = cancel, sub
+	a.wg.Add(1)
 	go a.tickLoop(lctx)
 	return nil
-}
-
-// awaitSubscribed waits for Redis to confirm the subscription.
-func awaitSubscribed(ctx context.Context, ps *redis.PubSub) error {
-	backoff := retryMin
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, time.Second)
-		if err == nil {
-			if _, ok := msg.(*redis.Subscription); ok {
-				return nil
-			}
-			continue
-		}
-		if ctx.Err() != nil {
-			return errors.Join(ctx.Err(), err)
-		}
-		if isTimeout(err) {
-			continue
-		}
-		if !sleepCtx(ctx, backoff) {
-			return errors.Join(ctx.Err(), err)
-		}
-		backoff = min(2*backoff, retryMax)
-	}
 }
 
 // Deactivate stops the broadcast timer and the subscriber, waits for both
@@ -177,20 +167,18 @@ func awaitSubscribed(ctx context.Context, ps *redis.PubSub) error {
 func (a *Aggregator) Deactivate() {
 	a.life.Lock()
 	defer a.life.Unlock()
-	if a.ps == nil {
+	if a.sub == nil {
 		return
 	}
 	a.cancel()
-	_ = a.ps.Close() // unblocks the receive loop's read
+	a.sub.Close()
 	a.wg.Wait()
-	a.cancel, a.ps = nil, nil
+	a.cancel, a.sub = nil, nil
 
 	now := a.opts.Now()
 	a.mu.Lock()
 	a.active = false
-	for id := range a.mg.remotes {
-		a.mg.drop(id)
-	}
+	a.mg.dropAll()
 	a.mg.setLocalSubs(nil)
 	a.win.reset(now)
 	a.mergeLocked(now)
@@ -200,22 +188,22 @@ func (a *Aggregator) Deactivate() {
 // TopPublishers returns the merged cluster-wide top-N topics, by messages
 // per second descending (ties: bytes per second descending, then topic).
 // The slice is the caller's.
-func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(a.view.Load().top) }
+func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(*a.top.Load()) }
 
 // RateOf is the cluster-wide messages per second of topic: the sum over
 // this instance's latest sample and every fresh sibling slice that carries
 // it, whether or not it made the merged top-N; 0 when none does. A map
 // read, no allocation: safe on the admission path.
-func (a *Aggregator) RateOf(topic string) float64 { return a.view.Load().rateOf(topic) }
+func (a *Aggregator) RateOf(topic string) float64 { return a.mg.rateOf(topic) }
 
 // RateOfUser is RateOf for a user's publish attempts.
-func (a *Aggregator) RateOfUser(user string) float64 { return a.view.Load().rateOfUser(user) }
+func (a *Aggregator) RateOfUser(user string) float64 { return a.mg.rateOfUser(user) }
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
 // count (LocalSubscribers live when set, else the list Subjects returned on
 // the last tick) plus the "subs" of every fresh sibling.
 func (a *Aggregator) SubscribersOf(topic string) int {
-	n := a.view.Load().subscribersOf(topic)
+	n := a.mg.subscribersOf(topic)
 	if f := a.opts.LocalSubscribers; f != nil {
 		n += f(topic)
 	}
@@ -232,7 +220,7 @@ func (a *Aggregator) Stats() Stats {
 		ParseErrors:      a.parseErrors.Load(),
 		Outdated:         a.outdated.Load(),
 		InstancesIgnored: a.instIgnored.Load(),
-		Instances:        a.view.Load().siblings,
+		Instances:        int(a.siblings.Load()),
 	}
 }
 
@@ -249,30 +237,32 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 		a.win.add(s, now)
 	}
 	a.mergeLocked(now)
+	a.forgetSeen(now)
 	a.mu.Unlock()
 }
 
-// mergeLocked forgets stale siblings, rebuilds the view and publishes it
-// and the cluster metrics. a.mu is held.
+// mergeLocked forgets stale siblings and publishes the merged top-N, the
+// sibling count and the cluster metrics; the merger has already published
+// the sums. It costs what left plus O(TopN log topics), whatever the
+// number of siblings held. a.mu is held.
 func (a *Aggregator) mergeLocked(now time.Time) {
-	for id, r := range a.mg.remotes {
-		if now.Sub(r.arrived) >= a.opts.StaleAfter {
-			a.mg.drop(id)
-		}
+	a.mg.expire(now, a.opts.StaleAfter)
+	siblings := len(a.mg.remotes)
+	a.siblings.Store(int64(siblings))
+	a.m.ClusterInstances.Set(float64(siblings))
+	top := a.mg.top(a.opts.TopN)
+	if slices.Equal(top, *a.top.Load()) {
+		return
 	}
-	a.forgetSeen(now)
-	v := a.mg.build(a.opts.TopN)
-	a.view.Store(v)
-
-	rates := make(map[string]float64, len(v.top))
-	bytes := make(map[string]float64, len(v.top))
-	for _, e := range v.top {
+	a.top.Store(&top)
+	rates := make(map[string]float64, len(top))
+	bytes := make(map[string]float64, len(top))
+	for _, e := range top {
 		rates[e.Topic] = e.MessagesPerSec
 		bytes[e.Topic] = e.BytesPerSec
 	}
 	a.m.ClusterTopicRate.Set(rates)
 	a.m.ClusterTopicBytes.Set(bytes)
-	a.m.ClusterInstances.Set(float64(v.siblings))
 }
 
 // receive handles one payload from the channel.
@@ -311,7 +301,7 @@ func (a *Aggregator) receive(payload []byte) {
 		}
 	}
 	a.seen[e.InstanceID] = e.TS
-	a.mg.put(e.InstanceID, &remote{ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
+	a.mg.put(&remote{id: e.InstanceID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)
@@ -325,6 +315,11 @@ func (a *Aggregator) receive(payload []byte) {
 // topics shed for as long as the replays go on. a.mu is held.
 func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 	window := a.opts.StaleAfter + a.opts.MaxClockSkew
+	if len(a.opts.HMACSecret) > 0 {
+		// The fleet's replay rule for signed envelopes binds too; with
+		// the default staleAfter and maxClockSkew it is the wider one.
+		window = min(window, envsign.Window)
+	}
 	if age := now.Sub(time.UnixMilli(e.TS)); age > window || age < -window {
 		if a.logClock.allow(now) {
 			a.log.Warn("dropped cluster rate envelope: its ts is too far from this instance's clock (a replay, or clocks apart by more than publishRate.maxClockSkew)",
@@ -337,45 +332,14 @@ func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 }
 
 // forgetSeen drops the high-water marks that the clock window alone now
-// enforces: any envelope at or below them is too old to pass. a.mu is held.
+// enforces: any envelope at or below them is too old to pass. It scans
+// every mark, so it runs on samples and ticks, not per envelope. a.mu is
+// held.
 func (a *Aggregator) forgetSeen(now time.Time) {
 	oldest := now.Add(-(a.opts.StaleAfter + a.opts.MaxClockSkew)).UnixMilli()
 	for id, ts := range a.seen {
 		if ts < oldest {
 			delete(a.seen, id)
-		}
-	}
-}
-
-func (a *Aggregator) receiveLoop(ctx context.Context, ps *redis.PubSub) {
-	defer a.wg.Done()
-	// We hear our own broadcast every PublishInterval, so a read that stays
-	// idle this long means a dead connection: ping it (a failed ping makes
-	// go-redis reconnect and resubscribe).
-	idle := a.opts.StaleAfter + a.opts.PublishInterval
-	backoff := retryMin
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, idle)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if isTimeout(err) {
-				_ = ps.Ping(ctx)
-				continue
-			}
-			if a.logRecv.allow(a.opts.Now()) {
-				a.log.Warn("cluster rate subscriber: retrying", "err", err, "after", backoff)
-			}
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, retryMax)
-			continue
-		}
-		backoff = retryMin
-		if m, ok := msg.(*redis.Message); ok {
-			a.receive([]byte(m.Payload))
 		}
 	}
 }
@@ -441,7 +405,9 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 	topics, users := a.win.averages(a.latest)
 	a.win.reset(now)
 	a.setLocalSubsLocked(subs)
+	a.mg.resum()
 	a.mergeLocked(now)
+	a.forgetSeen(now)
 	a.mu.Unlock()
 	return a.encode(a.newEnvelope(now, topics, users, subs))
 }
@@ -549,23 +515,6 @@ func (a *Aggregator) encode(e *envelope) ([]byte, error) {
 		if e.Subs != nil {
 			e.Subs = e.Subs[:len(e.Subs)*3/4]
 		}
-	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// sleepCtx waits d or until ctx ends; false when ctx ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

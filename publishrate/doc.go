@@ -20,13 +20,20 @@
 //
 // The merged view sums, per topic and per user, this instance's latest
 // pressure sample and every fresh sibling's lists, and counts contributing
-// instances per topic. It is rebuilt when an envelope is accepted, on every
-// local sample and on every broadcast tick (which also forgets stale
-// siblings, so a silent sibling leaves the view within StaleAfter plus one
-// PublishInterval) -- never on a reader's path. The view is immutable
-// behind an atomic pointer: RateOf, RateOfUser and SubscribersOf are one
-// atomic load and one map read, with no allocation, and implement
-// message.RateSource and the sharded bus's SubscribersOf.
+// instances per topic. It is kept incrementally (see merge.go): an
+// accepted envelope subtracts its sender's previous lists from running
+// sums and adds its own, a local sample does the same for this instance's
+// part, and a sibling that goes stale leaves the same way, so each costs
+// the size of its lists whatever the number of siblings held. Stale
+// siblings are forgotten oldest first on every merge, so a silent sibling
+// leaves the view within StaleAfter plus one PublishInterval at the
+// latest. Every broadcast tick also re-sums everything held, so rounding
+// from subtracting floats never outlives an interval. Nothing is rebuilt
+// on a reader's path: RateOf, RateOfUser and SubscribersOf are one hash,
+// a short probe of a table the merge only ever extends, and one atomic
+// load, with no lock and no allocation, and implement message.RateSource
+// and the sharded bus's SubscribersOf. A reader racing a merge sees each
+// topic's sum either before or after the envelope, never half of it.
 //
 // RateOf answers for every topic present in this instance's sample or in
 // any fresh sibling slice, not only the merged top-N: a topic that is hot
@@ -40,8 +47,10 @@
 // # Signature (Options.HMACSecret)
 //
 // The sender marshals the envelope without sig, giving the bytes B, which
-// are a JSON object `{...}`. sig is the lowercase hex of
-// HMAC-SHA256(secret, B). The bytes sent are B with its final `}` replaced
+// are a JSON object `{...}`. sig is the lowercase hex of the fleet
+// signer's MAC (internal/envsign) of B under the rate-slice domain:
+// HMAC-SHA256(secret, "rtserver rate slice v1" + 0x00 + B), so no other
+// kind of signed envelope of the fleet passes for a slice. The bytes sent are B with its final `}` replaced
 // by `,"sig":"<64 hex digits>"}`: sig is always the last member, and
 // nothing (no whitespace) follows its closing `"}`.
 //
@@ -54,9 +63,16 @@
 // cluster_publish_rate_parse_errors_total. Without a secret, receivers
 // parse the payload as is and ignore any sig.
 //
-// The signature authenticates but does not stop a replay: a recorded
-// envelope of a sibling that has since gone stale is accepted again once
-// (it is then newer than nothing). Rotate the secret with the instances.
+// Replays. An envelope is refused when its ts is further than
+// StaleAfter+MaxClockSkew from this instance's clock (and, when signed,
+// further than the fleet's replay window, 30s), or not newer than the last
+// one accepted from its sender. So a captured envelope replayed to an
+// instance that has not accepted one from that sender (a fresh one) is
+// accepted at most once, only while it is inside that window, and it is
+// what the sender really reported then: it counts until the sender's next
+// envelope replaces it, or, if the sender is gone, until it goes stale,
+// StaleAfter after it arrived. A replay can never invent rates nor bring
+// back older ones (docs/cluster.md).
 //
 // # What it must never do
 //
@@ -77,8 +93,8 @@
 // and as many users per interval. A sent envelope over MaxEnvelopeBytes is
 // shortened, lowest rates first, until it fits. Topic and user keys are
 // interned for the merge (see merge.go) and released with the last slice
-// that carries them, so the intern tables are bounded by what the held
-// slices carry.
+// that carries them; a lookup table holds at most twice the keys the held
+// slices carry, plus released keys up to three quarters of its slots.
 //
 // # Failure
 //
@@ -92,6 +108,7 @@
 // # Concurrency
 //
 // Lock order: the lifecycle lock (Activate/Deactivate), then the merge
-// lock. Goroutines: one receive loop and one ticker per active aggregator,
-// both owned by Activate and stopped and awaited by Deactivate.
+// lock. Goroutines: one bus.Subscription (the receive loop shared with the
+// buses) and one ticker per active aggregator, both owned by Activate and
+// stopped and awaited by Deactivate.
 package publishrate

@@ -1,8 +1,6 @@
 package publishrate
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +8,7 @@ import (
 	"math"
 	"unicode/utf8"
 
+	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -27,7 +26,7 @@ const (
 // last member: `,"sig":"` + 64 hex digits + `"}`.
 const (
 	sigPrefix  = `,"sig":"`
-	sigHexLen  = 2 * sha256.Size
+	sigHexLen  = 2 * envsign.Size
 	sigTailLen = len(sigPrefix) + sigHexLen + len(`"}`)
 )
 
@@ -79,15 +78,15 @@ func marshalEnvelope(e *envelope, secret []byte) ([]byte, error) {
 }
 
 // sign turns body (a JSON object, `{...}`) into
-// `{...,"sig":"<hex HMAC-SHA256(secret, body)>"}`: the MAC covers exactly
-// the bytes of body, which are the sent bytes with the sig member cut out.
+// `{...,"sig":"<hex MAC>"}`, the MAC being the fleet signer's HMAC-SHA256
+// under the rate-slice domain label (internal/envsign) of exactly the
+// bytes of body, which are the sent bytes with the sig member cut out.
 func sign(secret, body []byte) []byte {
-	mac := hmac.New(sha256.New, secret)
-	mac.Write(body)
+	mac := envsign.New(secret).AppendMAC(make([]byte, 0, envsign.Size), envsign.RateSlice, body)
 	out := make([]byte, 0, len(body)+sigTailLen)
 	out = append(out, body[:len(body)-1]...)
 	out = append(out, sigPrefix...)
-	out = hex.AppendEncode(out, mac.Sum(nil))
+	out = hex.AppendEncode(out, mac)
 	return append(out, '"', '}')
 }
 
@@ -102,16 +101,14 @@ func verify(secret, wire []byte) ([]byte, error) {
 	if string(tail[:len(sigPrefix)]) != sigPrefix || string(tail[len(tail)-2:]) != `"}` {
 		return nil, errUnsigned
 	}
-	var got [sha256.Size]byte
+	var got [envsign.Size]byte
 	if _, err := hex.Decode(got[:], tail[len(sigPrefix):len(sigPrefix)+sigHexLen]); err != nil {
 		return nil, errForged
 	}
 	body := make([]byte, cut+1)
 	copy(body, wire[:cut])
 	body[cut] = '}'
-	mac := hmac.New(sha256.New, secret)
-	mac.Write(body)
-	if !hmac.Equal(mac.Sum(nil), got[:]) {
+	if !envsign.Equal(envsign.New(secret).MAC(envsign.RateSlice, string(body)), string(got[:])) {
 		return nil, errForged
 	}
 	return body, nil
@@ -131,7 +128,7 @@ func decodeEnvelope(wire []byte, secret []byte, maxBytes, maxList int) (*envelop
 		}
 	}
 	var e envelope
-	if err := json.Unmarshal(body, &e); err != nil {
+	if err := parseEnvelope(body, &e); err != nil {
 		return nil, fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	if err := e.validate(maxList); err != nil {

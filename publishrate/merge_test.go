@@ -3,6 +3,7 @@ package publishrate
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -299,24 +300,30 @@ func TestOwnEnvelopeIgnored(t *testing.T) {
 	}
 }
 
-// TestMergeMatchesNaiveSum: after any sequence of contributions replaced
-// and dropped, the view equals a plain recomputation from the current
-// contributions, and the interned keys are exactly the keys in use (ids
-// are released, none leak). Rates are dyadic so sums are exact in any order.
-func TestMergeMatchesNaiveSum(t *testing.T) {
-	topicGen := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h"})
-	userGen := rapid.SampledFrom([]string{"u1", "u2", "u3", "u4"})
+// TestIncrementalMergeMatchesFromScratch: after any sequence of local
+// samples, local subscriber lists, sibling envelopes (arriving in or out of
+// clock order), drops, expiries and re-sums, every lookup, the top-N and
+// the sibling count equal a merge computed from scratch over the
+// contributions held, and the keys kept live are exactly the keys in use.
+// Rates are dyadic so sums are exact in any order.
+func TestIncrementalMergeMatchesFromScratch(t *testing.T) {
+	topics := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	users := []string{"u1", "u2", "u3", "u4"}
+	topicGen := rapid.SampledFrom(topics)
+	userGen := rapid.SampledFrom(users)
 	rateGen := rapid.SampledFrom([]float64{0, 0.5, 1, 2, 3, 10, 600})
-	idGen := rapid.SampledFrom([]string{"A", "B", "C", "D"})
+	idGen := rapid.SampledFrom([]string{"A", "B", "C", "D", "E"})
+	const stale = 10 * time.Second
 	rapid.Check(t, func(rt *rapid.T) {
 		topN := rapid.IntRange(1, 6).Draw(rt, "topN")
 		m := newMerger()
+		now := testEpoch
 		var local *pressure.Snapshot
 		var lsubs []SubjectCount
 		remotes := map[string]*remote{}
 
-		for step := range rapid.IntRange(1, 30).Draw(rt, "steps") {
-			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+		for step := range rapid.IntRange(1, 40).Draw(rt, "steps") {
+			switch rapid.IntRange(0, 5).Draw(rt, "op") {
 			case 0:
 				local = &pressure.Snapshot{}
 				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "lt") {
@@ -333,7 +340,10 @@ func TestMergeMatchesNaiveSum(t *testing.T) {
 				}
 				m.setLocalSubs(lsubs)
 			case 2:
-				r := &remote{}
+				// Arrivals are normally in clock order; now and then one
+				// is stamped a little earlier than the last.
+				arrived := now.Add(-time.Duration(rapid.IntRange(0, 2).Draw(rt, "late")) * time.Second)
+				r := &remote{id: idGen.Draw(rt, "id"), arrived: arrived}
 				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "rt") {
 					r.slice = append(r.slice, wireTopic{tp, rateGen.Draw(rt, "r"), rateGen.Draw(rt, "b")})
 				}
@@ -343,93 +353,165 @@ func TestMergeMatchesNaiveSum(t *testing.T) {
 				for _, u := range rapid.SliceOfDistinct(userGen, rapid.ID).Draw(rt, "ru") {
 					r.users = append(r.users, wireUser{u, rateGen.Draw(rt, "r")})
 				}
-				id := idGen.Draw(rt, "id")
-				remotes[id] = r
-				m.put(id, r)
+				remotes[r.id] = r
+				m.put(r)
 			case 3:
 				id := idGen.Draw(rt, "id")
 				delete(remotes, id)
 				m.drop(id)
-			}
-			v := m.build(topN)
-
-			// The model.
-			want := map[string]topicAgg{}
-			users := map[string]float64{}
-			addTopic := func(tp string, msgs, bytes float64) {
-				w := want[tp]
-				w.msgs, w.bytes, w.n = w.msgs+msgs, w.bytes+bytes, w.n+1
-				want[tp] = w
-			}
-			addSubs := func(tp string, c int) {
-				w := want[tp]
-				w.subs += c
-				want[tp] = w
-			}
-			if local != nil {
-				for _, tr := range local.TopTopics {
-					addTopic(tr.Topic, tr.MessagesPerSec, tr.BytesPerSec)
+			case 4:
+				now = now.Add(time.Duration(rapid.IntRange(0, 12).Draw(rt, "advance")) * time.Second)
+				for id, r := range remotes {
+					if now.Sub(r.arrived) >= stale {
+						delete(remotes, id)
+					}
 				}
-				for _, u := range local.TopUsers {
-					users[u.User] += u.MessagesPerSec
-				}
+				m.expire(now, stale)
+			case 5:
+				m.resum()
 			}
-			for _, s := range lsubs {
-				if s.Count > 0 {
-					addSubs(s.Topic, s.Count)
-				}
-			}
-			for _, r := range remotes {
-				for _, wt := range r.slice {
-					addTopic(wt.Topic, wt.MessagesPerSec, wt.BytesPerSec)
-				}
-				for _, s := range r.subs {
-					addSubs(s.Topic, s.Count)
-				}
-				for _, u := range r.users {
-					users[u.User] += u.MessagesPerSec
-				}
-			}
-
-			got := map[string]topicAgg{}
-			for tp, id := range v.tindex {
-				got[tp] = v.tvals[id]
-			}
-			if !maps.Equal(got, want) {
-				rt.Fatalf("step %d: topics %v, want %v", step, got, want)
-			}
-			gotUsers := map[string]float64{}
-			for u, id := range v.uindex {
-				gotUsers[u] = v.uvals[id]
-			}
-			if !maps.Equal(gotUsers, users) {
-				rt.Fatalf("step %d: users %v, want %v", step, gotUsers, users)
-			}
-			for _, in := range []*interner{&m.topics, &m.users} {
-				if live := len(in.names) - len(in.free); live != len(in.ids) {
-					rt.Fatalf("step %d: %d ids live, %d keys interned", step, live, len(in.ids))
-				}
-			}
-			var all []Entry
-			for k, a := range want {
-				if a.n > 0 {
-					all = append(all, Entry{k, a.msgs, a.bytes, a.n})
-				}
-			}
-			slices.SortFunc(all, func(x, y Entry) int {
-				if before(x.MessagesPerSec, x.BytesPerSec, x.Topic, &y) {
-					return -1
-				}
-				return 1
-			})
-			if wantTop := all[:min(topN, len(all))]; !slices.Equal(v.top, wantTop) {
-				rt.Fatalf("step %d: top %v, want %v", step, v.top, wantTop)
-			}
-			if v.siblings != len(remotes) {
-				rt.Fatalf("step %d: siblings %d, want %d", step, v.siblings, len(remotes))
-			}
+			want := fromScratch(local, lsubs, remotes)
+			checkMerged(rt, step, m, want, topics, users, topN, len(remotes))
 		}
 	})
+}
+
+// merged is a from-scratch merge: every topic and user named by a
+// contribution, with its sums.
+type merged struct {
+	topics map[string]topicSum
+	users  map[string]float64
+}
+
+type topicSum struct {
+	msgs, bytes float64
+	n           int // rate contributions
+	subs        int
+}
+
+func fromScratch(local *pressure.Snapshot, lsubs []SubjectCount, remotes map[string]*remote) merged {
+	w := merged{topics: map[string]topicSum{}, users: map[string]float64{}}
+	addTopic := func(tp string, msgs, bytes float64) {
+		s := w.topics[tp]
+		s.msgs, s.bytes, s.n = s.msgs+msgs, s.bytes+bytes, s.n+1
+		w.topics[tp] = s
+	}
+	addSubs := func(tp string, c int) {
+		s := w.topics[tp]
+		s.subs += c
+		w.topics[tp] = s
+	}
+	if local != nil {
+		for _, tr := range local.TopTopics {
+			addTopic(tr.Topic, tr.MessagesPerSec, tr.BytesPerSec)
+		}
+		for _, u := range local.TopUsers {
+			w.users[u.User] += u.MessagesPerSec
+		}
+	}
+	for _, s := range lsubs {
+		if s.Count > 0 {
+			addSubs(s.Topic, s.Count)
+		}
+	}
+	for _, r := range remotes {
+		for _, wt := range r.slice {
+			addTopic(wt.Topic, wt.MessagesPerSec, wt.BytesPerSec)
+		}
+		for _, s := range r.subs {
+			addSubs(s.Topic, s.Count)
+		}
+		for _, u := range r.users {
+			w.users[u.User] += u.MessagesPerSec
+		}
+	}
+	return w
+}
+
+func checkMerged(rt *rapid.T, step int, m *merger, want merged, topics, users []string, topN, siblings int) {
+	for _, tp := range append(topics, "absent") {
+		s := want.topics[tp]
+		if got := m.rateOf(tp); got != s.msgs {
+			rt.Fatalf("step %d: rateOf(%s) = %v, want %v", step, tp, got, s.msgs)
+		}
+		if got := m.subscribersOf(tp); got != s.subs {
+			rt.Fatalf("step %d: subscribersOf(%s) = %v, want %v", step, tp, got, s.subs)
+		}
+		if k := m.topics.lookup(tp); k != nil && math.Float64frombits(k.pubBytes.Load()) != s.bytes {
+			rt.Fatalf("step %d: bytes of %s = %v, want %v", step, tp, math.Float64frombits(k.pubBytes.Load()), s.bytes)
+		}
+	}
+	for _, u := range append(users, "absent") {
+		if got := m.rateOfUser(u); got != want.users[u] {
+			rt.Fatalf("step %d: rateOfUser(%s) = %v, want %v", step, u, got, want.users[u])
+		}
+	}
+	// Live keys are exactly those named, each found in the table under its id.
+	for _, c := range []struct {
+		ks    *keyset
+		named int
+	}{{&m.topics, len(want.topics)}, {&m.users, len(want.users)}} {
+		live := 0
+		for id, k := range c.ks.byID {
+			if k == nil {
+				continue
+			}
+			live++
+			if int(k.id) != id || c.ks.lookup(k.name) != k || !k.live() {
+				rt.Fatalf("step %d: key %q at id %d: id %d, found %v, live %v", step, k.name, id, k.id, c.ks.lookup(k.name) == k, k.live())
+			}
+		}
+		if live != c.named || len(c.ks.free) != len(c.ks.byID)-live {
+			rt.Fatalf("step %d: %d keys live (%d ids free of %d), %d named", step, live, len(c.ks.free), len(c.ks.byID), c.named)
+		}
+	}
+	var all []Entry
+	for k, s := range want.topics {
+		if s.n > 0 {
+			all = append(all, Entry{k, s.msgs, s.bytes, s.n})
+		}
+	}
+	slices.SortFunc(all, func(x, y Entry) int {
+		if ranksBefore(x.MessagesPerSec, x.BytesPerSec, x.Topic, y.MessagesPerSec, y.BytesPerSec, y.Topic) {
+			return -1
+		}
+		return 1
+	})
+	if got, wantTop := m.top(topN), all[:min(topN, len(all))]; !slices.Equal(got, wantTop) {
+		rt.Fatalf("step %d: top %v, want %v", step, got, wantTop)
+	}
+	if len(m.remotes) != siblings {
+		rt.Fatalf("step %d: siblings %d, want %d", step, len(m.remotes), siblings)
+	}
+	n := 0
+	for r := m.oldest; r != nil; r = r.newer {
+		if n++; r.newer != nil && r.newer.arrived.Before(r.arrived) {
+			rt.Fatalf("step %d: arrival list out of order", step)
+		}
+	}
+	if n != siblings {
+		rt.Fatalf("step %d: arrival list holds %d siblings, want %d", step, n, siblings)
+	}
+}
+
+// TestTableGrowsAndForgetsDormantKeys: keys churned through the table
+// leave it bounded by the live ones, and lookups keep answering through
+// every rebuild.
+func TestTableGrowsAndForgetsDormantKeys(t *testing.T) {
+	m := newMerger()
+	for i := range 10_000 {
+		r := &remote{id: "A", arrived: testEpoch, slice: []wireTopic{{fmt.Sprint("t", i), 1, 1}, {"steady", 1, 1}}}
+		m.put(r)
+		if got := m.rateOf("steady"); got != 1 {
+			t.Fatalf("after %d envelopes RateOf(steady) = %v", i, got)
+		}
+		if i > 0 && m.rateOf(fmt.Sprint("t", i-1)) != 0 {
+			t.Fatalf("a topic that left still has a rate")
+		}
+	}
+	if size := len(m.topics.tab.Load().slots); size > 4*minTableSize {
+		t.Errorf("table of %d slots for 2 live topics", size)
+	}
 }
 
 func TestLookupsDoNotAllocate(t *testing.T) {
@@ -448,6 +530,9 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 		}
 	}
 	_ = sink
+	if n := testing.AllocsPerRun(1000, clusterRuleOnFleet(t)); n != 0 {
+		t.Errorf("a cluster rule check against 1,000 siblings allocates %v per call", n)
+	}
 }
 
 // TestWithPressureMonitor wires the real pressure monitor as Local: its
@@ -472,5 +557,38 @@ func TestWithPressureMonitor(t *testing.T) {
 	e := sent(t, a, clk.Now())
 	if len(e.Slice) != 1 || e.Slice[0] != (wireTopic{"chat", 50, 5000}) {
 		t.Errorf("slice = %v", e.Slice)
+	}
+}
+
+// TestLookupsDuringMergeSeeWholeEnvelopes: a reader racing the merge sees
+// a topic's sum before or after an envelope, never with the sender's old
+// part taken out and the new one not yet in (or the other way round).
+func TestLookupsDuringMergeSeeWholeEnvelopes(t *testing.T) {
+	m := newMerger()
+	m.put(&remote{id: "B", arrived: testEpoch, slice: []wireTopic{{"hot", 10, 0}}})
+	m.put(&remote{id: "A", arrived: testEpoch, slice: []wireTopic{{"hot", 200, 0}}})
+	done := make(chan struct{})
+	bad := make(chan float64, 1)
+	go func() {
+		defer close(bad)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if r := m.rateOf("hot"); r != 110 && r != 210 {
+				bad <- r
+				return
+			}
+		}
+	}()
+	for i := range 20_000 {
+		// Fresh topics each time grow the table under the reader, too.
+		m.put(&remote{id: "A", arrived: testEpoch, slice: []wireTopic{{"hot", float64(100 * (1 + i%2)), 0}, {fmt.Sprint("churn-", i), 1, 0}}})
+	}
+	close(done)
+	if r, ok := <-bad; ok {
+		t.Fatalf("a reader saw RateOf(hot) = %v, not a whole envelope's sum", r)
 	}
 }

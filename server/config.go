@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/conf"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // Config holds the per-connection limits (limits.* in
@@ -14,6 +15,7 @@ type Config struct {
 	SendQueueBytes          int           `yaml:"sendQueueBytes" help:"bytes queued in the server for one client that its socket would not take (the client is not reading); past this while the socket is full: close 1013; 0 = 1048576"`
 	WriteTimeout            time.Duration `yaml:"writeTimeout" help:"longest one socket write may take; 0 = 5s"`
 	PingInterval            time.Duration `yaml:"pingInterval" help:"period of WebSocket pings that detect dead peers; 0 = 25s"`
+	MaxJSONDepth            int           `yaml:"maxJSONDepth" help:"how deeply JSON may nest in a client message or a server API body; deeper: -32600 (client) or 400 (API), never forwarded to a handler or backend; 0 = 64"`
 	// MaxCallsPerConn is the application RPCs in flight per connection;
 	// default 16.
 	MaxCallsPerConn int `yaml:"-"`
@@ -53,6 +55,9 @@ func (c *Config) setDefaults() {
 	if c.RefreshNotice <= 0 {
 		c.RefreshNotice = 30 * time.Second
 	}
+	if c.MaxJSONDepth <= 0 {
+		c.MaxJSONDepth = protocol.DefaultMaxDepth
+	}
 }
 
 // Validate reports every negative limit at once, naming each key (zero
@@ -74,6 +79,7 @@ func (c Config) Validate() error {
 	nonNegative("limits.sendQueueBytes", int64(c.SendQueueBytes))
 	nonNegativeDur("limits.writeTimeout", c.WriteTimeout)
 	nonNegativeDur("limits.pingInterval", c.PingInterval)
+	nonNegative("limits.maxJSONDepth", int64(c.MaxJSONDepth))
 	nonNegative("limits.maxCallsPerConn", int64(c.MaxCallsPerConn))
 	nonNegativeDur("auth.jwt.refreshNotice", c.RefreshNotice)
 	return p.Err()

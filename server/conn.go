@@ -44,7 +44,7 @@ type conn struct {
 	expiry    *tokenExpiry // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
-	invalid int                 // frames in a row answered only with -32700/-32600
+	invalid int                 // invalid requests since the last frame without one (maxInvalid)
 	subsMu  sync.Mutex          // guards subs: the server API's Unsubscribe edits them too
 	subs    map[string]struct{} // topics subscribed (control.go)
 	builtin message.Call        // reused for built-ins, which run inline
@@ -148,26 +148,36 @@ func (c *conn) readFailed(err error) {
 // inline; a frame with an application RPC runs in its own goroutine (the
 // frame is copied: buf goes back to the pool).
 func (c *conn) handleFrame(frame []byte) {
-	f, ferr := protocol.Decode(frame)
+	maxDepth := c.s.cfg.MaxJSONDepth
+	f, ferr := protocol.DecodeDepth(frame, maxDepth)
 	if ferr != nil {
 		c.s.m.ProtocolErrors.WithLabelValues(strconv.Itoa(ferr.Code)).Inc()
 		c.enqueue(protocol.AppendError(nil, nil, ferr))
-		c.countInvalid(true)
+		if c.countInvalid(1) {
+			c.closeInvalid()
+		}
 		return
 	}
-	async, builtin, valid, publish := false, false, false, false
+	async, builtin, publish := false, false, false
+	invalid := 0
 	for i := range f.Requests {
-		if r := &f.Requests[i]; r.Err == nil {
-			valid = true
-			if isBuiltin(r.Method) {
-				builtin = true
-			} else {
-				async = true
-			}
-			publish = publish || r.Method == MethodPublish
+		r := &f.Requests[i]
+		if r.Err != nil {
+			invalid++
+			continue
 		}
+		if isBuiltin(r.Method) {
+			builtin = true
+		} else {
+			async = true
+		}
+		publish = publish || r.Method == MethodPublish
 	}
-	if c.countInvalid(!valid) {
+	if c.countInvalid(invalid) {
+		if invalid == len(f.Requests) {
+			c.runFrame(f, frame) // only answers: nothing in it runs
+		}
+		c.closeInvalid()
 		return
 	}
 	// Built-ins touch state only the read goroutine may (subscriptions,
@@ -182,7 +192,7 @@ func (c *conn) handleFrame(frame []byte) {
 		return
 	}
 	own := append([]byte(nil), frame...)
-	f, _ = protocol.Decode(own)
+	f, _ = protocol.DecodeDepth(own, maxDepth)
 	if c.calls.Add(1) > int32(c.s.cfg.MaxCallsPerConn) {
 		// Too many calls in flight: run this one here, which stops reading
 		// from this client until it is done (backpressure, not a drop).
@@ -198,29 +208,38 @@ func (c *conn) handleFrame(frame []byte) {
 	}()
 }
 
-// maxInvalidFrames is how many frames in a row may be nothing but parse
-// errors and invalid requests. One is a bug to answer; a stream of them is
-// a client that is not speaking the protocol, and it is closed with 1008.
-const maxInvalidFrames = 32
+// maxInvalid is how many invalid requests (parse errors, invalid requests
+// and batch elements, frames refused as a whole) may come in a row: until
+// a frame holds no invalid request. One is a bug to answer; a stream of
+// them is a client that is not speaking the protocol, and it is closed
+// with 1008. Elements count one by one, so a frame that carries one
+// valid request beside many invalid ones does not reset the count.
+const maxInvalid = 32
 
-// countInvalid tracks frames that held no valid request and reports
-// whether the connection was closed for it.
-func (c *conn) countInvalid(invalid bool) bool {
-	if !invalid {
+// countInvalid tracks invalid requests, n in the frame just decoded, and
+// reports whether they reached maxInvalid: the caller then answers the
+// frame if it holds nothing valid (a frame with valid requests is not
+// run), and closes the connection with closeInvalid.
+func (c *conn) countInvalid(n int) bool {
+	if n == 0 {
 		c.invalid = 0
 		return false
 	}
-	c.invalid++
-	if c.invalid < maxInvalidFrames {
-		return false
-	}
+	c.invalid += n
+	return c.invalid >= maxInvalid
+}
+
+// closeInvalid closes with 1008 after what is queued (the answers).
+func (c *conn) closeInvalid() {
 	c.s.m.ProtocolErrors.WithLabelValues("1008").Inc()
 	c.closeLater(websocket.StatusPolicyViolation, "repeated invalid requests", true, nil)
-	return true
 }
 
 // runFrame answers every request of a frame: one response, or one array
-// for a batch, or nothing when all were notifications.
+// for a batch, or nothing when all were notifications. The answer to one
+// frame is at most SendQueueBytes of responses: a response that would take
+// it past that is answered -32004 instead (answerBudget), so no frame can
+// ask the server to hold more for a client than its send queue may.
 func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 	var out []byte
 	n := 0
@@ -235,6 +254,10 @@ func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 		resp := c.handle(r, whole)
 		if resp == nil {
 			continue
+		}
+		if len(out)+len(resp) > c.s.cfg.SendQueueBytes {
+			resp = protocol.AppendError(nil, r.ID, protocol.NewError(protocol.CodeLimitExceeded, "response too large",
+				protocol.LimitData{Limit: c.s.cfg.SendQueueBytes}))
 		}
 		switch {
 		case !f.Batch:

@@ -83,6 +83,9 @@ func (s *Server) sendControl(op controlOp) error {
 // DeliverControl applies a control message from another instance.
 func (r *busReceiver) DeliverControl(key string, data []byte) {
 	s := (*Server)(r)
+	if s.presenceControl(key, data) {
+		return
+	}
 	var op controlOp
 	if err := json.Unmarshal(data, &op); err != nil || key != bus.UserKey(op.User) || op.User == "" {
 		s.controlDropped(key)
@@ -183,6 +186,7 @@ func (c *conn) addSub(topic string) *protocol.Error {
 	c.subs[topic] = struct{}{}
 	s.subscriptions.Add(1)
 	s.hub.subscribe(c, topic)
+	c.presenceJoin(topic)
 	return nil
 }
 
@@ -198,6 +202,7 @@ func (c *conn) removeSub(topic string) bool {
 	c.s.subscriptions.Add(-1)
 	c.s.hub.unsubscribe(c, topic)
 	c.s.hist.leave(c, topic)
+	c.presenceLeave(topic)
 	return true
 }
 
@@ -209,6 +214,7 @@ func (c *conn) dropSubs() {
 		c.s.hub.unsubscribe(c, topic)
 		c.s.hist.leave(c, topic)
 	}
+	c.presenceLeaveAll()
 	c.s.subscriptions.Add(-int64(len(c.subs)))
 	c.subs = nil
 }

@@ -20,7 +20,8 @@ const (
 )
 
 func isBuiltin(m string) bool {
-	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh || m == MethodHistory
+	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh ||
+		m == MethodPresence || m == MethodPresenceStats || m == MethodHistory
 }
 
 var emptyResult = json.RawMessage("{}")
@@ -34,6 +35,8 @@ func (c *conn) dispatch(r *protocol.Request, raw []byte) (json.RawMessage, *prot
 		return c.builtinCall(r, raw)
 	case MethodRefresh:
 		return c.refresh(r)
+	case MethodPresence, MethodPresenceStats:
+		return c.presenceCall(r, raw)
 	}
 	return c.appCall(r, raw)
 }
@@ -98,17 +101,19 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 		if perr := c.addSub(p.Topic); perr != nil {
 			return nil, perr
 		}
+		s.awaitPresence(p.Topic)
 	case MethodUnsubscribe:
 		c.removeSub(p.Topic)
 	case MethodPublish:
 		data := compactData(p.Data)
-		s.hub.publish(p.Topic, data, c.burst.Load())
+		// The bus first: a publish it cannot take (full, or Redis down)
+		// is shed and delivered nowhere, so success always means every
+		// instance gets it (docs/cluster.md).
 		if err := s.bus.Publish(p.Topic, data); err != nil {
-			// Local subscribers got it; other instances did not. The
-			// publish still succeeds: the bus counted the drop, and while
-			// the bus is down every client was told "degraded".
-			s.log.Debug("bus publish dropped", "topic", p.Topic, "err", err)
+			s.log.Debug("bus refused a publish", "topic", p.Topic, "err", err)
+			return nil, c.busShed()
 		}
+		s.hub.publish(p.Topic, data, c.burst.Load())
 		if s.pressure != nil {
 			s.pressure.RecordPublished(1)
 		}

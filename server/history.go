@@ -134,6 +134,16 @@ func (h *historyState) close() {
 	h.wg.Wait()
 }
 
+// stopped reports whether close has begun.
+func (h *historyState) stopped() bool {
+	select {
+	case <-h.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // unavailable is the answer when the store cannot be reached.
 func (s *Server) historyUnavailable() *protocol.Error {
 	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
@@ -335,7 +345,7 @@ func (c *conn) sendResync(frame []byte) {
 // startFill starts the goroutine that fills the gap before the held
 // messages (or up to target) from the store. Caller holds q.mu.
 func (q *topicSeq) startFill() {
-	if q.filling || q.dead {
+	if q.filling || q.dead || q.h.stopped() {
 		return
 	}
 	q.filling = true
@@ -444,23 +454,48 @@ func (h *historyState) checker(every time.Duration) {
 			idle := q.ready && !q.filling && q.last == q.checked
 			q.checked = q.last
 			q.mu.Unlock()
-			if !idle {
-				continue
+			if idle {
+				q.check()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			pos, _, err := h.store.Read(ctx, q.topic, history.Newest, 0, q.policy)
-			cancel()
-			if err != nil {
-				continue
-			}
-			q.mu.Lock()
-			if pos.Epoch == q.epoch && pos.Offset > q.last && !q.dead {
-				q.target = max(q.target, pos.Offset)
-				q.startFill()
-			}
-			q.mu.Unlock()
 		}
 	}
+}
+
+// check reads the topic's position from the store and fills up to it if
+// this instance is behind.
+func (q *topicSeq) check() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	pos, _, err := q.h.store.Read(ctx, q.topic, history.Newest, 0, q.policy)
+	cancel()
+	if err != nil {
+		return
+	}
+	q.mu.Lock()
+	if q.ready && pos.Epoch == q.epoch && pos.Offset > q.last && !q.dead {
+		q.target = max(q.target, pos.Offset)
+		q.startFill()
+	}
+	q.mu.Unlock()
+}
+
+// gap is the bus's word that it dropped messages of topic (its receive
+// queue was full): a history topic repairs that from the store at once,
+// instead of telling its subscribers. It reports whether topic is one.
+func (h *historyState) gap(topic string) bool {
+	if !h.policyOf(topic).Enabled() {
+		return false
+	}
+	h.mu.Lock()
+	q := h.topics[topic]
+	h.mu.Unlock()
+	if q != nil && !h.stopped() {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			q.check()
+		}()
+	}
+	return true
 }
 
 // --- subscribe ---

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -82,6 +85,12 @@ type Options struct {
 	// history topic with local subscribers is checked against the store,
 	// to repair a lost last message; default 5s.
 	HistoryCheckInterval time.Duration
+	// Presence keeps who is in which topic (presence.go); the zero value
+	// keeps nothing.
+	Presence PresenceOptions
+	// InstanceID names this instance in client ids (ClientID); empty: a
+	// random one.
+	InstanceID string
 }
 
 // Server serves WebSocket connections. Create it with New.
@@ -100,6 +109,9 @@ type Server struct {
 	handlers sync.Map // method -> Handler
 	hub      hub
 	hist     *historyState // nil: no history topics
+
+	presence   *presence.Tracker
+	instanceID string
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -142,6 +154,13 @@ func New(opts Options) *Server {
 	if s.drainHint <= 0 {
 		s.drainHint = time.Second
 	}
+	s.instanceID = opts.InstanceID
+	if s.instanceID == "" {
+		var b [8]byte
+		_, _ = crand.Read(b[:])
+		s.instanceID = hex.EncodeToString(b[:])
+	}
+	s.presence = s.newTracker(opts.Presence)
 	s.hub.init(s)
 	s.hist = newHistoryState(s, opts)
 	return s
@@ -154,6 +173,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("server: start bus: %w", err)
 	}
 	s.hist.start()
+	s.presence.Start()
 	return nil
 }
 
@@ -169,7 +189,9 @@ func (s *Server) Handle(method string, h Handler) {
 // Publish sends data (valid JSON) to every subscriber of topic, on this
 // instance and, through the bus, on the others: what a client's publish
 // does, for application handlers. It skips the message tier (the caller
-// is trusted) and counts as a published message for PUBLISH_RATE.
+// is trusted) and counts as a published message for PUBLISH_RATE. A bus
+// error (bus.ErrQueueFull, bus.ErrDegraded) means it was delivered
+// nowhere.
 func (s *Server) Publish(topic string, data json.RawMessage) error {
 	if msg := protocol.CheckTopic(topic); msg != "" {
 		return errors.New("server: " + msg)
@@ -182,6 +204,14 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		_, err := s.hist.publish(context.Background(), topic, data, pol, "")
 		return err
 	}
+	// The bus first: what it refuses (full, or Redis down) is delivered
+	// nowhere, and the caller hears why (docs/cluster.md).
+	if err := s.bus.Publish(topic, data); err != nil {
+		if s.pressure != nil {
+			s.pressure.RecordBusShed()
+		}
+		return err
+	}
 	// Whether more publishes follow is unknown here (a handler in a
 	// loop, the bus draining a backlog): treat it as a burst, so a large
 	// topic's deliveries go to writers on every core, never all through
@@ -190,7 +220,7 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
-	return s.bus.Publish(topic, data)
+	return nil
 }
 
 // Counts reports open connections and subscriptions, for the pressure
@@ -429,10 +459,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	s.hist.close()
+	// After the connections (their leaves are among what it sends), before
+	// the bus (which carries its last diffs).
+	s.presence.Close()
 	if berr := s.bus.Close(); berr != nil && !errors.Is(berr, bus.ErrClosed) {
 		err = errors.Join(err, berr)
 	}
+	// After the bus: nothing delivers to the sequencers any more.
+	s.hist.close()
 	return err
 }
 

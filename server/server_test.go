@@ -365,14 +365,14 @@ func TestRepeatedInvalidFramesClose1008(t *testing.T) {
 	leakcheck.Check(t)
 	_, url := startServer(t, Options{})
 	c := wstest.Dial(t, url)
-	for range maxInvalidFrames - 1 {
+	for range maxInvalid - 1 {
 		c.Send(`not json`)
 		if f := c.Recv(); f.Error == nil || f.Error.Code != protocol.CodeParseError {
 			t.Fatalf("got %+v", f)
 		}
 	}
 	wstest.MustOK(t, c.Call("subscribe", `{"topic":"t"}`)) // a valid request resets the count
-	for range maxInvalidFrames - 1 {
+	for range maxInvalid - 1 {
 		c.Send(`{"jsonrpc":"1.0","id":1,"method":"x"}`)
 		c.Recv()
 	}

@@ -15,9 +15,11 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -34,6 +36,11 @@ type Backend interface {
 	Unsubscribe(user, topic string) error
 	// Info describes this instance and the fleet it sees.
 	Info() Info
+	// Presence lists a page of topic's presence after cursor, and
+	// PresenceStats counts it (docs/presence.md); presence.ErrOff for a
+	// topic that keeps no presence (400).
+	Presence(ctx context.Context, topic, cursor string) (presence.Page, error)
+	PresenceStats(ctx context.Context, topic string) (presence.Stats, error)
 	// Draining reports whether this instance is draining: calls answer 503.
 	Draining() bool
 }
@@ -71,6 +78,10 @@ type Options struct {
 	// MaxBodyBytes caps a request body; a larger one answers 413.
 	// 0: 65536 (rtserver passes limits.maxMessageBytes).
 	MaxBodyBytes int64
+	// MaxJSONDepth is how deeply a body's JSON may nest; a deeper one
+	// answers 400 (-32600). 0: protocol.DefaultMaxDepth (64; rtserver
+	// passes limits.maxJSONDepth), the limit client frames have.
+	MaxJSONDepth int
 	// Backend carries out the calls. Required.
 	Backend Backend
 	// Metrics receives api_requests_total. nil: metrics.NewDiscard().
@@ -86,7 +97,11 @@ const (
 	MethodDisconnect  = "disconnect"
 	MethodUnsubscribe = "unsubscribe"
 	MethodInfo        = "info"
-	MethodHistory     = "history"
+	// MethodPresence and MethodPresenceStats take the client methods'
+	// params and answer their results.
+	MethodPresence      = "presence"
+	MethodPresenceStats = "presenceStats"
+	MethodHistory       = "history"
 	// unknownMethod is the method label of paths that name no method.
 	unknownMethod = "unknown"
 )
@@ -104,6 +119,7 @@ const Prefix = "/api/"
 type Handler struct {
 	keyHash [sha256.Size]byte
 	max     int64
+	depth   int
 	b       Backend
 	m       *metrics.Metrics
 	log     *slog.Logger
@@ -121,6 +137,10 @@ func New(o Options) (*Handler, error) {
 	if h.max <= 0 {
 		h.max = 65536
 	}
+	h.depth = o.MaxJSONDepth
+	if h.depth <= 0 {
+		h.depth = protocol.DefaultMaxDepth
+	}
 	if h.m == nil {
 		h.m = metrics.NewDiscard()
 	}
@@ -132,9 +152,10 @@ func New(o Options) (*Handler, error) {
 
 // apiError is an error answer: the HTTP status and the JSON-RPC error.
 type apiError struct {
-	status  int
-	code    int
-	message string
+	status     int
+	code       int
+	message    string
+	retryAfter bool // a 503 the caller should retry: Retry-After: 1
 }
 
 func fail(status, code int, format string, args ...any) *apiError {
@@ -160,6 +181,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if aerr != nil {
 		status = aerr.status
+		if aerr.retryAfter {
+			hdr.Set("Retry-After", "1")
+		}
 		var b []byte
 		b = append(b, `{"error":{"code":`...)
 		b = strconv.AppendInt(b, int64(aerr.code), 10)
@@ -178,7 +202,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func known(name string) bool {
 	switch name {
-	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo, MethodHistory:
+	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo, MethodPresence, MethodPresenceStats, MethodHistory:
 		return true
 	}
 	return false
@@ -199,7 +223,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 		return nil, fail(http.StatusServiceUnavailable, protocol.CodeOverloaded, "draining")
 	}
 	if !known(name) {
-		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, history, disconnect, unsubscribe or info)", name)
+		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, history, disconnect, unsubscribe, info, presence or presenceStats)", name)
 	}
 	buf := bufpool.Get()
 	defer bufpool.Put(buf)
@@ -218,6 +242,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 		return h.disconnect(body)
 	case MethodUnsubscribe:
 		return h.unsubscribe(body)
+	case MethodPresence, MethodPresenceStats:
+		return h.presence(r.Context(), name, body)
 	default:
 		return h.info()
 	}
@@ -259,6 +285,9 @@ func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, *apiErro
 	if body[0] != '{' {
 		return nil, fail(http.StatusBadRequest, protocol.CodeInvalidRequest, "the body must be a JSON object")
 	}
+	if protocol.DeeperThan(body, h.depth) {
+		return nil, fail(http.StatusBadRequest, protocol.CodeInvalidRequest, "JSON nested deeper than %d levels (limits.maxJSONDepth)", h.depth)
+	}
 	return body, nil
 }
 
@@ -269,26 +298,28 @@ func (h *Handler) tooBig() *apiError {
 	return fail(http.StatusRequestEntityTooLarge, protocol.CodeLimitExceeded, "body over %d bytes (limits.maxMessageBytes)", h.max)
 }
 
-// decode unmarshals a valid JSON object body into p.
-func decode(body []byte, p any) *apiError {
-	if err := json.Unmarshal(body, p); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return badParams("%s must be a JSON %s", te.Field, jsonType(te.Type.String()))
-		}
-		return badParams("%v", err)
+// members reads the named members of a body (a JSON object) by the
+// client protocol's rule (protocol.Members): names exact, no case-folding,
+// other members ignored, a repeated one refused (-32600). vals[i] is nil
+// when names[i] is absent.
+func members(body []byte, names ...string) ([][]byte, *apiError) {
+	vals := make([][]byte, len(names))
+	if dup, _ := protocol.Members(body, names, vals); dup != "" {
+		return nil, fail(http.StatusBadRequest, protocol.CodeInvalidRequest, "duplicate member %q", dup)
 	}
-	return nil
+	return vals, nil
 }
 
-func jsonType(goType string) string {
-	switch {
-	case goType == "string":
-		return "string"
-	case strings.HasPrefix(goType, "[]"):
-		return "array"
+// stringParam decodes a string member ("" when absent).
+func stringParam(name string, v []byte) (string, *apiError) {
+	var s string
+	if v == nil {
+		return "", nil
 	}
-	return "value of another type"
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", badParams("%s must be a JSON string", name)
+	}
+	return s, nil
 }
 
 func checkTopic(key, topic string) *apiError {
@@ -305,29 +336,40 @@ func checkUser(user string) *apiError {
 	return nil
 }
 
+// unavailable answers a call the Backend could not carry out now: 503
+// with Retry-After, -32001 when the cross-instance bus could not take the
+// message (it was delivered nowhere: retrying cannot duplicate it).
 func (h *Handler) unavailable(err error) *apiError {
-	return fail(http.StatusServiceUnavailable, protocol.CodeInternal, "%v", err)
+	code := protocol.CodeInternal
+	if errors.Is(err, bus.ErrQueueFull) || errors.Is(err, bus.ErrDegraded) {
+		code = protocol.CodeOverloaded
+	}
+	e := fail(http.StatusServiceUnavailable, code, "%v", err)
+	e.retryAfter = true
+	return e
 }
 
 func (h *Handler) publish(ctx context.Context, body []byte) ([]byte, *apiError) {
-	var p struct {
-		Topic          string          `json:"topic"`
-		Data           json.RawMessage `json:"data"`
-		IdempotencyKey string          `json:"idempotencyKey"`
-	}
-	if aerr := decode(body, &p); aerr != nil {
+	v, aerr := members(body, "topic", "data", "idempotencyKey")
+	if aerr != nil {
 		return nil, aerr
 	}
-	if aerr := checkTopic("topic", p.Topic); aerr != nil {
+	topic, aerr := stringParam("topic", v[0])
+	if aerr != nil {
 		return nil, aerr
 	}
-	if p.Data == nil {
+	if aerr := checkTopic("topic", topic); aerr != nil {
+		return nil, aerr
+	}
+	data := v[1]
+	if data == nil {
 		return nil, badParams("missing data")
 	}
-	if aerr := checkKey(p.IdempotencyKey); aerr != nil {
+	key, aerr := idempotencyKey(v[2])
+	if aerr != nil {
 		return nil, aerr
 	}
-	pos, err := h.publishAt(ctx, p.Topic, p.Data, p.IdempotencyKey)
+	pos, err := h.publishAt(ctx, topic, data, key)
 	if err != nil {
 		return nil, h.unavailable(err)
 	}
@@ -345,22 +387,29 @@ func (h *Handler) publishAt(ctx context.Context, topic string, data json.RawMess
 	return nil, h.b.Publish(topic, data)
 }
 
-func checkKey(key string) *apiError {
-	if len(key) > protocol.MaxIdempotencyKey {
-		return badParams("idempotencyKey must be 1 to %d bytes", protocol.MaxIdempotencyKey)
+// idempotencyKey decodes the idempotencyKey member ("" when absent).
+func idempotencyKey(v []byte) (string, *apiError) {
+	key, aerr := stringParam("idempotencyKey", v)
+	if aerr != nil {
+		return "", aerr
 	}
-	return nil
+	if v != nil && (key == "" || len(key) > protocol.MaxIdempotencyKey) {
+		return "", badParams("idempotencyKey must be 1 to %d bytes", protocol.MaxIdempotencyKey)
+	}
+	return key, nil
 }
 
 // history answers the history method, with the client method's params.
 func (h *Handler) history(ctx context.Context, body []byte) ([]byte, *apiError) {
-	var p struct {
-		Topic string `json:"topic"`
-	}
-	if aerr := decode(body, &p); aerr != nil {
+	v, aerr := members(body, "topic")
+	if aerr != nil {
 		return nil, aerr
 	}
-	if aerr := checkTopic("topic", p.Topic); aerr != nil {
+	topic, aerr := stringParam("topic", v[0])
+	if aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkTopic("topic", topic); aerr != nil {
 		return nil, aerr
 	}
 	hp, perr := protocol.DecodeHistoryParams(body)
@@ -371,7 +420,7 @@ func (h *Handler) history(ctx context.Context, body []byte) ([]byte, *apiError) 
 	if !ok {
 		return nil, badParams("%s", ErrNoHistory)
 	}
-	res, err := hb.History(ctx, p.Topic, hp.Since, hp.Limit)
+	res, err := hb.History(ctx, topic, hp.Since, hp.Limit)
 	switch {
 	case errors.Is(err, ErrNoHistory):
 		return nil, badParams("%s", err)
@@ -382,35 +431,37 @@ func (h *Handler) history(ctx context.Context, body []byte) ([]byte, *apiError) 
 }
 
 func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError) {
-	var p struct {
-		Topics         []string        `json:"topics"`
-		Data           json.RawMessage `json:"data"`
-		IdempotencyKey string          `json:"idempotencyKey"`
-	}
-	if aerr := decode(body, &p); aerr != nil {
+	v, aerr := members(body, "topics", "data", "idempotencyKey")
+	if aerr != nil {
 		return nil, aerr
 	}
-	if len(p.Topics) == 0 || len(p.Topics) > MaxBroadcastTopics {
+	var topics []string
+	if v[0] != nil && (v[0][0] != '[' || json.Unmarshal(v[0], &topics) != nil) {
+		return nil, badParams("topics must be a JSON array of strings")
+	}
+	if len(topics) == 0 || len(topics) > MaxBroadcastTopics {
 		return nil, badParams("topics must list 1 to %d topics", MaxBroadcastTopics)
 	}
-	for i, t := range p.Topics {
+	for i, t := range topics {
 		if aerr := checkTopic("topics["+strconv.Itoa(i)+"]", t); aerr != nil {
 			return nil, aerr
 		}
 	}
-	if p.Data == nil {
+	data := v[1]
+	if data == nil {
 		return nil, badParams("missing data")
 	}
-	if aerr := checkKey(p.IdempotencyKey); aerr != nil {
+	key, aerr := idempotencyKey(v[2])
+	if aerr != nil {
 		return nil, aerr
 	}
 	// The positions of the history topics among them, in order:
 	// {"positions":[{"topic":T,"epoch":E,"offset":N}...]}.
 	var out []byte
-	for i, t := range p.Topics {
-		pos, err := h.publishAt(ctx, t, p.Data, p.IdempotencyKey)
+	for i, t := range topics {
+		pos, err := h.publishAt(ctx, t, data, key)
 		if err != nil {
-			return nil, h.unavailable(fmt.Errorf("published to %d of %d topics, then: %w", i, len(p.Topics), err))
+			return nil, h.unavailable(fmt.Errorf("published to %d of %d topics, then: %w", i, len(topics), err))
 		}
 		if pos == nil {
 			continue
@@ -420,10 +471,9 @@ func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError
 		} else {
 			out = append(out, ',')
 		}
-		pb := protocol.AppendPosition(nil, pos.Epoch, pos.Offset)
 		tb, _ := json.Marshal(t)
 		out = append(append(append(out, `{"topic":`...), tb...), ',')
-		out = append(out, pb[1:]...)
+		out = append(out, protocol.AppendPosition(nil, pos.Epoch, pos.Offset)[1:]...)
 	}
 	if out == nil {
 		return okResult, nil
@@ -432,36 +482,43 @@ func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError
 }
 
 func (h *Handler) disconnect(body []byte) ([]byte, *apiError) {
-	var p struct {
-		User string `json:"user"`
-	}
-	if aerr := decode(body, &p); aerr != nil {
+	v, aerr := members(body, "user")
+	if aerr != nil {
 		return nil, aerr
 	}
-	if aerr := checkUser(p.User); aerr != nil {
+	user, aerr := stringParam("user", v[0])
+	if aerr != nil {
 		return nil, aerr
 	}
-	if err := h.b.Disconnect(p.User); err != nil {
+	if aerr := checkUser(user); aerr != nil {
+		return nil, aerr
+	}
+	if err := h.b.Disconnect(user); err != nil {
 		return nil, h.unavailable(err)
 	}
 	return okResult, nil
 }
 
 func (h *Handler) unsubscribe(body []byte) ([]byte, *apiError) {
-	var p struct {
-		User  string `json:"user"`
-		Topic string `json:"topic"`
-	}
-	if aerr := decode(body, &p); aerr != nil {
+	v, aerr := members(body, "user", "topic")
+	if aerr != nil {
 		return nil, aerr
 	}
-	if aerr := checkUser(p.User); aerr != nil {
+	user, aerr := stringParam("user", v[0])
+	if aerr != nil {
 		return nil, aerr
 	}
-	if aerr := checkTopic("topic", p.Topic); aerr != nil {
+	topic, aerr := stringParam("topic", v[1])
+	if aerr != nil {
 		return nil, aerr
 	}
-	if err := h.b.Unsubscribe(p.User, p.Topic); err != nil {
+	if aerr := checkUser(user); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkTopic("topic", topic); aerr != nil {
+		return nil, aerr
+	}
+	if err := h.b.Unsubscribe(user, topic); err != nil {
 		return nil, h.unavailable(err)
 	}
 	return okResult, nil
@@ -471,6 +528,43 @@ func (h *Handler) info() ([]byte, *apiError) {
 	b, err := json.Marshal(struct {
 		Result Info `json:"result"`
 	}{h.b.Info()})
+	if err != nil {
+		return nil, fail(http.StatusInternalServerError, protocol.CodeInternal, "%v", err)
+	}
+	return b, nil
+}
+
+func (h *Handler) presence(ctx context.Context, name string, body []byte) ([]byte, *apiError) {
+	m, aerr := members(body, "topic", "cursor")
+	if aerr != nil {
+		return nil, aerr
+	}
+	var p struct{ Topic, Cursor string }
+	if p.Topic, aerr = stringParam("topic", m[0]); aerr != nil {
+		return nil, aerr
+	}
+	if p.Cursor, aerr = stringParam("cursor", m[1]); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkTopic("topic", p.Topic); aerr != nil {
+		return nil, aerr
+	}
+	var v any
+	var err error
+	if name == MethodPresence {
+		v, err = h.b.Presence(ctx, p.Topic, p.Cursor)
+	} else {
+		v, err = h.b.PresenceStats(ctx, p.Topic)
+	}
+	if errors.Is(err, presence.ErrOff) {
+		return nil, badParams("topic: %v", err)
+	}
+	if err != nil {
+		return nil, h.unavailable(err)
+	}
+	b, err := json.Marshal(struct {
+		Result any `json:"result"`
+	}{v})
 	if err != nil {
 		return nil, fail(http.StatusInternalServerError, protocol.CodeInternal, "%v", err)
 	}

@@ -1,6 +1,7 @@
 package serverapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/presence"
 )
 
 const testKey = "k3y-for-tests"
@@ -42,6 +44,21 @@ func (r *recorder) Unsubscribe(user, topic string) error {
 }
 func (r *recorder) Info() Info {
 	return Info{InstanceID: "i-1", Connections: 3, Topics: 2, Instances: 4}
+}
+func (r *recorder) Presence(_ context.Context, topic, cursor string) (presence.Page, error) {
+	if err := r.add("presence " + topic + " " + cursor); err != nil {
+		return presence.Page{}, err
+	}
+	if topic == "off" {
+		return presence.Page{}, presence.ErrOff
+	}
+	return presence.Page{Clients: []presence.Entry{{Client: "i-1.7", User: "alice"}}, Cursor: "i-1.7"}, nil
+}
+func (r *recorder) PresenceStats(_ context.Context, topic string) (presence.Stats, error) {
+	if err := r.add("presenceStats " + topic); err != nil {
+		return presence.Stats{}, err
+	}
+	return presence.Stats{Clients: 3, Users: 2}, nil
 }
 func (r *recorder) Draining() bool {
 	r.mu.Lock()
@@ -130,6 +147,9 @@ func TestMethods(t *testing.T) {
 		{"unsubscribe", `{"user":"alice","topic":"room"}`, []string{"unsubscribe alice room"}, `{}`},
 		{"info", `{}`, nil, `{"instanceId":"i-1","connections":3,"topics":2,"instances":4}`},
 		{"info", " \n{\"ignored\":1}\n", nil, `{"instanceId":"i-1","connections":3,"topics":2,"instances":4}`},
+		{"presence", `{"topic":"room"}`, []string{"presence room "}, `{"clients":[{"client":"i-1.7","user":"alice"}],"cursor":"i-1.7"}`},
+		{"presence", `{"topic":"room","cursor":"i-1.7"}`, []string{"presence room i-1.7"}, `{"clients":[{"client":"i-1.7","user":"alice"}],"cursor":"i-1.7"}`},
+		{"presenceStats", `{"topic":"room"}`, []string{"presenceStats room"}, `{"clients":3,"users":2}`},
 	}
 	for _, tt := range tests {
 		a := call(t, srv, "POST", tt.method, auth, tt.body)
@@ -184,6 +204,16 @@ func TestErrors(t *testing.T) {
 		{"one bad topic", "POST", "broadcast", auth, `{"topics":["a","__b"],"data":1}`, 400, -32602, "broadcast"},
 		{"missing user", "POST", "disconnect", auth, `{}`, 400, -32602, "disconnect"},
 		{"unsubscribe no topic", "POST", "unsubscribe", auth, `{"user":"u"}`, 400, -32602, "unsubscribe"},
+		// One decoding rule, the client protocol's: names exact, a
+		// repeated member refused, nesting bounded.
+		{"case-folded name", "POST", "publish", auth, `{"Topic":"a","data":1}`, 400, -32602, "publish"},
+		{"repeated topic", "POST", "publish", auth, `{"topic":"a","topic":"b","data":1}`, 400, -32600, "publish"},
+		{"repeated user", "POST", "disconnect", auth, `{"user":"a","user":"b"}`, 400, -32600, "disconnect"},
+		{"null user", "POST", "disconnect", auth, `{"user":null}`, 400, -32602, "disconnect"},
+		{"topics of numbers", "POST", "broadcast", auth, `{"topics":[1],"data":1}`, 400, -32602, "broadcast"},
+		{"presence no topic", "POST", "presence", auth, `{}`, 400, -32602, "presence"},
+		{"presence cursor not string", "POST", "presence", auth, `{"topic":"a","cursor":1}`, 400, -32602, "presence"},
+		{"presenceStats reserved topic", "POST", "presenceStats", auth, `{"topic":"__a"}`, 400, -32602, "presenceStats"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -210,8 +240,17 @@ func TestErrors(t *testing.T) {
 	if a := call(t, srv2, "POST", "disconnect", auth, `{"user":"`+strings.Repeat("u", MaxUserLen+1)+`"}`); a.status != 400 || a.Error.Code != -32602 {
 		t.Errorf("long user: %d %+v", a.status, a.Error)
 	}
+	deep := func(n int) string {
+		return `{"topic":"a","data":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`
+	}
+	if a := call(t, srv2, "POST", "publish", auth, deep(64)); a.status != 400 || a.Error.Code != -32600 {
+		t.Errorf("data 65 levels deep: %d %+v", a.status, a.Error)
+	}
 	if got := rec2.take(); len(got) != 0 {
 		t.Errorf("rejected calls reached the backend: %d calls", len(got))
+	}
+	if a := call(t, srv2, "POST", "publish", auth, deep(63)); a.status != 200 {
+		t.Errorf("data 64 levels deep: %d %+v", a.status, a.Error)
 	}
 }
 
@@ -228,6 +267,15 @@ func TestDrainingAndBackendFailure(t *testing.T) {
 	a = call(t, srv, "POST", "broadcast", auth, `{"topics":["a","b"],"data":1}`)
 	if a.status != 503 || !strings.Contains(a.Error.Message, "0 of 2") {
 		t.Errorf("broadcast failure: %d %+v", a.status, a.Error)
+	}
+	a = call(t, srv, "POST", "presenceStats", auth, `{"topic":"a"}`)
+	if a.status != 503 || a.Error.Code != -32603 {
+		t.Errorf("presenceStats failure: %d %+v", a.status, a.Error)
+	}
+	rec.set(nil, false)
+	a = call(t, srv, "POST", "presence", auth, `{"topic":"off"}`)
+	if a.status != 400 || a.Error.Code != -32602 || !strings.Contains(a.Error.Message, "presence is off") {
+		t.Errorf("presence of a topic without: %d %+v", a.status, a.Error)
 	}
 	rec.take()
 	rec.set(nil, true)

@@ -16,7 +16,8 @@ import (
 )
 
 type fanoutConfig struct {
-	URL         *url.URL
+	URL         *url.URL      // where the subscribers connect
+	PubURL      *url.URL      // where the publishers connect; nil: URL
 	P, S, T     int           // publishers, subscribers, topics
 	Size        int           // approximate bytes of each message's data
 	Duration    time.Duration // publishing time
@@ -26,10 +27,14 @@ type fanoutConfig struct {
 	C           int           // dialers in parallel while connecting
 	DialTimeout time.Duration
 	ServerPID   int
+	// PubServerPID is the publishers' instance, when it is another one:
+	// its CPU is reported apart (pubServerCpuSeconds).
+	PubServerPID int
 }
 
 type fanoutResult struct {
 	URL         string `json:"url"`
+	PubURL      string `json:"pubUrl,omitempty"`
 	Publishers  int    `json:"publishers"`
 	Subscribers int    `json:"subscribers"`
 	Topics      int    `json:"topics"`
@@ -52,7 +57,11 @@ type fanoutResult struct {
 	ServerUser      float64        `json:"serverUserSeconds,omitempty"`
 	ServerSys       float64        `json:"serverSysSeconds,omitempty"`
 	CPUPerMillion   float64        `json:"serverCpuSecondsPerMillionDelivered,omitempty"`
-	ClientCPU       float64        `json:"rtbenchCpuSeconds"`
+	// Missing is what was owed and never arrived: deliveries of
+	// acknowledged publishes minus deliveries.
+	Missing      int64   `json:"missingDeliveries"`
+	PubServerCPU float64 `json:"pubServerCpuSeconds,omitempty"`
+	ClientCPU    float64 `json:"rtbenchCpuSeconds"`
 }
 
 // tsKey marks the send time embedded in each message's data; subscribers
@@ -163,6 +172,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
+	if cfg.PubURL == nil {
+		cfg.PubURL = cfg.URL
+	}
 	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch}
 	subsOf := make([]int64, cfg.T)
 	for i := range cfg.S {
@@ -232,6 +244,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		return nil, fmt.Errorf("subscribers: %w", err)
 	}
 	res.BatchNegotiated = int(negotiated.Load())
+	if cfg.PubURL != cfg.URL {
+		res.PubURL = cfg.PubURL.String()
+	}
 	all := subs
 	defer func() {
 		stopping.Store(true)
@@ -240,7 +255,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	}()
 
 	// Publishers.
-	pubs, err := dialMany(ctx, newDialer(cfg.URL, nil), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
+	pubs, err := dialMany(ctx, newDialer(cfg.PubURL, nil), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
 	if err != nil {
 		return nil, fmt.Errorf("publishers: %w", err)
 	}
@@ -255,6 +270,10 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	cpu, err := startCPU(cfg.ServerPID)
 	if err != nil {
 		return nil, fmt.Errorf("server cpu: %w", err)
+	}
+	pubCPU, err := startCPU(cfg.PubServerPID)
+	if err != nil {
+		return nil, fmt.Errorf("publishers' server cpu: %w", err)
 	}
 	selfCPU, _ := startCPU(selfPID())
 	start := time.Now()
@@ -283,6 +302,11 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	} else if ok {
 		res.ServerCPU, res.ServerUser, res.ServerSys = used.Total().Seconds(), used.User.Seconds(), used.Sys.Seconds()
 	}
+	if used, ok, err := pubCPU.stop(); err != nil {
+		return nil, fmt.Errorf("publishers' server cpu: %w", err)
+	} else if ok {
+		res.PubServerCPU = used.Total().Seconds()
+	}
 	if used, ok, _ := selfCPU.stop(); ok {
 		res.ClientCPU = used.Total().Seconds()
 	}
@@ -294,6 +318,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	res.Published = published.Load()
 	res.Expected = expected.Load()
 	res.Delivered = delivered.Load()
+	res.Missing = max(0, res.Expected-res.Delivered)
 	res.Frames = frames.Load()
 	end := base.Add(time.Duration(lastDelivery.Load()))
 	if end.Before(start) {

@@ -115,13 +115,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rate := fs.Float64("rate", 0, "publishes per second over all publishers (0: as fast as --window allows)")
 		window := fs.Int("window", 64, "unanswered publishes per publisher")
 		batch := fs.Bool("batch", false, "subscribers offer the rt.batch subprotocol")
+		pubURL := fs.String("pub-url", "", "where the publishers connect (default --url): another instance of the fleet, to measure delivery across instances")
+		pubPID := fs.Int("pub-server-pid", 0, "the --pub-url instance's process id: measure its CPU too")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
 				return nil, err
 			}
-			return runFanout(ctx, fanoutConfig{URL: u, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
-				Window: *window, Batch: *batch, DialTimeout: *dialTimeout, ServerPID: *pid})
+			pu := u
+			if *pubURL != "" {
+				if pu, err = checkURL(*pubURL); err != nil {
+					return nil, err
+				}
+			}
+			return runFanout(ctx, fanoutConfig{URL: u, PubURL: pu, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
+				Window: *window, Batch: *batch, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
 		}
 	case "rpc":
 		method := fs.String("method", "report.daily", "method to call")

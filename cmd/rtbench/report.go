@@ -57,13 +57,19 @@ func printTable(out io.Writer, res any) {
 		}
 	case *fanoutResult:
 		row("target", "%s", r.URL)
+		if r.PubURL != "" {
+			row("publishers' target", "%s", r.PubURL)
+		}
 		row("shape", "%d publishers -> %d subscribers over %d topics, %d-byte data, batch %v (negotiated by %d)", r.Publishers, r.Subscribers, r.Topics, r.Size, r.Batch, r.BatchNegotiated)
 		row("published", "%d (%.0f/s)  errors: %s", r.Published, r.PublishPerSec, counts(r.PublishErrors))
-		row("delivered", "%d of %d expected in %.2f s  =  %.0f msg/s, %.2f msg/frame", r.Delivered, r.Expected, r.Seconds, r.DeliveredPerSec, r.MsgsPerFrame)
+		row("delivered", "%d of %d expected in %.2f s  =  %.0f msg/s, %.2f msg/frame; missing %d", r.Delivered, r.Expected, r.Seconds, r.DeliveredPerSec, r.MsgsPerFrame, r.Missing)
 		lat("end-to-end latency", r.Latency)
 		row("subscribers closed", "%s", counts(r.SubsClosed))
 		if r.ServerCPU > 0 {
 			row("server CPU", "%.3f s (user %.3f, sys %.3f)  =  %.3f s per million delivered", r.ServerCPU, r.ServerUser, r.ServerSys, r.CPUPerMillion)
+		}
+		if r.PubServerCPU > 0 {
+			row("publishers' server CPU", "%.3f s", r.PubServerCPU)
 		}
 		row("rtbench CPU", "%.3f s", r.ClientCPU)
 	case *rpcResult:

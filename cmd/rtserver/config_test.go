@@ -2,11 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,6 +38,8 @@ redis:
   bus: single                    # single (one channel) | sharded (SSUBSCRIBE, Redis 7+, Redis Cluster)
   partitions: 16                 # sharded bus: topics hashed into this many channels
   channelPrefix: "rt:"           # multi-tenant isolation
+  publishQueue: 8192             # publishes waiting for Redis; past it they wait, then are shed (BUS)
+  publishWait: 50ms              # how long a publish waits for room in a full queue
 handshake:
   maxConnections: 0
   maxConcurrent: 1000
@@ -59,19 +56,23 @@ auth:
   jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", refreshNotice: 30s}
 topics:
   namespaces: []                 # ordered; the first whose pattern matches the topic decides
-  default: {subscribe: [any], publish: [any], history: {size: 0, ttl: 0s}}   # topics no namespace matches
+  default: {subscribe: [any], publish: [any], presence: false, joinLeave: false, history: {size: 0, ttl: 0s}}   # topics no namespace matches
   proxy: {url: "", timeout: 1s, cacheTTL: 0s, fail: closed}
 history:
   metaTtl: 720h                  # how long a topic's epoch and last offset outlive its messages
   maxReplay: 10000               # most messages one recovery replays
   idempotencyTtl: 300s           # how long a publish's idempotencyKey is remembered
   memoryMaxBytes: 134217728      # (rtserver addition) without Redis: the in-process history's byte cap
+presence:
+  ttl: 60s                       # an entry not refreshed for this long is gone (an instance that died)
+  diffInterval: 1s               # join/leave diffs are coalesced per topic for this long
 limits:
   maxMessageBytes: 65536
   maxSubscriptionsPerConn: 128
   sendQueueBytes: 1048576        # bytes queued in the server for one client, not yet written to its socket; past this: close 1013
   writeTimeout: 5s
   pingInterval: 25s
+  maxJSONDepth: 64               # deeper JSON in a client message or an API body is refused
 pressure:
   sampleInterval: 1s
   memoryHeapUsedRatio: 0.85      # heap in use / memory limit (GOMEMLIMIT or memoryLimitBytes)
@@ -477,6 +478,11 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{give: "admission: {classes: [a]}", wantKey: "admission.classes"},
 		{give: "handshake: {tick: 1s, tick: 2s}", wantKey: "handshake.tick"},
 		{give: "- a\n- b", wantKey: "(top level)"},
+		{give: "pressure: {memoryLimitBytes: -1}", wantKey: "pressure.memoryLimitBytes"}, // a type error: unsigned
+		{give: "handshake: {trustedProxies: [10.0.0.0/8, 10.0.0.1]}", wantKey: "handshake.trustedProxies[1]"},
+		{give: "handshake: {reject: drop}", wantKey: "handshake.reject"},
+		{give: "admission: {classes: {a: {reasons: [CPU]}}}", wantKey: "admission.classes.a.reasons[0]"},
+		{give: "admission: {failPolicy: maybe}", wantKey: "admission.failPolicy"},
 		// type errors in the environment
 		{env: "RTSERVER_HANDSHAKE_MAXCONCURRENT=lots", wantKey: "handshake.maxConcurrent"},
 		{env: "RTSERVER_HANDSHAKE_TICK=10", wantKey: "handshake.tick"},
@@ -485,89 +491,12 @@ func TestErrorsNameTheirKey(t *testing.T) {
 		{env: "RTSERVER_ADMISSION_METHODS=[a]", wantKey: "admission.methods"},
 		{env: "RTSERVER_ADMISSION_METHODS={a: {b: c}}", wantKey: "admission.methods.a"},
 		{env: "RTSERVER_ADMISSION_CLASSES={a: [", wantKey: "admission.classes"},
-		// validation
+		// validation (the rules themselves: TestConfigValidateNamesKeys in the root package)
 		{give: "listen: nonsense", wantKey: "listen"},
-		{give: "adminListen: nonsense", wantKey: "adminListen"},
-		{give: "redis: {url: http://x}", wantKey: "redis.url"},
-		{args: []string{"--redis-url", "redis://"}, wantKey: "redis.url"},
-		{give: "redis: {bus: cluster}", wantKey: "redis.bus"},
-		{give: "handshake: {maxConnections: -1}", wantKey: "handshake.maxConnections"},
-		{give: "handshake: {maxConcurrent: -1}", wantKey: "handshake.maxConcurrent"},
-		{give: "handshake: {perTickBudget: -1}", wantKey: "handshake.perTickBudget"},
-		{give: "handshake: {perTickBudget: 5, tick: 0s}", wantKey: "handshake.tick"},
-		{give: "handshake: {perTickBudget: 0, tick: -1s}", wantKey: "handshake.tick"},
-		{give: "handshake: {maxQueueWait: -1s}", wantKey: "handshake.maxQueueWait"},
-		{give: "handshake: {reject: drop}", wantKey: "handshake.reject"},
-		{give: "handshake: {perIP: {limit: -1}}", wantKey: "handshake.perIP.limit"},
-		{give: "handshake: {perIP: {limit: 5, per: 0s}}", wantKey: "handshake.perIP.per"},
-		{give: "handshake: {trustedProxies: [10.0.0.0/8, 10.0.0.1]}", wantKey: "handshake.trustedProxies[1]"},
-		{env: "RTSERVER_HANDSHAKE_TRUSTEDPROXIES=10.0.0.0/8,x", wantKey: "handshake.trustedProxies[1]"},
-		{give: "handshake: {allowedOrigins: ['https://[a']}", wantKey: "handshake.allowedOrigins[0]"},
-		{give: "handshake: {allowedOrigins: ['']}", wantKey: "handshake.allowedOrigins[0]"},
-		{give: "auth: {jwt: {publicKeyFile: " + filepath.Join(dir, "missing.pem") + "}}", wantKey: "auth.jwt.publicKeyFile"},
-		{give: "auth: {jwt: {publicKeyFile: " + notPEM + "}}", wantKey: "auth.jwt.publicKeyFile"},
-		{give: "auth: {jwt: {audience: rt}}", wantKey: "auth.jwt"},
-		{give: "auth: {jwt: {issuer: idp}}", wantKey: "auth.jwt"},
-		{give: "auth: {jwt: {jwksUrl: 'ftp://idp.example/jwks'}}", wantKey: "auth.jwt.jwksUrl"},
-		{give: "auth: {jwt: {jwksUrl: '/jwks'}}", wantKey: "auth.jwt.jwksUrl"},
-		{give: "limits: {maxSubscriptionsPerConn: -5}", wantKey: "limits.maxSubscriptionsPerConn"},
-		{give: "limits: {sendQueueBytes: -1}", wantKey: "limits.sendQueueBytes"},
-		{give: "limits: {pingInterval: -1s}", wantKey: "limits.pingInterval"},
-		{give: "http: {readTimeout: -1s}", wantKey: "http.readTimeout"},
-		{give: "pressure: {memoryHeapUsedRatio: 1.5}", wantKey: "pressure.memoryHeapUsedRatio"},
-		{give: "pressure: {memoryHeapUsedRatio: -0.1}", wantKey: "pressure.memoryHeapUsedRatio"},
-		{give: "pressure: {memoryHeapUsedRatio: .nan}", wantKey: "pressure.memoryHeapUsedRatio"},
-		{give: "pressure: {memoryLimitBytes: -1}", wantKey: "pressure.memoryLimitBytes"}, // a type error: unsigned
-		{give: "pressure: {publishRatePerSec: -1}", wantKey: "pressure.publishRatePerSec"},
-		{give: "pressure: {subscriberRatio: .inf}", wantKey: "pressure.subscriberRatio"},
-		{give: "pressure: {topicPublishRatePerSec: -1}", wantKey: "pressure.topicPublishRatePerSec"},
-		{give: "pressure: {topicPublishBytesPerSec: .nan}", wantKey: "pressure.topicPublishBytesPerSec"},
-		{give: "publishRate: {publishInterval: 5s, staleAfter: 4s}", wantKey: "publishRate.staleAfter"},
-		{give: "publishRate: {topN: -1}", wantKey: "publishRate.topN"},
-		{give: "pressure: {sampleInterval: -1s}", wantKey: "pressure.sampleInterval"},
-		{give: "pressure: {topN: -1}", wantKey: "pressure.topN"},
-		{give: "rpc: {proxy: {timeout: -1s}}", wantKey: "rpc.proxy.timeout"},
-		{give: "admission: {failPolicy: maybe}", wantKey: "admission.failPolicy"},
-		{give: "admission: {classes: {a: {}}}", wantKey: "admission.classes.a"},
-		{give: "admission: {classes: {a: ~}}", wantKey: "admission.classes.a"},
-		{give: "admission: {classes: {'': {reasons: [MEMORY]}}}", wantKey: "admission.classes."},
-		{give: "admission: {classes: {a: {reasons: [CPU]}}}", wantKey: "admission.classes.a.reasons[0]"},
-		{give: "limits: {maxMessageBytes: -5}", wantKey: "limits.maxMessageBytes"},
-		{give: "topics: {proxy: {url: 'http://backend/grant', timeout: 0s}}", wantKey: "topics.proxy.timeout"},
-		{give: "handshake: {tick: -1s}", wantKey: "handshake.tick"},
-		{give: "handshake: {perIP: {limit: 1, per: -1s}}", wantKey: "handshake.perIP.per"},
-		{give: "admission: {classes: {a: {clusterTopPublisher: {threshold: 0}}}}", wantKey: "admission.classes.a.clusterTopPublisher.threshold"},
-		{give: "admission: {classes: {a: {clusterTopPublisher: {threshold: 1, by: conn}}}}", wantKey: "admission.classes.a.clusterTopPublisher.by"},
-		{give: "admission: {classes: {a: {rate: {limit: 0, per: 1s}}}}", wantKey: "admission.classes.a.rate.limit"},
-		{give: "admission: {classes: {a: {rate: {limit: 1, per: 0s}}}}", wantKey: "admission.classes.a.rate.per"},
-		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, by: topic}}}}", wantKey: "admission.classes.a.rate.by"},
-		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, strategy: leaky}}}}", wantKey: "admission.classes.a.rate.strategy"},
-		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, scope: global}}}}", wantKey: "admission.classes.a.rate.scope"},
+		{give: "limits: {maxJSONDepth: -1}", wantKey: "limits.maxJSONDepth"},
 		{give: "admission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster}}}}", wantKey: "admission.classes.a.rate.scope"},
-		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster, strategy: slidingWindow}}}}", wantKey: "admission.classes.a.rate.scope"},
-		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster, by: conn}}}}", wantKey: "admission.classes.a.rate.scope"},
-		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes, scope: cluster, by: conn}}}}", wantKey: "admission.classes.a.cost.scope"},
-		{give: "admission: {classes: {a: {cost: {budget: 0, per: 1s, of: bytes}}}}", wantKey: "admission.classes.a.cost.budget"},
-		{give: "admission: {classes: {a: {cost: {budget: 3000000000, per: 1s, of: bytes}}}}", wantKey: "admission.classes.a.cost.budget"},
-		{give: "admission: {classes: {a: {cost: {budget: 1, per: 0s, of: bytes}}}}", wantKey: "admission.classes.a.cost.per"},
-		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: tokens}}}}", wantKey: "admission.classes.a.cost.of"},
-		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: 'param:'}}}}", wantKey: "admission.classes.a.cost.of"},
-		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes, by: topic}}}}", wantKey: "admission.classes.a.cost.by"},
-		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes, scope: all}}}}", wantKey: "admission.classes.a.cost.scope"},
-		{give: "admission: {classes: {a: {cost: {budget: 1, per: 1s, of: bytes, scope: cluster}}}}", wantKey: "admission.classes.a.cost.scope"},
-		{give: "redis: {url: 'redis://x'}\nadmission: {classes: {a: {rate: {limit: 1, per: 1s, scope: cluster, by: ip}, cost: {budget: 1, per: 1s, of: bytes, scope: cluster}}}}", wantKey: "admission.classes.a.cost.by"},
-		{give: "admission: {classes: {a: {adaptiveConcurrency: {min: 0, max: 4}}}}", wantKey: "admission.classes.a.adaptiveConcurrency.min"},
-		{give: "admission: {classes: {a: {adaptiveConcurrency: {min: 5, max: 4}}}}", wantKey: "admission.classes.a.adaptiveConcurrency.max"},
-		{give: "admission: {classes: {a: {concurrency: {max: 0}}}}", wantKey: "admission.classes.a.concurrency.max"},
-		{give: "admission: {methods: {publish: missing}}", wantKey: "admission.methods.publish"},
-		{give: "admission: {classes: {a: {reasons: [MEMORY]}}, methods: {'[x': a}}", wantKey: "admission.methods.[x"},
-		{give: "rpc: {proxy: {url: 'ftp://x'}}", wantKey: "rpc.proxy.url"},
-		{give: "rpc: {proxy: {url: 'http://'}}", wantKey: "rpc.proxy.url"},
-		{give: "api: {key: 'has space'}", wantKey: "api.key"},
-		{give: "api: {key: \"tab\\there\"}", wantKey: "api.key"},
-		{give: "drain: {duration: -1s}", wantKey: "drain.duration"},
-		{give: "metrics: {namespace: 'my-app'}", wantKey: "metrics.namespace"},
-		{give: "log: {format: xml}", wantKey: "log.format"},
+		{args: []string{"--redis-url", "redis://"}, wantKey: "redis.url"},
+		{env: "RTSERVER_HANDSHAKE_TRUSTEDPROXIES=10.0.0.0/8,x", wantKey: "handshake.trustedProxies[1]"},
 		{args: []string{"--log-level", "trace"}, wantKey: "log.level"},
 		// flags
 		{args: []string{"--nope"}, wantKey: "flags"},
@@ -596,68 +525,6 @@ func TestErrorsNameTheirKey(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.wantKey+": ") {
 				t.Errorf("error %q does not start its line with the key", err)
-			}
-		})
-	}
-}
-
-func TestValidateReportsEveryError(t *testing.T) {
-	t.Parallel()
-	c := rtserver.DefaultConfig()
-	c.Redis.Bus = "x"
-	c.Limits.WriteTimeout = -1
-	c.Log.Level = "loud"
-	got := errorKeys(c.Validate())
-	want := []string{"redis.bus", "limits.writeTimeout", "log.level"}
-	if !slices.Equal(got, want) {
-		t.Errorf("keys = %v, want %v", got, want)
-	}
-	if err := rtserver.DefaultConfig().Validate(); err != nil {
-		t.Errorf("DefaultConfig().Validate() = %v", err)
-	}
-	if err := (rtserver.Config{}).Validate(); err != nil {
-		t.Errorf("Config{}.Validate() = %v", err)
-	}
-}
-
-func TestValidateAccepts(t *testing.T) {
-	t.Parallel()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemFile := filepath.Join(t.TempDir(), "pub.pem")
-	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tests := []string{
-		"auth: {jwt: {publicKeyFile: " + pemFile + "}}",
-		"auth: {jwt: {hmacSecret: s}}",
-		"redis: {url: 'rediss://user:pw@host:6380/2', bus: sharded, partitions: 1}",
-		"handshake: {perTickBudget: 0, tick: 0s, maxQueueWait: 0s, perIP: {limit: 0, per: 0s}}",
-		"handshake: {trustedProxies: [10.0.0.0/8, 'fd00::/8', 192.168.1.1/32], allowedOrigins: ['https://*.example.com', 'http://localhost:*']}",
-		"pressure: {memoryHeapUsedRatio: 0, publishRatePerSec: 0, subscriberRatio: 0, topicPublishRatePerSec: 0, topicPublishBytesPerSec: 0}",
-		"pressure: {memoryHeapUsedRatio: 1}",
-		"publishRate: {publishInterval: 5s, staleAfter: 5s}",
-		"drain: {duration: 0s}",
-		"rpc: {proxy: {url: 'https://backend.internal:8443/rpc'}}",
-		"metrics: {namespace: rt_server}",
-		"log: {format: json, level: debug}",
-		"adminListen: ':9090'",
-		"admission: {classes: {llm: {adaptiveConcurrency: {min: 4, max: 128}}, one: {adaptiveConcurrency: {min: 1, max: 1}}}}",
-		"admission: {classes: {f: {cost: {budget: 1000000, per: 1m, of: fanout, by: user}}, p: {cost: {budget: 2147483647, per: 1s, of: 'param:maxTokens', by: ip}}}}",
-		"admission: {classes: {fair: {rate: {limit: 100, per: 1m, by: user, strategy: slidingWindow}}}}",
-		"redis: {url: 'redis://127.0.0.1:6379'}\nadmission: {classes: {g: {rate: {limit: 50, per: 1s, scope: cluster}, cost: {budget: 9, per: 1s, of: bytes, scope: cluster}}}}",
-	}
-	for _, give := range tests {
-		t.Run(give, func(t *testing.T) {
-			t.Parallel()
-			if _, _, err := Load([]string{"--config", writeFile(t, give)}, nil); err != nil {
-				t.Error(err)
 			}
 		})
 	}

@@ -18,11 +18,11 @@ import (
 func topicGrants() access.Config {
 	return access.Config{
 		Namespaces: []access.Namespace{
-			// {user} matches only the connection's own user; another
-			// user's topic (or an anonymous connection) falls through to
-			// the next namespace, which allows nobody.
+			// A {user} pattern decides every user:<name> topic, whoever
+			// asks: its owner may subscribe; another user, or an
+			// anonymous connection, is refused here, never passed on to
+			// the default.
 			{Pattern: "user:{user}", Rule: access.Rule{Subscribe: []string{access.GrantOwner}}},
-			{Pattern: "user:*", Rule: access.Rule{}},
 			{Pattern: "announce:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}}},
 		},
 		// room:* and anything else: read by anyone, published by nobody.
@@ -30,8 +30,8 @@ func topicGrants() access.Config {
 	}
 }
 
-// demoUser is what /token accepts as a user name: no '/', ':' or '@', so
-// user:<name> is exactly one topic that "user:*" also covers.
+// demoUser is what /token accepts as a user name: no '/' or ':' (the
+// pattern's separator), so every name owns exactly its user:<name> topic.
 var demoUser = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,40}$`)
 
 // demoTokens serves GET /token?user=NAME: an HS256 JWT for that user,

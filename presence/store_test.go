@@ -1,0 +1,270 @@
+package presence
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/internal/redistest"
+)
+
+// stores runs f against every store: memory, Redis, and a 3-node Redis
+// Cluster.
+func stores(t *testing.T, f func(t *testing.T, s Store)) {
+	t.Run("memory", func(t *testing.T) { f(t, NewMemoryStore()) })
+	t.Run("redis", func(t *testing.T) { f(t, newRedisStore(t, RedisOptions{})) })
+	t.Run("cluster", func(t *testing.T) { f(t, newClusterStore(t, RedisOptions{})) })
+}
+
+func newRedisStore(t testing.TB, opts RedisOptions) *RedisStore {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	opts.Client = c
+	s, err := NewRedisStore(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newClusterStore(t testing.TB, opts RedisOptions) *RedisStore {
+	cl := redistest.StartCluster(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	t.Cleanup(func() { c.Close() })
+	opts.Client = c
+	s, err := NewRedisStore(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func join(topic, client, user string) Change {
+	return Change{Topic: topic, Entry: Entry{Client: client, User: user}}
+}
+
+func leave(topic, client, user string) Change {
+	return Change{Topic: topic, Entry: Entry{Client: client, User: user}, Leave: true}
+}
+
+func mustApply(t testing.TB, s Store, cs ...Change) {
+	t.Helper()
+	if err := s.Apply(context.Background(), cs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustStats(t testing.TB, s Store, topic string) Stats {
+	t.Helper()
+	st, err := s.Stats(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// all pages through topic with pages of limit.
+func all(t testing.TB, s Store, topic string, limit int) (es []Entry, pages int) {
+	t.Helper()
+	cursor := ""
+	for {
+		p, err := s.Page(context.Background(), topic, cursor, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Clients) > limit {
+			t.Fatalf("page of %d entries, limit %d", len(p.Clients), limit)
+		}
+		es = append(es, p.Clients...)
+		pages++
+		if p.Cursor == "" {
+			return es, pages
+		}
+		cursor = p.Cursor
+	}
+}
+
+func TestStoreCountsAndPages(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		// Several topics in one write, users with several connections, an
+		// anonymous connection, a user that is not ASCII.
+		var cs []Change
+		var want []Entry
+		for i := range 25 {
+			e := Entry{Client: fmt.Sprintf("inst.%d", i), User: fmt.Sprintf("u%d", i%10)}
+			switch i {
+			case 3:
+				e.User = ""
+			case 13:
+				e.User = "zoë \"quoted\""
+			}
+			cs = append(cs, Change{Topic: "room:1", Entry: e})
+			want = append(want, e)
+		}
+		cs = append(cs, join("room:2", "other.1", "a"))
+		mustApply(t, s, cs...)
+		// Joining twice changes nothing.
+		mustApply(t, s, cs[:5]...)
+
+		st := mustStats(t, s, "room:1")
+		users := map[string]bool{}
+		for _, e := range want {
+			users[e.User] = true
+		}
+		if st.Clients != 25 || st.Users != int64(len(users)) {
+			t.Fatalf("stats %+v, want 25 clients, %d users", st, len(users))
+		}
+		got, pages := all(t, s, "room:1", 10)
+		slices.SortFunc(want, func(a, b Entry) int { return cmpString(a.Client, b.Client) })
+		if !slices.Equal(got, want) || pages != 3 {
+			t.Fatalf("paged %d pages:\n got %v\nwant %v", pages, got, want)
+		}
+
+		// Leaves, one of them twice, one of an unknown client.
+		mustApply(t, s, leave("room:1", "inst.0", "u0"), leave("room:1", "inst.10", "u0"), leave("room:1", "inst.20", "u0"),
+			leave("room:1", "inst.0", "u0"), leave("room:1", "nobody.1", "x"))
+		st = mustStats(t, s, "room:1")
+		if st.Clients != 22 || st.Users != int64(len(users)-1) {
+			t.Fatalf("after leaves: %+v (u0 had three connections, all gone)", st)
+		}
+		if st := mustStats(t, s, "room:2"); st.Clients != 1 || st.Users != 1 {
+			t.Fatalf("room:2: %+v", st)
+		}
+		if st := mustStats(t, s, "room:none"); st != (Stats{}) {
+			t.Fatalf("empty topic: %+v", st)
+		}
+		p, err := s.Page(context.Background(), "room:none", "", 0)
+		if err != nil || len(p.Clients) != 0 || p.Cursor != "" || p.Clients == nil {
+			t.Fatalf("empty topic page: %#v, %v", p, err)
+		}
+	})
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// TestRedisEntriesOfADeadInstanceExpire: an instance that stops refreshing
+// (it died) leaves entries that no reader sees past the ttl, with counts
+// corrected, although no live instance noticed: the readers' own scripts
+// clean up, and the Expired hook hears of each gone entry exactly once.
+func TestRedisEntriesOfADeadInstanceExpire(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprint("cluster=", cluster), func(t *testing.T) {
+			var mu sync.Mutex
+			gone := map[string]int{}
+			opts := RedisOptions{TTL: 300 * time.Millisecond, Expired: func(topic string, es []Entry) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, e := range es {
+					gone[topic+" "+e.Client]++
+				}
+			}}
+			var dead *RedisStore
+			if cluster {
+				dead = newClusterStore(t, opts)
+			} else {
+				dead = newRedisStore(t, opts)
+			}
+			// The live instance: the same Redis, a ttl it will not outlive
+			// in this test (so no refresh loop is needed).
+			liveOpts := opts
+			liveOpts.Client, liveOpts.TTL = dead.client, time.Hour
+			live, err := NewRedisStore(liveOpts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The dead instance: 2,500 entries (more than one cleanup
+			// batch) that are never refreshed.
+			var cs []Change
+			for i := range 2500 {
+				cs = append(cs, join("room:big", fmt.Sprintf("dead.%d", i), fmt.Sprintf("u%d", i%7)))
+			}
+			mustApply(t, dead, cs...)
+			mustApply(t, live, join("room:big", "live.1", "alice"))
+
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				st := mustStats(t, live, "room:big")
+				if st == (Stats{Clients: 1, Users: 1}) {
+					break
+				}
+				if st.Clients < 1 {
+					t.Fatalf("the live entry is gone too: %+v", st)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("dead entries still counted: %+v", st)
+				}
+				time.Sleep(20 * time.Millisecond) // expiry runs on Redis's clock
+			}
+			es, _ := all(t, live, "room:big", 1000)
+			if len(es) != 1 || es[0].Client != "live.1" {
+				t.Fatalf("listed %v", es)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(gone) != 2500 {
+				t.Fatalf("Expired heard of %d entries, want 2500", len(gone))
+			}
+			for k, n := range gone {
+				if n != 1 {
+					t.Fatalf("Expired heard of %s %d times", k, n)
+				}
+			}
+		})
+	}
+}
+
+// TestRedisKeysShareTheTopicsSlot: every key of a topic carries the hash
+// tag of the topic's bus partition (so scripts work on a Cluster, where a
+// cross-slot script fails), and the keys vanish with their last entry.
+func TestRedisKeysShareTheTopicsSlot(t *testing.T) {
+	s := newRedisStore(t, RedisOptions{ChannelPrefix: "t1:", Partitions: 8})
+	mustApply(t, s, join("room:1", "a.1", "alice"))
+	keys, err := s.client.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	want := s.keys("room:1")
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Fatalf("keys %v, want %v", keys, want)
+	}
+	for _, k := range keys {
+		ttl := s.client.PTTL(context.Background(), k).Val()
+		if ttl <= 0 || ttl > DefaultTTL {
+			t.Fatalf("key %s has ttl %v", k, ttl)
+		}
+	}
+	mustApply(t, s, leave("room:1", "a.1", "alice"))
+	if n := s.client.DBSize(context.Background()).Val(); n != 0 {
+		t.Fatalf("%d keys left after the last leave", n)
+	}
+}
+
+// TestRedisStoreSurvivesAScriptCacheFlush: a Redis restart empties the
+// script cache; writes fall back to EVAL.
+func TestRedisStoreSurvivesAScriptCacheFlush(t *testing.T) {
+	s := newRedisStore(t, RedisOptions{})
+	mustApply(t, s, join("room:1", "a.1", "alice"))
+	if err := s.client.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, join("room:1", "a.2", "bob"))
+	if st := mustStats(t, s, "room:1"); st.Clients != 2 {
+		t.Fatalf("%+v", st)
+	}
+}
