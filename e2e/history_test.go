@@ -336,3 +336,68 @@ func drainFailover(t *testing.T, cfg string) {
 		s.mu.Unlock()
 	}
 }
+
+// Redis stopped: publishing on a history topic and recovering answer
+// -32001 HISTORY_UNAVAILABLE with a retry hint, and nothing is delivered
+// without an offset. Redis back (empty: it kept nothing): publishing works
+// again in a new epoch, the subscriber is told to resync, and a recovery
+// from the old position answers recovered false, reason epoch.
+func TestHistoryRedisDownAndBack(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	p := start(t, fleetConfig(r.URL(), historyConfig(100, "5m", "")))
+	sub, pub := wstest.Dial(t, p.WS()), wstest.Dial(t, p.WS())
+	pos := histCall(t, sub, "subscribe", `{"topic":"room:r"}`)
+	histCall(t, pub, "publish", `{"topic":"room:r","data":1}`)
+	checkConsecutive(t, "before", readOffsets(t, sub, "room:r", 1), 1)
+
+	r.Stop()
+	unavailable := func(f wstest.Frame) bool {
+		return f.Error != nil && f.Error.Code == -32001 &&
+			strings.Contains(string(f.Error.Data), `"HISTORY_UNAVAILABLE"`) && strings.Contains(string(f.Error.Data), `"retryAfterMs"`)
+	}
+	if f := pub.Call("publish", `{"topic":"room:r","data":2}`); !unavailable(f) {
+		t.Fatalf("publish with Redis down: %+v", f)
+	}
+	other := wstest.Dial(t, p.WS())
+	if f := other.Call("subscribe", recoverParams("room:r", pos.Epoch, 1)); !unavailable(f) {
+		t.Fatalf("recover with Redis down: %+v", f)
+	}
+
+	r.Restart()
+	var back histResult
+	waitFor(t, 30*time.Second, "a publish to succeed once Redis is back", func() bool {
+		f := pub.Call("publish", `{"topic":"room:r","data":3}`)
+		if f.Error != nil {
+			return false
+		}
+		_ = json.Unmarshal(f.Result, &back)
+		return true
+	})
+	if back.Epoch == pos.Epoch || back.Offset != 1 {
+		t.Fatalf("after Redis lost everything: %+v, was epoch %s", back, pos.Epoch)
+	}
+	resynced := false
+	for {
+		f := sub.Recv()
+		if f.Method == "system" && f.Params.Event == "resync" {
+			resynced = true
+		}
+		if f.Method == "message" {
+			if f.Params.Offset == 0 {
+				t.Fatalf("a message without an offset: %s", f.Params.Data)
+			}
+			if f.Params.Offset == back.Offset {
+				break
+			}
+		}
+	}
+	if !resynced {
+		t.Fatal("no resync for the new epoch")
+	}
+	c := wstest.Dial(t, p.WS())
+	res := histCall(t, c, "subscribe", recoverParams("room:r", pos.Epoch, 1))
+	if res.Recovered == nil || *res.Recovered || res.Reason != "epoch" {
+		t.Fatalf("recover from the old epoch: %+v", res)
+	}
+}

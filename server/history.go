@@ -471,11 +471,40 @@ func (q *topicSeq) check() {
 		return
 	}
 	q.mu.Lock()
-	if q.ready && pos.Epoch == q.epoch && pos.Offset > q.last && !q.dead {
+	defer q.mu.Unlock()
+	if !q.ready || q.dead {
+		return
+	}
+	if pos.Epoch != q.epoch {
+		// The stream was replaced (Redis lost it) and its first messages
+		// passed while this instance was not listening: start over.
+		q.newEpoch(pos.Epoch, 0)
+	}
+	if pos.Offset > q.last {
 		q.target = max(q.target, pos.Offset)
 		q.startFill()
 	}
-	q.mu.Unlock()
+}
+
+// checkAll checks every tracked topic now, in the background: after the
+// bus was down, messages may have passed this instance by.
+func (h *historyState) checkAll() {
+	if h == nil || h.stopped() {
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		h.mu.Lock()
+		qs := make([]*topicSeq, 0, len(h.topics))
+		for _, q := range h.topics {
+			qs = append(qs, q)
+		}
+		h.mu.Unlock()
+		for _, q := range qs {
+			q.check()
+		}
+	}()
 }
 
 // gap is the bus's word that it dropped messages of topic (its receive

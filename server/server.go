@@ -323,6 +323,8 @@ func (r *busReceiver) BusState(degraded bool) {
 		s.log.Warn("cross-instance delivery is down")
 	} else {
 		s.log.Info("cross-instance delivery recovered")
+		// History topics repair what passed by meanwhile (history.go).
+		s.hist.checkAll()
 	}
 	s.broadcast(protocol.AppendSystem(nil, event, 0))
 }
