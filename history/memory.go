@@ -166,7 +166,14 @@ func (m *Memory) stream(topic string, now time.Time, publish bool) *stream {
 	s := m.topics[topic]
 	if s == nil {
 		s = &stream{topic: topic, epoch: newEpoch(), touched: now}
-		s.elem = m.lru.PushFront(s)
+		if publish {
+			s.elem = m.lru.PushFront(s)
+		} else {
+			// Created by a read (a subscriber of an empty topic, or anyone
+			// asking about any topic): first in line for eviction, so
+			// reads of made-up topics cannot push out real streams.
+			s.elem = m.lru.PushBack(s)
+		}
 		m.topics[topic] = s
 		s.accounted = streamOverhead + int64(len(topic))
 		m.bytes += s.accounted

@@ -157,7 +157,8 @@ end
 return {pos, 0}
 `)
 
-// readScript: KEYS list, meta; ARGV after, limit, new epoch, meta ttl ms,
+// readScript: KEYS list, meta; ARGV after, limit, new epoch, ttl ms of a
+// position it creates,
 // newest "1"|"0". Returns {epoch, last, items newest first}.
 var readScript = redis.NewScript(`
 local epoch = redis.call('HGET', KEYS[2], 'e')
@@ -352,8 +353,11 @@ func (r *Redis) Read(ctx context.Context, topic string, after uint64, limit int,
 	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	// A position created by a read (an empty topic's) lives 2 ttl, at
+	// least a minute: reads of made-up topics must not fill Redis for
+	// metaTtl. The first publish extends it to metaTtl.
 	v, err := readScript.Run(ctx, r.client, []string{list, meta}, a, limit, newEpoch(),
-		(r.cfg.MetaTTL + policy.TTL).Milliseconds(), newest).Slice()
+		max(2*policy.TTL, time.Minute).Milliseconds(), newest).Slice()
 	if err != nil {
 		r.count(r.errRead)
 		return Position{}, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
