@@ -580,12 +580,15 @@ func (q *topicSeq) setReady(pos history.Position) {
 	}
 }
 
-// replay is a recovery to run once the subscribe result is queued.
+// replay is what a subscribe leaves to do once its result is queued: a
+// recovery's pages, or (live) only going live from end, so that no
+// message reaches the client before the result that positions it.
 type replay struct {
 	q     *topicSeq
 	hs    *hsub
 	first []history.Message
 	end   uint64
+	live  bool
 }
 
 // subscribeHistory subscribes c to a history topic: plain (the result is
@@ -642,7 +645,7 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 	q.mu.Unlock()
 
 	if !hp.Recover {
-		c.goLive(q, hs, pos.Offset)
+		c.replays = append(c.replays, replay{q: q, hs: hs, end: pos.Offset, live: true})
 		return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
 	}
 	reason := ""
@@ -656,7 +659,7 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 	}
 	if reason != "" {
 		s.m.HistoryRecoveries.WithLabelValues(reason).Inc()
-		c.goLive(q, hs, pos.Offset)
+		c.replays = append(c.replays, replay{q: q, hs: hs, end: pos.Offset, live: true})
 		return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, false, reason), nil
 	}
 	s.m.HistoryRecoveries.WithLabelValues(metrics.RecoveryRecovered).Inc()
@@ -714,6 +717,10 @@ func (c *conn) runReplays() {
 }
 
 func (c *conn) runReplay(r replay) {
+	if r.live {
+		c.goLive(r.q, r.hs, r.end)
+		return
+	}
 	s, h := c.s, c.s.hist
 	room := s.cfg.SendQueueBytes / 4
 	page := r.first
