@@ -26,7 +26,7 @@ func (n *Node) mountAPI() error {
 		MaxBodyBytes: n.cfg.Limits.MaxMessageBytes,
 		MaxJSONDepth: n.cfg.Limits.MaxJSONDepth,
 		Backend:      apiBackend{n},
-		Metrics:      n.Metrics,
+		Metrics:      n.metrics,
 		Logger:       n.log,
 	})
 	if err != nil {
@@ -76,18 +76,18 @@ var errDegraded = errors.New("cross-instance delivery is down; retry later")
 type apiBackend struct{ n *Node }
 
 func (b apiBackend) Publish(topic string, data json.RawMessage) error {
-	if b.n.Server.Degraded() {
+	if b.n.server.Degraded() {
 		return errDegraded
 	}
-	return b.n.Server.Publish(topic, data)
+	return b.n.server.Publish(topic, data)
 }
 
 // PublishAt is Publish with the position of a history topic's message.
 func (b apiBackend) PublishAt(ctx context.Context, topic string, data json.RawMessage, key string) (*history.Position, error) {
-	if b.n.Server.Degraded() {
+	if b.n.server.Degraded() {
 		return nil, errDegraded
 	}
-	pos, ok, err := b.n.Server.PublishHistory(ctx, topic, data, key)
+	pos, ok, err := b.n.server.PublishHistory(ctx, topic, data, key)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -95,34 +95,34 @@ func (b apiBackend) PublishAt(ctx context.Context, topic string, data json.RawMe
 }
 
 func (b apiBackend) History(ctx context.Context, topic string, since *protocol.Since, limit int) (json.RawMessage, error) {
-	res, err := b.n.Server.History(ctx, topic, since, limit)
+	res, err := b.n.server.History(ctx, topic, since, limit)
 	if errors.Is(err, server.ErrNoHistory) {
 		return nil, serverapi.ErrNoHistory
 	}
 	return res, err
 }
 
-func (b apiBackend) Disconnect(user string) error { return b.n.Server.Disconnect(user) }
+func (b apiBackend) Disconnect(user string) error { return b.n.server.Disconnect(user) }
 
 func (b apiBackend) Unsubscribe(user, topic string) error {
-	return b.n.Server.Unsubscribe(user, topic)
+	return b.n.server.Unsubscribe(user, topic)
 }
 
 func (b apiBackend) Presence(ctx context.Context, topic, cursor string) (presence.Page, error) {
-	return b.n.Server.Presence(ctx, topic, cursor)
+	return b.n.server.Presence(ctx, topic, cursor)
 }
 
 func (b apiBackend) PresenceStats(ctx context.Context, topic string) (presence.Stats, error) {
-	return b.n.Server.PresenceStats(ctx, topic)
+	return b.n.server.PresenceStats(ctx, topic)
 }
 
-func (b apiBackend) Draining() bool { return b.n.Server.Draining() }
+func (b apiBackend) Draining() bool { return b.n.server.Draining() }
 
 func (b apiBackend) Info() serverapi.Info {
-	conns, _ := b.n.Server.Counts()
-	info := serverapi.Info{InstanceID: b.n.instanceID, Connections: conns, Topics: b.n.Server.Topics(), Instances: 1}
-	if b.n.Cluster != nil {
-		info.Instances += b.n.Cluster.Stats().Instances
+	conns, _ := b.n.server.Counts()
+	info := serverapi.Info{InstanceID: b.n.instanceID, Connections: conns, Topics: b.n.server.Topics(), Instances: 1}
+	if b.n.cluster != nil {
+		info.Instances += b.n.cluster.agg.Stats().Instances
 	}
 	return info
 }

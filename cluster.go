@@ -5,65 +5,83 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
 	"github.com/rtserver/rtserver/server"
 )
 
-// cluster holds the Redis client, the bus and the aggregator. The bus and
-// the aggregator share one instance id, so logs and envelopes agree.
+// cluster holds the parts that need Redis: the client, the aggregator and
+// the limiter of cluster-scoped admission parts. The bus and the
+// aggregator share one instance id, so logs and envelopes agree.
+//
+// For a Redis Cluster, name more seed nodes in redis.url's query:
+// redis://host1:6379?addr=host2:6379&addr=host3:6379 (any addr parameter
+// selects the cluster client).
 type cluster struct {
-	client redis.UniversalClient
-	bus    bus.Bus
-	agg    *publishrate.Aggregator
-	srv    *server.Server // set by wireSubjects before anything runs
+	client  redis.UniversalClient
+	agg     *publishrate.Aggregator
+	limiter *clusterrate.Limiter
+	// scoped: some class has a cluster-scoped part, so the limiter is
+	// warmed up at start.
+	scoped bool
 }
 
-func newCluster(cfg bus.Config, rates publishrate.Options, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
-	client, err := redisClient(cfg.URL)
+func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
+	client, err := redisClient(cfg.Redis.URL)
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{client: client}
-	rates.Subjects = c.subjects
-	rates.LocalSubscribers = func(topic string) int { return c.srv.LocalSubscribers(topic) }
+	rates := cfg.PublishRate
 	rates.Metrics = m
 	rates.Logger = log
-	c.agg, err = publishrate.New(client, mon, rates)
+	agg, err := publishrate.New(client, mon, rates)
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
+	return &cluster{
+		client:  client,
+		agg:     agg,
+		limiter: clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
+		scoped:  cfg.Admission.ClusterScoped(),
+	}, nil
+}
+
+// newBus is the Redis bus of cfg.Bus. One fleet secret signs both kinds
+// of envelope (bus messages and rate envelopes): whoever can forge one
+// could forge the other.
+func (c *cluster) newBus(cfg bus.Config, secret []byte, m *metrics.Metrics, log *slog.Logger) (bus.Bus, error) {
 	ropts := bus.RedisOptions{
-		Client:        client,
+		Client:        c.client,
 		ChannelPrefix: cfg.ChannelPrefix,
 		PublishQueue:  cfg.PublishQueue,
 		PublishWait:   cfg.PublishWait,
 		InstanceID:    c.agg.InstanceID(),
 		Metrics:       m,
 		Logger:        log,
-		// One fleet secret signs both kinds of envelope: whoever can
-		// forge one could forge the other.
-		HMACSecret: rates.HMACSecret,
+		HMACSecret:    secret,
 	}
+	var b bus.Bus
+	var err error
 	switch cfg.Bus {
 	case "", "single":
-		c.bus, err = bus.NewRedis(ropts)
+		b, err = bus.NewRedis(ropts)
 	case "sharded":
-		c.bus, err = bus.NewSharded(bus.ShardedOptions{RedisOptions: ropts, Partitions: cfg.Partitions, Cluster: c.agg})
+		b, err = bus.NewSharded(bus.ShardedOptions{RedisOptions: ropts, Partitions: cfg.Partitions, Cluster: c.agg})
 	default:
-		err = fmt.Errorf("unknown bus %q (single | sharded)", cfg.Bus)
+		err = fmt.Errorf("redis.bus: unknown bus %q (single | sharded)", cfg.Bus)
 	}
 	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("rtserver: redis.bus: %w", err)
+		return nil, fmt.Errorf("rtserver: %w", err)
 	}
-	return c, nil
+	return b, nil
 }
 
 // redisClient opens a plain client, or a cluster client when the URL names
@@ -87,19 +105,35 @@ func redisClient(raw string) (redis.UniversalClient, error) {
 	return redis.NewClient(opts), nil
 }
 
-func (c *cluster) subjects() []publishrate.SubjectCount {
-	local := c.srv.Subjects()
-	out := make([]publishrate.SubjectCount, len(local))
-	for i, tc := range local {
-		out[i] = publishrate.SubjectCount{Topic: tc.Topic, Count: tc.Count}
+// start activates the aggregator (the server starts the bus), handing it
+// the server's subscriber counts, and warms up the shared limiter.
+func (c *cluster) start(ctx context.Context, srv *server.Server, log *slog.Logger) error {
+	err := c.agg.Activate(ctx, publishrate.Sources{
+		Subjects: func() []publishrate.SubjectCount {
+			local := srv.Subjects()
+			out := make([]publishrate.SubjectCount, len(local))
+			for i, tc := range local {
+				out[i] = publishrate.SubjectCount{Topic: tc.Topic, Count: tc.Count}
+			}
+			return out
+		},
+		LocalSubscribers: srv.LocalSubscribers,
+	})
+	if err != nil {
+		return err
 	}
-	return out
+	if c.scoped {
+		// A cold first cluster-scoped check (dial, cluster slots, script
+		// load) can outlast its 100ms timeout and be decided by the fail
+		// policy; warm up before taking clients. Best effort.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := c.limiter.Preload(ctx); err != nil {
+			log.Warn("cluster-scoped admission: Redis not ready at start; checks decide by admission.failPolicy until it is", "err", err)
+		}
+	}
+	return nil
 }
-
-func (c *cluster) wireSubjects(s *server.Server) { c.srv = s }
-
-// start activates the aggregator (the server starts the bus).
-func (c *cluster) start(ctx context.Context) error { return c.agg.Activate(ctx) }
 
 // stop deactivates the aggregator and closes the client, after the server
 // has closed the bus.

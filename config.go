@@ -76,7 +76,7 @@ type JWT struct {
 type RPC struct {
 	// Proxy forwards methods with no Go handler to an HTTP backend; an
 	// empty URL turns it off (-32601).
-	Proxy rpcproxy.Options `yaml:"proxy"`
+	Proxy rpcproxy.Config `yaml:"proxy"`
 }
 
 // API is the server API for backends (api.*, docs/server-api.md).
@@ -84,7 +84,7 @@ type API struct {
 	// Key turns the server API on: callers present it as "Authorization:
 	// apikey KEY". Served on AdminListen when set, else on Listen. Empty:
 	// the API is off.
-	Key string `yaml:"key" help:"API key backends send as \"Authorization: apikey KEY\" to POST /api/{publish,broadcast,disconnect,unsubscribe,info}, served on adminListen when set, else on listen; printable ASCII without spaces; empty: the server API is off"`
+	Key string `yaml:"key" help:"API key backends send as \"Authorization: apikey KEY\" to POST /api/{publish,broadcast,disconnect,unsubscribe,info,presence,presenceStats}, served on adminListen when set, else on listen; printable ASCII without spaces; empty: the server API is off"`
 }
 
 // Drain is graceful shutdown (drain.*).
@@ -136,7 +136,7 @@ func DefaultConfig() Config {
 		Limits:      server.DefaultConfig(),
 		Pressure:    pressure.DefaultConfig(),
 		PublishRate: publishrate.DefaultOptions(),
-		RPC:         RPC{Proxy: rpcproxy.DefaultOptions()},
+		RPC:         RPC{Proxy: rpcproxy.DefaultConfig()},
 		Drain:       Drain{Duration: 10 * time.Second},
 		Log:         Log{Format: "text", Level: "info"},
 	}

@@ -4,14 +4,17 @@
 // WebSocket server, and the HTTP endpoints (/ws, /metrics, /healthz,
 // /readyz).
 //
-// The standalone binary (cmd/rtserver) is a thin layer over this package:
-// it maps the YAML/env/flag configuration onto Config and handles signals.
-// An application that embeds rtserver builds a Config the same way, calls
-// New, registers its RPC handlers with Handle, and runs it:
+// Config is the whole configuration tree of docs/configuration.md; each
+// section is the Config of the package that uses it, which owns its
+// defaults and its validation. The standalone binary (cmd/rtserver) only
+// loads its YAML file, environment and flags into Config. An application
+// that embeds rtserver builds a Config, calls New, registers its RPC
+// handlers with Handle, and serves until a signal (or calls Serve and
+// Shutdown itself, as with an http.Server):
 //
-//	node, err := rtserver.New(rtserver.Config{Listen: "127.0.0.1:8080"})
+//	node, err := rtserver.New(rtserver.DefaultConfig())
 //	node.Handle("chat.say", say)
-//	err = node.Run(ctx, nil) // until ctx ends; then drains and returns
+//	err = rtserver.RunUntilSignal(node, nil) // SIGTERM drains, a second signal stops at once
 //
 // The pieces stay usable on their own (package server with its own
 // options, handshake.Gate as plain net/http middleware, message.Admission

@@ -50,9 +50,8 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 
 	c, err := client.Dial(context.Background(), "ws://"+ln.Addr().String()+"/ws", nil)
 	if err != nil {
@@ -81,12 +80,13 @@ func Example() {
 	fmt.Println(perr.Code, perr.Message, data.Class, data.Limit, data.RetryAfterMs > 0)
 
 	c.Close()
-	stop() // drain, then return
+	fmt.Println("shutdown:", node.Shutdown(context.Background())) // drains, then returns
 	fmt.Println("serve:", <-done)
 	// Output:
 	// sent: true <nil>
 	// room:lobby {"text":"hello"}
 	// true -32602 text is required
 	// -32002 RATE_LIMITED chat 2 true
-	// serve: <nil>
+	// shutdown: <nil>
+	// serve: http: Server closed
 }

@@ -1,6 +1,6 @@
 module github.com/rtserver/rtserver
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/MicahParks/jwkset v0.11.4

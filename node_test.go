@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestServeListenerFailureStopsEverything(t *testing.T) {
 	}
 	ln := &breakableListener{Listener: real}
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(context.Background(), ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 
 	c, err := client.Dial(context.Background(), "ws://"+real.Addr().String()+"/ws", &client.Options{})
 	if err != nil {
@@ -108,7 +109,7 @@ func TestServeAdminListenFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := node.Serve(context.Background(), ln, nil); err == nil {
+	if err := node.Serve(ln); err == nil || errors.Is(err, rtserver.ErrNodeClosed) {
 		t.Fatal("Serve succeeded with its admin address taken")
 	}
 	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
@@ -116,9 +117,9 @@ func TestServeAdminListenFailure(t *testing.T) {
 	}
 }
 
-// A stop by ctx drains and returns nil with nothing left running, the
-// admin listener included.
-func TestServeStopsCleanly(t *testing.T) {
+// Shutdown drains and Serve returns ErrNodeClosed with nothing left
+// running, the admin listener included.
+func TestShutdownStopsCleanly(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := quietConfig()
 	cfg.AdminListen = "127.0.0.1:0"
@@ -131,17 +132,175 @@ func TestServeStopsCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
+	go func() { done <- node.Serve(ln) }()
 	c, err := client.Dial(context.Background(), "ws://"+ln.Addr().String()+"/ws", &client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.CloseNow()
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Serve = %v after a stop", err)
+	if err := node.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown = %v", err)
+	}
+	if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
+		t.Fatalf("Serve = %v after Shutdown, want ErrNodeClosed", err)
 	}
 	<-c.Done()
+	if err := node.Serve(ln); !errors.Is(err, rtserver.ErrNodeClosed) {
+		t.Errorf("a second Serve = %v, want ErrNodeClosed", err)
+	}
+	if err := node.Shutdown(context.Background()); err != nil {
+		t.Errorf("a second Shutdown = %v", err)
+	}
+}
+
+// When Shutdown's context ends during the drain, the remaining connections
+// are closed at once and Shutdown returns the context's error; Close does
+// the same to a drain in progress.
+func TestShutdownDeadlineStopsHard(t *testing.T) {
+	for _, how := range []string{"deadline", "Close"} {
+		t.Run(how, func(t *testing.T) {
+			leakcheck.Check(t)
+			cfg := quietConfig()
+			cfg.Drain.Duration = time.Hour // only a hard stop ends it within the test
+			node, err := rtserver.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- node.Serve(ln) }()
+			var conns []*client.Client
+			for range 3 {
+				c, err := client.Dial(context.Background(), "ws://"+ln.Addr().String()+"/ws", &client.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.CloseNow()
+				conns = append(conns, c)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			shut := make(chan error, 1)
+			go func() { shut <- node.Shutdown(ctx) }()
+			// The drain has begun once /readyz says so.
+			for {
+				if code := getStatus(t, "http://"+ln.Addr().String()+"/readyz"); code == http.StatusServiceUnavailable {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if how == "deadline" {
+				cancel()
+				if err := <-shut; !errors.Is(err, context.Canceled) {
+					t.Errorf("Shutdown = %v, want context.Canceled", err)
+				}
+			} else {
+				if err := node.Close(); err != nil {
+					t.Errorf("Close = %v", err)
+				}
+				if err := <-shut; err != nil {
+					t.Errorf("Shutdown = %v after Close", err)
+				}
+				cancel()
+			}
+			if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
+				t.Fatalf("Serve = %v, want ErrNodeClosed", err)
+			}
+			for _, c := range conns {
+				<-c.Done()
+			}
+		})
+	}
+}
+
+// Close stops a serving node at once; Shutdown and Close before Serve
+// release the node, and Serve then refuses.
+func TestCloseAndStopBeforeServe(t *testing.T) {
+	leakcheck.Check(t)
+	node, err := rtserver.New(quietConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- node.Serve(ln) }()
+	// The listener is open before Serve runs: the request waits in its
+	// backlog until Serve accepts it.
+	if code := getStatus(t, "http://"+ln.Addr().String()+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz = %d", code)
+	}
+	if err := node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
+		t.Fatalf("Serve = %v after Close", err)
+	}
+
+	for _, stop := range []func(*rtserver.Node) error{
+		(*rtserver.Node).Close,
+		func(n *rtserver.Node) error { return n.Shutdown(context.Background()) },
+	} {
+		unserved, err := rtserver.New(quietConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stop(unserved); err != nil {
+			t.Fatalf("stop before Serve = %v", err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unserved.Serve(ln); !errors.Is(err, rtserver.ErrNodeClosed) {
+			t.Errorf("Serve after a stop = %v, want ErrNodeClosed", err)
+		}
+	}
+}
+
+// A zero Config runs: each part on its package's zero-value defaults.
+func TestZeroConfigRuns(t *testing.T) {
+	leakcheck.Check(t)
+	node, err := rtserver.New(rtserver.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- node.Serve(ln) }()
+	// A zero handshake.Config refuses clients that send no Origin; the
+	// client sends the server's own.
+	c, err := client.Dial(context.Background(), "ws://"+ln.Addr().String()+"/ws", &client.Options{Header: http.Header{"Origin": {"http://" + ln.Addr().String()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if _, err := c.Subscribe(context.Background(), "room:1", func(string, json.RawMessage) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
+		t.Fatal(err)
+	}
+}
+
+// getStatus is the status of a GET of url.
+func getStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -133,11 +133,12 @@ type Checker struct {
 }
 
 // New validates cfg (every problem at once, as *ConfigError values joined)
-// and compiles it. m nil means metrics.NewDiscard(); log nil discards.
-func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
+// and compiles it.
+func New(cfg Config, deps Deps) (*Checker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	m, log := deps.Metrics, deps.Logger
 	if m == nil {
 		m = metrics.NewDiscard()
 	}
@@ -202,16 +203,16 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
 func (c *Checker) KeepsPresence() bool { return c.keepAny }
 
 // Presence reports what topic keeps: its presence, and join/leave diffs
-// for its subscribers. The first namespace whose pattern has the topic's
-// shape decides ({user} standing for any one non-empty run without '/'),
-// whoever asks: a topic's presence is one for all its subscribers.
+// for its subscribers. The namespace that decides the topic's grants (by
+// its shape, whoever asks) decides: a topic's presence is one for all its
+// subscribers.
 func (c *Checker) Presence(topic string) (presence, joinLeave bool) {
 	if !c.keepAny || protocol.Reserved(topic) {
 		return false, false
 	}
 	k := c.defKeep
 	for i := range c.ns {
-		if c.ns[i].pat.matchShape(topic) {
+		if c.ns[i].pat.match(topic) {
 			k = c.ns[i].keep
 			break
 		}

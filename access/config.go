@@ -2,6 +2,8 @@ package access
 
 import (
 	"fmt"
+	"github.com/rtserver/rtserver/metrics"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -50,6 +52,12 @@ type Config struct {
 	// Grants are the application's own grants by name, usable in every
 	// rule next to the built-ins. A name may not shadow a built-in.
 	Grants map[string]GrantFunc `yaml:"-"`
+}
+
+// Deps are what a Checker uses beside its configuration.
+type Deps struct {
+	Metrics *metrics.Metrics // nil: metrics.NewDiscard()
+	Logger  *slog.Logger     // nil: discard
 }
 
 // DefaultConfig is the topics.* defaults of docs/configuration.md.

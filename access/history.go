@@ -20,7 +20,7 @@ func (c *Checker) HistoryOf(topic string) history.Policy {
 		return history.Policy{}
 	}
 	for i := range c.ns {
-		if c.ns[i].pat.matchShape(topic) {
+		if c.ns[i].pat.match(topic) {
 			return c.ns[i].hist
 		}
 	}

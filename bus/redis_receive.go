@@ -44,9 +44,12 @@ type inMsg struct {
 // it, a drop is only counted.
 const maxPendingGaps = 4096
 
-// newWorkerQueues splits size over one queue per core (at least two).
+// newWorkerQueues splits size over the receive workers' queues: eight per
+// core, because a worker's time goes mostly to socket writes (delivering
+// to a small topic writes to each subscriber's socket at once), during
+// which another worker can use the core.
 func newWorkerQueues(size int) []chan inMsg {
-	n := max(2, runtime.GOMAXPROCS(0))
+	n := max(2, 8*runtime.GOMAXPROCS(0))
 	qs := make([]chan inMsg, n)
 	for i := range qs {
 		qs[i] = make(chan inMsg, max(1, size/n))
@@ -284,13 +287,18 @@ func (e *engine) dropReceived(reason, channel string, size int) {
 // and not closed, under a lock close also takes.
 func (e *engine) subscribe(channel string, accept func(string) bool) *Subscription {
 	in := newInbound(e, channel, accept)
+	var onConfirm func()
+	if e.signer != nil {
+		// Only signed control messages are numbered (control.go).
+		onConfirm = func() { e.ctl.confirmed(&in.floor, e.pingWait) }
+	}
 	sub := Subscribe(SubscriptionConfig{
 		Client:      e.client,
 		Channel:     channel,
 		Sharded:     e.sharded,
 		Handle:      in.handle,
 		OnIdle:      in.idle,
-		OnConfirm:   func() { e.ctl.confirmed(&in.floor, e.pingWait) },
+		OnConfirm:   onConfirm,
 		OnState:     e.health.subState,
 		IdleAfter:   e.pingEvery,
 		PingTimeout: e.pingWait,

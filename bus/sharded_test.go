@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 func startSharded(t testing.TB, o ShardedOptions) (*Sharded, *recorder) {
@@ -89,7 +90,7 @@ func TestShardedRefcounting(t *testing.T) {
 	}
 	awaitShardChannels := func(want string) {
 		t.Helper()
-		poll(t, "PUBSUB SHARDCHANNELS "+want, func() bool { return shardChannels() == want })
+		testkit.Eventually(t, waitLimit, "PUBSUB SHARDCHANNELS "+want, func() bool { return shardChannels() == want })
 	}
 	same := topicsIn(0, parts, 2, "t") // two topics of partition 0
 	other := topicsIn(1, parts, 1, "t")[0]

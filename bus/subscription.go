@@ -64,7 +64,9 @@ type SubscriptionConfig struct {
 // it.
 //
 // A subscription is "down" from a failure until Redis confirms the
-// (re)subscription. Handle is never called after Close returns.
+// (re)subscription. Once Stop has returned no new payload is handed to
+// Handle (one already in Handle may finish); once Close has returned,
+// Handle has returned for good.
 type Subscription struct {
 	cfg SubscriptionConfig
 	log *slog.Logger
@@ -73,11 +75,12 @@ type Subscription struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// mu guards ps and stopped. Handle runs under mu, so nothing is
-	// handled once Close has taken it.
+	// mu guards ps and stopped. Handle runs without it: Handle may take
+	// the caller's locks, which the caller may hold while calling Stop.
 	mu      sync.Mutex
 	ps      *redis.PubSub
 	stopped bool
+	halted  atomic.Bool // stopped, read without mu by handle
 
 	firstOnce sync.Once
 	first     chan struct{} // closed at the first confirmation or failure
@@ -121,10 +124,11 @@ func (s *Subscription) Confirmed() bool { return s.confirmed.Load() }
 // Stop ends the subscription without waiting for its goroutine (Done
 // says when it is gone). Closing the connection unsubscribes it on the
 // Redis side (it is this subscription's own connection), without waiting
-// on a socket that may be stalled. Handle is not called once Stop has
-// returned.
+// on a socket that may be stalled. No payload is handed to Handle once
+// Stop has returned, other than one already being handed over.
 func (s *Subscription) Stop() {
 	s.cancel()
+	s.halted.Store(true)
 	s.mu.Lock()
 	s.stopped = true
 	ps := s.ps
@@ -222,9 +226,7 @@ func (s *Subscription) run() {
 }
 
 func (s *Subscription) handle(p string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.stopped {
+	if !s.halted.Load() {
 		s.cfg.Handle(p)
 	}
 }

@@ -5,18 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-)
 
-// Server events this file acts on (docs/protocol.md).
-const (
-	eventTokenExpiring = "tokenExpiring"
-	eventUnsubscribed  = "unsubscribed"
-	eventResync        = "resync" // a history topic's gap the server could not fill (history.go)
+	"github.com/rtserver/rtserver/protocol"
 )
-
-// tokenExpiredReason is the reason of the server's close 1008 when a
-// connection's token expired unrefreshed.
-const tokenExpiredReason = "token expired"
 
 // header is the upgrade request's header for one connection attempt: the
 // configured one, with a fresh token from TokenFunc when set.
@@ -51,7 +42,7 @@ func (c *Client) final(err, prev error) bool {
 		return unauthorized(prev)
 	}
 	var ce *CloseError
-	return !(errors.As(err, &ce) && ce.Code == 1008 && ce.Reason == tokenExpiredReason)
+	return !(errors.As(err, &ce) && ce.Code == 1008 && ce.Reason == protocol.ReasonTokenExpired)
 }
 
 func unauthorized(err error) bool {
@@ -73,7 +64,7 @@ func (c *Client) refreshToken() {
 	defer cancel()
 	tok, err := c.opts.TokenFunc(ctx)
 	if err == nil {
-		err = c.Call(ctx, "refresh", refreshParams{Token: tok}, nil)
+		err = c.Call(ctx, protocol.MethodRefresh, refreshParams{Token: tok}, nil)
 	}
 	if err != nil && c.ctx.Err() == nil {
 		c.opts.Logger.Warn("rtclient: token refresh failed; reconnecting with a new token when the server closes", "err", err)
@@ -84,12 +75,12 @@ func (c *Client) refreshToken() {
 // state, on the reader goroutine, before the event is handed to OnSystem.
 func (c *Client) systemEvent(event, topic string) {
 	switch event {
-	case eventTokenExpiring:
+	case protocol.EventTokenExpiring:
 		if c.opts.TokenFunc != nil {
 			c.wg.Add(1) // the reader holds a count: Wait cannot be at zero
 			go c.refreshToken()
 		}
-	case eventUnsubscribed:
+	case protocol.EventUnsubscribed:
 		// The server (its backend) took the topic away: it is forgotten,
 		// not re-sent after a reconnect. Messages for it still queued are
 		// dropped by the dispatcher.
@@ -97,7 +88,7 @@ func (c *Client) systemEvent(event, topic string) {
 		delete(c.subs, topic)
 		c.mu.Unlock()
 		c.opts.Logger.Debug("rtclient: unsubscribed by the server", "topic", topic)
-	case eventResync:
+	case protocol.EventResync:
 		c.resync(topic)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -38,7 +39,7 @@ func TestTokenFuncOnEveryConnect(t *testing.T) {
 	opts.Token = "static" // TokenFunc wins
 	opts.TokenFunc = tokens()
 	dial(t, s.url, opts)
-	s.closeAll(websocket.StatusServiceRestart, "retry_after_ms=1")
+	s.closeAll(websocket.StatusServiceRestart, retryhint.Reason(1))
 	p.waitState(t, Disconnected)
 	p.waitState(t, Connected)
 	if got := s.authHeaders(); len(got) != 2 || got[0] != "Bearer tok1" || got[1] != "Bearer tok2" {
@@ -142,7 +143,7 @@ func TestTokenFuncUnauthorizedTwiceIsFinal(t *testing.T) {
 		w.WriteHeader(http.StatusUnauthorized)
 		return true
 	})
-	s.closeAll(websocket.StatusServiceRestart, "retry_after_ms=1")
+	s.closeAll(websocket.StatusServiceRestart, retryhint.Reason(1))
 	<-c.Done()
 	var he *HandshakeError
 	if !errors.As(c.Err(), &he) || he.Status != 401 {
@@ -176,7 +177,7 @@ func TestUnsubscribedForgetsTopic(t *testing.T) {
 	if e := <-events; e != "unsubscribed" {
 		t.Fatalf("OnSystem got %q", e)
 	}
-	s.closeAll(websocket.StatusServiceRestart, "retry_after_ms=1")
+	s.closeAll(websocket.StatusServiceRestart, retryhint.Reason(1))
 	p.waitState(t, Disconnected)
 	p.waitState(t, Connected)
 	if k, tk := s.subscribeCount("kept"), s.subscribeCount("taken"); k != 2 || tk != 1 {
@@ -206,7 +207,7 @@ func TestSubscribeForbiddenIsFinal(t *testing.T) {
 	if _, err := c.Subscribe(ctx, "open", func(string, json.RawMessage) {}); err != nil {
 		t.Fatal(err)
 	}
-	s.closeAll(websocket.StatusServiceRestart, "retry_after_ms=1")
+	s.closeAll(websocket.StatusServiceRestart, retryhint.Reason(1))
 	p.waitState(t, Disconnected)
 	p.waitState(t, Connected)
 	if n := s.subscribeCount("secret:x"); n != 1 {

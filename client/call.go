@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -93,7 +94,7 @@ func (c *Client) Publish(ctx context.Context, topic string, data any) error {
 	if reason := protocol.CheckTopic(topic); reason != "" {
 		return protocol.NewError(protocol.CodeInvalidParams, reason, nil)
 	}
-	return c.Call(ctx, "publish", publishParams{Topic: topic, Data: data}, nil)
+	return c.Call(ctx, protocol.MethodPublish, publishParams{Topic: topic, Data: data}, nil)
 }
 
 type topicParams struct {
@@ -169,7 +170,7 @@ func (c *Client) Subscribe(ctx context.Context, topic string, h func(topic strin
 	// server sends right after its reply is not dropped.
 	c.subs[topic] = s
 	c.mu.Unlock()
-	if err := c.call(ctx, "subscribe", topicParams{Topic: topic}, nil, s.onResult(false)); err != nil {
+	if err := c.call(ctx, protocol.MethodSubscribe, topicParams{Topic: topic}, nil, s.onResult(false)); err != nil {
 		c.removeSub(s)
 		return nil, err
 	}
@@ -184,7 +185,7 @@ func (s *Subscription) Unsubscribe(ctx context.Context) error {
 	if !s.c.removeSub(s) {
 		return nil
 	}
-	err := s.c.Call(ctx, "unsubscribe", topicParams{Topic: s.topic}, nil)
+	err := s.c.Call(ctx, protocol.MethodUnsubscribe, topicParams{Topic: s.topic}, nil)
 	if errors.Is(err, ErrDisconnected) || errors.Is(err, ErrClosed) {
 		return nil
 	}
@@ -211,14 +212,14 @@ func (c *Client) dispatch() {
 			continue
 		}
 		switch d.method {
-		case "message":
+		case protocol.NotifyMessage:
 			c.mu.Lock()
 			s := c.subs[d.topic]
 			c.mu.Unlock()
 			if s != nil {
 				s.h(d.topic, d.data)
 			}
-		case "system":
+		case protocol.NotifySystem:
 			if c.opts.OnSystem != nil {
 				c.opts.OnSystem(d.event, d.data)
 			}
@@ -226,6 +227,8 @@ func (c *Client) dispatch() {
 			if c.opts.OnRecovery != nil {
 				c.opts.OnRecovery(d.topic, d.recovered, d.event)
 			}
+		case "presence":
+			c.presenceDiff(d.data)
 		}
 	}
 }
@@ -257,7 +260,7 @@ func (c *Client) resubscribe(cn *conn) error {
 		for _, t := range topics {
 			id := c.nextID.Add(1)
 			params, hook := c.resubscribeParams(t)
-			b, _ := encodeRequest(id, "subscribe", params)
+			b, _ := encodeRequest(id, protocol.MethodSubscribe, params)
 			ch, err := cn.register(id)
 			if err != nil {
 				return err
@@ -311,17 +314,11 @@ func (c *Client) resubscribe(cn *conn) error {
 	return nil
 }
 
-// dataHint reads retryAfterMs from a -32001/-32002 error's data.
+// dataHint reads the hint from a -32001/-32002 error's data.
 func dataHint(pe *protocol.Error) time.Duration {
 	raw, ok := pe.Data.(json.RawMessage)
 	if !ok {
 		return 0
 	}
-	var d struct {
-		RetryAfterMs json.Number `json:"retryAfterMs"`
-	}
-	if json.Unmarshal(raw, &d) != nil {
-		return 0
-	}
-	return msHint(d.RetryAfterMs.String())
+	return retryhint.FromBody(raw)
 }

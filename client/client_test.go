@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -345,9 +346,8 @@ func TestDialHandshakeRejected(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}, 503, 2 * time.Second},
 		{"429 body hint wins", func(w http.ResponseWriter) {
-			w.Header().Set("Retry-After", "2")
-			w.WriteHeader(http.StatusTooManyRequests)
-			w.Write([]byte(`{"error":"RATE_LIMITED","retryAfterMs":1500}`))
+			// Retry-After says 2 (whole seconds); the body says 1500ms.
+			retryhint.Answer(w, http.StatusTooManyRequests, retryhint.HeadRateLimited, 1500)
 		}, 429, 1500 * time.Millisecond},
 		{"401", func(w http.ResponseWriter) { w.WriteHeader(http.StatusUnauthorized) }, 401, 0},
 	}
@@ -375,7 +375,7 @@ func TestDialHandshakeRejected(t *testing.T) {
 func TestDialClosedRightAfterUpgrade(t *testing.T) {
 	checkLeaks(t)
 	s := newTestServer(t)
-	s.closeAfterAccept = &websocket.CloseError{Code: websocket.StatusTryAgainLater, Reason: "retry_after_ms=700"}
+	s.closeAfterAccept = &websocket.CloseError{Code: websocket.StatusTryAgainLater, Reason: retryhint.Reason(700)}
 	_, err := Dial(context.Background(), s.url, nil)
 	var ce *CloseError
 	if !errors.As(err, &ce) {
@@ -399,7 +399,7 @@ func TestReconnectHonoursCloseHintAndResubscribes(t *testing.T) {
 	}
 	p.waitState(t, Connected)
 
-	s.closeAll(websocket.StatusServiceRestart, "retry_after_ms=300")
+	s.closeAll(websocket.StatusServiceRestart, retryhint.Reason(300))
 	var ce *CloseError
 	if err := p.waitState(t, Disconnected); !errors.As(err, &ce) || ce.Code != 1012 {
 		t.Fatalf("Disconnected with %v, want close 1012", err)
@@ -439,7 +439,7 @@ func TestReconnectHonours503ThenConnects(t *testing.T) {
 		})
 		return rejected
 	})
-	s.closeAll(websocket.StatusServiceRestart, "retry_after_ms=300")
+	s.closeAll(websocket.StatusServiceRestart, retryhint.Reason(300))
 	p.waitState(t, Connected)
 	d := p.delays()
 	if len(d) != 2 || d[0] < 300*time.Millisecond || d[1] < time.Second {
@@ -464,7 +464,7 @@ func TestDrainingHintIsAFallback(t *testing.T) {
 	if e := <-events; e != `draining {"event":"draining","reconnectAfterMs":4000}` {
 		t.Fatalf("OnSystem got %s", e)
 	}
-	s.closeAll(websocket.StatusServiceRestart, "") // no retry_after_ms
+	s.closeAll(websocket.StatusServiceRestart, "") // no retry hint
 	p.waitState(t, Connected)
 	if d := p.delays(); len(d) != 1 || d[0] < 4*time.Second {
 		t.Fatalf("delays %v, want one >= 4s (the draining hint)", d)
@@ -517,7 +517,7 @@ func TestReconnectStopsOnAuthFailure(t *testing.T) {
 		w.WriteHeader(http.StatusUnauthorized)
 		return true
 	})
-	s.closeAll(websocket.StatusServiceRestart, "retry_after_ms=10")
+	s.closeAll(websocket.StatusServiceRestart, retryhint.Reason(10))
 	<-c.Done()
 	var he *HandshakeError
 	if !errors.As(c.Err(), &he) || he.Status != 401 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -53,7 +54,7 @@ type conn struct {
 
 // delivery is one notification for the handler goroutine.
 type delivery struct {
-	method    string // "message", "system" or methodRecovery
+	method    string // "message", "system", "presence" or methodRecovery
 	topic     string // message, recovery
 	data      json.RawMessage
 	event     string // system; a recovery's reason
@@ -122,7 +123,7 @@ func (c *Client) readLoop(cn *conn) {
 	}
 	var wce websocket.CloseError
 	if errors.As(err, &wce) {
-		err = &CloseError{Code: int(wce.Code), Reason: wce.Reason, RetryAfter: parseRetryAfterMs(wce.Reason)}
+		err = &CloseError{Code: int(wce.Code), Reason: wce.Reason, RetryAfter: retryhint.FromReason(wce.Reason)}
 	}
 	cn.ws.CloseNow()
 
@@ -187,7 +188,7 @@ func (c *Client) handleFrame(cn *conn, b []byte) bool {
 
 func (c *Client) handleValue(cn *conn, b []byte) bool {
 	if topic, data, ok := fastMessage(b); ok {
-		return c.enqueue(delivery{method: "message", topic: topic, data: data})
+		return c.enqueue(delivery{method: protocol.NotifyMessage, topic: topic, data: data})
 	}
 	var m inbound
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -236,7 +237,7 @@ func (c *Client) handleValue(cn *conn, b []byte) bool {
 func (c *Client) notification(cn *conn, m *inbound) bool {
 	d := delivery{method: m.Method}
 	switch m.Method {
-	case "message":
+	case protocol.NotifyMessage:
 		var p struct {
 			Topic  string          `json:"topic"`
 			Offset *uint64         `json:"offset"`
@@ -250,7 +251,7 @@ func (c *Client) notification(cn *conn, m *inbound) bool {
 			return true // a duplicate of what this subscription already had
 		}
 		d.topic, d.data = p.Topic, p.Data
-	case "system":
+	case protocol.NotifySystem:
 		var p struct {
 			Event            string `json:"event"`
 			ReconnectAfterMs int64  `json:"reconnectAfterMs"`
@@ -262,11 +263,13 @@ func (c *Client) notification(cn *conn, m *inbound) bool {
 		}
 		if p.Event == protocol.EventDraining && p.ReconnectAfterMs > 0 {
 			cn.mu.Lock()
-			cn.drain = msHint(strconv.FormatInt(p.ReconnectAfterMs, 10))
+			cn.drain = time.Duration(min(p.ReconnectAfterMs, retryhint.MaxHint.Milliseconds())) * time.Millisecond
 			cn.mu.Unlock()
 		}
 		c.systemEvent(p.Event, p.Topic)
 		d.event, d.data = p.Event, m.Params
+	case "presence":
+		d.data = m.Params
 	default:
 		c.opts.Logger.Debug("rtclient: ignoring notification", "method", m.Method)
 		return true
@@ -324,7 +327,7 @@ func (cn *conn) write(ctx context.Context, b []byte) error {
 }
 
 // hint is the retry hint for reconnecting after this connection ended: the
-// close reason's retry_after_ms, else a draining event's reconnectAfterMs.
+// close reason's hint, else a draining event's reconnectAfterMs.
 func (cn *conn) hint() time.Duration {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()

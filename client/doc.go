@@ -12,7 +12,7 @@
 // drops fails with ErrDisconnected; the caller decides), reconnect after a
 // refusal that will not change by waiting (HTTP 401/403 and other 4xx except
 // 429; close codes 1002, 1003, 1007, 1008, 1009), or reconnect sooner than
-// the server asked (Retry-After on 503/429, retry_after_ms on 1012/1013).
+// the server asked (Retry-After on 503/429, the close reason's hint on 1012/1013).
 // The one exception is what a fresh token changes: with Options.TokenFunc
 // a close 1008 "token expired" reconnects, and a 401 is retried once.
 //

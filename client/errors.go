@@ -1,13 +1,13 @@
 package client
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/retryhint"
 )
 
 var (
@@ -30,8 +30,8 @@ var (
 // is not 101.
 type HandshakeError struct {
 	Status int
-	// RetryAfter is the server's hint: the body's retryAfterMs when present
-	// (millisecond precision), else the Retry-After header (seconds or an
+	// RetryAfter is the server's hint: the body's, in milliseconds, when
+	// present, else the Retry-After header (seconds or an
 	// HTTP date). Zero when the server gave none.
 	RetryAfter time.Duration
 	// Body is the start of the response body (at most 1 KiB).
@@ -52,8 +52,8 @@ func (e *HandshakeError) Error() string {
 type CloseError struct {
 	Code   int
 	Reason string
-	// RetryAfter is parsed from "retry_after_ms=N" in Reason (1012, 1013);
-	// zero when absent.
+	// RetryAfter is the hint carried in Reason (1012, 1013); zero when
+	// absent.
 	RetryAfter time.Duration
 }
 
@@ -100,37 +100,6 @@ func retryHint(err error) time.Duration {
 	return 0
 }
 
-// maxHint caps any hint the server sends: a bogus huge value must not park
-// a client for days.
-const maxHint = 10 * time.Minute
-
-// parseRetryAfterMs finds "retry_after_ms=N" in a close reason. It returns 0
-// when absent or malformed; N is capped at maxHint.
-func parseRetryAfterMs(reason string) time.Duration {
-	const key = "retry_after_ms="
-	i := strings.Index(reason, key)
-	if i < 0 {
-		return 0
-	}
-	s := reason[i+len(key):]
-	n := 0
-	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
-		n++
-	}
-	return msHint(s[:n])
-}
-
-func msHint(digits string) time.Duration {
-	v, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || v <= 0 {
-		return 0
-	}
-	if v > maxHint.Milliseconds() {
-		return maxHint
-	}
-	return time.Duration(v) * time.Millisecond
-}
-
 // handshakeError builds the error for a non-101 upgrade response.
 func handshakeError(resp *http.Response, now time.Time) *HandshakeError {
 	e := &HandshakeError{Status: resp.StatusCode}
@@ -141,36 +110,9 @@ func handshakeError(resp *http.Response, now time.Time) *HandshakeError {
 		e.Body = b[:n]
 		resp.Body.Close()
 	}
-	var body struct {
-		RetryAfterMs json.Number `json:"retryAfterMs"`
-	}
-	if json.Unmarshal(e.Body, &body) == nil && body.RetryAfterMs != "" {
-		e.RetryAfter = msHint(body.RetryAfterMs.String())
-	}
+	e.RetryAfter = retryhint.FromBody(e.Body)
 	if e.RetryAfter == 0 {
-		e.RetryAfter = parseRetryAfterHeader(resp.Header.Get("Retry-After"), now)
+		e.RetryAfter = retryhint.FromHeader(resp.Header.Get("Retry-After"), now)
 	}
 	return e
-}
-
-// parseRetryAfterHeader parses delay-seconds or an HTTP date (RFC 9110
-// section 10.2.3).
-func parseRetryAfterHeader(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s <= 0 {
-			return 0
-		}
-		if s > int64(maxHint/time.Second) {
-			return maxHint
-		}
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return min(max(t.Sub(now), 0), maxHint)
-	}
-	return 0
 }

@@ -30,10 +30,8 @@ func startNode() (url string, stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { node.Serve(ctx, ln, nil); close(done) }()
-	return "ws://" + ln.Addr().String() + "/ws", func() { cancel(); <-done }
+	go node.Serve(ln)
+	return "ws://" + ln.Addr().String() + "/ws", func() { node.Shutdown(context.Background()) }
 }
 
 // Subscribe, publish, and read the server's errors.

@@ -123,7 +123,7 @@ func (c *Client) resync(topic string) {
 		params, hook := c.resubscribeParams(topic)
 		ctx, cancel := context.WithTimeout(c.ctx, handshakeTimeout)
 		defer cancel()
-		if err := c.call(ctx, "subscribe", params, nil, hook); err != nil {
+		if err := c.call(ctx, protocol.MethodSubscribe, params, nil, hook); err != nil {
 			// The next reconnect recovers it, or the next resync retries.
 			c.opts.Logger.Warn("rtclient: resubscribe after resync failed", "topic", topic, "err", err)
 		}

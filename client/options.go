@@ -9,12 +9,8 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/ctxsleep"
+	"github.com/rtserver/rtserver/protocol"
 )
-
-// BatchSubprotocol is the WebSocket subprotocol under which the server may
-// send several queued messages in one frame as a JSON array
-// (docs/protocol.md). The client always accepts arrays, so it offers it by default.
-const BatchSubprotocol = "rt.batch"
 
 // Defaults applied to zero Options fields.
 const (
@@ -76,7 +72,7 @@ type Options struct {
 	// returns fails that attempt (Dial returns it; reconnects back off and
 	// try again). It must be safe to call from several goroutines.
 	TokenFunc func(ctx context.Context) (string, error)
-	// Subprotocols offered. nil offers BatchSubprotocol; a non-nil slice is
+	// Subprotocols offered. nil offers protocol.BatchSubprotocol (the client always accepts arrays); a non-nil slice is
 	// sent as given (an empty slice offers none, and the server then sends
 	// one JSON value per frame).
 	Subprotocols []string
@@ -112,6 +108,11 @@ type Options struct {
 	// "trimmed", "tooMany") when they are gone: reload the topic's state
 	// then. It runs on the handler goroutine, in order with messages.
 	OnRecovery func(topic string, recovered bool, reason string)
+	// OnPresence is called for each presence notification: the coalesced
+	// joins and leaves of a subscribed topic whose namespace has joinLeave
+	// (docs/presence.md). It runs on the handler goroutine, in order with
+	// messages.
+	OnPresence func(d PresenceDiff)
 	// OnState is called on every state change, with the error that caused
 	// it (nil for Connecting, Connected and a Close by the caller). Calls
 	// never overlap and come in order. It must not call Close (which waits
@@ -142,7 +143,7 @@ func (o *Options) withDefaults() Options {
 		v = *o
 	}
 	if v.Subprotocols == nil {
-		v.Subprotocols = []string{BatchSubprotocol}
+		v.Subprotocols = []string{protocol.BatchSubprotocol}
 	}
 	if v.MinBackoff <= 0 {
 		v.MinBackoff = DefaultMinBackoff

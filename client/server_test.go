@@ -84,7 +84,7 @@ func (s *testServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if reject != nil && reject(w, r) {
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{BatchSubprotocol}})
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{protocol.BatchSubprotocol}})
 	if err != nil {
 		return
 	}
@@ -92,7 +92,7 @@ func (s *testServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.Close(closeAfter.Code, closeAfter.Reason)
 		return
 	}
-	tc := &tconn{ws: ws, batch: ws.Subprotocol() == BatchSubprotocol}
+	tc := &tconn{ws: ws, batch: ws.Subprotocol() == protocol.BatchSubprotocol}
 	s.mu.Lock()
 	s.conns[tc] = struct{}{}
 	s.mu.Unlock()

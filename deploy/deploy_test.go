@@ -17,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -40,8 +42,14 @@ var fqNameRE = regexp.MustCompile(`fqName: "([^"]+)"`)
 // also answer to their _sum, _count and _bucket series.
 func exportedNames(t *testing.T) (all map[string]bool, own []string) {
 	t.Helper()
+	// As the binary does: rtserver's metrics, and the Go and process
+	// collectors it registers beside them.
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, "")
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	all = map[string]bool{}
 	ownSet := map[string]bool{}
 	v := reflect.ValueOf(m).Elem()
@@ -541,11 +549,7 @@ func TestAlertsAreActionable(t *testing.T) {
 
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (Debian package prometheus; scripts/test.sh installs it): %v", err)
-	}
-	return p
+	return testkit.Program(t, "promtool", "apt-get install prometheus; scripts/test.sh installs it")
 }
 
 func TestPromtoolCheckRules(t *testing.T) {

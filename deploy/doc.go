@@ -10,7 +10,8 @@
 //
 // The package has no Go code to import. Its tests check that every metric
 // named in a dashboard query or a rule expression is one the server exports
-// (metrics.New with an empty namespace, plus the Go and process collectors),
+// (metrics.New with an empty namespace, plus the Go and process collectors
+// the binary registers),
 // that every rtserver metric appears on the dashboard, that `promtool check
 // rules` and `promtool test rules` pass (promtool is required, not optional:
 // scripts/test.sh installs it), and that docs/operations.md documents every

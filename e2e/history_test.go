@@ -16,6 +16,7 @@ import (
 	"github.com/rtserver/rtserver/client"
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -133,7 +134,7 @@ func TestHistoryAwayLongerThanTTL(t *testing.T) {
 	for range 3 {
 		histCall(t, pub, "publish", `{"topic":"room:ttl","data":1}`)
 	}
-	waitFor(t, 10*time.Second, "the messages to expire", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the messages to expire", func() bool {
 		return len(histCall(t, pub, "history", `{"topic":"room:ttl"}`).Messages) == 0
 	})
 	back := wstest.Dial(t, p.WS())
@@ -366,7 +367,7 @@ func TestHistoryRedisDownAndBack(t *testing.T) {
 
 	r.Restart()
 	var back histResult
-	waitFor(t, 30*time.Second, "a publish to succeed once Redis is back", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a publish to succeed once Redis is back", func() bool {
 		f := pub.Call("publish", `{"topic":"room:r","data":3}`)
 		if f.Error != nil {
 			return false

@@ -23,11 +23,12 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Holes found by an adversarial test of the built binary (issue 13). Each
+// Holes found by an adversarial test of the built binary. Each
 // test here failed on the build it attacked.
 
 // A publish whose data holds invalid UTF-8 (FF FE inside a JSON string)
@@ -295,7 +296,7 @@ func TestSecondSignalDoesNotWaitForSilentClients(t *testing.T) {
 		wstest.MustOK(t, wstest.Dial(t, p.WS()).Call("subscribe", `{"topic":"t"}`))
 	}
 	p.signal(syscall.SIGTERM)
-	waitFor(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	testkit.Eventually(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
 	p.signal(syscall.SIGTERM)
 	// Far below the 5s close-handshake wait the bug spent, far above the
 	// milliseconds a stop takes.
@@ -312,10 +313,10 @@ func TestRedisClientLogsAreStructuredAndLimited(t *testing.T) {
 	r := redistest.Start(t)
 	p := start(t, fleetConfig(r.URL(), "log: {format: json}\n"))
 	r.Stop()
-	waitFor(t, 20*time.Second, "a redis client warning", func() bool {
+	testkit.Eventually(t, 20*time.Second, "a redis client warning", func() bool {
 		return strings.Contains(p.log.String(), `"msg":"redis client"`)
 	})
-	waitFor(t, 20*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	testkit.Eventually(t, 20*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
 	n := 0
 	for _, line := range strings.Split(p.log.String(), "\n") {
 		if line == "" {

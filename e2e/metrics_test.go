@@ -11,6 +11,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -32,10 +33,7 @@ var contractMetrics = []string{
 // promtool check metrics.
 func TestMetricsExpositionPassesPromtool(t *testing.T) {
 	leakcheck.Check(t)
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (apt-get install prometheus; scripts/test.sh does): %v", err)
-	}
+	promtool := testkit.Program(t, "promtool", "apt-get install prometheus; scripts/test.sh does")
 	r := redistest.Start(t)
 	cfg := fleetConfig(r.URL(), `
 metrics: {namespace: rt}

@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/client"
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -84,7 +88,7 @@ func agree(t *testing.T, topic string, want map[string]int, base string, observe
 	slices.Sort(wantUsers)
 	wantStats := presenceStats{Clients: len(wantUsers), Users: len(want)}
 	var last string
-	waitFor(t, 30*time.Second, "presence to agree", func() bool {
+	testkit.Eventually(t, 30*time.Second, "presence to agree", func() bool {
 		for _, c := range observers {
 			users, _, st := fleetPresence(t, c, topic)
 			if !slices.Equal(users, wantUsers) || st != wantStats {
@@ -243,5 +247,95 @@ func TestPresenceOnTheMemoryBus(t *testing.T) {
 	}
 	if f := obs.Call("presence", `{"topic":"other"}`); f.Error == nil || f.Error.Code != -32602 {
 		t.Errorf("presence of a topic without it: %+v, want -32602", f.Error)
+	}
+}
+
+// TestGoClientPresenceThroughADrain: the Go client lists and counts a
+// topic's presence and hears its diffs; a client closed by a drain that
+// reconnects to the instance that replaces it shows as one leave (of its
+// old id) and one join (of its new one), never more.
+func TestGoClientPresenceThroughADrain(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	cfg := fleetConfig(r.URL(), apiConfig+presenceConfig+"drain: {duration: 100ms}\n")
+	a, b := start(t, cfg), start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	diffs := make(chan client.PresenceDiff, 64)
+	wopts := &client.Options{Token: wstest.HS256(apiSecret, "watcher"), OnPresence: func(d client.PresenceDiff) { diffs <- d }}
+	w, err := client.Dial(ctx, b.WS(), wopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Subscribe(ctx, "room:d", func(string, json.RawMessage) {}); err != nil {
+		t.Fatal(err)
+	}
+	xopts := client.DefaultOptions()
+	xopts.Token = wstest.HS256(apiSecret, "x")
+	xopts.MinBackoff, xopts.MaxBackoff = 50*time.Millisecond, 500*time.Millisecond
+	x, err := client.Dial(ctx, a.WS(), xopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if _, err := x.Subscribe(ctx, "room:d", func(string, json.RawMessage) {}); err != nil {
+		t.Fatal(err)
+	}
+	xID := func() string {
+		es, err := w.PresenceAll(ctx, "room:d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			if e.User == "x" {
+				return e.Client
+			}
+		}
+		return ""
+	}
+	var oldID string
+	testkit.Eventually(t, 30*time.Second, "x present", func() bool { oldID = xID(); return oldID != "" })
+	if st, err := w.PresenceStats(ctx, "room:d"); err != nil || st != (client.PresenceStats{Clients: 2, Users: 2}) {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+	joins, leaves := map[string]int{}, map[string]int{}
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case d := <-diffs:
+				for _, e := range d.Joins {
+					joins[e.Client]++
+				}
+				for _, e := range d.Leaves {
+					leaves[e.Client]++
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s: joins %v, leaves %v", what, joins, leaves)
+			}
+		}
+	}
+	// x's join is announced first (a join and a leave within one
+	// interval would cancel out, and the watcher would hear of neither).
+	await("x's join", func() bool { return joins[oldID] == 1 })
+
+	// Drain A; a new instance takes its address; x reconnects there.
+	addr := a.Addr
+	a.signal(syscall.SIGTERM)
+	if code := a.exitCode(30 * time.Second); code != 0 {
+		t.Fatalf("A exit %d", code)
+	}
+	startAt(t, addr, cfg).waitReady()
+	var newID string
+	testkit.Eventually(t, 30*time.Second, "x present again", func() bool {
+		newID = xID()
+		return newID != "" && newID != oldID
+	})
+
+	await("the old id's leave and the new one's join", func() bool { return leaves[oldID] > 0 && joins[newID] > 0 })
+	if joins[oldID] > 1 || leaves[oldID] != 1 || joins[newID] != 1 || leaves[newID] != 0 {
+		t.Fatalf("through a drain: joins %v, leaves %v (old %s, new %s)", joins, leaves, oldID, newID)
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/rtserver/rtserver/internal/jsonexact"
 )
 
 // maxTokenBytes bounds the work a forged token can cost: real tokens are a
@@ -176,6 +178,46 @@ type claims struct {
 	Topics json.RawMessage `json:"topics,omitempty"`
 }
 
+// claimNames are the claims the server reads.
+var claimNames = [...]string{"sub", "exp", "nbf", "iat", "aud", "iss", "jti", "topics"}
+
+// UnmarshalJSON reads the claims by the rule every other JSON the server
+// reads follows (package jsonexact, docs/protocol.md): names exact.
+// encoding/json alone would take "SUB" for "sub" and keep the last of a
+// repeated one, so a token whose issuer copies user-chosen keys into it
+// could name another user to this server than to a backend that reads
+// the same token exactly. A token holding a case variant of a claim the
+// server reads, or one such claim twice, is refused.
+func (c *claims) UnmarshalJSON(b []byte) error {
+	if err := checkClaimNames(b); err != nil {
+		return err
+	}
+	type plain claims // the same fields, without this method
+	return json.Unmarshal(b, (*plain)(c))
+}
+
+func checkClaimNames(b []byte) error {
+	var err error
+	var seen [len(claimNames)]bool
+	ok := jsonexact.WalkObject(b, func(key, _ []byte) bool {
+		for i, name := range claimNames {
+			switch {
+			case string(key) == name && seen[i]:
+				err = fmt.Errorf("claim %q appears twice", name)
+			case string(key) == name:
+				seen[i] = true
+			case strings.EqualFold(string(key), name):
+				err = fmt.Errorf("claim %q differs from %q only in case", key, name)
+			}
+		}
+		return err == nil
+	})
+	if err == nil && !ok {
+		err = errors.New("claims are not a JSON object")
+	}
+	return err
+}
+
 // verify checks the request's token and fills id's token fields.
 func (v *verifier) verify(r *http.Request, id *Identity) error {
 	tok := tokenOf(r)
@@ -204,7 +246,13 @@ func (v *verifier) verifyToken(ctx context.Context, tok string, id *Identity) er
 	if err != nil {
 		return fmt.Errorf("%w of sub %q: %w", errTopicsClaim, c.Subject, err)
 	}
-	id.User, id.Topics = c.Subject, topics
+	// The payload segment decoded, as the parser did to read it: the
+	// application reads its own claims from it (server.Request.Claims).
+	payload, err := v.parser.DecodeSegment(tok[strings.IndexByte(tok, '.')+1 : strings.LastIndexByte(tok, '.')])
+	if err != nil {
+		return err
+	}
+	id.User, id.Topics, id.Claims = c.Subject, topics, payload
 	id.Expires = time.Time{}
 	if c.ExpiresAt != nil {
 		id.Expires = c.ExpiresAt.Time

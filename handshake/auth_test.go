@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"net/http"
@@ -270,8 +271,38 @@ func TestVerifyToken(t *testing.T) {
 		}
 	}
 
+	// Claims are read with exact names, as every other JSON the server
+	// reads: a case variant of a claim it reads, or a repeated one, is
+	// refused rather than folded or overwritten.
+	for name, payload := range map[string]string{
+		"case variant": `{"sub":"alice","SUB":"admin"}`,
+		"only variant": `{"Sub":"admin"}`,
+		"repeated sub": `{"sub":"alice","sub":"admin"}`,
+		"exp variant":  `{"sub":"alice","EXP":1}`,
+	} {
+		if id, err := g.VerifyToken(context.Background(), signRaw(t, secret, payload)); err == nil {
+			t.Errorf("%s: accepted as %+v", name, id)
+		}
+	}
+	if id, err := g.VerifyToken(context.Background(), signRaw(t, secret, `{"sub":"alice","name":"A","Name":"B"}`)); err != nil || id.User != "alice" {
+		t.Errorf("claims the server does not read: %+v, %v", id, err)
+	}
+
 	anon, _ := newGate(t, DefaultConfig())
 	if _, err := anon.VerifyToken(context.Background(), "x"); !errors.Is(err, ErrNoAuth) {
 		t.Errorf("gate without auth: %v, want ErrNoAuth", err)
 	}
+}
+
+// signRaw signs an HS256 token over payload exactly as given (MapClaims
+// cannot hold a repeated key).
+func signRaw(t testing.TB, secret []byte, payload string) string {
+	t.Helper()
+	enc := base64.RawURLEncoding
+	unsigned := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc.EncodeToString([]byte(payload))
+	sig, err := jwt.SigningMethodHS256.Sign(unsigned, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return unsigned + "." + enc.EncodeToString(sig)
 }

@@ -19,7 +19,7 @@ type RejectMode int
 
 const (
 	RejectHTTP  RejectMode = iota // 503 / 429 with Retry-After and a JSON body
-	RejectClose                   // complete the upgrade, close with 1013 retry_after_ms=N
+	RejectClose                   // complete the upgrade, close with 1013 and the hint (docs/handshake.md)
 )
 
 var rejectWords = [...]string{RejectHTTP: "http", RejectClose: "close"}

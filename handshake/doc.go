@@ -8,8 +8,8 @@
 // waiting FIFO up to MaxQueueWait and released in up to 16 even steps
 // across each Tick, never a whole budget at once), and draining. A shed
 // upgrade gets 503 (429 for the per-IP rate) with Retry-After and a JSON
-// body, or in close mode a completed upgrade closed at once with 1013
-// retry_after_ms=N; origin and auth failures are always plain 403 / 401.
+// body, or in close mode a completed upgrade closed at once with 1013 and
+// the hint in its reason (internal/retryhint writes all three); origin and auth failures are always plain 403 / 401.
 // Retry hints are jittered and grow with the recent shedding rate, so a
 // rejected crowd comes back spread out rather than in lockstep.
 //

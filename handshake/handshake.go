@@ -1,6 +1,7 @@
 package handshake
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/ratelimit"
 )
@@ -21,6 +23,9 @@ type Identity struct {
 	Expires time.Time
 	// Topics is the token's "topics" claim; nil when absent or anonymous.
 	Topics *TopicClaim
+	// Claims is the token's payload (its claims, as a JSON object) once
+	// the signature checked out; nil when anonymous.
+	Claims json.RawMessage
 }
 
 // TopicClaim is a token's "topics" claim: the globs of topics its user may
@@ -222,7 +227,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 	t.g = g
 	t.state.Store(holdInflight | holdSlot)
 	t.IP, t.IPKey = requestClientIP(r, g.cfg.TrustedProxies)
-	t.User, t.Expires, t.Topics = "", time.Time{}, nil
+	t.User, t.Expires, t.Topics, t.Claims = "", time.Time{}, nil, nil
 
 	// 2. Per-client-IP upgrade rate.
 	if g.perIP != nil {
@@ -233,7 +238,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 			if g.cfg.Reject == RejectClose {
 				closeShed(w, r, ms)
 			} else {
-				writeShed(w, http.StatusTooManyRequests, bodyRateLimited, ms)
+				retryhint.Answer(w, http.StatusTooManyRequests, retryhint.HeadRateLimited, ms)
 			}
 			return false
 		}
@@ -296,7 +301,7 @@ func (g *Gate) shedOverload(w http.ResponseWriter, r *http.Request, why reason) 
 		closeShed(w, r, ms)
 		return
 	}
-	writeShed(w, http.StatusServiceUnavailable, bodyOverloaded, ms)
+	retryhint.Answer(w, http.StatusServiceUnavailable, retryhint.HeadOverloaded, ms)
 }
 
 // SetDraining makes every later (and every waiting) upgrade be rejected

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/internal/stack"
 )
 
@@ -379,7 +380,8 @@ func (d *door) event(e string) {
 }
 
 // door503 is the fixed part of the door's answer: the same status,
-// headers and body as writeShed through net/http, and Connection: close.
+// headers and body as retryhint.Answer through net/http, and
+// Connection: close.
 const door503 = "HTTP/1.1 503 Service Unavailable\r\n" +
 	"Content-Type: application/json\r\n" +
 	"Cache-Control: no-store\r\n" +
@@ -388,16 +390,14 @@ const door503 = "HTTP/1.1 503 Service Unavailable\r\n" +
 
 // appendDoor503 appends the whole 503 response for a hint of ms (> 0).
 func appendDoor503(b []byte, ms int64) []byte {
-	var digits [20]byte
-	num := strconv.AppendInt(digits[:0], ms, 10)
+	var scratch [64]byte
+	body := retryhint.EndBody(append(scratch[:0], retryhint.HeadOverloaded...), ms)
 	b = append(b, door503...)
-	b = strconv.AppendInt(b, (ms+999)/1000, 10)
+	b = strconv.AppendInt(b, retryhint.RetryAfterSeconds(ms), 10)
 	b = append(b, "\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(bodyOverloaded)+len(num)+1), 10)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\n\r\n"...)
-	b = append(b, bodyOverloaded...)
-	b = append(b, num...)
-	return append(b, '}')
+	return append(b, body...)
 }
 
 // peekedConn replays the bytes the door read, then reads the socket. It

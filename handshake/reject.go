@@ -1,38 +1,14 @@
 package handshake
 
 import (
-	"math/rand/v2"
 	"net/http"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
-)
 
-// The rejection path is what a connect storm costs, so it allocates as
-// little as it can: header values are shared precomputed slices (net/http
-// only reads them), and the body is built in a pooled buffer.
-var (
-	hdrJSON       = []string{"application/json"}
-	hdrNoStore    = []string{"no-store"}
-	retryAfterHdr [maxRetryAfterSecs + 1][]string
-	bodyPool      = sync.Pool{New: func() any { return new([64]byte) }}
+	"github.com/rtserver/rtserver/internal/retryhint"
 )
-
-const (
-	maxRetryAfterSecs = 600
-	bodyOverloaded    = `{"error":"OVERLOADED","retryAfterMs":`
-	bodyRateLimited   = `{"error":"RATE_LIMITED","retryAfterMs":`
-	closeReasonPrefix = "retry_after_ms="
-)
-
-func init() {
-	for i := range retryAfterHdr {
-		retryAfterHdr[i] = []string{strconv.Itoa(i)}
-	}
-}
 
 // shedCounter estimates rejections per second over a sliding second from
 // two fixed one-second buckets. Approximate under races, which is all a
@@ -70,49 +46,18 @@ func (g *Gate) overloadHint(now int64) int64 {
 	recent := g.shed.add(now) - 1
 	h := g.base + time.Duration(float64(recent)/g.capacity*float64(time.Second))
 	h = min(h, g.maxHint)
-	return jitterMs(h/2, h)
+	return retryhint.Millis(retryhint.Jitter(h/2, h))
 }
 
 // rateHint is the hint for a per-IP denial: never earlier than the
 // limiter's own RetryAfter (an earlier retry is bound to fail), plus up to
 // half of it again as jitter.
 func rateHint(retryAfter time.Duration) int64 {
-	return jitterMs(retryAfter, retryAfter/2+1)
-}
-
-// jitterMs is lo + uniform[0, spread), in whole milliseconds rounded up, >= 1.
-func jitterMs(lo, spread time.Duration) int64 {
-	d := lo
-	if spread > 0 {
-		d += time.Duration(rand.Int64N(int64(spread)))
-	}
-	ms := (int64(d) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-	return max(ms, 1)
-}
-
-// writeShed answers a shed upgrade as plain HTTP: status, Retry-After in
-// whole seconds (>= 1), and {"error":code,"retryAfterMs":N}.
-func writeShed(w http.ResponseWriter, status int, prefix string, ms int64) {
-	h := w.Header()
-	h["Content-Type"] = hdrJSON
-	h["Cache-Control"] = hdrNoStore
-	secs := (ms + 999) / 1000
-	if secs <= maxRetryAfterSecs {
-		h["Retry-After"] = retryAfterHdr[secs]
-	} else {
-		h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
-	}
-	buf := bodyPool.Get().(*[64]byte)
-	b := append(buf[:0], prefix...)
-	b = strconv.AppendInt(b, ms, 10)
-	b = append(b, '}')
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-	bodyPool.Put(buf)
+	return retryhint.Millis(retryhint.Jitter(retryAfter, retryAfter/2+1))
 }
 
 // closeShed answers a shed upgrade in close mode: the upgrade completes
-// and the connection is closed at once with 1013 and retry_after_ms=N,
+// and the connection is closed at once with 1013 and the hint's reason,
 // because a browser cannot read the status of a failed upgrade but can
 // read a close code. Origin was already checked, hence InsecureSkipVerify.
 // Close waits (bounded by coder/websocket, 5s) for the client's close frame.
@@ -121,7 +66,7 @@ func closeShed(w http.ResponseWriter, r *http.Request, ms int64) {
 	if err != nil {
 		return // Accept has answered the request
 	}
-	_ = c.Close(websocket.StatusTryAgainLater, closeReasonPrefix+strconv.FormatInt(ms, 10))
+	_ = c.Close(websocket.StatusTryAgainLater, retryhint.Reason(ms))
 }
 
 // plainError answers origin and auth failures, which are never subject

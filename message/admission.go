@@ -2,11 +2,10 @@ package message
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -140,8 +139,8 @@ type Options struct {
 	// required by classes with Reasons; nil (or a nil snapshot) reads as
 	// no pressure for predicates.
 	Snapshot func() *pressure.Snapshot
-	// Rates answers ClusterTopPublisher parts; it may be swapped later with
-	// SetRates. nil: every rate reads 0 (nothing is shed by that part).
+	// Rates answers ClusterTopPublisher parts. nil: every rate reads 0
+	// (nothing is shed by that part).
 	Rates      RateSource
 	FailPolicy FailPolicy // any value but FailOpen decides as FailClosed
 	// RetryAfter is the base of the jittered retry hint for rejections
@@ -164,10 +163,10 @@ type Options struct {
 }
 
 // Admission holds the registered classes. Register and Class are start-up
-// calls; Check, Release and SetRates are safe for concurrent use.
+// calls; Check and Release are safe for concurrent use.
 type Admission struct {
 	snapshot    func() *pressure.Snapshot
-	rates       atomic.Pointer[rateBox]
+	rates       RateSource // nil: every rate reads 0
 	failClosed  bool
 	retryBase   time.Duration
 	m           *metrics.Metrics
@@ -181,9 +180,6 @@ type Admission struct {
 	classes map[string]*Class
 }
 
-// rateBox lets an interface live behind an atomic pointer.
-type rateBox struct{ RateSource }
-
 // New returns an Admission with no classes.
 func New(opts Options) *Admission {
 	a := &Admission{
@@ -196,6 +192,7 @@ func New(opts Options) *Admission {
 		epoch:       time.Now(),
 		rateMaxKeys: opts.RateMaxKeys,
 		shared:      opts.Shared,
+		rates:       opts.Rates,
 		classes:     map[string]*Class{},
 	}
 	if a.retryBase <= 0 {
@@ -207,7 +204,6 @@ func New(opts Options) *Admission {
 	if a.now == nil {
 		a.now = time.Now
 	}
-	a.SetRates(opts.Rates)
 	return a
 }
 
@@ -227,17 +223,6 @@ func (a *Admission) localNow() time.Time {
 	return a.epoch.Add(time.Since(a.epoch))
 }
 
-// SetRates swaps the rate source (e.g. to the cluster aggregator once it is
-// active). Calls already past the lookup finish with the old source. nil
-// makes every rate read 0.
-func (a *Admission) SetRates(r RateSource) {
-	if r == nil {
-		a.rates.Store(nil)
-		return
-	}
-	a.rates.Store(&rateBox{r})
-}
-
 // emptySnapshot stands in when there is no pressure source: reason NONE.
 var emptySnapshot = &pressure.Snapshot{}
 
@@ -251,12 +236,10 @@ func (c *Class) loadSnapshot() *pressure.Snapshot {
 	return emptySnapshot
 }
 
-// jitter is the retry hint for a rejection that has no exact wait of its
+// retryHint is the retry hint for a rejection that has no exact wait of its
 // own: uniform in [base/2, 3*base/2), so shed clients do not come back in
-// step; never below 1ms, so retryAfterMs is never zero. math/rand/v2's
-// top-level functions use the runtime's per-thread generator: no lock, no
-// allocation.
-func (a *Admission) jitter() time.Duration {
+// step; never below 1ms, so the hint on the wire is never zero.
+func (a *Admission) retryHint() time.Duration {
 	b := a.retryBase
-	return max(b/2+time.Duration(rand.Int64N(int64(b))), time.Millisecond)
+	return max(retryhint.Jitter(b/2, b), time.Millisecond)
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/rtserver/rtserver/pressure"
 )
 
-// benchPaths builds the hot paths the budgets in DESIGN.md name. Each
+// benchPaths builds the hot paths the budgets in BENCHMARKS.md name. Each
 // returns a func that runs one call through Check (and Release) and fails
 // if the decision is not the expected one, so a benchmark cannot measure a
 // short-circuit by mistake.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -36,25 +36,10 @@ type fakeRates struct{ topics, users map[string]float64 }
 func (f fakeRates) RateOf(topic string) float64    { return f.topics[topic] }
 func (f fakeRates) RateOfUser(user string) float64 { return f.users[user] }
 
-// fakeClock is an injected Options.Now.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// newClock is a test clock an hour ahead of the real one.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Now().Add(time.Hour)) }
 
-func newClock() *fakeClock { return &fakeClock{t: time.Now().Add(time.Hour)} }
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry(), "") }
+func newMetrics() *metrics.Metrics { return metrics.NewDiscard() }
 
 func mustRegister(t testing.TB, a *Admission, name string, r Rule) *Class {
 	t.Helper()
@@ -264,55 +249,25 @@ func TestClusterTopPublisher(t *testing.T) {
 	}
 }
 
-func TestSetRatesSwap(t *testing.T) {
-	a := New(Options{}) // no rate source yet: nothing is hot
-	c := mustRegister(t, a, "cb", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 100}})
+// Options.Rates answers the cluster part; without it nothing is hot.
+func TestRatesSource(t *testing.T) {
 	call := Call{Topic: "t"}
-	steps := []struct {
+	for _, tt := range []struct {
 		name string
 		src  RateSource
 		want bool
 	}{
 		{"none", nil, true},
-		{"local monitor: hot", fakeRates{topics: map[string]float64{"t": 150}}, false},
-		{"cluster aggregator: cooled", fakeRates{topics: map[string]float64{"t": 50}}, true},
-		{"cluster aggregator: hot again", fakeRates{topics: map[string]float64{"t": 100}}, false},
-		{"cleared", nil, true},
-	}
-	for _, s := range steps {
-		if s.name != "none" {
-			a.SetRates(s.src)
-		}
-		if d := c.Check(&call); d.Allowed != s.want {
-			t.Errorf("%s: Allowed = %v, want %v", s.name, d.Allowed, s.want)
+		{"hot", fakeRates{topics: map[string]float64{"t": 150}}, false},
+		{"at the threshold", fakeRates{topics: map[string]float64{"t": 100}}, false},
+		{"cool", fakeRates{topics: map[string]float64{"t": 50}}, true},
+	} {
+		a := New(Options{Rates: tt.src})
+		c := mustRegister(t, a, "cb", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 100}})
+		if d := c.Check(&call); d.Allowed != tt.want {
+			t.Errorf("%s: Allowed = %v, want %v", tt.name, d.Allowed, tt.want)
 		}
 	}
-}
-
-// SetRates may run while calls are checked (the aggregator activates late).
-func TestSetRatesConcurrent(t *testing.T) {
-	a := New(Options{})
-	c := mustRegister(t, a, "cb", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 1}})
-	hot := fakeRates{topics: map[string]float64{"t": 2}}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			a.SetRates(hot)
-			a.SetRates(nil)
-		}
-	})
-	call := Call{Topic: "t"}
-	for range 2000 {
-		c.Check(&call)
-	}
-	close(stop)
-	wg.Wait()
 }
 
 func TestRate(t *testing.T) {
@@ -566,7 +521,7 @@ func TestRegisterValidation(t *testing.T) {
 		{"rate strategy", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Strategy: "leakyBucket"}}, false, "rate: strategy"},
 		{"rate scope", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "global"}}, false, "rate: scope"},
 		{"rate cluster sliding", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster", Strategy: "slidingWindow"}}, false, "rate: scope cluster supports strategy gcra only"},
-		{"rate cluster without store", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster"}}, false, "Options.Shared is nil"},
+		{"rate cluster without store", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster"}}, false, "no shared store"},
 		{"rate cluster by conn", Rule{Rate: &Rate{Limit: 1, Per: time.Second, Scope: "cluster", By: "conn"}}, false, "rate: scope cluster cannot be by conn"},
 		{"cost cluster by conn", Rule{Cost: &Cost{Budget: 1, Per: time.Second, Of: "bytes", Scope: "cluster", By: "conn"}}, false, "cost: scope cluster cannot be by conn"},
 		{"cost budget", Rule{Cost: &Cost{Per: time.Second, Of: "bytes"}}, false, "cost: budget"},
@@ -626,7 +581,11 @@ func TestRegisterValidation(t *testing.T) {
 // Register pre-creates exactly the counter children the rule can move, so
 // series exist at zero and Check never creates one.
 func TestMetricSeriesResolvedAtRegister(t *testing.T) {
-	m := newMetrics()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := New(Options{Snapshot: newPressure(pressure.None).Snapshot, Metrics: m})
 	mustRegister(t, a, "a", Rule{Reasons: []pressure.Reason{pressure.Memory, pressure.Subscribers}})
 	mustRegister(t, a, "b", Rule{
@@ -645,7 +604,7 @@ func TestMetricSeriesResolvedAtRegister(t *testing.T) {
 	if got := testutil.CollectAndCount(m.AdmissionErrors); got != 1 {
 		t.Errorf("error series = %d, want 1", got)
 	}
-	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP admission_rejected_total Message-tier calls shed, by class and binding reason.
 # TYPE admission_rejected_total counter
 admission_rejected_total{class="a",reason="MEMORY"} 0
@@ -665,7 +624,7 @@ func TestJitter(t *testing.T) {
 		lo, hi := max(base/2, time.Millisecond), max(base*3/2, time.Millisecond+1)
 		seen := map[time.Duration]bool{}
 		for range 1000 {
-			d := a.jitter()
+			d := a.retryHint()
 			if d < lo || d >= hi {
 				t.Fatalf("base %v: jitter %v outside [%v, %v)", base, d, lo, hi)
 			}

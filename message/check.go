@@ -109,7 +109,7 @@ func (c *Class) Check(call *Call) Decision {
 			return Combine(d, Decision{
 				Limit:      limit,
 				Remaining:  0,
-				RetryAfter: c.a.jitter(),
+				RetryAfter: c.a.retryHint(),
 				Reason:     ReasonConcurrency,
 			})
 		}
@@ -146,7 +146,7 @@ func (c *Class) reject(code reasonCode) Decision {
 	return Decision{
 		Limit:      math.MaxInt64,
 		Remaining:  math.MaxInt64,
-		RetryAfter: c.a.jitter(),
+		RetryAfter: c.a.retryHint(),
 		Reason:     codeText[code],
 	}
 }
@@ -155,8 +155,8 @@ func (c *Class) reject(code reasonCode) Decision {
 // above the threshold. Calls without a key are not affected. The user key
 // of an anonymous call is its IP, as everywhere else (docs/configuration.md).
 func (c *Class) clusterHot(call *Call) bool {
-	box := c.a.rates.Load()
-	if box == nil {
+	rates := c.a.rates
+	if rates == nil {
 		return false
 	}
 	if c.clusterByUser {
@@ -164,9 +164,9 @@ func (c *Class) clusterHot(call *Call) bool {
 		if key == "" {
 			key = call.IP
 		}
-		return key != "" && box.RateOfUser(key) >= c.clusterThresh
+		return key != "" && rates.RateOfUser(key) >= c.clusterThresh
 	}
-	return call.Topic != "" && box.RateOf(call.Topic) >= c.clusterThresh
+	return call.Topic != "" && rates.RateOf(call.Topic) >= c.clusterThresh
 }
 
 // runPredicate runs the application's predicate; an error or a panic is

@@ -211,7 +211,7 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 				byText[sharedRate.by], byText[sharedCost.by])
 		}
 		if a.shared == nil {
-			return nil, errors.New("scope cluster: Options.Shared is nil (a cluster-scoped part needs a shared store, e.g. Redis)")
+			return nil, errors.New("scope cluster: no shared store to keep the fleet's budget in (message.Options.Shared; a node has one when redis.url is set)")
 		}
 		c.shared = &sharedPart{rate: sharedRate, cost: sharedCost}
 	}

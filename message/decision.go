@@ -3,6 +3,8 @@ package message
 import (
 	"math"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/retryhint"
 )
 
 // Reason words of a denied Decision (docs/protocol.md, the reason field of
@@ -118,12 +120,11 @@ func reasonRank(r string) int {
 }
 
 // RetryAfterMillis is RetryAfter in whole milliseconds, rounded up, for the
-// retryAfterMs field: at least 1 when denied (docs/protocol.md: a positive integer),
-// 0 when allowed.
+// hint on the wire: at least 1 when denied (docs/protocol.md: a positive
+// integer), 0 when allowed.
 func (d Decision) RetryAfterMillis() int64 {
 	if d.Allowed {
 		return 0
 	}
-	ms := int64((d.RetryAfter + time.Millisecond - 1) / time.Millisecond)
-	return max(ms, 1)
+	return retryhint.Millis(d.RetryAfter)
 }

@@ -12,8 +12,7 @@
 // round trip to Options.Shared (message/clusterrate: Redis), because a
 // budget shared by a fleet has to live somewhere shared; classes without
 // such a part never touch it. Otherwise: the pressure snapshot is an atomic
-// pointer load, the cluster view is a map read behind an atomic pointer
-// (SetRates), metric children are resolved at Register, and the
+// pointer load, the cluster view is a map read (Options.Rates), metric children are resolved at Register, and the
 // concurrency lease lives in the caller's Call. The locks taken are the
 // rate and cost limiters' per-shard mutexes, held for a map lookup, and an
 // adaptive limit's mutex, taken once per Release to add a latency sample.

@@ -88,7 +88,7 @@ func (c *Class) checkShared(call *Call, now time.Time, cost int64) Decision {
 			return AllowFull
 		}
 		c.rejected[codes[0]].Inc()
-		return Decision{Limit: limits[0].Limit, RetryAfter: c.a.jitter(), Reason: codeText[codes[0]]}
+		return Decision{Limit: limits[0].Limit, RetryAfter: c.a.retryHint(), Reason: codeText[codes[0]]}
 	}
 	d := AllowFull
 	for i, r := range results[:n] {

@@ -1,11 +1,11 @@
 package metrics
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Handshake rejection reasons (the reason label of handshake_rejected_total).
@@ -45,8 +45,6 @@ var ProxyErrorReasons = []string{ProxyErrorStatus, ProxyErrorBadResponse, ProxyE
 // Metrics holds every collector. A nil *Metrics is not valid; use
 // NewDiscard in tests that do not look at metrics.
 type Metrics struct {
-	Registry prometheus.Gatherer
-
 	AdmissionAccepted  *prometheus.CounterVec // class
 	AdmissionRejected  *prometheus.CounterVec // class, reason
 	AdmissionErrors    *prometheus.CounterVec // class: rules that errored or panicked (decided by failPolicy)
@@ -67,8 +65,12 @@ type Metrics struct {
 	ClusterReceived    prometheus.Counter
 	ClusterParseErrors prometheus.Counter
 	ClusterInstances   prometheus.Gauge
-	ClusterTopicRate   *TopN // cluster_topic_publish_rate{topic}
-	ClusterTopicBytes  *TopN // cluster_topic_publish_bytes{topic}
+	// Siblings past publishRate.maxInstances: their envelopes, and how
+	// many such instances were heard from within publishRate.staleAfter.
+	ClusterIgnored          prometheus.Counter
+	ClusterInstancesIgnored prometheus.Gauge
+	ClusterTopicRate        *TopN // cluster_topic_publish_rate{topic}
+	ClusterTopicBytes       *TopN // cluster_topic_publish_bytes{topic}
 
 	BusPublished prometheus.Counter
 	BusReceived  prometheus.Counter
@@ -121,12 +123,26 @@ var (
 	StoreOps        = []string{StoreOpPublish, StoreOpRead}
 )
 
-// New creates every metric and registers it, with the Go and process
-// collectors, on reg. namespace prefixes every name ("" for none).
-func New(reg *prometheus.Registry, namespace string) *Metrics {
-	f := factory{reg: reg, ns: namespace}
-	m := &Metrics{
-		Registry: reg,
+// New creates every metric and registers it on reg; namespace prefixes
+// every name ("" for none). It registers nothing else: the Go and process
+// collectors are process-wide, so the program registers them, once.
+//
+// A name reg already holds (a second node on the same registry, under the
+// same namespace) is an error wrapping prometheus.AlreadyRegisteredError,
+// and New then unregisters what it had registered, leaving reg as it was.
+// Two nodes share a registry under distinct namespaces, or each through
+// prometheus.WrapRegistererWith with its own value of one label.
+func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
+	f := &factory{reg: reg, ns: namespace}
+	defer func() {
+		if f.err != nil {
+			for _, c := range f.done {
+				reg.Unregister(c)
+			}
+			m, err = nil, f.err
+		}
+	}()
+	m = &Metrics{
 
 		AdmissionAccepted:  f.counterVec("admission_accepted_total", "Message-tier calls admitted, by class.", "class"),
 		AdmissionRejected:  f.counterVec("admission_rejected_total", "Message-tier calls shed, by class and binding reason.", "class", "reason"),
@@ -144,12 +160,14 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 		PressureMemoryRatio: f.gauge("pressure_memory_ratio", "Go heap in use divided by the memory limit."),
 		TopicPublishRate:    f.topN("ws_topic_publish_rate", "Publish attempts per second for this instance's top-N topics."),
 
-		ClusterBroadcasts:  f.counter("cluster_publish_rate_broadcasts_total", "Top-publisher envelopes this instance broadcast."),
-		ClusterReceived:    f.counter("cluster_publish_rate_received_total", "Top-publisher envelopes received from sibling instances."),
-		ClusterParseErrors: f.counter("cluster_publish_rate_parse_errors_total", "Top-publisher envelopes dropped as malformed, oversize, unsigned or forged."),
-		ClusterInstances:   f.gauge("cluster_publish_rate_instances", "Sibling instances with a fresh envelope (self excluded)."),
-		ClusterTopicRate:   f.topN("cluster_topic_publish_rate", "Cluster-wide publish attempts per second for the merged top-N topics."),
-		ClusterTopicBytes:  f.topN("cluster_topic_publish_bytes", "Cluster-wide published bytes per second for the merged top-N topics."),
+		ClusterBroadcasts:       f.counter("cluster_publish_rate_broadcasts_total", "Top-publisher envelopes this instance broadcast."),
+		ClusterReceived:         f.counter("cluster_publish_rate_received_total", "Top-publisher envelopes received from sibling instances."),
+		ClusterParseErrors:      f.counter("cluster_publish_rate_parse_errors_total", "Top-publisher envelopes dropped as malformed, oversize, unsigned or forged."),
+		ClusterInstances:        f.gauge("cluster_publish_rate_instances", "Sibling instances with a fresh envelope (self excluded)."),
+		ClusterIgnored:          f.counter("cluster_publish_rate_ignored_total", "Envelopes from new sibling instances ignored because publishRate.maxInstances siblings were held."),
+		ClusterInstancesIgnored: f.gauge("cluster_publish_rate_instances_ignored", "Sibling instances left out of the cluster view by publishRate.maxInstances within the last publishRate.staleAfter."),
+		ClusterTopicRate:        f.topN("cluster_topic_publish_rate", "Cluster-wide publish attempts per second for the merged top-N topics."),
+		ClusterTopicBytes:       f.topN("cluster_topic_publish_bytes", "Cluster-wide published bytes per second for the merged top-N topics."),
 
 		BusPublished: f.counter("bus_messages_published_total", "Messages handed to the cross-instance bus."),
 		BusReceived:  f.counter("bus_messages_received_total", "Messages received from other instances over the bus."),
@@ -191,50 +209,70 @@ func New(reg *prometheus.Registry, namespace string) *Metrics {
 	for _, r := range HandshakeRejectReasons {
 		m.HandshakeRejected.WithLabelValues(r)
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: namespace}))
-	return m
+	return m, nil
 }
 
 // NewDiscard returns metrics on a private registry, for tests and for
 // library users who do not export metrics.
-func NewDiscard() *Metrics { return New(prometheus.NewRegistry(), "") }
+func NewDiscard() *Metrics {
+	m, err := New(prometheus.NewRegistry(), "")
+	if err != nil {
+		panic(err) // a fresh registry holds nothing to collide with
+	}
+	return m
+}
 
+// factory makes and registers the collectors of New; after the first
+// registration that fails it registers nothing more and keeps the error.
 type factory struct {
-	reg *prometheus.Registry
-	ns  string
+	reg  prometheus.Registerer
+	ns   string
+	err  error
+	done []prometheus.Collector // registered so far
 }
 
-func (f factory) counter(name, help string) prometheus.Counter {
+func (f *factory) register(name string, c prometheus.Collector) {
+	if f.err != nil {
+		return
+	}
+	if err := f.reg.Register(c); err != nil {
+		f.err = fmt.Errorf("metrics: %s: %w", prometheus.BuildFQName(f.ns, "", name), err)
+		return
+	}
+	f.done = append(f.done, c)
+}
+
+func (f *factory) counter(name, help string) prometheus.Counter {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: f.ns, Name: name, Help: help})
-	f.reg.MustRegister(c)
+	f.register(name, c)
 	return c
 }
 
-func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+func (f *factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: f.ns, Name: name, Help: help}, labels)
-	f.reg.MustRegister(c)
+	f.register(name, c)
 	return c
 }
 
-func (f factory) gauge(name, help string) prometheus.Gauge {
+func (f *factory) gauge(name, help string) prometheus.Gauge {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: f.ns, Name: name, Help: help})
-	f.reg.MustRegister(g)
+	f.register(name, g)
 	return g
 }
 
-func (f factory) funcGauge(name, help string) *FuncGauge {
+func (f *factory) funcGauge(name, help string) *FuncGauge {
 	g := &FuncGauge{desc: prometheus.NewDesc(prometheus.BuildFQName(f.ns, "", name), help, nil, nil)}
-	f.reg.MustRegister(g)
+	f.register(name, g)
 	return g
 }
 
-func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+func (f *factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: f.ns, Name: name, Help: help}, labels)
-	f.reg.MustRegister(g)
+	f.register(name, g)
 	return g
 }
 
-func (f factory) topN(name, help string) *TopN {
+func (f *factory) topN(name, help string) *TopN {
 	return &TopN{vec: f.gaugeVec(name, help, "topic")}
 }
 

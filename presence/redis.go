@@ -121,16 +121,29 @@ end
 `
 
 // updateScript adds ARGV[2] members (ARGV[3]..) with expiry now+ARGV[1] ms
-// and removes the rest; it returns the expired members it removed.
+// and removes the rest; it returns the expired members it removed. A
+// member appears at most once per call (Apply starts a new call for a
+// member seen again).
 var updateScript = redis.NewScript(luaCommon + `
 local gone = expire()
 local ttl = tonumber(ARGV[1])
 local nadd = tonumber(ARGV[2])
-for i = 3, 2 + nadd do
-  local m = ARGV[i]
-  if redis.call('ZADD', KEYS[1], now + ttl, m) == 1 then
-    redis.call('ZADD', KEYS[2], 0, m)
-    redis.call('HINCRBY', KEYS[3], user(m), 1)
+if nadd > 0 then
+  -- One ZMSCORE tells which members are new (their counts go up), one
+  -- ZADD sets every expiry: a refresh of 1,000 entries is a few calls.
+  local adds, zargs = {}, {}
+  for i = 1, nadd do
+    adds[i] = ARGV[2 + i]
+    zargs[2 * i - 1] = now + ttl
+    zargs[2 * i] = adds[i]
+  end
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(adds))
+  redis.call('ZADD', KEYS[1], unpack(zargs))
+  for i, m in ipairs(adds) do
+    if not scores[i] then
+      redis.call('ZADD', KEYS[2], 0, m)
+      redis.call('HINCRBY', KEYS[3], user(m), 1)
+    end
   end
 end
 for i = 3 + nadd, #ARGV do
@@ -196,16 +209,20 @@ func (s *RedisStore) Apply(ctx context.Context, changes []Change) error {
 	type group struct {
 		topic         string
 		adds, removes []any
+		members       map[string]bool
 	}
 	var groups []*group
 	open := map[string]*group{}
 	for _, c := range changes {
 		g := open[c.Topic]
-		if g == nil || len(g.adds)+len(g.removes) >= maxArgs {
-			g = &group{topic: c.Topic}
+		// A script applies adds before removes: a member seen again
+		// (joined, left and joined again) starts a new call, in order.
+		if g == nil || len(g.adds)+len(g.removes) >= maxArgs || g.members[member(c.Entry)] {
+			g = &group{topic: c.Topic, members: map[string]bool{}}
 			groups = append(groups, g)
 			open[c.Topic] = g
 		}
+		g.members[member(c.Entry)] = true
 		if c.Leave {
 			g.removes = append(g.removes, member(c.Entry))
 		} else {

@@ -268,3 +268,20 @@ func TestRedisStoreSurvivesAScriptCacheFlush(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// TestStoreAppliesChangesInOrder: a connection that subscribes,
+// unsubscribes and subscribes again within one write is present, and one
+// that leaves last is not.
+func TestStoreAppliesChangesInOrder(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		mustApply(t, s, join("r", "a.1", "u"), leave("r", "a.1", "u"), join("r", "a.1", "u"),
+			join("r", "a.2", "v"), leave("r", "a.2", "v"))
+		es, _ := all(t, s, "r", 10)
+		if len(es) != 1 || es[0].Client != "a.1" {
+			t.Fatalf("listed %v", es)
+		}
+		if st := mustStats(t, s, "r"); st != (Stats{Clients: 1, Users: 1}) {
+			t.Fatalf("%+v", st)
+		}
+	})
+}

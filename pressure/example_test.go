@@ -16,8 +16,12 @@ func Example() {
 	cfg.PublishRatePerSec = 100
 	cfg.TopicPublishRatePerSec = 50
 	cfg.Now = func() time.Time { return now }
-	counts := func() (connections, subscriptions int64) { return 4, 10 }
-	mon := pressure.New(cfg, counts, nil, nil)
+	// Connection and subscription counts come from the server, handed
+	// over by Run(ctx, counts); without them SUBSCRIBERS never rises.
+	mon, err := pressure.New(cfg, pressure.Deps{})
+	if err != nil {
+		panic(err)
+	}
 
 	mon.OnReasonChange(func(old, new pressure.Reason) { fmt.Println("reason:", old, "->", new) })
 	mon.OnTopicHot(func(t pressure.TopicRate, hot bool) { fmt.Println("hot:", t.Topic, hot) })
@@ -35,7 +39,7 @@ func Example() {
 	mon.Sample() // Run does this every SampleInterval
 
 	s := mon.Snapshot()
-	fmt.Println(s.Reason, s.PublishRate, s.SubscriberRatio)
+	fmt.Println(s.Reason, s.PublishRate)
 	for _, t := range s.TopTopics {
 		fmt.Println(t.Topic, t.MessagesPerSec, t.BytesPerSec)
 	}
@@ -43,7 +47,7 @@ func Example() {
 	// Output:
 	// reason: NONE -> PUBLISH_RATE
 	// hot: room:1 true
-	// PUBLISH_RATE 150 2.5
+	// PUBLISH_RATE 150
 	// room:1 120 12000
 	// room:2 30 3000
 	// alice: 120

@@ -167,11 +167,20 @@ type listenerSet struct {
 	sample []func(*Snapshot)
 }
 
-// New returns a monitor; counts may be nil (0 connections and
-// subscriptions), m may be nil (no metrics), log may be nil (slog.Default).
-// It does not start sampling: call Run, or Sample.
-func New(cfg Config, counts Counts, m *metrics.Metrics, log *slog.Logger) *Monitor {
+// Deps are what a monitor uses beside its configuration.
+type Deps struct {
+	Metrics *metrics.Metrics // nil: no metrics
+	Logger  *slog.Logger     // nil: slog.Default()
+}
+
+// New validates cfg and returns a monitor. It does not start sampling:
+// call Run, or Sample.
+func New(cfg Config, deps Deps) (*Monitor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
+	m, log := deps.Metrics, deps.Logger
 	if log == nil {
 		log = slog.Default()
 	}
@@ -179,7 +188,6 @@ func New(cfg Config, counts Counts, m *metrics.Metrics, log *slog.Logger) *Monit
 		topics:     newTable(cfg.MaxTrackedKeys),
 		users:      newTable(cfg.MaxTrackedKeys),
 		cfg:        cfg,
-		counts:     counts,
 		log:        log,
 		hot:        make(map[string]uint64),
 		keepTopics: make(map[string]struct{}),
@@ -198,7 +206,7 @@ func New(cfg Config, counts Counts, m *metrics.Metrics, log *slog.Logger) *Monit
 	mon.last = cfg.Now()
 	mon.snap.Store(&Snapshot{At: mon.last})
 	mon.listeners.Store(&listenerSet{})
-	return mon
+	return mon, nil
 }
 
 // Snapshot returns the latest sample (one atomic load; never nil).
@@ -267,7 +275,14 @@ func (m *Monitor) publishListeners() {
 
 // Run samples every SampleInterval until ctx ends. The first sample is one
 // interval after Run starts, so the first rates cover a whole interval.
-func (m *Monitor) Run(ctx context.Context) {
+//
+// counts reports the live connection and subscription counts; it may be
+// nil (0 and 0). It is handed over here, not to New, because its source
+// (the server) is built after the monitor and exists once it runs.
+func (m *Monitor) Run(ctx context.Context, counts Counts) {
+	m.smu.Lock()
+	m.counts = counts
+	m.smu.Unlock()
 	t := time.NewTicker(m.cfg.SampleInterval)
 	defer t.Stop()
 	for {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/rtserver/rtserver/internal/jsonexact"
 )
 
 // Request is one decoded JSON-RPC request or notification.
@@ -66,7 +68,7 @@ func DecodeDepth(frame []byte, maxDepth int) (Frame, *Error) {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxDepth
 	}
-	if DeeperThan(data, maxDepth) {
+	if jsonexact.DeeperThan(data, maxDepth) {
 		return Frame{}, tooDeep(maxDepth)
 	}
 	switch data[0] {
@@ -77,7 +79,7 @@ func DecodeDepth(frame []byte, maxDepth int) (Frame, *Error) {
 		return Frame{Requests: []Request{invalid(nil, "request must be an object")}}, nil
 	}
 	n := 0
-	walkArray(data, func([]byte) bool { n++; return n <= MaxBatch })
+	jsonexact.WalkArray(data, func([]byte) bool { n++; return n <= MaxBatch })
 	switch {
 	case n == 0:
 		return Frame{}, NewError(CodeInvalidRequest, "empty batch", nil)
@@ -85,7 +87,7 @@ func DecodeDepth(frame []byte, maxDepth int) (Frame, *Error) {
 		return Frame{}, batchTooLarge
 	}
 	reqs := make([]Request, 0, n)
-	walkArray(data, func(e []byte) bool {
+	jsonexact.WalkArray(data, func(e []byte) bool {
 		if e[0] != '{' {
 			reqs = append(reqs, invalid(nil, "request must be an object"))
 		} else {

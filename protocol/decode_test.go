@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"pgregory.net/rapid"
 )
 
 func TestDecode(t *testing.T) {
@@ -126,60 +124,6 @@ func TestDecodeDepthBound(t *testing.T) {
 	if _, ferr := Decode([]byte(str)); ferr != nil {
 		t.Fatalf("brackets in a string counted: %v", ferr)
 	}
-}
-
-// DeeperThan agrees with a decoder that counts levels the obvious way.
-func TestDeeperThanMatchesTokenizer(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		var value func(level int) string
-		value = func(level int) string {
-			kind := rapid.IntRange(0, 3).Draw(t, "kind")
-			if level > 8 {
-				kind = 0
-			}
-			switch kind {
-			case 0:
-				return rapid.SampledFrom([]string{"1", `"[{"`, `"a\"]}"`, "null"}).Draw(t, "scalar")
-			case 1:
-				n := rapid.IntRange(0, 3).Draw(t, "n")
-				parts := make([]string, n)
-				for i := range parts {
-					parts[i] = value(level + 1)
-				}
-				return "[" + strings.Join(parts, ",") + "]"
-			default:
-				n := rapid.IntRange(0, 3).Draw(t, "n")
-				parts := make([]string, n)
-				for i := range parts {
-					parts[i] = fmt.Sprintf(`"k%d":%s`, i, value(level+1))
-				}
-				return "{" + strings.Join(parts, ",") + "}"
-			}
-		}
-		s := value(0)
-		if !json.Valid([]byte(s)) {
-			t.Fatalf("generated %s is not JSON", s)
-		}
-		limit := rapid.IntRange(0, 6).Draw(t, "limit")
-		dec := json.NewDecoder(strings.NewReader(s))
-		depth, deepest := 0, 0
-		for {
-			tok, err := dec.Token()
-			if err != nil {
-				break
-			}
-			switch tok {
-			case json.Delim('['), json.Delim('{'):
-				depth++
-				deepest = max(deepest, depth)
-			case json.Delim(']'), json.Delim('}'):
-				depth--
-			}
-		}
-		if got := DeeperThan([]byte(s), limit); got != (deepest > limit) {
-			t.Fatalf("DeeperThan(%s, %d) = %v, deepest %d", s, limit, got, deepest)
-		}
-	})
 }
 
 func TestTopicGrammar(t *testing.T) {

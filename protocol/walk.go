@@ -1,19 +1,14 @@
 package protocol
 
-import (
-	"bytes"
-	"encoding/json"
-)
+import "github.com/rtserver/rtserver/internal/jsonexact"
 
-// One decoder, exact by construction. A request object and built-in params
-// are walked member by member once json.Valid has vouched for the bytes,
-// slicing values out of the frame instead of copying them. Keys match
-// exactly: case-sensitive, after escapes are resolved (unlike encoding/json,
-// which matches keys case-insensitively and keeps the last of a repeated
-// one). Unknown members are ignored; a repeated member the server reads
-// makes the request invalid (-32600). So no frame can mean one method to
-// the admission check and another to a backend. Results alias the frame:
-// callers copy what they keep.
+// One decoder, exact by construction: a request object and built-in params
+// are read with package jsonexact, the rule every JSON the server reads
+// follows. Keys match exactly (case-sensitive, after escapes are
+// resolved); unknown members are ignored; a repeated member the server
+// reads makes the request invalid (-32600). So no frame can mean one
+// method to the admission check and another to a backend. Results alias
+// the frame: callers copy what they keep.
 
 // plainString reports whether the JSON string literal s (quotes included)
 // means exactly its bytes: no escapes and only ASCII. Anything else is
@@ -34,188 +29,6 @@ var (
 	topicMembers   = []string{"topic", "data"}
 )
 
-// members reads the members named in names out of the JSON object data
-// (valid JSON) into vals, index for index, with exact keys. It returns the
-// first name that appears twice (reading stops there), whether any other
-// member is present, and false when data is not an object.
 func members(data []byte, names []string, vals [][]byte) (dup string, other, ok bool) {
-	ok = walkObject(data, func(key, value []byte) bool {
-		for i, n := range names {
-			if string(key) == n {
-				if vals[i] != nil {
-					dup = n
-					return false
-				}
-				vals[i] = value
-				return true
-			}
-		}
-		other = true
-		return true
-	})
-	return dup, other, ok || dup != ""
-}
-
-// walkObject calls f for each member of the JSON object in data, which
-// must be valid JSON (callers run json.Valid first), with the key
-// unescaped (a key with escapes costs one allocation). It reports false
-// when data is not an object or f says stop.
-func walkObject(data []byte, f func(key, value []byte) bool) bool {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return false
-	}
-	i = skipSpace(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return true
-	}
-	for i < len(data) && data[i] == '"' {
-		end := skipString(data, i)
-		key := data[i+1 : end-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			var k string
-			if json.Unmarshal(data[i:end], &k) != nil {
-				return false
-			}
-			key = []byte(k)
-		}
-		i = skipSpace(data, end)
-		if i >= len(data) || data[i] != ':' {
-			return false
-		}
-		i = skipSpace(data, i+1)
-		vend := skipValue(data, i)
-		if vend <= i || !f(key, data[i:vend]) {
-			return false
-		}
-		i = skipSpace(data, vend)
-		if i >= len(data) {
-			return false
-		}
-		switch data[i] {
-		case ',':
-			i = skipSpace(data, i+1)
-		case '}':
-			return true
-		default:
-			return false
-		}
-	}
-	return false
-}
-
-func skipSpace(d []byte, i int) int {
-	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the end of the valid JSON value starting at i.
-func skipValue(d []byte, i int) int {
-	if i >= len(d) {
-		return i
-	}
-	switch d[i] {
-	case '"':
-		return skipString(d, i)
-	case '{', '[':
-		depth := 0
-		for i < len(d) {
-			switch d[i] {
-			case '"':
-				i = skipString(d, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	default: // number, true, false, null
-		for i < len(d) {
-			switch d[i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return i
-			}
-			i++
-		}
-		return i
-	}
-}
-
-// skipString returns the index after the string starting at d[i] == '"'.
-func skipString(d []byte, i int) int {
-	i++
-	for i < len(d) {
-		switch d[i] {
-		case '\\':
-			i += 2
-			continue
-		case '"':
-			return i + 1
-		}
-		i++
-	}
-	return i
-}
-
-// Members reads the members named in names out of the JSON object in data
-// (valid JSON) into vals, index for index, by the client protocol's rule:
-// keys exact (case-sensitive, after escapes are resolved), other members
-// ignored, a repeated one returned as dup (reading stops there). ok is
-// false when data is not an object. The server API reads its bodies with
-// it, so every JSON the server reads has one meaning.
-func Members(data []byte, names []string, vals [][]byte) (dup string, ok bool) {
-	dup, _, ok = members(data, names, vals)
-	return dup, ok
-}
-
-// walkArray calls f with each element of the JSON array in data, which
-// must be valid JSON, until f says stop. It allocates nothing.
-func walkArray(data []byte, f func(elem []byte) bool) {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '[' {
-		return
-	}
-	i = skipSpace(data, i+1)
-	for i < len(data) && data[i] != ']' {
-		end := skipValue(data, i)
-		if end <= i || !f(data[i:end]) {
-			return
-		}
-		i = skipSpace(data, end)
-		if i < len(data) && data[i] == ',' {
-			i = skipSpace(data, i+1)
-		}
-	}
-}
-
-// DeeperThan reports whether the JSON value in data (valid JSON) nests
-// arrays and objects more than max levels deep. Frames with fewer
-// brackets than that are answered without a walk.
-func DeeperThan(data []byte, max int) bool {
-	if bytes.Count(data, []byte{'{'})+bytes.Count(data, []byte{'['}) <= max {
-		return false
-	}
-	depth := 0
-	for i := 0; i < len(data); i++ {
-		switch data[i] {
-		case '"':
-			i = skipString(data, i) - 1
-		case '{', '[':
-			depth++
-			if depth > max {
-				return true
-			}
-		case '}', ']':
-			depth--
-		}
-	}
-	return false
+	return jsonexact.Members(data, names, vals)
 }

@@ -42,18 +42,25 @@ type Aggregator struct {
 	// per-user sums are read from mg, which publishes them itself.
 	top      atomic.Pointer[[]Entry]
 	siblings atomic.Int64
+	src      atomic.Pointer[Sources] // set by Activate; never nil
 
 	// mu guards the merge state. Lock order: life, then mu.
 	mu     sync.Mutex
 	active bool
 	mg     *merger
-	latest *pressure.Snapshot
-	win    *window
+	// topStale: the merge changed since the top-N was last read off it.
+	topStale bool
+	latest   *pressure.Snapshot
+	win      *window
 	// seen is each sibling's highest accepted ts (sender's clock, ms),
 	// kept after the sibling is forgotten for as long as an envelope that
 	// old could still pass the clock window: a captured envelope is never
 	// accepted twice. See accept.
 	seen map[string]int64
+	// ignored is when each instance left out by MaxInstances was last
+	// heard from, for cluster_publish_rate_instances_ignored: at most
+	// MaxInstances entries, forgotten after StaleAfter like siblings.
+	ignored map[string]time.Time
 
 	// life serialises Activate and Deactivate.
 	life   sync.Mutex
@@ -64,7 +71,7 @@ type Aggregator struct {
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
 	received, parseErrors, outdated, instIgnored atomic.Uint64
 
-	logParse, logPublish, logSkip, logInstances, logRecv, logClock logLimit
+	logParse, logPublish, logSkip, logInstances, logClock logLimit
 }
 
 // Stats are counters kept beside the Prometheus metrics, for things
@@ -76,7 +83,7 @@ type Stats struct {
 	Received         uint64 // sibling envelopes accepted (cluster_publish_rate_received_total)
 	ParseErrors      uint64 // envelopes dropped: oversize, malformed, unsigned, forged
 	Outdated         uint64 // sibling envelopes dropped: ts not newer than the last accepted from the sender, or too far from this clock (a replay)
-	InstancesIgnored uint64 // envelopes from new instances past MaxInstances
+	InstancesIgnored uint64 // envelopes from new instances past MaxInstances (cluster_publish_rate_ignored_total)
 	Instances        int    // fresh siblings in the current view
 }
 
@@ -102,13 +109,16 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		maxList: max(2*opts.TopN, 64),
 		mg:      newMerger(),
 		seen:    map[string]int64{},
+		ignored: map[string]time.Time{},
 		latest:  local.Snapshot(),
 		win:     newWindow(max(8*opts.TopN, 256), now),
 	}
 	a.top.Store(&[]Entry{})
+	a.src.Store(&Sources{})
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.mu.Unlock()
 	local.OnSample(a.onSample)
 	return a, nil
@@ -122,13 +132,15 @@ func (a *Aggregator) InstanceID() string { return a.id }
 // unreachable until ctx ends (then it returns the error and stays
 // inactive). Once active, the aggregator runs until Deactivate, whatever
 // becomes of ctx, and rides out Redis outages on its own. Calling it while
-// active does nothing.
-func (a *Aggregator) Activate(ctx context.Context) error {
+// active does nothing. src is this instance's subscriber counts (its zero
+// value: none).
+func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	a.life.Lock()
 	defer a.life.Unlock()
 	if a.sub != nil {
 		return nil
 	}
+	a.src.Store(&src)
 	sub := bus.Subscribe(bus.SubscriptionConfig{
 		Client:  a.client,
 		Channel: a.opts.Channel,
@@ -152,6 +164,7 @@ func (a *Aggregator) Activate(ctx context.Context) error {
 	a.win.reset(now)
 	a.setLocalSubsLocked(subs)
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.mu.Unlock()
 
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -179,16 +192,24 @@ func (a *Aggregator) Deactivate() {
 	a.mu.Lock()
 	a.active = false
 	a.mg.dropAll()
+	clear(a.ignored)
+	a.m.ClusterInstancesIgnored.Set(0)
 	a.mg.setLocalSubs(nil)
 	a.win.reset(now)
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.mu.Unlock()
 }
 
 // TopPublishers returns the merged cluster-wide top-N topics, by messages
 // per second descending (ties: bytes per second descending, then topic).
 // The slice is the caller's.
-func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(*a.top.Load()) }
+func (a *Aggregator) TopPublishers() []Entry {
+	a.mu.Lock()
+	a.refreshTopLocked()
+	a.mu.Unlock()
+	return slices.Clone(*a.top.Load())
+}
 
 // RateOf is the cluster-wide messages per second of topic: the sum over
 // this instance's latest sample and every fresh sibling slice that carries
@@ -204,7 +225,7 @@ func (a *Aggregator) RateOfUser(user string) float64 { return a.mg.rateOfUser(us
 // the last tick) plus the "subs" of every fresh sibling.
 func (a *Aggregator) SubscribersOf(topic string) int {
 	n := a.mg.subscribersOf(topic)
-	if f := a.opts.LocalSubscribers; f != nil {
+	if f := a.src.Load().LocalSubscribers; f != nil {
 		n += f(topic)
 	}
 	return n
@@ -237,19 +258,34 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 		a.win.add(s, now)
 	}
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.forgetSeen(now)
 	a.mu.Unlock()
 }
 
-// mergeLocked forgets stale siblings and publishes the merged top-N, the
-// sibling count and the cluster metrics; the merger has already published
-// the sums. It costs what left plus O(TopN log topics), whatever the
-// number of siblings held. a.mu is held.
+// mergeLocked forgets stale siblings and publishes the sibling count; the
+// merger has already published the sums. The merged top-N is left for
+// refreshTopLocked. It costs what left, whatever the number of siblings
+// held. a.mu is held.
 func (a *Aggregator) mergeLocked(now time.Time) {
 	a.mg.expire(now, a.opts.StaleAfter)
 	siblings := len(a.mg.remotes)
 	a.siblings.Store(int64(siblings))
 	a.m.ClusterInstances.Set(float64(siblings))
+	a.topStale = true
+}
+
+// refreshTopLocked reads the merged top-N off the merge, if anything
+// changed since, and publishes it to TopPublishers and the
+// cluster_topic_publish_* gauges. It runs on every local sample and
+// broadcast tick and when TopPublishers is called, not per envelope: at
+// O(TopN log topics) it would be the larger part of an envelope's cost,
+// for a list nothing on the admission path reads. a.mu is held.
+func (a *Aggregator) refreshTopLocked() {
+	if !a.topStale {
+		return
+	}
+	a.topStale = false
 	top := a.mg.top(a.opts.TopN)
 	if slices.Equal(top, *a.top.Load()) {
 		return
@@ -292,19 +328,34 @@ func (a *Aggregator) receive(payload []byte) {
 	if _, ok := a.mg.remotes[e.InstanceID]; !ok && len(a.mg.remotes) >= a.opts.MaxInstances {
 		a.mergeLocked(now) // forgets stale siblings, freeing room
 		if len(a.mg.remotes) >= a.opts.MaxInstances {
-			a.instIgnored.Add(1)
-			if a.logInstances.allow(now) {
-				a.log.Warn("ignoring envelope from a new instance: MaxInstances siblings tracked",
-					"from", e.InstanceID, "maxInstances", a.opts.MaxInstances)
-			}
+			a.ignoreLocked(e.InstanceID, now)
 			return
 		}
 	}
 	a.seen[e.InstanceID] = e.TS
 	a.mg.put(&remote{id: e.InstanceID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
+	if _, ok := a.ignored[e.InstanceID]; ok {
+		delete(a.ignored, e.InstanceID)
+		a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
+	}
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)
+}
+
+// ignoreLocked counts an envelope from instance id left out because
+// MaxInstances siblings are held. a.mu is held.
+func (a *Aggregator) ignoreLocked(id string, now time.Time) {
+	a.instIgnored.Add(1)
+	a.m.ClusterIgnored.Inc()
+	if _, ok := a.ignored[id]; ok || len(a.ignored) < a.opts.MaxInstances {
+		a.ignored[id] = now
+		a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
+	}
+	if a.logInstances.allow(now) {
+		a.log.Warn("ignoring envelopes from new instances: publishRate.maxInstances siblings held; the cluster view is missing them",
+			"from", id, "maxInstances", a.opts.MaxInstances, "instancesIgnored", len(a.ignored))
+	}
 }
 
 // fresh reports whether e may be accepted: its ts is within
@@ -332,9 +383,9 @@ func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 }
 
 // forgetSeen drops the high-water marks that the clock window alone now
-// enforces: any envelope at or below them is too old to pass. It scans
-// every mark, so it runs on samples and ticks, not per envelope. a.mu is
-// held.
+// enforces (any envelope at or below them is too old to pass), and the
+// ignored instances not heard from within StaleAfter. It scans every
+// entry, so it runs on samples and ticks, not per envelope. a.mu is held.
 func (a *Aggregator) forgetSeen(now time.Time) {
 	oldest := now.Add(-(a.opts.StaleAfter + a.opts.MaxClockSkew)).UnixMilli()
 	for id, ts := range a.seen {
@@ -342,6 +393,12 @@ func (a *Aggregator) forgetSeen(now time.Time) {
 			delete(a.seen, id)
 		}
 	}
+	for id, at := range a.ignored {
+		if now.Sub(at) >= a.opts.StaleAfter {
+			delete(a.ignored, id)
+		}
+	}
+	a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
 }
 
 func (a *Aggregator) tickLoop(ctx context.Context) {
@@ -407,6 +464,7 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 	a.setLocalSubsLocked(subs)
 	a.mg.resum()
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.forgetSeen(now)
 	a.mu.Unlock()
 	return a.encode(a.newEnvelope(now, topics, users, subs))
@@ -415,17 +473,18 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 // setLocalSubsLocked makes subs the local part of SubscribersOf, unless
 // LocalSubscribers answers that live. a.mu is held.
 func (a *Aggregator) setLocalSubsLocked(subs []SubjectCount) {
-	if a.opts.LocalSubscribers != nil {
+	if a.src.Load().LocalSubscribers != nil {
 		subs = nil
 	}
 	a.mg.setLocalSubs(subs)
 }
 
 func (a *Aggregator) subjects() []SubjectCount {
-	if a.opts.Subjects == nil {
+	f := a.src.Load().Subjects
+	if f == nil {
 		return nil
 	}
-	return a.opts.Subjects()
+	return f()
 }
 
 // newEnvelope builds this instance's envelope: each list deduplicated,
@@ -480,7 +539,7 @@ func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, use
 		e.Users = append(e.Users, r.wireUser)
 	}
 
-	if a.opts.Subjects != nil {
+	if a.src.Load().Subjects != nil {
 		sm := make(map[string]int, len(subs))
 		for _, s := range subs {
 			if protocol.ValidTopic(s.Topic) && s.Count > 0 {

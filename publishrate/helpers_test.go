@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
@@ -56,15 +57,9 @@ func (f *fakeLocal) emit(s *pressure.Snapshot) {
 	}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// testEpoch is where every fake clock starts. Envelopes made by env carry
+// testEpoch is where every test clock starts. Envelopes made by env carry
 // ts offsets from it, so they are within the clock window of a receiver
-// on a fake clock.
+// on a test clock.
 var testEpoch = time.UnixMilli(testEpochMs)
 
 // testEpochMs is testEpoch as an envelope ts; testTS is one ms later.
@@ -72,21 +67,6 @@ const (
 	testEpochMs = 1_700_000_000_000
 	testTS      = testEpochMs + 1
 )
-
-func newFakeClock() *fakeClock { return &fakeClock{t: testEpoch} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
 
 var discardLog = slog.New(slog.DiscardHandler)
 
@@ -100,17 +80,20 @@ func deadClient(t testing.TB) redis.UniversalClient {
 
 // newOffline returns an aggregator that is marked active but has no Redis
 // goroutines: tests feed it payloads with receive and call collect.
-func newOffline(t testing.TB, local Local, opts Options) *Aggregator {
+func newOffline(t testing.TB, local Local, opts Options, src ...Sources) *Aggregator {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = discardLog
 	}
 	if opts.Now == nil {
-		opts.Now = newFakeClock().Now
+		opts.Now = testkit.NewClock(testEpoch).Now
 	}
 	a, err := New(deadClient(t), local, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, s := range src {
+		a.src.Store(&s) // as Activate would hand them over
 	}
 	a.mu.Lock()
 	a.active = true
@@ -130,10 +113,22 @@ func env(t testing.TB, id string, ts int64, slice ...wireTopic) []byte {
 	return b
 }
 
-// topicGauge reads a topic-labelled gauge family from the registry.
-func topicGauge(t testing.TB, m *metrics.Metrics, name string) map[string]float64 {
+// gatheredMetrics is metrics on a registry of their own, for the tests
+// that read the exposition.
+func gatheredMetrics(t testing.TB) (*metrics.Metrics, *prometheus.Registry) {
 	t.Helper()
-	mfs, err := m.Registry.Gather()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+// topicGauge reads a topic-labelled gauge family from the registry.
+func topicGauge(t testing.TB, reg prometheus.Gatherer, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,15 +149,3 @@ func topicGauge(t testing.TB, m *metrics.Metrics, name string) map[string]float6
 }
 
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling an external process (Redis) with a deadline
-	}
-}

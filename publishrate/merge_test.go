@@ -5,18 +5,20 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
 
 func TestMergeSumsAcrossInstances(t *testing.T) {
-	clk := newFakeClock()
-	m := metrics.NewDiscard()
+	clk := testkit.NewClock(testEpoch)
+	m, reg := gatheredMetrics(t)
 	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 100, BytesPerSec: 1000})
 	a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, InstanceID: "self"})
 
@@ -45,10 +47,10 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 		t.Errorf("received = %v, want %v", got, want)
 	}
 	wantRates := map[string]float64{"hot": 1300, "other": 5, "cold": 1}
-	if got := topicGauge(t, m, "cluster_topic_publish_rate"); !maps.Equal(got, wantRates) {
+	if got := topicGauge(t, reg, "cluster_topic_publish_rate"); !maps.Equal(got, wantRates) {
 		t.Errorf("cluster_topic_publish_rate = %v, want %v", got, wantRates)
 	}
-	if got := topicGauge(t, m, "cluster_topic_publish_bytes"); got["hot"] != 13000 {
+	if got := topicGauge(t, reg, "cluster_topic_publish_bytes"); got["hot"] != 13000 {
 		t.Errorf("cluster_topic_publish_bytes{hot} = %v, want 13000", got["hot"])
 	}
 
@@ -60,10 +62,10 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 }
 
 func TestMergeUsersAndSubscribers(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	local := &fakeLocal{snap: &pressure.Snapshot{TopUsers: []pressure.UserRate{{User: "alice", MessagesPerSec: 7}}}}
-	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self",
-		Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
+	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self"},
+		Sources{Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
 	if _, err := a.collect(clk.Now()); err != nil { // takes the local subjects
 		t.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func TestMergeUsersAndSubscribers(t *testing.T) {
 
 func TestSubscribersOfLiveLocal(t *testing.T) {
 	live := map[string]int{"room": 5}
-	a := newOffline(t, newFakeLocal(), Options{InstanceID: "self",
+	a := newOffline(t, newFakeLocal(), Options{InstanceID: "self"}, Sources{
 		Subjects:         func() []SubjectCount { return []SubjectCount{{"room", 1000}} }, // not used for the local part
 		LocalSubscribers: func(topic string) int { return live[topic] },
 	})
@@ -112,7 +114,7 @@ func TestStalenessByReceiverClock(t *testing.T) {
 	const stale = 12 * time.Second
 	for _, off := range []time.Duration{0, -4 * time.Second, 4 * time.Second} {
 		t.Run(fmt.Sprint("sender clock off by ", off), func(t *testing.T) {
-			clk := newFakeClock()
+			clk := testkit.NewClock(testEpoch)
 			m := metrics.NewDiscard()
 			local := newFakeLocal()
 			a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, StaleAfter: stale, PublishInterval: 5 * time.Second})
@@ -169,7 +171,7 @@ func TestStalenessByReceiverClock(t *testing.T) {
 // of StaleAfter+MaxClockSkew).
 func TestReplayedEnvelopesAreDropped(t *testing.T) {
 	const stale, skew = 12 * time.Second, 5 * time.Second
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	local := newFakeLocal()
 	a := newOffline(t, local, Options{Now: clk.Now, StaleAfter: stale, PublishInterval: 5 * time.Second, HMACSecret: secret})
 	signed := func(ts int64) []byte {
@@ -215,7 +217,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 }
 
 func TestBroadcastTickExpiresStale(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, StaleAfter: 3 * time.Second, PublishInterval: time.Second})
 	a.receive(env(t, "A", 1, wireTopic{"hot", 1, 1}))
 	clk.Advance(3 * time.Second)
@@ -234,7 +236,7 @@ func TestBroadcastTickExpiresStale(t *testing.T) {
 }
 
 func TestTopNCapAndOrder(t *testing.T) {
-	m := metrics.NewDiscard()
+	m, reg := gatheredMetrics(t)
 	a := newOffline(t, newFakeLocal(), Options{TopN: 5, Metrics: m})
 	var slice []wireTopic
 	for i := range 12 {
@@ -256,28 +258,39 @@ func TestTopNCapAndOrder(t *testing.T) {
 	if got := a.RateOf("t03"); got != 3 {
 		t.Errorf("RateOf(t03) outside the top-N = %v, want 3", got)
 	}
-	labels := slices.Sorted(maps.Keys(topicGauge(t, m, "cluster_topic_publish_rate")))
+	labels := slices.Sorted(maps.Keys(topicGauge(t, reg, "cluster_topic_publish_rate")))
 	if !slices.Equal(labels, slices.Sorted(slices.Values(want))) {
 		t.Errorf("gauge labels = %v, want the top-N %v", labels, want)
 	}
 
-	// A newer slice without the ties: they leave the top-N and the exposition.
+	// A newer slice without the ties: they leave the top-N and the
+	// exposition with the next local sample.
 	a.receive(env(t, "A", 2, slice[:12]...))
-	labels = slices.Sorted(maps.Keys(topicGauge(t, m, "cluster_topic_publish_rate")))
+	a.onSample(&pressure.Snapshot{})
+	labels = slices.Sorted(maps.Keys(topicGauge(t, reg, "cluster_topic_publish_rate")))
 	if want := []string{"t07", "t08", "t09", "t10", "t11"}; !slices.Equal(labels, want) {
 		t.Errorf("gauge labels = %v, want %v", labels, want)
 	}
 }
 
 func TestMaxInstances(t *testing.T) {
-	clk := newFakeClock()
-	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
+	clk := testkit.NewClock(testEpoch)
+	m := metrics.NewDiscard()
+	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, Metrics: m, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
 	a.receive(env(t, "A", 1, wireTopic{"x", 1, 0}))
 	clk.Advance(5 * time.Second)
 	a.receive(env(t, "B", 1, wireTopic{"x", 1, 0}))
 	a.receive(env(t, "C", 1, wireTopic{"x", 1, 0}))
-	if st := a.Stats(); st.InstancesIgnored != 1 || st.Instances != 2 || a.RateOf("x") != 2 {
-		t.Fatalf("stats %+v, RateOf(x) = %v: want C ignored", st, a.RateOf("x"))
+	a.receive(env(t, "C", 2, wireTopic{"x", 1, 0}))
+	a.receive(env(t, "D", 1, wireTopic{"x", 1, 0}))
+	if st := a.Stats(); st.InstancesIgnored != 3 || st.Instances != 2 || a.RateOf("x") != 2 {
+		t.Fatalf("stats %+v, RateOf(x) = %v: want C and D ignored", st, a.RateOf("x"))
+	}
+	if got, want := value(m.ClusterIgnored), 3.0; got != want {
+		t.Errorf("cluster_publish_rate_ignored_total = %v, want %v", got, want)
+	}
+	if got := value(m.ClusterInstancesIgnored); got != 2 {
+		t.Errorf("cluster_publish_rate_instances_ignored = %v, want 2 (C and D)", got)
 	}
 	// A known sibling still updates while the table is full.
 	a.receive(env(t, "B", 2, wireTopic{"x", 5, 0}))
@@ -285,9 +298,36 @@ func TestMaxInstances(t *testing.T) {
 		t.Errorf("RateOf(x) = %v, want 6", a.RateOf("x"))
 	}
 	clk.Advance(5 * time.Second) // A goes stale and frees its slot
-	a.receive(env(t, "C", 1, wireTopic{"x", 10, 0}))
-	if st := a.Stats(); st.InstancesIgnored != 1 || st.Instances != 2 || a.RateOf("x") != 15 {
+	a.receive(env(t, "C", 3, wireTopic{"x", 10, 0}))
+	if st := a.Stats(); st.InstancesIgnored != 3 || st.Instances != 2 || a.RateOf("x") != 15 {
 		t.Errorf("stats %+v, RateOf(x) = %v: want B and C", st, a.RateOf("x"))
+	}
+	if got := value(m.ClusterInstancesIgnored); got != 1 {
+		t.Errorf("cluster_publish_rate_instances_ignored = %v, want 1 (D) once C is in", got)
+	}
+	// D falls silent: StaleAfter after it was last heard from, nothing is missing.
+	clk.Advance(5 * time.Second)
+	a.onSample(&pressure.Snapshot{})
+	if got := value(m.ClusterInstancesIgnored); got != 0 {
+		t.Errorf("cluster_publish_rate_instances_ignored = %v, want 0 once D is silent", got)
+	}
+}
+
+// The sibling limit is a config key with a default, validated by name.
+func TestMaxInstancesOption(t *testing.T) {
+	if got := DefaultOptions().MaxInstances; got != 1024 {
+		t.Errorf("default maxInstances = %d, want 1024", got)
+	}
+	err := Options{MaxInstances: -1}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "publishRate.maxInstances") {
+		t.Errorf("Validate(maxInstances -1) = %v, want an error naming publishRate.maxInstances", err)
+	}
+	a := newOffline(t, newFakeLocal(), Options{MaxInstances: 3000})
+	for i := range 3000 {
+		a.receive(env(t, fmt.Sprint("i", i), 1))
+	}
+	if st := a.Stats(); st.Instances != 3000 || st.InstancesIgnored != 0 {
+		t.Errorf("maxInstances 3000: stats %+v", st)
 	}
 }
 
@@ -515,7 +555,7 @@ func TestTableGrowsAndForgetsDormantKeys(t *testing.T) {
 }
 
 func TestLookupsDoNotAllocate(t *testing.T) {
-	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{
+	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{}, Sources{
 		LocalSubscribers: func(string) int { return 1 },
 	})
 	a.receive(env(t, "A", 1, wireTopic{"hot", 1, 1}))
@@ -538,10 +578,13 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 // TestWithPressureMonitor wires the real pressure monitor as Local: its
 // samples reach RateOf at once and the broadcast envelope.
 func TestWithPressureMonitor(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	cfg := pressure.DefaultConfig()
 	cfg.Now = clk.Now
-	mon := pressure.New(cfg, nil, metrics.NewDiscard(), discardLog)
+	mon, err := pressure.New(cfg, pressure.Deps{Metrics: metrics.NewDiscard(), Logger: discardLog})
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := newOffline(t, mon, Options{Now: clk.Now, InstanceID: "me"})
 	for range 50 {
 		mon.RecordAttempt("chat", "alice", 100)

@@ -51,6 +51,24 @@ type Entry struct {
 	ContributingInstances int // instances (self included) whose slice carries the topic
 }
 
+// Sources are this instance's live subscriber counts. They come from the
+// server, which is built after the aggregator (it answers the sharded
+// bus), so they are handed over at Activate.
+type Sources struct {
+	// Subjects optionally reports this instance's subscriber counts per
+	// topic. It is called once per broadcast tick (and at Activate); its
+	// top-N by count is broadcast as "subs", and the whole list is the
+	// local part of SubscribersOf unless LocalSubscribers is set. Nil: no
+	// "subs" field and no local part.
+	Subjects func() []SubjectCount
+	// LocalSubscribers optionally answers the live local subscriber count
+	// of one topic. When set, SubscribersOf uses it for the local part
+	// instead of the list Subjects returned on the last tick. It runs on
+	// the caller's goroutine, so it must be cheap and must not call back
+	// into the Aggregator.
+	LocalSubscribers func(topic string) int
+}
+
 // Breaker guards the publish call: while Allow is false the broadcast is
 // skipped (and counted in Stats.BreakerSkips). NewBreaker is the default.
 type Breaker interface {
@@ -80,21 +98,16 @@ type Options struct {
 	// than the last accepted from its sender, even after that sender was
 	// forgotten: a captured envelope cannot be replayed. Default 5s.
 	MaxClockSkew time.Duration `yaml:"maxClockSkew" help:"how far apart the instances' clocks may be: an envelope whose ts is further than staleAfter + this from the receiver's clock is dropped, as is a replayed one; 0 = 5s"`
+	// MaxInstances bounds the siblings held at once. Envelopes from further
+	// new instances are ignored until a held one goes stale, and counted
+	// (cluster_publish_rate_ignored_total, Stats.InstancesIgnored); the
+	// instances left out are counted too
+	// (cluster_publish_rate_instances_ignored). Memory and the periodic
+	// re-sum grow with it; an envelope's merge does not. Default 1024.
+	MaxInstances int `yaml:"maxInstances" help:"siblings held in the cluster view at most; envelopes of further instances are ignored and counted (cluster_publish_rate_ignored_total, cluster_publish_rate_instances_ignored); 0 = 1024"`
 	// HMACSecret, when set, signs every envelope and makes receivers drop
 	// (and count) envelopes whose signature is missing or wrong.
 	HMACSecret []byte `yaml:"hmacSecret" help:"when set, rate envelopes and bus messages are signed (HMAC-SHA256) and unsigned or badly signed ones are dropped; the same on every instance"`
-	// Subjects optionally reports this instance's subscriber counts per
-	// topic. It is called once per broadcast tick (and at Activate); its
-	// top-N by count is broadcast as "subs", and the whole list is the local
-	// part of SubscribersOf unless LocalSubscribers is set. Nil: no "subs"
-	// field and no local part.
-	Subjects func() []SubjectCount `yaml:"-"`
-	// LocalSubscribers optionally answers the live local subscriber count
-	// of one topic. When set, SubscribersOf uses it for the local part
-	// instead of the list Subjects returned on the last tick. It runs on the
-	// caller's goroutine, so it must be cheap and must not call back into
-	// the Aggregator.
-	LocalSubscribers func(topic string) int `yaml:"-"`
 	// Breaker guards the publish call. Nil: NewBreaker(3, 2*PublishInterval, Now).
 	Breaker Breaker `yaml:"-"`
 	// Metrics receives the cluster_* metrics. Nil: metrics.NewDiscard().
@@ -108,10 +121,6 @@ type Options struct {
 	// InstanceID tags this instance's envelopes: 1 to 128 bytes of the topic
 	// alphabet [A-Za-z0-9_.:/@-]. Default: 16 random hex digits.
 	InstanceID string `yaml:"-"`
-	// MaxInstances bounds the siblings tracked at once; envelopes from new
-	// instances past it are ignored and counted (Stats.InstancesIgnored).
-	// Default 1024.
-	MaxInstances int `yaml:"-"`
 	// MaxEnvelopeBytes bounds an envelope, sent or received. Default 64 KiB.
 	MaxEnvelopeBytes int `yaml:"-"`
 }
@@ -124,6 +133,7 @@ func DefaultOptions() Options {
 		StaleAfter:      DefaultStaleAfter,
 		TopN:            DefaultTopN,
 		MaxClockSkew:    DefaultMaxClockSkew,
+		MaxInstances:    DefaultMaxInstances,
 	}
 }
 
@@ -143,7 +153,7 @@ func (o Options) Validate() error {
 		p.Add("publishRate.topN", "must not be negative (0 = %d), got %d", DefaultTopN, o.TopN)
 	}
 	if o.MaxInstances < 0 {
-		p.Add("publishRate.maxInstances", "must not be negative, got %d", o.MaxInstances)
+		p.Add("publishRate.maxInstances", "must not be negative (0 = %d), got %d", DefaultMaxInstances, o.MaxInstances)
 	}
 	if o.MaxEnvelopeBytes < 0 {
 		p.Add("publishRate.maxEnvelopeBytes", "must not be negative, got %d", o.MaxEnvelopeBytes)

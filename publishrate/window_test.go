@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/pressure"
 )
 
@@ -28,7 +29,7 @@ func sent(t *testing.T, a *Aggregator, now time.Time) *envelope {
 }
 
 func TestBroadcastAveragesOverInterval(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	t0 := clk.Now()
 	local := newFakeLocal()
 	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "me"})
@@ -82,7 +83,7 @@ func TestBroadcastAveragesOverInterval(t *testing.T) {
 }
 
 func TestBroadcastTopNAndSubs(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	local := newFakeLocal(
 		pressure.TopicRate{Topic: "a", MessagesPerSec: 1},
 		pressure.TopicRate{Topic: "b", MessagesPerSec: 3},
@@ -94,7 +95,7 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 		{User: "u1", MessagesPerSec: 1}, {User: "u2", MessagesPerSec: 5}, {User: "u3", MessagesPerSec: 4},
 		{User: strings.Repeat("x", MaxUserLen+1), MessagesPerSec: 100}, {User: "", MessagesPerSec: 100},
 	}
-	a := newOffline(t, local, Options{Now: clk.Now, TopN: 2, Subjects: func() []SubjectCount {
+	a := newOffline(t, local, Options{Now: clk.Now, TopN: 2}, Sources{Subjects: func() []SubjectCount {
 		return []SubjectCount{{"r1", 1}, {"r2", 9}, {"r1", 5}, {"r3", 0}, {"bad topic", 50}, {"r4", 2}}
 	}})
 	clk.Advance(time.Second)
@@ -114,7 +115,7 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 	}
 
 	// Subjects wired but empty: "subs":[] is still sent.
-	b, err := newOffline(t, newFakeLocal(), Options{Subjects: func() []SubjectCount { return nil }}).collect(time.Now())
+	b, err := newOffline(t, newFakeLocal(), Options{}, Sources{Subjects: func() []SubjectCount { return nil }}).collect(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

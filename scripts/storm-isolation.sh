@@ -6,7 +6,7 @@
 # rtserver and a probe process (20 established clients doing publish round
 # trips on private topics, 1,000/s) share core 0; the storm (5,000 upgrade
 # attempts from 256 dialers, each connection held 100 ms) and a bare 503
-# responder run on core 1. Each run prints the probes' p99 before the storm
+# responder run on core 1 (rtbench storm runs the two processes). Each run prints the probes' p99 before the storm
 # (quiet) and during it, and their ratio; a control run aims the same storm
 # at the 503 responder instead, which rtserver never sees.
 #
@@ -34,19 +34,15 @@ run() { # $1: rtserver or control
 	taskset -c 1 "$tmp/rtbench" serve503 --listen "127.0.0.1:$ctl" --max-time 120s >/dev/null 2>&1 &
 	local cp=$!
 	sleep 1
-	# The probe process's own "storm" is a dummy of 1 attempt/s at the 503
-	# responder; its 1 s window is when the real storm is launched.
-	taskset -c 0 "$tmp/rtbench" connect --url "ws://127.0.0.1:$ctl/ws" -n 1000000 -c 1 --rate 1 --hold 100ms --duration 1s \
-		--probe-url "ws://127.0.0.1:$port/ws" --probe-clients 20 --probe-rate 1000 --baseline 5s --max-time 50s --json > "$tmp/probe.json" &
-	local pr=$!
-	sleep 5.15
+	# rtbench storm: the probes in a process of their own on core 0, the
+	# storm in another on core 1, aimed at rtserver or at the 503 responder.
 	local target=$port pid=$sp
 	if [ "$1" = control ]; then target=$ctl pid=$cp; fi
-	taskset -c 1 "$tmp/rtbench" connect --url "ws://127.0.0.1:$target/ws" -n 5000 -c 256 --hold 100ms --server-pid "$pid" --max-time 50s --json > "$tmp/storm.json"
-	wait "$pr"
+	"$tmp/rtbench" storm --url "ws://127.0.0.1:$port/ws" --storm-url "ws://127.0.0.1:$target/ws" --server-pid "$pid" \
+		--probe-cpu 0 --storm-cpu 1 --max-time 50s --json > "$tmp/storm.json"
 	kill "$cp" "$sp"
 	wait "$cp" "$sp" 2>/dev/null || true
-	echo "$1: $(factor "$tmp/probe.json"); storm server CPU $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["serverCpuUsPerAttempt"])' "$tmp/storm.json") us/attempt"
+	echo "$1: $(factor "$tmp/storm.json"); storm server CPU $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["serverCpuUsPerAttempt"])' "$tmp/storm.json") us/attempt"
 }
 
 for i in $(seq 1 "$runs"); do

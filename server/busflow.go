@@ -12,8 +12,8 @@ import (
 // retry hint), never acknowledged; messages lost on their way in from
 // another instance are announced to the topic's subscribers.
 
-// busRetryAfter is the retry hint of a publish the bus refused: about the
-// time for a full send queue to drain a few batches.
+// busRetryAfter is the base of the (jittered) retry hint of a publish the
+// bus refused: about the time for a full send queue to drain a few batches.
 const busRetryAfter = 100 * time.Millisecond
 
 // busShed is the answer to a publish the bus refused (full, or Redis
@@ -30,7 +30,7 @@ func (c *conn) busShed() *protocol.Error {
 		c.s.pressure.RecordBusShed()
 	}
 	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
-		Class: class, Reason: message.ReasonBus, RetryAfterMs: retryMs(busRetryAfter),
+		Class: class, Reason: message.ReasonBus, RetryAfterMs: hintMillis(busRetryAfter),
 	})
 }
 

@@ -26,20 +26,24 @@ type conn struct {
 	ws     *websocket.Conn
 	raw    *rawConn // the socket under ws: data frames are written here directly
 	id     uint64
-	batch  bool        // the client offered rt.batch: queued frames may be sent as one array
-	young  uint8       // inputs read so far, up to youngInputs
 	ctx    lifeContext // ends when the connection does
 
 	// Send queue (write.go). Frames are whole WebSocket frames, shared
 	// between subscribers and never modified.
 	mu      sync.Mutex
-	idle    sync.Cond // on mu; signalled when the writer goroutine exits
+	idle    chan struct{} // under mu: made by a close waiting for the writer, closed as the writer exits (a sync.Cond costs every connection 56 bytes)
 	queue   [][]byte
-	queued  int  // bytes queued and not yet written to the socket
-	writing bool // a writer goroutine owns the queue
-	closed  bool // nothing more is queued
+	queued  int         // bytes queued and not yet written to the socket
+	writing bool        // a writer goroutine owns the queue
+	closed  bool        // nothing more is queued
+	batch   bool        // the client offered rt.batch: queued frames may be sent as one array
+	young   uint8       // inputs read so far, up to youngInputs (read goroutine)
+	closing atomic.Bool // a close with a status code is under way
+	heldBy  *holdSet    // the last holdSet this queue was added to
 
-	closing   atomic.Bool // a close with a status code is under way
+	// (writing, closed, batch, young and closing share one word: conn
+	// stays in the 512-byte size class, which every idle connection pays.)
+
 	pingTimer *time.Timer
 	expiry    *tokenExpiry // nil while the token has no exp; owned by the read goroutine
 
@@ -49,8 +53,8 @@ type conn struct {
 	subs    map[string]struct{} // topics subscribed (control.go)
 	builtin message.Call        // reused for built-ins, which run inline
 	calls   atomic.Int32        // application RPC goroutines in flight
-	burst   atomic.Bool         // more input waits behind the frame being run: its publishes only queue (hub.publish)
-	replays []replay            // recoveries to run once the frame's responses are queued (history.go)
+	holding atomic.Bool         // the read goroutine runs a publish in hand: what it queues is held (write.go, holdSet)
+	replays *[]replay           // recoveries to run once the frame's responses are queued (history.go); a pointer keeps conn in its size class
 
 	callsMu  sync.Mutex
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
@@ -60,8 +64,7 @@ func (c *conn) start(ws *websocket.Conn) {
 	s := c.s
 	c.ws = ws
 	c.id = s.nextID.Add(1)
-	c.batch = ws.Subprotocol() == BatchSubprotocol
-	c.idle.L = &c.mu
+	c.batch = ws.Subprotocol() == protocol.BatchSubprotocol
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c.builtin = message.Call{User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
 	if !s.addConn(c) {
@@ -136,6 +139,15 @@ func (c *conn) readLoop() {
 	}
 }
 
+// holder is the holdSet for what is queued now: the read goroutine's
+// while it runs a publish it had in hand, else nil (write at once).
+func (c *conn) holder() *holdSet {
+	if c.holding.Load() {
+		return c.raw.hold.Load()
+	}
+	return nil
+}
+
 // readFailed counts a read that ended on a message over the read limit
 // (the library has closed with 1009); other ends need no count.
 func (c *conn) readFailed(err error) {
@@ -185,8 +197,15 @@ func (c *conn) handleFrame(frame []byte) {
 	// them with application methods runs here too: the read waits for
 	// its application calls, as when MaxCallsPerConn is reached.
 	if !async || builtin {
-		if publish {
-			c.burst.Store(c.raw.moreInput())
+		if publish && c.raw != nil && c.raw.sc != nil {
+			// Only where every read that would wait flushes first
+			// (awaitFD, rawConn.Read): a socket with a descriptor.
+			c.raw.holdSet()
+			c.holding.Store(true)
+			c.runFrame(f, frame)
+			c.holding.Store(false)
+			c.raw.growReader() // when more input is in hand
+			return
 		}
 		c.runFrame(f, frame)
 		return
@@ -312,7 +331,6 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 		deadline := time.AfterFunc(c.s.cfg.WriteTimeout, func() {
 			c.mu.Lock()
 			c.queue = nil
-			c.idle.Broadcast()
 			c.mu.Unlock()
 		})
 		// Until the writer is idle, not merely until the queue is empty:
@@ -320,9 +338,7 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 		// while it writes would drop what it took (a draining notice lost
 		// before its 1012). The deadline above empties the queue; the
 		// writer's own writes are bounded by the write timeout.
-		for c.writing {
-			c.idle.Wait()
-		}
+		c.awaitWriter()
 		deadline.Stop()
 	}
 	c.mu.Unlock()
@@ -354,7 +370,6 @@ func (c *conn) abort() {
 	c.mu.Lock()
 	c.closed = true
 	c.queue = nil
-	c.idle.Broadcast() // a replay waiting for room (awaitRoom)
 	c.mu.Unlock()
 	// A close handshake in progress (the WebSocket library's Close waits
 	// up to 5s for the peer's answer, and a hostile or stuck peer never
@@ -406,6 +421,9 @@ func (c *conn) rearmPing(d time.Duration) {
 // cleanup runs once when the read loop ends.
 func (c *conn) cleanup() {
 	s := c.s
+	if c.raw != nil {
+		c.raw.flushBeforeWait() // deliveries held for other clients still go
+	}
 	c.pingTimer.Stop()
 	if c.expiry != nil {
 		c.expiry.stop()

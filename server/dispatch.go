@@ -4,18 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Built-in method names (docs/protocol.md, "Built-in methods").
+// Built-in method names (docs/protocol.md, "Built-in methods"), as the
+// protocol declares them.
 const (
-	MethodSubscribe   = "subscribe"
-	MethodUnsubscribe = "unsubscribe"
-	MethodPublish     = "publish"
+	MethodSubscribe   = protocol.MethodSubscribe
+	MethodUnsubscribe = protocol.MethodUnsubscribe
+	MethodPublish     = protocol.MethodPublish
 	MethodHistory     = "history" // a history topic's messages (docs/history.md)
 )
 
@@ -113,7 +113,7 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 			s.log.Debug("bus refused a publish", "topic", p.Topic, "err", err)
 			return nil, c.busShed()
 		}
-		s.hub.publish(p.Topic, data, c.burst.Load())
+		s.hub.publish(p.Topic, data, c.holder())
 		if s.pressure != nil {
 			s.pressure.RecordPublished(1)
 		}
@@ -171,7 +171,7 @@ func (c *conn) admit(call *message.Call) *protocol.Error {
 	if d.Allowed {
 		return nil
 	}
-	retry := retryMs(d.RetryAfter)
+	retry := d.RetryAfterMillis()
 	if message.IsRateLimited(d.Reason) {
 		data := protocol.RateLimitedData{Class: cls.Name(), RetryAfterMs: retry, Limit: d.Limit, Remaining: d.Remaining}
 		if d.Reason == message.ReasonCost {
@@ -182,13 +182,6 @@ func (c *conn) admit(call *message.Call) *protocol.Error {
 	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
 		Class: cls.Name(), Reason: d.Reason, RetryAfterMs: retry,
 	})
-}
-
-func retryMs(d time.Duration) int64 {
-	if ms := d.Milliseconds(); ms > 0 {
-		return ms
-	}
-	return 1
 }
 
 // appCall runs an application RPC: a registered handler, else the
@@ -227,7 +220,7 @@ func (c *conn) appCall(r *protocol.Request, raw []byte) (result json.RawMessage,
 			result, perr = nil, protocol.NewError(protocol.CodeInternal, "", nil)
 		}
 	}()
-	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
+	req := &Request{Method: r.Method, Params: r.Params, Raw: raw, ID: r.ID, User: c.ticket.User, Claims: c.ticket.Claims, IP: c.ticket.IPKey, ConnID: c.id}
 	v, err := h(&c.ctx, req)
 	outcome = callOutcome(&c.ctx, err)
 	if err != nil {

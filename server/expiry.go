@@ -12,10 +12,7 @@ import (
 )
 
 // MethodRefresh replaces the connection's token (docs/authentication.md).
-const MethodRefresh = "refresh"
-
-// expiryReason is the close reason of a connection whose token expired.
-const expiryReason = "token expired"
+const MethodRefresh = protocol.MethodRefresh
 
 // tokenExpiry binds a connection to its token's exp: a tokenExpiring
 // notice at least the refresh notice before exp, then a close with 1008
@@ -118,7 +115,7 @@ func (c *conn) watchExpiry(expires time.Time) {
 			c.enqueue(protocol.AppendTokenExpiring(nil, max(left.Milliseconds(), 1)))
 		},
 		func() {
-			c.closeLater(websocket.StatusPolicyViolation, expiryReason, false, nil)
+			c.closeLater(websocket.StatusPolicyViolation, protocol.ReasonTokenExpired, false, nil)
 		})
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 )
@@ -37,17 +38,17 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	}
 	// Writers exit once the subscribe answers are written: wait for that.
 	deadline := time.Now().Add(10 * time.Second)
-	waitUntil(t, deadline, func() bool { return serverGoroutines() <= n }, func() string {
+	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d server goroutines for %d idle connections, want at most %d", serverGoroutines(), n, n)
-	})
+	}, func() bool { return serverGoroutines() <= n })
 	if g := serverGoroutines(); g != n {
 		t.Fatalf("%d server goroutines for %d idle connections, want exactly one each", g, n)
 	}
 	// Each comes to wait in awaitInput, not inside the WebSocket library:
 	// that keeps its stack at the minimum.
-	waitUntil(t, deadline, func() bool { return inAwaitInput() == n }, func() string {
+	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d of %d idle read loops wait in awaitInput", inAwaitInput(), n)
-	})
+	}, func() bool { return inAwaitInput() == n })
 }
 
 // A publish encodes its frame once, whatever the number of subscribers:
@@ -60,7 +61,6 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 		conns := make([]*conn, subs)
 		for i := range conns {
 			c := &conn{s: s, queue: make([][]byte, 0, 2048)}
-			c.idle.L = &c.mu
 			c.writing = true // no writer goroutine: the test drains the queue
 			conns[i] = c
 			s.hub.subscribe(c, topic)
@@ -71,7 +71,7 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 			}
 		}()
 		return testing.AllocsPerRun(1000, func() {
-			s.hub.publish(topic, data, false)
+			s.hub.publish(topic, data, nil)
 			for _, c := range conns {
 				c.mu.Lock()
 				c.queue, c.queued = c.queue[:0], 0
@@ -86,8 +86,9 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 }
 
 // A delivery to a subscriber whose socket takes the frame at once is one
-// write from the publishing goroutine: no writer goroutine, no
-// allocation. The publish allocates its frame once, whatever the fan-out.
+// write from the publishing goroutine when it flushes what it held: no
+// writer goroutine, no allocation. The publish allocates its frame once,
+// whatever the fan-out.
 func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 	s := New(Options{Metrics: metrics.NewDiscard()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -112,11 +113,14 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 			}
 			defer server.Close()
 			c := &conn{s: s, raw: newRawConn(server)}
-			c.idle.L = &c.mu
 			conns[i] = c
 			s.hub.subscribe(c, topic)
 		}
-		n := testing.AllocsPerRun(runs, func() { s.hub.publish(topic, data, false) })
+		var held holdSet
+		n := testing.AllocsPerRun(runs, func() {
+			s.hub.publish(topic, data, &held)
+			held.flush() // what the read loop does before it waits
+		})
 		for _, c := range conns {
 			if c.writing || c.queued != 0 || c.raw.pending() {
 				t.Fatalf("a delivery was queued, not written directly (writing %v, queued %d)", c.writing, c.queued)
@@ -161,10 +165,10 @@ func TestPingRoundsKeepReadLoopsShallow(t *testing.T) {
 		return true
 	}
 	opened := func() int64 { conns, _ := s.Counts(); return conns }
-	waitUntil(t, deadline, func() bool { return opened() == n && answered() }, func() string {
+	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d connections open, want %d, each with 3 pongs", opened(), n)
-	})
-	waitUntil(t, deadline, func() bool { return inAwaitInput() == n }, func() string {
+	}, func() bool { return opened() == n && answered() })
+	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d of %d read loops wait in awaitInput after ping rounds", inAwaitInput(), n)
-	})
+	}, func() bool { return inAwaitInput() == n })
 }

@@ -147,7 +147,7 @@ func (h *historyState) stopped() bool {
 // unavailable is the answer when the store cannot be reached.
 func (s *Server) historyUnavailable() *protocol.Error {
 	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
-		Reason: protocol.ReasonHistoryUnavailable, RetryAfterMs: retryMs(s.jitter(time.Second)),
+		Reason: protocol.ReasonHistoryUnavailable, RetryAfterMs: hintMillis(time.Second),
 	})
 }
 
@@ -645,7 +645,7 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 	q.mu.Unlock()
 
 	if !hp.Recover {
-		c.replays = append(c.replays, replay{q: q, hs: hs, end: pos.Offset, live: true})
+		c.addReplay(replay{q: q, hs: hs, end: pos.Offset, live: true})
 		return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
 	}
 	reason := ""
@@ -659,11 +659,11 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 	}
 	if reason != "" {
 		s.m.HistoryRecoveries.WithLabelValues(reason).Inc()
-		c.replays = append(c.replays, replay{q: q, hs: hs, end: pos.Offset, live: true})
+		c.addReplay(replay{q: q, hs: hs, end: pos.Offset, live: true})
 		return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, false, reason), nil
 	}
 	s.m.HistoryRecoveries.WithLabelValues(metrics.RecoveryRecovered).Inc()
-	c.replays = append(c.replays, replay{q: q, hs: hs, first: msgs, end: pos.Offset})
+	c.addReplay(replay{q: q, hs: hs, first: msgs, end: pos.Offset})
 	return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, true, ""), nil
 }
 
@@ -690,12 +690,12 @@ func (c *conn) goLive(q *topicSeq, hs *hsub, last uint64) {
 	defer hs.mu.Unlock()
 	hs.cur.Skip(last)
 	held, _ := hs.cur.EndReplay()
-	c.enqueueHeld(q, held)
+	c.enqueueReleased(q, held)
 }
 
-// enqueueHeld queues held live messages (their Data is the frame).
+// enqueueReleased queues held live messages (their Data is the frame).
 // Caller holds the subscription's lock.
-func (c *conn) enqueueHeld(q *topicSeq, held []history.Message) {
+func (c *conn) enqueueReleased(q *topicSeq, held []history.Message) {
 	for _, m := range held {
 		if c.enqueueFrame(m.Data, true) {
 			c.s.m.MessagesSent.Inc()
@@ -709,11 +709,19 @@ func (c *conn) enqueueHeld(q *topicSeq, held []history.Message) {
 // client a slow consumer, and never builds one giant frame), then the
 // held live messages.
 func (c *conn) runReplays() {
-	rs := c.replays
+	rs := *c.replays
 	c.replays = nil
 	for _, r := range rs {
 		c.runReplay(r)
 	}
+}
+
+// addReplay leaves r to run once the frame's responses are queued.
+func (c *conn) addReplay(r replay) {
+	if c.replays == nil {
+		c.replays = new([]replay)
+	}
+	*c.replays = append(*c.replays, r)
 }
 
 func (c *conn) runReplay(r replay) {
@@ -756,20 +764,23 @@ func (c *conn) runReplay(r replay) {
 	}
 	r.hs.mu.Lock()
 	held, g := r.hs.cur.EndReplay()
-	c.enqueueHeld(r.q, held)
+	c.enqueueReleased(r.q, held)
 	r.hs.mu.Unlock()
 	if gap || g {
 		c.sendResync(frameText(protocol.AppendResync(nil, r.q.topic)))
 	}
 }
 
-// awaitRoom waits until the send queue holds at most limit bytes; false
-// when the connection closed meanwhile.
+// awaitRoom waits, while the send queue holds more than limit bytes, for
+// its writer to empty it; false when the connection closed meanwhile.
+// (Waiting for the writer to finish, not for room, keeps the connection
+// free of a second wake-up channel: a replay then goes in bursts of at
+// most limit bytes.)
 func (c *conn) awaitRoom(limit int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for !c.closed && c.queued > limit {
-		c.idle.Wait()
+	for !c.closed && c.queued > limit && c.writing {
+		c.awaitWriter()
 	}
 	return !c.closed
 }

@@ -80,18 +80,19 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 }
 
 // publish delivers data to every local subscriber of topic. The frame is
-// built once and shared: queues hold references to the same bytes. A
-// socket that takes the frame at once gets it right away, from this
-// goroutine; but in a burst (more publishes already wait behind this one)
-// to a large topic, frames are only queued: writing them here would hold
-// the publisher for a write per subscriber, while the subscribers'
-// writers run on every core and send whatever queued meanwhile with one
-// write each. (A small topic in a burst gains little from queueing: each
-// subscriber rarely has a second frame waiting.) The
+// built once and shared: queues hold references to the same bytes. With
+// a holdSet (a publisher's read goroutine running input it already has),
+// deliveries are held and each subscriber gets everything held for it in
+// one write when that goroutine runs out of input (write.go): immediate
+// when publishes are sparse, one write per subscriber per burst when not.
+// Without one (Server.Publish, the bus), a socket that takes the frame at
+// once gets it right away from this goroutine, except for a large topic:
+// its frames are queued for the subscribers' writers, which run on every
+// core, so this goroutine is not held for a write per subscriber. The
 // subscribers are copied out so the socket writes happen without the
 // shard's lock held (a subscribe to another topic of the shard does not
 // wait for a fan-out).
-func (h *hub) publish(topic string, data []byte, burst bool) {
+func (h *hub) publish(topic string, data []byte, held *holdSet) {
 	sh := h.shard(topic)
 	sh.mu.RLock()
 	subs := sh.topics[topic]
@@ -106,11 +107,19 @@ func (h *hub) publish(topic string, data []byte, burst bool) {
 	}
 	sh.mu.RUnlock()
 	frame := frameMessage(topic, data)
-	direct := !burst || len(list) < queuedFanout
 	sent := 0
-	for _, c := range list {
-		if c.enqueueFrame(frame, direct) {
-			sent++
+	if held != nil {
+		for _, c := range list {
+			if c.enqueueHeld(frame, held) {
+				sent++
+			}
+		}
+	} else {
+		direct := len(list) < queuedFanout
+		for _, c := range list {
+			if c.enqueueFrame(frame, direct) {
+				sent++
+			}
 		}
 	}
 	h.s.m.MessagesSent.Add(float64(sent))
@@ -119,9 +128,13 @@ func (h *hub) publish(topic string, data []byte, burst bool) {
 		*lp = list[:0]
 		deliveryPool.Put(lp)
 	}
+	if held != nil {
+		held.published()
+	}
 }
 
-// queuedFanout is the smallest topic whose deliveries a burst only queues.
+// queuedFanout is the smallest topic whose deliveries Server.Publish and
+// the bus only queue.
 const queuedFanout = 64
 
 // maxPooledDelivery bounds the subscriber lists kept for reuse: one huge

@@ -13,7 +13,15 @@ import (
 // asks for Done. It implements AfterFunc, so contexts derived from it (an
 // application handler's timeouts, an HTTP request in the RPC proxy)
 // register a callback instead of starting a goroutine each.
+//
+// Its values are the upgrade request's (values: r.Context(), read only
+// through Value), so what middleware put there before the upgrade (a
+// request id, a trace span, an authenticated principal) reaches every
+// handler. Its cancellation is not: the request's context ends when the
+// upgrade's handler returns, long before the connection does.
 type lifeContext struct {
+	values context.Context // the upgrade request's context; nil: no values
+
 	mu    sync.Mutex
 	done  chan struct{} // made by the first Done; closed by end
 	ended bool          // end has run
@@ -28,7 +36,12 @@ var _ context.Context = (*lifeContext)(nil)
 
 func (x *lifeContext) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-func (x *lifeContext) Value(any) any { return nil }
+func (x *lifeContext) Value(key any) any {
+	if x.values == nil {
+		return nil
+	}
+	return x.values.Value(key)
+}
 
 func (x *lifeContext) Done() <-chan struct{} {
 	x.mu.Lock()

@@ -69,9 +69,23 @@ func (c *rawConn) awaitFD(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
+			c.flushBeforeWait()
+			c.shrinkReader()
 			return false // nothing yet: wait
 		}
 		c.peeked = max(n, 0)
 		return true // bytes, the end, or an error: the read reports it
+	}
+}
+
+// readFD reads what the non-blocking descriptor has now into h.rp.
+func (h *holdSet) readFD(fd uintptr) {
+	for {
+		n, err := syscall.Read(int(fd), h.rp)
+		if err == syscall.EINTR {
+			continue
+		}
+		h.rn = max(n, 0)
+		return
 	}
 }

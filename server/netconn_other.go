@@ -16,3 +16,5 @@ func (c *rawConn) writeFD(uintptr) bool { return true }
 func (c *rawConn) inputFD(uintptr) {}
 
 func (c *rawConn) awaitFD(uintptr) bool { return true }
+
+func (h *holdSet) readFD(uintptr) {}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/wstest"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // The hijacked connection runs on small buffers and a corked writer. Every
@@ -27,7 +28,7 @@ func TestEveryMessageSizeRoundTrips(t *testing.T) {
 	const limit = 16 << 10
 	s, url := startServer(t, Options{Config: Config{MaxMessageBytes: limit}})
 	s.Handle("echo", func(_ context.Context, r *Request) (any, error) { return r.Params, nil })
-	for _, sub := range []string{"", BatchSubprotocol} {
+	for _, sub := range []string{"", protocol.BatchSubprotocol} {
 		c := wstest.Dial(t, url, sub)
 		if sub != "" && c.WS.Subprotocol() != sub {
 			t.Fatalf("subprotocol %q not negotiated", sub)
@@ -179,7 +180,7 @@ func TestSealedConnSendsNoData(t *testing.T) {
 func TestLargeAndQueuedMessagesArriveIntact(t *testing.T) {
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
-	for _, sub := range []string{"", BatchSubprotocol} {
+	for _, sub := range []string{"", protocol.BatchSubprotocol} {
 		c := wstest.Dial(t, url, sub)
 		wstest.MustOK(t, c.Call("subscribe", `{"topic":"big"}`))
 		sizes := []int{0, 120, 126, 65530, 70000, 200000}
@@ -219,19 +220,7 @@ func TestLargeAndQueuedMessagesArriveIntact(t *testing.T) {
 // once: the end is peeked for, not waited for (its readiness may already
 // have been delivered).
 func TestAwaitInputSeesAnEarlierEnd(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server := tcpPair(t)
 	defer server.Close()
 	rc := newRawConn(server)
 	rc.br = bufio.NewReaderSize(server, readBufferSize)
@@ -269,19 +258,7 @@ func TestCloseFrameNext(t *testing.T) {
 		{[]byte{0x81, 0x80, 1, 2, 3, 4}, false},
 		{[]byte{0x8A, 0x80, 1, 2, 3, 4, 0x88, 0x80, 1, 2, 3, 4}, true}, // a pong (taken), then a close
 	} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		client, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		server, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		client, server := tcpPair(t)
 		rc := newRawConn(server)
 		rc.br = bufio.NewReaderSize(server, readBufferSize)
 		if _, err := client.Write(tc.frame); err != nil {

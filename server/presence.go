@@ -223,7 +223,7 @@ func (c *conn) presenceCall(r *protocol.Request, raw []byte) (json.RawMessage, *
 	if err != nil {
 		s.log.Warn("presence read failed", "topic", p.Topic, "err", err)
 		return nil, protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
-			Reason: ReasonPresenceUnavailable, RetryAfterMs: retryMs(s.jitter(time.Second)),
+			Reason: ReasonPresenceUnavailable, RetryAfterMs: hintMillis(time.Second),
 		})
 	}
 	b, err := json.Marshal(v)

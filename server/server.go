@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/history"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/presence"
@@ -38,15 +38,20 @@ type Request struct {
 	// (protocol.Request.Plain; the RPC proxy forwards it as is). Nil
 	// otherwise, and for the elements of a batch: encode the request from
 	// Method, Params and ID instead.
-	Raw    json.RawMessage
-	ID     json.RawMessage // nil for a notification
-	User   string          // JWT sub, or "" when anonymous
-	IP     string          // client IP key
+	Raw  json.RawMessage
+	ID   json.RawMessage // nil for a notification
+	User string          // JWT sub, or "" when anonymous
+	// Claims is the payload of the token the connection was opened with,
+	// as the client sent it (a JSON object), verified; nil when anonymous.
+	// A refresh does not change it: the connection's identity is its
+	// first token's.
+	Claims json.RawMessage
+	IP     string // client IP key
 	ConnID uint64
 }
 
 // Handler serves one application RPC. The context ends when the connection
-// does. A result of type json.RawMessage is sent as is; anything else is
+// does, and carries the values of the upgrade request's context. A result of type json.RawMessage is sent as is; anything else is
 // marshalled. An error of type *protocol.Error is sent as is; any other
 // error answers -32603 without its text. A panic answers -32603 and the
 // connection lives on.
@@ -70,8 +75,9 @@ type Options struct {
 	// message tier (docs/access-control.md); nil: every topic not
 	// reserved for the server is open to everyone.
 	Access *access.Checker
-	// DrainRetryAfter is the base of the retry_after_ms hint sent with close
-	// code 1012 during a drain (jittered); default 1s.
+	// DrainRetryAfter is the base of the retry hint sent with close code
+	// 1012 during a drain, and with the 503 that refuses an upgrade while
+	// draining without a gate (jittered); default 1s.
 	DrainRetryAfter time.Duration
 
 	// History keeps the streams of history topics (docs/history.md), and
@@ -213,10 +219,11 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		return err
 	}
 	// Whether more publishes follow is unknown here (a handler in a
-	// loop, the bus draining a backlog): treat it as a burst, so a large
-	// topic's deliveries go to writers on every core, never all through
-	// this one goroutine.
-	s.hub.publish(topic, data, true)
+	// loop, the bus draining a backlog) and nothing would flush held
+	// frames: a small topic's deliveries are written at once, a large
+	// topic's go to writers on every core, never all through this one
+	// goroutine.
+	s.hub.publish(topic, data, nil)
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
@@ -266,12 +273,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else if s.draining.Load() {
-		http.Error(w, `{"error":"OVERLOADED","retryAfterMs":1000}`, http.StatusServiceUnavailable)
+		retryhint.Answer(w, http.StatusServiceUnavailable, retryhint.HeadOverloaded, hintMillis(s.drainHint))
 		return
 	}
 	uw := &upgradeWriter{ResponseWriter: w}
 	ws, err := websocket.Accept(uw, r, &websocket.AcceptOptions{
-		Subprotocols:       []string{BatchSubprotocol},
+		Subprotocols:       []string{protocol.BatchSubprotocol},
 		InsecureSkipVerify: true, // the gate checked the origin
 		OnPongReceived:     uw.onPong,
 	})
@@ -281,6 +288,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.raw = uw.conn
+	c.ctx.values = r.Context()
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }
@@ -289,10 +297,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // upgrade's struct goes back (the gate released its ticket; nothing else
 // refers to it). An admitted connection's struct is never reused.
 var connPool = sync.Pool{New: func() any { return new(conn) }}
-
-// BatchSubprotocol is the subprotocol under which the server may send
-// several queued messages in one frame as a JSON array.
-const BatchSubprotocol = "rt.batch"
 
 // busReceiver adapts the server to bus.Receiver.
 type busReceiver Server
@@ -309,10 +313,11 @@ func (r *busReceiver) Deliver(topic string, data []byte) {
 		s.pressure.RecordPublished(1)
 	}
 	// Whether more publishes follow is unknown here (a handler in a
-	// loop, the bus draining a backlog): treat it as a burst, so a large
-	// topic's deliveries go to writers on every core, never all through
-	// this one goroutine.
-	s.hub.publish(topic, data, true)
+	// loop, the bus draining a backlog) and nothing would flush held
+	// frames: a small topic's deliveries are written at once, a large
+	// topic's go to writers on every core, never all through this one
+	// goroutine.
+	s.hub.publish(topic, data, nil)
 }
 
 func (r *busReceiver) BusState(degraded bool) {
@@ -396,7 +401,7 @@ func (s *Server) Drain(ctx context.Context, d time.Duration) {
 	// Each client learns when it will be closed, so one that reconnects on
 	// its own does so spread over the window too.
 	for i, c := range conns {
-		hint := at[i] + s.jitter(s.drainHint)
+		hint := at[i] + retryhint.Jitter(s.drainHint/2, s.drainHint)
 		c.enqueue(protocol.AppendSystem(nil, protocol.EventDraining, hint.Milliseconds()))
 	}
 	start := time.Now()
@@ -441,7 +446,7 @@ func drainSchedule(n int, d time.Duration) []time.Duration {
 // drainClose closes c with 1012 after its queued frames (the draining
 // notice) are written, without holding up the drain schedule.
 func (s *Server) drainClose(c *conn, done *sync.WaitGroup) {
-	c.closeLater(websocket.StatusServiceRestart, retryReason(s.jitter(s.drainHint)), true, done)
+	c.closeLater(websocket.StatusServiceRestart, retryhint.Reason(hintMillis(s.drainHint)), true, done)
 }
 
 // Shutdown closes every connection at once and waits for their goroutines,
@@ -472,16 +477,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// jitter spreads a hint uniformly over [base/2, 3*base/2).
-func (s *Server) jitter(base time.Duration) time.Duration {
-	return base/2 + rand.N(base)
-}
-
-// retryReason is the close reason text carrying a retry hint.
-func retryReason(d time.Duration) string {
-	ms := d.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	return "retry_after_ms=" + strconv.FormatInt(ms, 10)
+// hintMillis is a retry hint around base: uniform over [base/2, 3*base/2)
+// in whole milliseconds, at least 1.
+func hintMillis(base time.Duration) int64 {
+	return retryhint.Millis(retryhint.Jitter(base/2, base))
 }

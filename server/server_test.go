@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
@@ -274,9 +278,10 @@ func TestDrainNotifiesThenCloses1012(t *testing.T) {
 			t.Fatalf("first frame during drain: %+v", m)
 		}
 		code, reason := c.CloseStatus()
-		if code != websocket.StatusServiceRestart || !strings.HasPrefix(reason, "retry_after_ms=") {
-			t.Fatalf("close %d %q, want 1012 retry_after_ms=N", code, reason)
+		if code != websocket.StatusServiceRestart {
+			t.Fatalf("close %d %q, want 1012", code, reason)
 		}
+		wstest.RetryHint(t, reason)
 	}
 	<-done
 	if s.Ready() {
@@ -287,6 +292,14 @@ func TestDrainNotifiesThenCloses1012(t *testing.T) {
 	_, resp, err := websocket.Dial(ctx, url, nil)
 	if err == nil || resp == nil || resp.StatusCode != 503 {
 		t.Fatalf("dial while draining: %v %v", resp, err)
+	}
+	// Without a gate the server itself refuses, with the standard answer:
+	// a JSON body and a Retry-After agreeing with its hint.
+	body, _ := io.ReadAll(resp.Body)
+	hint := retryhint.FromBody(body)
+	if resp.Header.Get("Content-Type") != "application/json" || hint <= 0 ||
+		resp.Header.Get("Retry-After") != strconv.FormatInt(retryhint.RetryAfterSeconds(hint.Milliseconds()), 10) {
+		t.Fatalf("503 while draining: %v %s", resp.Header, body)
 	}
 }
 
@@ -343,12 +356,12 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 		_, err := live.Read()
 		liveErr <- err
 	}()
-	waitUntil(t, time.Now().Add(20*time.Second), func() bool {
-		conns, subs := s.Counts()
-		return conns == 1 && subs == 0
-	}, func() string {
+	testkit.Eventually(t, time.Until(time.Now().Add(20*time.Second)), func() string {
 		conns, subs := s.Counts()
 		return fmt.Sprintf("dead peer still counted: %d connections, %d subscriptions", conns, subs)
+	}, func() bool {
+		conns, subs := s.Counts()
+		return conns == 1 && subs == 0
 	})
 	select {
 	case err := <-liveErr:

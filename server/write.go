@@ -1,13 +1,18 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/bufpool"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -21,6 +26,17 @@ import (
 // what it would not take goes to a writer goroutine, which exists until
 // the queue is empty. So a delivery to a client that keeps up costs one
 // write(2), no goroutine and no allocation.
+//
+// Coalescing without a delay: while a publisher's read goroutine runs the
+// frames it already has in hand, what it queues (its deliveries, its own
+// replies) is held in the connections' queues, and each connection it
+// touched is flushed with one write when the read would wait for more
+// input (holdSet). Sparse publishes are flushed as soon as they are
+// handled; a burst of 64 publishes to a subscriber leaves in one write
+// instead of 64. Held frames belong to nobody in particular: whoever
+// writes to a connection next (a direct write, a writer goroutine) sends
+// them first, so a publisher that stalls mid-burst delays only what it
+// published itself.
 
 // maxHeader is the longest header of an unmasked frame (RFC 6455 5.2).
 const maxHeader = 10
@@ -58,9 +74,15 @@ func framePayload(f []byte) []byte {
 }
 
 // enqueue frames payload (a response or a notice to this client alone)
-// and queues it.
+// and queues it: held while the read goroutine runs a frame in hand.
 func (c *conn) enqueue(payload []byte) {
-	if c.enqueueFrame(frameText(payload), true) {
+	var ok bool
+	if h := c.holder(); h != nil {
+		ok = c.enqueueHeld(frameText(payload), h)
+	} else {
+		ok = c.enqueueFrame(frameText(payload), true)
+	}
+	if ok {
 		c.s.m.MessagesSent.Inc()
 	}
 }
@@ -84,8 +106,17 @@ func (c *conn) enqueueFrame(frame []byte, direct bool) bool {
 		c.mu.Unlock()
 		return false
 	}
+	if direct && !c.writing && len(c.queue) > 0 {
+		// Frames held for a flush go first, in the same write.
+		if !c.queueFrame(frame) {
+			c.mu.Unlock()
+			return false
+		}
+		c.flushLocked()
+		return true
+	}
 	if direct && !c.writing {
-		sent, rest, err := c.raw.tryWrite(frame)
+		sent, rest, err := c.raw.tryWrite(frame, false)
 		if err != nil {
 			c.mu.Unlock()
 			c.writeFailed(err)
@@ -104,16 +135,10 @@ func (c *conn) enqueueFrame(frame []byte, direct bool) bool {
 			return true
 		}
 	}
-	if n := c.queued + len(frame); n > s.cfg.SendQueueBytes && (c.raw.full() || n > queueSlack(s.cfg.SendQueueBytes)) {
-		c.closed = true
-		c.queue = nil
+	if !c.queueFrame(frame) {
 		c.mu.Unlock()
-		s.m.SlowConsumerDisconnects.Inc()
-		c.closeLater(websocket.StatusTryAgainLater, retryReason(s.jitter(time.Second)), false, nil)
 		return false
 	}
-	c.queue = append(c.queue, frame)
-	c.queued += len(frame)
 	start := !c.writing
 	if start {
 		c.writing = true
@@ -124,6 +149,176 @@ func (c *conn) enqueueFrame(frame []byte, direct bool) bool {
 		go c.writeLoop()
 	}
 	return true
+}
+
+// queueFrame appends frame to the queue, or closes a client too slow to
+// read it (1013) and reports false. c.mu held.
+func (c *conn) queueFrame(frame []byte) bool {
+	s := c.s
+	if n := c.queued + len(frame); n > s.cfg.SendQueueBytes && (c.raw.full() || n > queueSlack(s.cfg.SendQueueBytes)) {
+		c.closed = true
+		c.queue = nil
+		s.m.SlowConsumerDisconnects.Inc()
+		c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
+		return false
+	}
+	c.queue = append(c.queue, frame)
+	c.queued += len(frame)
+	return true
+}
+
+// enqueueHeld queues frame for the client and holds it for h's flush
+// (unless a writer goroutine already owns the queue: it sends the frame).
+// It reports whether the frame was taken.
+func (c *conn) enqueueHeld(frame []byte, h *holdSet) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !c.queueFrame(frame) {
+		return false
+	}
+	if !c.writing && c.heldBy != h {
+		c.heldBy = h
+		h.add(c)
+	}
+	return true
+}
+
+// flushHeld writes what is held in c's queue, if a writer has not taken
+// it meanwhile.
+func (c *conn) flushHeld(h *holdSet) {
+	c.mu.Lock()
+	if c.heldBy == h {
+		c.heldBy = nil
+	}
+	if c.closed || c.writing || len(c.queue) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.flushLocked()
+}
+
+// flushLocked writes the whole queue in one write if the socket takes it
+// at once; what it does not take goes to a writer goroutine. c.mu held;
+// it is released.
+func (c *conn) flushLocked() {
+	c.heldBy = nil
+	frames := c.queue
+	var (
+		sent, rest bool
+		err        error
+		n          int
+	)
+	if len(frames) == 1 {
+		n = len(frames[0])
+		sent, rest, err = c.raw.tryWrite(frames[0], false)
+	} else {
+		buf := bufpool.Get()
+		_, n = c.gather(buf, frames, 0, -1)
+		sent, rest, err = c.raw.tryWrite(buf.Bytes(), true)
+		bufpool.Put(buf)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		c.writeFailed(err)
+		return
+	}
+	if sent {
+		clear(frames)
+		c.queue = frames[:0]
+		c.queued -= n
+		if !rest {
+			c.mu.Unlock()
+			return
+		}
+	}
+	// The socket took nothing (the queue stays), or part (the rest is
+	// the tail): a writer sends the rest.
+	c.writing = true
+	c.s.wg.Add(1)
+	c.mu.Unlock()
+	go c.writeLoop()
+}
+
+// holdSet is the connections a read goroutine has held frames for while
+// it runs the input it has in hand, flushed before the read waits for
+// more (awaitInput, holdReader) or after maxHeldPublishes publishes. The
+// read goroutine fills it; its own application calls, in their
+// goroutines, may add their replies while a frame runs inline (mu).
+type holdSet struct {
+	mu        sync.Mutex
+	conns     []*conn
+	spare     []*conn
+	publishes int
+	held      atomic.Bool // len(conns) > 0
+
+	// readNow's callback and its argument and result (read goroutine).
+	readFn func(fd uintptr)
+	rp     []byte
+	rn     int
+
+	// While a burst has the large read buffer (rawConn.growReader): its
+	// husk, the small reader set aside, and what feeds the move.
+	big    *bufio.Reader
+	small  bufio.Reader
+	prefix prefixReader
+}
+
+// readNow reads into p what the socket has now, without waiting: one
+// read(2) where asking first (TIOCINQ) and then reading would take two.
+func (h *holdSet) readNow(sc syscall.RawConn, p []byte) int {
+	if h.readFn == nil {
+		h.readFn = h.readFD
+	}
+	h.rp, h.rn = p, 0
+	if sc.Control(h.readFn) != nil {
+		h.rn = 0
+	}
+	h.rp = nil
+	return h.rn
+}
+
+// maxHeldPublishes bounds how many publishes a busy publisher's
+// deliveries wait for: a client that keeps its input full is flushed
+// every so many publishes, not only when it pauses.
+const maxHeldPublishes = 64
+
+func (h *holdSet) add(c *conn) {
+	h.mu.Lock()
+	h.conns = append(h.conns, c)
+	h.held.Store(true)
+	h.mu.Unlock()
+}
+
+// published counts a publish whose deliveries were held, and flushes
+// after maxHeldPublishes of them.
+func (h *holdSet) published() {
+	h.publishes++
+	if h.publishes >= maxHeldPublishes {
+		h.flush()
+	}
+}
+
+// pending reports whether frames wait for a flush.
+func (h *holdSet) pending() bool { return h != nil && h.held.Load() }
+
+// flush writes what each held connection has queued, one write each.
+func (h *holdSet) flush() {
+	h.mu.Lock()
+	conns := h.conns
+	h.conns = h.spare[:0]
+	h.publishes = 0
+	h.held.Store(false)
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.flushHeld(h)
+	}
+	clear(conns)
+	if cap(conns) > maxPooledDelivery {
+		conns = nil
+	}
+	h.mu.Lock()
+	h.spare = conns
+	h.mu.Unlock()
 }
 
 // writeFailed ends a connection whose socket failed under a direct write.
@@ -142,6 +337,30 @@ func (c *conn) writeFailed(err error) {
 	}()
 }
 
+// writerExits marks the writer goroutine gone and wakes a close waiting
+// for it. c.mu held.
+func (c *conn) writerExits() {
+	c.writing = false
+	if c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// awaitWriter returns once no writer goroutine runs. c.mu held (released
+// while it waits).
+func (c *conn) awaitWriter() {
+	for c.writing {
+		if c.idle == nil {
+			c.idle = make(chan struct{})
+		}
+		idle := c.idle
+		c.mu.Unlock()
+		<-idle
+		c.mu.Lock()
+	}
+}
+
 // writeLoop writes queued frames (and the rest of a frame a direct write
 // began) until there are none, then exits.
 func (c *conn) writeLoop() {
@@ -150,8 +369,7 @@ func (c *conn) writeLoop() {
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 && !c.raw.pending() {
-			c.writing = false
-			c.idle.Broadcast()
+			c.writerExits()
 			c.mu.Unlock()
 			return
 		}
@@ -165,12 +383,10 @@ func (c *conn) writeLoop() {
 
 		c.mu.Lock()
 		c.queued -= n
-		c.idle.Broadcast() // a replay waiting for room (awaitRoom)
 		if err != nil {
 			c.closed = true
 			c.queue = nil
-			c.writing = false
-			c.idle.Broadcast()
+			c.writerExits()
 			c.mu.Unlock()
 			if !errors.Is(err, errSealed) { // a close is under way: let it finish
 				c.abort()
@@ -189,31 +405,38 @@ const maxCoalesced = 64 << 10
 const maxSend = 256 << 10
 
 // write sends queued frames in as few writes as it can, each bounded by
-// the write timeout, and returns the bytes of queued frames written. With
-// rt.batch, queued messages go out as JSON arrays of up to maxCoalesced
-// bytes: fewer frames for the client to parse.
+// the write timeout, and returns the bytes of queued frames written.
 func (c *conn) write(frames [][]byte) (int, error) {
 	buf := bufpool.Get()
 	defer bufpool.Put(buf)
-	written, sent := 0, 0
-	send := func() error {
-		err := c.raw.send(buf.Bytes(), c.s.cfg.WriteTimeout)
+	written := 0
+	for i := 0; ; {
+		// At least one send, with no frames: the rest of a frame a direct
+		// write began goes first (send).
+		var n int
+		i, n = c.gather(buf, frames, i, maxSend)
+		if err := c.raw.send(buf.Bytes(), c.s.cfg.WriteTimeout); err != nil {
+			return written, err
+		}
 		buf.Reset()
-		if err == nil {
-			sent = written
+		written += n
+		if i == len(frames) {
+			return written, nil
 		}
-		return err
 	}
+}
+
+// gather appends frames[i:] to buf until it holds at least limit bytes
+// (all of them when limit < 0), and returns the index of the first frame
+// left and the bytes of queued frames taken. With rt.batch, queued
+// messages go out as JSON arrays of up to maxCoalesced bytes: fewer
+// frames for the client to parse.
+func (c *conn) gather(buf *bytes.Buffer, frames [][]byte, i, limit int) (next, taken int) {
 	var hdr [maxHeader]byte
-	for i := 0; i < len(frames); {
-		if buf.Len() >= maxSend {
-			if err := send(); err != nil {
-				return sent, err
-			}
-		}
+	for i < len(frames) && (limit < 0 || buf.Len() < limit) {
 		if !c.batch || i == len(frames)-1 {
 			buf.Write(frames[i])
-			written += len(frames[i])
+			taken += len(frames[i])
 			i++
 			continue
 		}
@@ -235,12 +458,12 @@ func (c *conn) write(frames [][]byte) (int, error) {
 				buf.WriteByte(',')
 			}
 			buf.Write(arrayElems(framePayload(frames[k])))
-			written += len(frames[k])
+			taken += len(frames[k])
 		}
 		buf.WriteByte(']')
 		i = j
 	}
-	return written, send()
+	return i, taken
 }
 
 // arrayElems is what a queued message contributes to a batch array: the

@@ -18,6 +18,7 @@ import (
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/bufpool"
+	"github.com/rtserver/rtserver/internal/jsonexact"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
@@ -285,7 +286,7 @@ func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, *apiErro
 	if body[0] != '{' {
 		return nil, fail(http.StatusBadRequest, protocol.CodeInvalidRequest, "the body must be a JSON object")
 	}
-	if protocol.DeeperThan(body, h.depth) {
+	if jsonexact.DeeperThan(body, h.depth) {
 		return nil, fail(http.StatusBadRequest, protocol.CodeInvalidRequest, "JSON nested deeper than %d levels (limits.maxJSONDepth)", h.depth)
 	}
 	return body, nil
@@ -299,12 +300,12 @@ func (h *Handler) tooBig() *apiError {
 }
 
 // members reads the named members of a body (a JSON object) by the
-// client protocol's rule (protocol.Members): names exact, no case-folding,
-// other members ignored, a repeated one refused (-32600). vals[i] is nil
-// when names[i] is absent.
+// client protocol's rule (package jsonexact): names exact, no
+// case-folding, other members ignored, a repeated one refused (-32600).
+// vals[i] is nil when names[i] is absent.
 func members(body []byte, names ...string) ([][]byte, *apiError) {
 	vals := make([][]byte, len(names))
-	if dup, _ := protocol.Members(body, names, vals); dup != "" {
+	if dup, _, _ := jsonexact.Members(body, names, vals); dup != "" {
 		return nil, fail(http.StatusBadRequest, protocol.CodeInvalidRequest, "duplicate member %q", dup)
 	}
 	return vals, nil

@@ -14,7 +14,7 @@
 // API method, body size, JSON, params) and nothing reaches the Backend
 // until all of its params are valid; the method label is bounded (names
 // that are not API methods count as "unknown"); bad input never panics;
-// bodies are read by the client protocol's one rule (protocol.Members:
+// bodies are read by the client protocol's one rule (package jsonexact:
 // names exact, a repeated member refused, nesting bounded), so a body
 // means the same thing here as it would to any other JSON reader.
 package serverapi

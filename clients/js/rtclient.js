@@ -101,6 +101,9 @@ export class RPCError extends Error {
  *   onSystem(params)        server "system" notifications (degraded, recovered,
  *                  draining, tokenExpiring, unsubscribed), after the client
  *                  acted on them
+ *   onPresence(diff)        server "presence" notifications: {topic, joins,
+ *                  leaves}, each entry {client, user}; the coalesced joins
+ *                  and leaves of a subscribed topic with joinLeave
  *   onState(state, info)    "connecting" | "open" | "disconnected" | "closed";
  *                  "open" comes after every subscription was re-sent and
  *                  answered; "disconnected" carries {code, reason,
@@ -122,6 +125,7 @@ class Client {
     this._min = opts.minBackoffMs ?? 500;
     this._max = opts.maxBackoffMs ?? 20000;
     this._onSystem = opts.onSystem || (() => {});
+    this._onPresence = opts.onPresence || (() => {});
     this._onState = opts.onState || (() => {});
     this._onError = opts.onError || ((e) => console.error("rtclient:", e));
     this._WS = opts.WebSocket || globalThis.WebSocket;
@@ -178,6 +182,32 @@ class Client {
   /** Publishes data (any JSON value) to topic. */
   publish(topic, data) {
     return this.call("publish", { topic, data });
+  }
+
+  /**
+   * One page (at most 1000) of topic's presence after cursor ("" or
+   * omitted for the first): resolves with {clients: [{client, user}],
+   * cursor}, cursor "" when done. Needs the subscribe grant (-32003).
+   */
+  presence(topic, cursor = "") {
+    return this.call("presence", cursor ? { topic, cursor } : { topic });
+  }
+
+  /** Every page of topic's presence: resolves with [{client, user}]. */
+  async presenceAll(topic) {
+    const all = [];
+    let cursor = "";
+    do {
+      const page = await this.presence(topic, cursor);
+      all.push(...page.clients);
+      cursor = page.cursor;
+    } while (cursor);
+    return all;
+  }
+
+  /** Counts topic's presence: resolves with {clients, users}. */
+  presenceStats(topic) {
+    return this.call("presenceStats", { topic });
   }
 
   /**
@@ -408,6 +438,12 @@ class Client {
         else if (params.event === "unsubscribed") this._subs.delete(params.topic);
         try {
           this._onSystem(params);
+        } catch (err) {
+          this._onError(err);
+        }
+      } else if (m.method === "presence") {
+        try {
+          this._onPresence({ topic: params.topic, joins: params.joins || [], leaves: params.leaves || [] });
         } catch (err) {
           this._onError(err);
         }

@@ -229,6 +229,41 @@ test("a batch frame delivers messages and responses in order", async () => {
   c.close();
 });
 
+test("presence, presenceAll and presenceStats; presence notifications reach onPresence", async () => {
+  const h = harness();
+  const diffs = [];
+  const c = connect("ws://x/ws", h.opts({ onPresence: (d) => diffs.push(d) }));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const all = c.presenceAll("room");
+  await tick();
+  let req = ws.sent[ws.sent.length - 1];
+  eq([req.method, req.params], ["presence", { topic: "room" }], "first page asked");
+  ws.recv({ jsonrpc: "2.0", id: req.id, result: { clients: [{ client: "i.1", user: "a" }], cursor: "i.1" } });
+  await tick();
+  req = ws.sent[ws.sent.length - 1];
+  eq([req.method, req.params], ["presence", { topic: "room", cursor: "i.1" }], "next page asked with the cursor");
+  ws.recv({ jsonrpc: "2.0", id: req.id, result: { clients: [{ client: "j.2", user: "b" }], cursor: "" } });
+  eq(await all, [{ client: "i.1", user: "a" }, { client: "j.2", user: "b" }], "every page");
+  const st = c.presenceStats("room");
+  req = ws.sent[ws.sent.length - 1];
+  eq([req.method, req.params], ["presenceStats", { topic: "room" }], "stats asked");
+  ws.recv({ jsonrpc: "2.0", id: req.id, result: { clients: 2, users: 2 } });
+  eq(await st, { clients: 2, users: 2 }, "stats");
+  ws.recv({ jsonrpc: "2.0", method: "presence", params: { topic: "room", joins: [{ client: "k.3", user: "c" }], leaves: [] } });
+  ws.recv({ jsonrpc: "2.0", method: "presence", params: { topic: "room", leaves: [{ client: "i.1", user: "a" }] } });
+  eq(
+    diffs,
+    [
+      { topic: "room", joins: [{ client: "k.3", user: "c" }], leaves: [] },
+      { topic: "room", joins: [], leaves: [{ client: "i.1", user: "a" }] },
+    ],
+    "diffs",
+  );
+  c.close();
+});
+
 test("the token goes in the query string, asked again on every attempt", async () => {
   const h = harness();
   let n = 0;

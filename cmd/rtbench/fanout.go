@@ -24,6 +24,7 @@ type fanoutConfig struct {
 	Rate        float64       // publishes/s over all publishers; 0 = as fast as the window allows
 	Window      int           // publishes in flight per publisher (default 64)
 	Batch       bool          // subscribers offer the rt.batch subprotocol
+	OwnTopics   bool          // publisher j publishes only to topic j mod T (many rooms, one publisher each)
 	C           int           // dialers in parallel while connecting
 	DialTimeout time.Duration
 	ServerPID   int
@@ -40,6 +41,7 @@ type fanoutResult struct {
 	Topics      int    `json:"topics"`
 	Size        int    `json:"dataBytes"`
 	Batch       bool   `json:"batch"`
+	OwnTopics   bool   `json:"ownTopics"`
 	// BatchNegotiated counts subscribers whose server accepted rt.batch.
 	BatchNegotiated int            `json:"batchNegotiated"`
 	Published       int64          `json:"publishedOK"`
@@ -175,7 +177,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if cfg.PubURL == nil {
 		cfg.PubURL = cfg.URL
 	}
-	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch}
+	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch, OwnTopics: cfg.OwnTopics}
 	subsOf := make([]int64, cfg.T)
 	for i := range cfg.S {
 		subsOf[i%cfg.T]++
@@ -341,6 +343,15 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	return res, nil
 }
 
+// topicOf is the topic of publisher j's publish id: round-robin over the
+// topics starting at topic j, or always topic j with OwnTopics.
+func topicOf(cfg fanoutConfig, j int, id uint64) int {
+	if cfg.OwnTopics {
+		return j % cfg.T
+	}
+	return int((id + uint64(j)) % uint64(cfg.T))
+}
+
 // publisher j publishes round-robin over the topics (starting at topic j)
 // with at most cfg.Window publishes unanswered, paced to its share of
 // cfg.Rate, until stop; then it waits (at most 10 s) for the answers.
@@ -359,7 +370,7 @@ func publisher(ctx context.Context, c *websocket.Conn, j int, cfg fanoutConfig, 
 				mu.Unlock()
 			} else {
 				published.Add(1)
-				expected.Add(subsOf[(int(*f.ID)+j)%cfg.T])
+				expected.Add(subsOf[topicOf(cfg, j, *f.ID)])
 			}
 			select {
 			case <-window:
@@ -398,7 +409,7 @@ loop:
 			}
 			next = next.Add(interval)
 		}
-		params = append(params[:0], topics[(int(id)+j)%cfg.T]...)
+		params = append(params[:0], topics[topicOf(cfg, j, id)]...)
 		params = append(params, payload(int64(time.Since(base)), cfg.Size)...)
 		params = append(params, '}')
 		if err := write(ctx, c, request(id, "publish", params)); err != nil {

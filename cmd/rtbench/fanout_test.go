@@ -71,3 +71,25 @@ func FuzzScanTimestamps(f *testing.F) {
 		}
 	})
 }
+
+func TestTopicOf(t *testing.T) {
+	tests := []struct {
+		own     bool
+		j       int
+		id      uint64
+		want    int
+		comment string
+	}{
+		{false, 0, 0, 0, "round-robin starts at the publisher's own topic"},
+		{false, 1, 0, 1, ""},
+		{false, 1, 2, 0, "and wraps"},
+		{true, 1, 0, 1, "own topic"},
+		{true, 1, 7, 1, "always"},
+		{true, 4, 7, 1, "publisher j mod T"},
+	}
+	for _, tt := range tests {
+		if got := topicOf(fanoutConfig{T: 3, OwnTopics: tt.own}, tt.j, tt.id); got != tt.want {
+			t.Errorf("topicOf(own %v, j %d, id %d) = %d, want %d (%s)", tt.own, tt.j, tt.id, got, tt.want, tt.comment)
+		}
+	}
+}

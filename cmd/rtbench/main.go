@@ -18,10 +18,14 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
 
   rtbench connect  --url ws://127.0.0.1:8080/ws -n 5000 -c 200 --hold 2s [--server-pid PID] [--rate R] [--duration D]
                    [--probe-clients K --probe-rate R --baseline 3s --probe-url URL]
+  rtbench storm    --url ... --server-pid PID [-n 5000 -c 256 --hold 100ms] [--storm-url URL] [--probe-cpu 0 --storm-cpu 1]
+                   [--probe-clients 20 --probe-rate 1000 --baseline 5s]
   rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID]
-  rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--server-pid PID]
+  rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
   rtbench api      --url http://127.0.0.1:9090/api/publish --key KEY -c 16 --duration 10s [--body JSON] [--server-pid PID]
+  rtbench siblings --redis-url redis://127.0.0.1:6379 --metrics-url http://127.0.0.1:8080/metrics -n 100 --duration 30s
+                   [--interval 5s] [--secret S] [--churn 0.2] [--hot-rate 5000] [--server-pid PID] [--stale]
   rtbench serve503 --listen 127.0.0.1:9503 [--max-time 1h]
 
 Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m).
@@ -87,6 +91,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			return runConnect(ctx, cfg)
 		}
+	case "storm":
+		n := fs.Int("n", 5000, "upgrade attempts of the storm")
+		c := fs.Int("c", 256, "storm dialers in parallel")
+		hold := fs.Duration("hold", 100*time.Millisecond, "how long each accepted storm connection is held")
+		stormURL := fs.String("storm-url", "", "where the storm goes (default --url); a `rtbench serve503` for the control run")
+		probeK := fs.Int("probe-clients", 20, "established probe clients on --url, in a process of their own")
+		probeR := fs.Float64("probe-rate", 1000, "probe round trips per second, over all probe clients")
+		baseline := fs.Duration("baseline", 5*time.Second, "probe-only phase before the storm")
+		probeCPU := fs.String("probe-cpu", "", "taskset CPU list for the probe process (the server's core)")
+		stormCPU := fs.String("storm-cpu", "", "taskset CPU list for the storm process (the other core)")
+		runMode = func(ctx context.Context) (any, error) {
+			u, err := checkURL(*rawURL)
+			if err != nil {
+				return nil, err
+			}
+			su := u
+			if *stormURL != "" {
+				if su, err = checkURL(*stormURL); err != nil {
+					return nil, err
+				}
+			}
+			return runStorm(ctx, stormConfig{URL: u, StormURL: su, N: *n, C: *c, Hold: *hold, ProbeClients: *probeK, ProbeRate: *probeR,
+				Baseline: *baseline, ProbeCPU: *probeCPU, StormCPU: *stormCPU, ServerPID: *pid, MaxTime: *maxTime})
+		}
 	case "idle":
 		n := fs.Int("n", 10000, "connections to open")
 		c := fs.Int("c", 100, "dialers in parallel")
@@ -115,6 +143,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rate := fs.Float64("rate", 0, "publishes per second over all publishers (0: as fast as --window allows)")
 		window := fs.Int("window", 64, "unanswered publishes per publisher")
 		batch := fs.Bool("batch", false, "subscribers offer the rt.batch subprotocol")
+		own := fs.Bool("own-topics", false, "publisher j publishes only to topic j mod -t (with -p equal to -t: one publisher per topic) instead of round-robin over all")
 		pubURL := fs.String("pub-url", "", "where the publishers connect (default --url): another instance of the fleet, to measure delivery across instances")
 		pubPID := fs.Int("pub-server-pid", 0, "the --pub-url instance's process id: measure its CPU too")
 		runMode = func(ctx context.Context) (any, error) {
@@ -129,7 +158,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			return runFanout(ctx, fanoutConfig{URL: u, PubURL: pu, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
-				Window: *window, Batch: *batch, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
+				Window: *window, Batch: *batch, OwnTopics: *own, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
 		}
 	case "rpc":
 		method := fs.String("method", "report.daily", "method to call")
@@ -157,6 +186,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return nil, err
 			}
 			return runAPI(ctx, apiConfig{URL: u, Key: *key, Body: *body, C: *c, Duration: *dur, ServerPID: *pid})
+		}
+	case "siblings":
+		redisURL := fs.String("redis-url", "redis://127.0.0.1:6379", "the fleet's Redis (loopback only)")
+		channel := fs.String("channel", "rt:pressure:rates", "publishRate.channel")
+		n := fs.Int("n", 100, "simulated sibling instances")
+		interval := fs.Duration("interval", 5*time.Second, "publishRate.publishInterval: each sibling sends once per interval")
+		dur := fs.Duration("duration", 30*time.Second, "sending time; the first interval is warm-up, not measured")
+		topN := fs.Int("topn", 20, "topics, users and subscriber counts per envelope (publishRate.topN)")
+		secret := fs.String("secret", "", "publishRate.hmacSecret: sign the envelopes")
+		churn := fs.Float64("churn", 0.2, "fraction of each sibling's own topics renamed every interval")
+		hot := fs.Float64("hot-rate", 5000, "messages/s of one hot topic and one hot user, spread evenly over the siblings")
+		murl := fs.String("metrics-url", "http://127.0.0.1:8080/metrics", "the server's /metrics: its view of the siblings")
+		stale := fs.Bool("stale", false, "after the last envelope, wait until the server's view is empty and report how long it took")
+		runMode = func(ctx context.Context) (any, error) {
+			return runSiblings(ctx, siblingsConfig{RedisURL: *redisURL, Channel: *channel, N: *n, Interval: *interval, Duration: *dur,
+				TopN: *topN, Secret: *secret, Churn: *churn, HotRate: *hot, MetricsURL: *murl, ServerPID: *pid, Stale: *stale})
 		}
 	case "serve503":
 		listen := fs.String("listen", "127.0.0.1:9503", "address to answer 503 on (loopback only)")

@@ -83,6 +83,18 @@ func printTable(out io.Writer, res any) {
 		if r.ServerCPU > 0 {
 			row("server CPU", "%.3f s", r.ServerCPU)
 		}
+	case *siblingsResult:
+		row("siblings", "%d, %d envelopes of %.0f bytes (signed %v, churn %.0f%%)", r.Siblings, r.Envelopes, r.EnvelopeBytes, r.Signed, 100*r.Churn)
+		row("server received", "%.0f envelopes in %.2f s measured", r.Received, r.Seconds)
+		if r.ServerCPU > 0 {
+			row("server CPU", "%.3f s = %.2f%% of a core (idle: %.2f%%), %.1f µs per envelope net of idle", r.ServerCPU, r.CPUPercent, r.IdlePercent, r.PerEnvelope)
+			row("server RSS", "%.1f MiB", float64(r.RSSBytes)/(1<<20))
+		}
+		row("view", "%.0f siblings, hot topic %.1f msg/s (want %.1f): correct %v", r.ViewSiblings, r.ViewHotRate, r.WantHotRate, r.ViewCorrect)
+		row("fleet egress", "%.1f MB/s if all %d instances subscribed", r.FleetEgressMBps, r.Siblings+1)
+		if r.StaleSeconds > 0 {
+			row("staleness", "view empty %.2f s after the last envelope", r.StaleSeconds)
+		}
 	case *apiResult:
 		row("target", "%s, %d callers", r.URL, r.C)
 		row("requests", "%d in %.2f s = %.0f/s, transport errors %d", r.Requests, r.Seconds, r.PerSec, r.Errors)

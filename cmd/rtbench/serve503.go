@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/retryhint"
 )
 
 // overloaded503 answers every request as rtserver's handshake tier sheds
@@ -13,11 +15,7 @@ import (
 // JSON body. It is the control of the storm-isolation measurement: the
 // cheapest server that gives the storm's clients the same answer.
 func overloaded503(w http.ResponseWriter, _ *http.Request) {
-	h := w.Header()
-	h.Set("Retry-After", "1")
-	h.Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	w.Write([]byte(`{"error":"OVERLOADED","retryAfterMs":1000}` + "\n"))
+	retryhint.Answer(w, http.StatusServiceUnavailable, retryhint.HeadOverloaded, 1000)
 }
 
 // serve503 answers 503 on ln until ctx ends.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/url"
@@ -11,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	rtserver "github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/internal/testnode"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/server"
 )
@@ -24,27 +26,14 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	cfg := rtserver.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = time.Millisecond
+	// As the binary does: the idle probe reads go_goroutines.
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(collectors.NewGoCollector())
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	node, err := rtserver.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- node.Serve(ctx, ln, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	u, err := checkURL("ws://" + ln.Addr().String() + "/ws")
+	node, addr := testnode.Start(t, cfg)
+	u, err := checkURL("ws://" + addr + "/ws")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,5 +248,23 @@ func TestRunJSON(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"connect", "--url", u.String(), "-n", "2", "-c", "1", "--hold", "1ms"}, &out, &errOut); code != 0 || !contains(out.String(), "accepted (held)") {
 		t.Fatalf("table output (exit %d): %s", code, out.String())
+	}
+}
+
+// With --own-topics each publisher publishes only to its own topic: with
+// 2 publishers, 3 topics and 6 subscribers, topic 2 gets nothing and each
+// message reaches the 2 subscribers of its publisher's topic.
+func TestFanoutOwnTopics(t *testing.T) {
+	t.Parallel()
+	u, _ := startNode(t, nil)
+	res, err := runFanout(testCtx(t), fanoutConfig{URL: u, P: 2, S: 6, T: 3, Size: 64, Duration: 200 * time.Millisecond, Rate: 200, OwnTopics: true, ServerPID: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Published == 0 || res.PublishErrors != nil || res.SubsClosed != nil {
+		t.Fatalf("published %d errors %v closed %v", res.Published, res.PublishErrors, res.SubsClosed)
+	}
+	if res.Expected != 2*res.Published || res.Delivered != res.Expected {
+		t.Errorf("published %d expected %d delivered %d, want 2 deliveries each", res.Published, res.Expected, res.Delivered)
 	}
 }

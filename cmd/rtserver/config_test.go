@@ -88,6 +88,7 @@ publishRate:                     # the cluster aggregator; active when redis.url
   staleAfter: 12s
   topN: 20
   maxClockSkew: 5s               # clocks may be this far apart; older envelopes and replays are dropped
+  maxInstances: 1024             # siblings held at most; envelopes of further instances are ignored and counted
   hmacSecret: ""                 # when set, unsigned or badly signed envelopes are dropped
 admission:
   classes:                       # class name -> rule

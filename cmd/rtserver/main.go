@@ -12,22 +12,21 @@
 //
 // The binary only loads the configuration (rtserver.Config holds every key,
 // default and rule) and sets what is process-wide: the log, go-redis's
-// logger.
+// logger, the Go and process collectors.
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver"
@@ -71,6 +70,12 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	// logger is process-wide, so only the binary sets it.
 	redisLog := slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
 	redis.SetLogger(logx.Printf{Logger: redisLog, Msg: "redis client"})
+	// The Go and process collectors belong to the process, not to a node:
+	// the binary registers them beside the node's metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: cfg.Metrics.Namespace}))
+	cfg.Registry = reg
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -78,18 +83,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 
 	// First signal: drain. Second: close what is left at once.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	ctx, stop := context.WithCancel(context.Background())
-	hard := make(chan struct{})
-	go func() {
-		<-sigs
-		log.Info("signal: draining; send again to stop at once")
-		stop()
-		<-sigs
-		close(hard)
-	}()
-	if err := node.Run(ctx, hard); err != nil {
+	if err := rtserver.RunUntilSignal(node, nil); err != nil {
 		log.Error("rtserver stopped", "err", err)
 		return 1
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // untilJS waits in the page until pred() is truthy and resolves with its
@@ -255,7 +256,7 @@ func TestDrainSpreadsPagesAndTheyReconnect(t *testing.T) {
 	}
 
 	a.cancel()
-	waitFor(t, 10*time.Second, "readyz 503 while draining", func() bool {
+	testkit.Eventually(t, 10*time.Second, "readyz 503 while draining", func() bool {
 		code, _ := get(t, a.url("/readyz"))
 		return code == http.StatusServiceUnavailable
 	})
@@ -308,18 +309,6 @@ func TestDrainSpreadsPagesAndTheyReconnect(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, failing after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising
-	}
-}
-
 // A page whose tokens live three seconds stays connected through several
 // of them: rtclient.js answers each tokenExpiring with a token from its
 // token function and the refresh method, and never reconnects.
@@ -351,4 +340,24 @@ func TestBrowserRefreshesShortLivedTokens(t *testing.T) {
 	if res.Notices != 3 || res.Drops != 0 || res.State != "open" || res.Tokens < 3 {
 		t.Fatalf("%+v: want 3 notices on one open connection, no drop, a token per connect and refresh", res)
 	}
+}
+
+// Pages show who is in the room: the list loads on join and follows the
+// presence notifications as people come and go.
+func TestPagesShowWhoIsInTheRoom(t *testing.T) {
+	b := needBrowser(t)
+	leakcheck.Check(t)
+	a := startApp(t, options{DemoAuth: "s3cret"}, "")
+	ctx := testContext(t, 30*time.Second)
+	alice := openPage(t, ctx, b, a.url("/?room=r2&user=alice"))
+	bob := openPage(t, ctx, b, a.url("/?room=r2&user=bob"))
+	who := func(p *page, want string) {
+		t.Helper()
+		p.mustEval(t, ctx, until(fmt.Sprintf(`document.getElementById("who").textContent === %q`, want)), nil)
+	}
+	who(alice, "in the room: 2alicebob")
+	who(bob, "in the room: 2alicebob")
+	alice.mustEval(t, ctx, `chat.join("elsewhere").then(() => true)`, nil)
+	who(bob, "in the room: 1bob")
+	who(alice, "in the room: 1alice")
 }

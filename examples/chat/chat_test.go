@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/protocol"
 	"github.com/rtserver/rtserver/server"
 )
@@ -34,10 +36,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needBrowser returns the package's Chromium. A missing browser fails the
-// test (it is a dependency of the suite, not an optional extra).
+// needBrowser returns the package's Chromium. A missing browser skips the
+// test, saying so, or fails it under RTSERVER_REQUIRE_INTEGRATION=1
+// (scripts/test.sh sets it).
 func needBrowser(t *testing.T) *browser {
 	t.Helper()
+	testkit.Program(t, chromiumPath, "apt-get install chromium")
 	browserOnce.Do(func() { theBrowser, browserErr = startBrowser() })
 	if browserErr != nil {
 		t.Fatal(browserErr)
@@ -48,10 +52,10 @@ func needBrowser(t *testing.T) *browser {
 // testApp is the example running in-process on a loopback port.
 type testApp struct {
 	*app
-	addr     string
-	cancel   context.CancelFunc // starts the drain
-	done     chan struct{}      // serve returned
-	serveErr error
+	addr      string
+	drainOnce sync.Once
+	done      chan struct{} // Serve returned
+	serveErr  error         // nil when Serve stopped by Shutdown
 }
 
 func (a *testApp) url(path string) string { return "http://" + a.addr + path }
@@ -86,10 +90,11 @@ func startApp(t *testing.T, o options, addr string) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ta := &testApp{app: a, addr: ln.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	ta := &testApp{app: a, addr: ln.Addr().String(), done: make(chan struct{})}
 	go func() {
-		ta.serveErr = a.serve(ctx, ln, nil)
+		if err := a.node.Serve(ln); !errors.Is(err, rtserver.ErrNodeClosed) {
+			ta.serveErr = err
+		}
 		close(ta.done)
 	}()
 	t.Cleanup(func() {
@@ -100,7 +105,13 @@ func startApp(t *testing.T, o options, addr string) *testApp {
 	return ta
 }
 
-// stop drains the app (if it is still running) and returns serve's error.
+// cancel starts the drain (once); the node's Shutdown runs until Serve
+// has returned.
+func (a *testApp) cancel() {
+	a.drainOnce.Do(func() { go a.node.Shutdown(context.Background()) })
+}
+
+// stop drains the app (if it is still running) and returns Serve's error.
 func (a *testApp) stop() error {
 	a.cancel()
 	<-a.done

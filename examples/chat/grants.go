@@ -12,6 +12,7 @@ import (
 
 // topicGrants: everyone may read rooms and announcements, a user may read
 // only their own private topic, and no client publishes anything itself.
+// Rooms keep presence (who is in them) with join/leave notifications.
 // Messages reach room:* through chat.say (which validates them and names
 // the sender), and announce:* and user:* through the server API: both
 // publish from the server's side, where grants do not apply.
@@ -24,8 +25,11 @@ func topicGrants() access.Config {
 			// the default.
 			{Pattern: "user:{user}", Rule: access.Rule{Subscribe: []string{access.GrantOwner}}},
 			{Pattern: "announce:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}}},
+			// Rooms keep their presence, and their readers hear who comes
+			// and goes: the page's list of who is in the room.
+			{Pattern: "room:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}, Presence: true, JoinLeave: true}},
 		},
-		// room:* and anything else: read by anyone, published by nobody.
+		// Anything else: read by anyone, published by nobody.
 		Default: &access.Rule{Subscribe: []string{access.GrantAny}},
 	}
 }

@@ -31,9 +31,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -113,19 +111,7 @@ func run(o options, log *slog.Logger) error {
 	log.Info("chat: open this in a browser", "url", "http://"+ln.Addr().String()+"/")
 
 	// The first signal drains, a second one stops at once.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hardStop := make(chan struct{})
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
-	defer signal.Stop(sig)
-	go func() {
-		<-sig
-		cancel()
-		<-sig
-		close(hardStop)
-	}()
-	return a.serve(ctx, ln, hardStop)
+	return rtserver.RunUntilSignal(a.node, ln)
 }
 
 // app is the chat server: an rtserver node plus the static files.
@@ -176,13 +162,6 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	node.HandleHTTP("GET /clients/js/", http.StripPrefix("/clients/js/", http.FileServer(http.Dir(o.Assets))))
 	node.HandleHTTP("GET /", http.FileServerFS(static))
 	return &app{node: node}, nil
-}
-
-// serve serves the node and the page on ln until ctx ends, then drains
-// the node and returns. Closing hardStop during the drain closes the rest
-// at once.
-func (a *app) serve(ctx context.Context, ln net.Listener, hardStop <-chan struct{}) error {
-	return a.node.Serve(ctx, ln, hardStop)
 }
 
 // Chat messages as published on room:<room> and returned by chat.say.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // Cluster is a 3-node Redis Cluster (three masters, no replicas) on
@@ -21,9 +23,8 @@ type Cluster struct {
 // cluster is stopped when the test ends.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		t.Fatalf("redistest: redis-cli not found (apt-get install redis-tools): %v", err)
-	}
+	testkit.Program(t, "redis-server", "apt-get install redis-server")
+	testkit.Program(t, "redis-cli", "apt-get install redis-tools")
 	c := &Cluster{}
 	for range 3 {
 		// Start picks the port and gives each server a directory of its

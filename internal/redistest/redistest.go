@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // Server is one redis-server process.
@@ -73,10 +75,7 @@ const startAttempts = 5
 // and stops it when the test ends. extra are more redis-server arguments.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	_, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redistest: redis-server not found (apt-get install redis-server): %v", err)
-	}
+	testkit.Program(t, "redis-server", "apt-get install redis-server")
 	cluster := slices.Contains(extra, "--cluster-enabled")
 	for attempt := 1; ; attempt++ {
 		port := 0

@@ -5,12 +5,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // A redis-server that cannot bind its port exits at once; launch says so,
 // with the server's own words, instead of polling PING until its deadline
 // (Start then tries another port).
 func TestLaunchReportsEarlyExit(t *testing.T) {
+	testkit.Program(t, "redis-server", "apt-get install redis-server")
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

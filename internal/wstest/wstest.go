@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/rtserver/rtserver/internal/retryhint"
 )
 
 // Conn is one raw client connection. T may be swapped for a subtest's.
@@ -151,14 +152,15 @@ func (c *Conn) CloseStatus() (websocket.StatusCode, string) {
 	}
 }
 
-// RetryHint parses a close reason "retry_after_ms=N" and fails unless N > 0.
+// RetryHint reads the retry hint of a close reason (1012, 1013) and fails
+// unless the reason is exactly the hint, with N > 0.
 func RetryHint(t testing.TB, reason string) int {
 	t.Helper()
-	ms, err := strconv.Atoi(strings.TrimPrefix(reason, "retry_after_ms="))
-	if !strings.HasPrefix(reason, "retry_after_ms=") || err != nil || ms <= 0 {
-		t.Fatalf("close reason %q is not retry_after_ms=N with N > 0", reason)
+	ms := retryhint.FromReason(reason).Milliseconds()
+	if ms <= 0 || reason != retryhint.Reason(ms) {
+		t.Fatalf("close reason %q is not exactly a retry hint with N > 0", reason)
 	}
-	return ms
+	return int(ms)
 }
 
 // StalledAndHealthy publishes n messages (each about size bytes of data)

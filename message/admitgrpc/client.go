@@ -3,11 +3,11 @@ package admitgrpc
 import (
 	"context"
 	"io"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/ctxsleep"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -188,7 +188,7 @@ func (c *clientConfig) backoff(ctx context.Context, attempt int, err error) erro
 	if !ok || hint > c.maxDelay {
 		return err
 	}
-	wait := hint + rand.N(hint/2+1)
+	wait := retryhint.Jitter(hint, hint/2+1)
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/message"
 )
 
@@ -14,7 +15,7 @@ const (
 	KeyAllowed      = attribute.Key("rtserver.admission.allowed")
 	KeyClass        = attribute.Key("rtserver.admission.class")
 	KeyReason       = attribute.Key("rtserver.admission.reason")
-	KeyRetryAfterMs = attribute.Key("rtserver.admission.retry_after_ms")
+	KeyRetryAfterMs = attribute.Key("rtserver.admission." + retryhint.ReasonKey)
 )
 
 // Record sets the decision's attributes on ctx's span when it is

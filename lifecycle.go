@@ -1,0 +1,223 @@
+package rtserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// ErrNodeClosed is what Serve and ListenAndServe return after Shutdown or
+// Close, and when called again on a node that has served: a node serves
+// once. It is http.ErrServerClosed, as for an http.Server.
+var ErrNodeClosed = http.ErrServerClosed
+
+// ListenAndServe listens on Config.Listen and serves (see Serve).
+func (n *Node) ListenAndServe() error {
+	// No TCP keep-alive: WebSocket pings find dead peers, and Go's default
+	// keep-alive costs four setsockopt calls per accepted connection, a
+	// tenth of what shedding an upgrade at the door costs in a storm.
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", n.cfg.Listen)
+	if err != nil {
+		n.closeUnserved()
+		return fmt.Errorf("rtserver: listen: %w", err)
+	}
+	return n.Serve(ln)
+}
+
+// Serve starts the node's parts and serves ln (and AdminListen, when set)
+// until Shutdown or Close, then returns ErrNodeClosed once everything it
+// started has ended. When a part fails (a listener that cannot accept),
+// everything stops at once, without a drain, and Serve returns that
+// error. Serve takes ownership of ln.
+//
+// Order of start: the server (and its bus), the cluster aggregator (handed
+// the server's subscriber counts), the pressure loop (handed the server's
+// connection counts), then the listeners. Order of stop: the drain
+// (listeners still serving /readyz 503 and /metrics), the server and its
+// bus, the listeners, the aggregator and the Redis client, the pressure
+// loop.
+func (n *Node) Serve(ln net.Listener) error {
+	n.life.Lock()
+	if n.served || n.stopping {
+		n.life.Unlock()
+		ln.Close()
+		return ErrNodeClosed
+	}
+	n.served = true
+	n.life.Unlock()
+	defer close(n.done)
+
+	// The admin listener is opened first, so that nothing has started
+	// when it fails.
+	var aln net.Listener
+	if n.adminMux != nil {
+		var err error
+		if aln, err = net.Listen("tcp", n.cfg.AdminListen); err != nil {
+			ln.Close()
+			n.closeCluster()
+			return fmt.Errorf("rtserver: admin listen: %w", err)
+		}
+	}
+	closeListeners := func() {
+		ln.Close()
+		if aln != nil {
+			aln.Close()
+		}
+	}
+	bg, stopBg := context.WithCancel(context.Background())
+	defer stopBg()
+	if err := n.server.Start(bg); err != nil {
+		closeListeners()
+		n.closeCluster()
+		return err
+	}
+	if n.cluster != nil {
+		if err := n.cluster.start(bg, n.server, n.log); err != nil {
+			closeListeners()
+			err = errors.Join(err, n.server.Shutdown(context.Background()))
+			n.closeCluster()
+			return err
+		}
+	}
+
+	g, failed := errgroup.WithContext(context.Background())
+	g.Go(func() error { n.pressure.Run(bg, n.server.Counts); return nil })
+
+	// Upgrades are served by the door: shed there while a cap is full,
+	// before net/http spends a goroutine and two buffers parsing them, and
+	// otherwise upgraded without net/http's per-connection buffers, which
+	// a hijacked connection leaves behind as garbage
+	// (handshake.ServingListener). Everything else goes to net/http.
+	ln = n.gate.ServingListener(ln, "/ws", n.mux)
+	srv := n.cfg.HTTP.server(n.mux, slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
+	g.Go(func() error { return serveHTTP(srv, ln) })
+	var admin *http.Server
+	if aln != nil {
+		admin = n.cfg.HTTP.server(n.adminMux, srv.ErrorLog)
+		g.Go(func() error { return serveHTTP(admin, aln) })
+	}
+	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)
+	if n.access.PublishableByAny() && !loopback(ln.Addr().String()) {
+		n.log.Warn("anyone, anonymous clients included, may publish on some topics while the server listens beyond loopback; restrict topics.default.publish and topics.namespaces (docs/access-control.md)", "addr", ln.Addr().String())
+	}
+
+	// The stopper: waits for Shutdown (drain first), Close or a member's
+	// failure (stop at once), then stops everything in order.
+	g.Go(func() error {
+		var drainCtx context.Context
+		select {
+		case <-n.stop:
+			n.life.Lock()
+			drainCtx = n.drainCtx
+			n.life.Unlock()
+		case <-failed.Done():
+		}
+		if drainCtx != nil {
+			n.drain(drainCtx, failed)
+		}
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := n.server.Shutdown(shutdownCtx)
+		if n.history != nil {
+			n.history.Close()
+		}
+		srv.Close()
+		if admin != nil {
+			admin.Close()
+		}
+		n.closeCluster()
+		stopBg()
+		return err
+	})
+	err := g.Wait()
+	n.log.Info("stopped")
+	if err == nil {
+		err = ErrNodeClosed
+	}
+	return err
+}
+
+// drain closes every client spread over drain.duration; the end of ctx
+// (Shutdown's deadline, or Close) or the failure of a listener ends it
+// early, and the rest are closed at once.
+func (n *Node) drain(ctx, failed context.Context) {
+	n.log.Info("draining", "duration", n.cfg.Drain.Duration)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(failed, cancel)()
+	n.server.Drain(ctx, n.cfg.Drain.Duration)
+}
+
+// Shutdown stops the node gracefully, as http.Server's Shutdown does:
+// new upgrades are refused, /readyz turns 503, every client is told and
+// closed with 1012 spread over drain.duration, then the parts stop in
+// order and Shutdown returns once Serve has. When ctx ends first, the
+// remaining connections are closed at once and Shutdown returns ctx's
+// error once everything has stopped. Called before Serve, it releases
+// what New holds, and Serve then returns ErrNodeClosed.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.life.Lock()
+	if !n.stopping {
+		n.stopping = true
+		n.drainCtx, n.cancelDrain = context.WithCancel(ctx)
+		close(n.stop)
+	}
+	served := n.served
+	n.life.Unlock()
+	if !served {
+		n.closeUnserved()
+		return nil
+	}
+	<-n.done
+	return ctx.Err()
+}
+
+// Close stops the node at once: every connection is closed without a
+// drain (or, during a Shutdown, the drain is cut short), the parts stop
+// in order, and Close returns once Serve has.
+func (n *Node) Close() error {
+	n.life.Lock()
+	if !n.stopping {
+		n.stopping = true
+		close(n.stop)
+	} else if n.cancelDrain != nil {
+		n.cancelDrain()
+	}
+	served := n.served
+	n.life.Unlock()
+	if !served {
+		n.closeUnserved()
+		return nil
+	}
+	<-n.done
+	return nil
+}
+
+// closeUnserved releases what New holds (the Redis client) for a node that
+// will never serve.
+func (n *Node) closeUnserved() { n.closeCluster() }
+
+// closeCluster deactivates the aggregator and closes the Redis client,
+// once.
+func (n *Node) closeCluster() {
+	n.release.Do(func() {
+		if n.cluster != nil {
+			n.cluster.stop()
+		}
+	})
+}
+
+// serveHTTP serves srv on ln until srv is closed (which is not an error).
+func serveHTTP(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("rtserver: serve %s: %w", ln.Addr(), err)
+	}
+	return nil
+}

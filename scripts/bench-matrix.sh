@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The performance matrix: every regime that a change to the write path can
+# make better or worse, measured for the working tree and a base build in
+# interleaved runs (base, new, base, new, ...), a fresh server per run, and
+# printed as one table of medians and new/base ratios. On a shared machine
+# absolute figures drift with the load; the ratios within one run are what
+# to quote (BENCHMARKS.md, "The performance matrix").
+#
+# Usage: scripts/bench-matrix.sh [BASE]   (BASE: a commit, default main)
+# Environment:
+#   RUNS=3          runs per regime and build (the table shows medians)
+#   DURATION=3s     publishing time of each fan-out run
+#   REGIMES="fan1000 window1 rooms sparse idle storm"   a subset to run
+#   BASE_BIN=path   an already built base rtserver (BASE then only labels it)
+#   KEEP=dir        keep every run's JSON there
+# Needs go, git, python3 and taskset (util-linux, for the storm). Builds
+# into a temporary folder under /tmp; nothing is written to the tree.
+set -euo pipefail
+base=${1:-main}
+runs=${RUNS:-3}
+dur=${DURATION:-3s}
+regimes=${REGIMES:-fan1000 window1 rooms sparse idle storm}
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d /tmp/bench-matrix.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
+out=${KEEP:-$tmp/out}
+mkdir -p "$out" "$tmp/new" "$tmp/base"
+
+go build -o "$tmp/new/rtserver" ./cmd/rtserver
+go build -o "$tmp/rtbench" ./cmd/rtbench # the working tree's rtbench drives both builds
+if [ -n "${BASE_BIN:-}" ]; then
+	cp "$BASE_BIN" "$tmp/base/rtserver"
+else
+	mkdir -p "$tmp/src"
+	git archive "$base" | tar -x -C "$tmp/src"
+	(cd "$tmp/src" && go build -o "$tmp/base/rtserver" ./cmd/rtserver)
+fi
+bench=$tmp/rtbench
+
+wait_port() { # $1 port: until the server accepts
+	for _ in $(seq 1 200); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+		sleep 0.05
+	done
+	echo "server on port $1 did not start" >&2
+	return 1
+}
+
+start_server() { # $1 build, $2 config file, [$3 taskset cpu list]; sets sp
+	if [ -n "${3:-}" ]; then
+		taskset -c "$3" "$tmp/$1/rtserver" --config "$2" >/dev/null 2>&1 &
+	else
+		"$tmp/$1/rtserver" --config "$2" >/dev/null 2>&1 &
+	fi
+	sp=$!
+}
+
+stop_server() {
+	kill "$sp" 2>/dev/null || true
+	wait "$sp" 2>/dev/null || true
+}
+
+printf 'listen: 127.0.0.1:18611\n' > "$tmp/fan.yaml"
+printf 'listen: 127.0.0.1:18612\nhandshake: {maxConnections: 20000}\n' > "$tmp/idle.yaml"
+printf 'listen: 127.0.0.1:18613\nhandshake:\n  maxConnections: 500\n  perTickBudget: 50\n  tick: 10ms\n  maxQueueWait: 200ms\n' > "$tmp/storm.yaml"
+fan=ws://127.0.0.1:18611/ws
+
+run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
+	local f=$out/$1.$2.$3.json
+	case $1 in
+	fan1000 | window1 | rooms | sparse)
+		start_server "$2" "$tmp/fan.yaml"
+		wait_port 18611
+		local shape
+		case $1 in
+		fan1000) shape=(-p 1 -s 1000 -t 1) ;;
+		window1) shape=(-p 1 -s 1000 -t 1 --window 1) ;;
+		rooms) shape=(-p 100 -s 1000 -t 100 --own-topics) ;;
+		sparse) shape=(-p 100 -s 1000 -t 100 --own-topics --rate 2000) ;;
+		esac
+		"$bench" fanout --url "$fan" "${shape[@]}" --size 100 --duration "$dur" --server-pid "$sp" --max-time 60s --json > "$f"
+		stop_server
+		;;
+	idle)
+		start_server "$2" "$tmp/idle.yaml"
+		wait_port 18612
+		"$bench" idle --url ws://127.0.0.1:18612/ws -n 10000 -c 100 --settle 5s --server-pid "$sp" --max-time 90s --json > "$f"
+		stop_server
+		;;
+	storm)
+		# The storm-isolation harness (rtbench storm): the server and the
+		# probe process on core 0, the storm process on core 1.
+		start_server "$2" "$tmp/storm.yaml" 0
+		wait_port 18613
+		"$bench" storm --url ws://127.0.0.1:18613/ws --server-pid "$sp" --probe-cpu 0 --storm-cpu 1 --max-time 60s --json > "$f"
+		stop_server
+		;;
+	esac
+}
+
+echo "base $base ($(git rev-parse --short "$base" 2>/dev/null || echo binary)) vs working tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified')); runs $runs, fan-out $dur each"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+for i in $(seq 1 "$runs"); do
+	for r in $regimes; do
+		for b in base new; do
+			run_regime "$r" "$b" "$i"
+		done
+	done
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 - "$out" "$runs" "$regimes" <<'EOF'
+import json, statistics, sys
+out, runs, regimes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+rows = {
+    "fan1000": [("1 -> 1,000, 64 in flight: server CPU s per million delivered", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
+                ("1 -> 1,000, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"])],
+    "window1": [("1 -> 1,000, one at a time: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"])],
+    "rooms": [("100 x 10, a publisher per topic, 64 in flight: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
+              ("100 x 10, a publisher per topic, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"])],
+    "sparse": [("100 x 10 sparse (20 msg/s per publisher): server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
+               ("100 x 10 sparse: latency p50 ms", lambda j: j["latency"]["p50Ms"]),
+               ("100 x 10 sparse: latency p99 ms", lambda j: j["latency"]["p99Ms"])],
+    "idle": [("idle at 10k: KiB RSS per connection", lambda j: j["serverRssPerConnBytes"] / 1024)],
+    "storm": [("connect storm (10x cap): probes' p99 factor, storm/quiet", lambda j: j["probe"]["p99Factor"]),
+              ("connect storm: server CPU us per attempt", lambda j: j["serverCpuUsPerAttempt"]),
+              ("connect storm: peak open connections (cap 500)", lambda j: j["peakOpen"])],
+}
+def fmt(v):
+    return "%.3g" % v if abs(v) < 1000 else "{:,.0f}".format(v)
+print()
+print("| regime | base: median (runs) | new: median (runs) | new/base |")
+print("|---|---|---|---|")
+for r in regimes:
+    for label, get in rows[r]:
+        med, runs_of = {}, {}
+        for b in ("base", "new"):
+            vals = []
+            for i in range(1, runs + 1):
+                try:
+                    vals.append(get(json.load(open("%s/%s.%s.%d.json" % (out, r, b, i)))))
+                except (OSError, KeyError, ValueError, TypeError, ZeroDivisionError):
+                    pass
+            runs_of[b] = ", ".join(fmt(v) for v in vals) or "-"
+            med[b] = statistics.median(vals) if vals else None
+        ratio = "%.2f" % (med["new"] / med["base"]) if med["base"] and med["new"] is not None else "-"
+        cell = lambda b: ("%s (%s)" % (fmt(med[b]), runs_of[b])) if med[b] is not None else "-"
+        print("| %s | %s | %s | %s |" % (label, cell("base"), cell("new"), ratio))
+EOF
