@@ -84,10 +84,7 @@ func New(cfg Config) (*Node, error) {
 
 	hs := cfg.Handshake
 	hs.JWT = cfg.Auth.JWT.JWT
-	if hs.Logger == nil {
-		hs.Logger = log
-	}
-	if n.gate, err = handshake.New(hs, n.metrics); err != nil {
+	if n.gate, err = handshake.New(hs, handshake.Deps{Metrics: n.metrics, Logger: log}); err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	if n.pressure, err = pressure.New(cfg.Pressure, pressure.Deps{Metrics: n.metrics, Logger: log}); err != nil {

@@ -204,9 +204,7 @@ func TestServingDoorKeepsEarlyBytes(t *testing.T) {
 func TestServingDoorRecoversPanic(t *testing.T) {
 	leakcheck.Check(t)
 	logged := &testkit.LogBuffer{}
-	cfg := DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(logged, nil))
-	e := startDoorWith(t, cfg, 10*time.Second, maxPeekers, true)
+	e := startDoorWith(t, DefaultConfig(), 10*time.Second, maxPeekers, true, slog.New(slog.NewTextHandler(logged, nil)))
 	e.handle(func(http.ResponseWriter, *http.Request) { panic("boom") })
 	c := e.raw(t)
 	write(t, c, headFor("panic"))

@@ -147,7 +147,7 @@ func TestJWKSStartErrors(t *testing.T) {
 		}
 		cfg := DefaultConfig()
 		cfg.JWT.JWKSURL = ks.URL
-		if _, err := New(cfg, nil); err == nil {
+		if _, err := New(cfg, Deps{}); err == nil {
 			t.Errorf("%s: New accepted the key set", name)
 		}
 	}
@@ -156,11 +156,11 @@ func TestJWKSStartErrors(t *testing.T) {
 	ks.Serve(t, map[string]any{"": &ec.PublicKey, "p384": &p384.PublicKey})
 	cfg := DefaultConfig()
 	cfg.JWT.JWKSURL = ks.URL
-	if _, err := New(cfg, nil); err == nil {
+	if _, err := New(cfg, Deps{}); err == nil {
 		t.Error("a set with no usable key was accepted")
 	}
 	cfg.JWT.JWKSURL = "http://127.0.0.1:1/unreachable"
-	if _, err := New(cfg, nil); err == nil {
+	if _, err := New(cfg, Deps{}); err == nil {
 		t.Error("unreachable key set accepted")
 	}
 }
@@ -193,7 +193,7 @@ func TestAudienceIssuer(t *testing.T) {
 	}
 	anon := DefaultConfig()
 	anon.JWT.Audience = "rt"
-	if _, err := New(anon, nil); err == nil {
+	if _, err := New(anon, Deps{}); err == nil {
 		t.Error("audience without a key accepted")
 	}
 }

@@ -96,9 +96,9 @@ func (g *Gate) refuseToken(w http.ResponseWriter, err error, ipKey string) {
 	g.rejected[rAuth].Inc()
 	g.authRefused[why.Reason].Inc()
 	if why.Reason == metrics.AuthTopicsClaim {
-		g.cfg.Logger.Warn("token refused: its topics claim has the wrong shape", "err", err)
+		g.log.Warn("token refused: its topics claim has the wrong shape", "err", err)
 	} else {
-		g.cfg.Logger.Debug("token refused: "+why.Reason, "why", why.Description, "ip", ipKey)
+		g.log.Debug("token refused: "+why.Reason, "why", why.Description, "ip", ipKey)
 	}
 	h := w.Header()
 	h["Content-Type"] = []string{"text/plain; charset=utf-8"}

@@ -23,7 +23,7 @@ func startAuthServer(t *testing.T, broker *bus.MemoryBroker) (*Server, string) {
 	cfg := handshake.DefaultConfig()
 	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, m)
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func startPresenceServer(t *testing.T, broker *bus.MemoryBroker, store presence.
 	cfg := handshake.DefaultConfig()
 	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, m)
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
