@@ -143,3 +143,21 @@ func TestOversizeCloseReasonNamesTheLimit(t *testing.T) {
 		t.Fatalf("close %d %q", code, reason)
 	}
 }
+
+// A short HMAC secret starts, with a warning that says why it matters; a
+// 32-byte one starts without it.
+func TestShortHMACSecretWarnsAtStart(t *testing.T) {
+	leakcheck.Check(t)
+	const warning = "auth.jwt.hmacSecret is shorter than 32 bytes"
+	short := start(t, "auth: {jwt: {hmacSecret: too-short}}\n")
+	testkit.Eventually(t, 10*time.Second, "the short-secret warning", func() bool {
+		return strings.Contains(short.log.String(), warning) && strings.Contains(short.log.String(), "bytes=9")
+	})
+	long := start(t, `auth: {jwt: {hmacSecret: "`+refusalSecret+`"}}`+"\n")
+	testkit.Eventually(t, 10*time.Second, "listening", func() bool {
+		return strings.Contains(long.log.String(), "rtserver listening")
+	})
+	if strings.Contains(long.log.String(), warning) {
+		t.Fatalf("a %d-byte secret warned:\n%s", len(refusalSecret), long.log.String())
+	}
+}
