@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -109,6 +110,7 @@ type namespace struct {
 	pat    pattern
 	rule   rule
 	keep   keeps
+	hist   history.Policy     // (history.go)
 	label  string             // the pattern as configured: the namespace label of topic_denied_namespace_total
 	denied prometheus.Counter // topic_denied_namespace_total{namespace=label}
 }
@@ -122,9 +124,12 @@ type Checker struct {
 	ns      []namespace
 	def     rule
 	defKeep keeps
-	keepAny bool   // some rule keeps presence or joinLeave
-	proxy   *proxy // nil unless a rule lists the proxy grant
-	denied  [2]prometheus.Counter
+	defHist history.Policy // (history.go)
+	// keepHistory: some rule keeps history
+	keepHistory bool
+	keepAny     bool   // some rule keeps presence or joinLeave
+	proxy       *proxy // nil unless a rule lists the proxy grant
+	denied      [2]prometheus.Counter
 
 	deniedDefault, deniedReserved prometheus.Counter
 	log                           *slog.Logger
@@ -181,8 +186,9 @@ func New(cfg Config, deps Deps) (*Checker, error) {
 	for _, n := range cfg.Namespaces {
 		p, _ := compilePattern(n.Pattern) // validated above
 		k := keeps{n.Presence, n.JoinLeave}
-		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k,
+		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k, hist: n.History,
 			label: n.Pattern, denied: m.TopicDeniedNS.WithLabelValues(n.Pattern)})
+		c.keepHistory = c.keepHistory || n.History.Enabled()
 		c.keepAny = c.keepAny || k != keeps{}
 	}
 	def := anyRule
@@ -191,6 +197,8 @@ func New(cfg Config, deps Deps) (*Checker, error) {
 	}
 	c.def = compile(def)
 	c.defKeep = keeps{def.Presence, def.JoinLeave}
+	c.defHist = def.History
+	c.keepHistory = c.keepHistory || def.History.Enabled()
 	c.keepAny = c.keepAny || c.defKeep != keeps{}
 	if usesProxy {
 		c.proxy = newProxy(cfg.Proxy, m, log)
