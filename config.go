@@ -14,6 +14,7 @@ import (
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/conf"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/presence"
@@ -40,6 +41,7 @@ type Config struct {
 	Handshake   handshake.Config    `yaml:"handshake"`
 	Auth        Auth                `yaml:"auth"`
 	Topics      access.Config       `yaml:"topics"`
+	History     history.Config      `yaml:"history"`
 	Presence    presence.Config     `yaml:"presence"`
 	Limits      server.Config       `yaml:"limits"`
 	Pressure    pressure.Config     `yaml:"pressure"`
@@ -129,6 +131,7 @@ func DefaultConfig() Config {
 		Handshake:   handshake.DefaultConfig(),
 		Auth:        Auth{JWT: JWT{RefreshNotice: 30 * time.Second}},
 		Topics:      access.DefaultConfig(),
+		History:     history.DefaultConfig(),
 		Presence:    presence.DefaultConfig(),
 		Limits:      server.DefaultConfig(),
 		Pressure:    pressure.DefaultConfig(),
@@ -177,6 +180,7 @@ func (c Config) Validate() error {
 	nonNegativeDur("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
 	p.Join(c.Auth.JWT.Validate())
 	p.Join(c.Topics.Validate())
+	p.Join(c.History.Validate())
 	p.Join(c.Presence.Validate())
 	p.Join(c.Limits.Validate())
 	p.Join(c.Pressure.Validate())

@@ -15,6 +15,7 @@ import (
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
@@ -36,7 +37,8 @@ type Node struct {
 	admit    *message.Admission
 	access   *access.Checker // the topic grants
 	server   *server.Server
-	cluster  *cluster // nil without Redis
+	cluster  *cluster       // nil without Redis
+	history  *history.Redis // the Redis history store; nil without Redis or history
 
 	mux        *http.ServeMux
 	adminMux   *http.ServeMux // nil: /metrics on mux
@@ -153,6 +155,10 @@ func (n *Node) build() error {
 		}
 	}
 
+	store, err := n.historyStore(cfg, b)
+	if err != nil {
+		return fmt.Errorf("rtserver: history: %w", err)
+	}
 	popts, err := n.presenceOptions(cfg)
 	if err != nil {
 		return fmt.Errorf("rtserver: presence: %w", err)
@@ -172,6 +178,9 @@ func (n *Node) build() error {
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
 		Presence:        popts,
 		InstanceID:      n.instanceID,
+		History:         store,
+		HistoryPolicy:   n.historyPolicy(store),
+		HistoryConfig:   cfg.History,
 	})
 
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})

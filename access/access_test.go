@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -364,5 +365,31 @@ func TestPresenceByShape(t *testing.T) {
 	plain, _ := New(Config{}, Deps{})
 	if plain.KeepsPresence() {
 		t.Error("the zero Config keeps presence")
+	}
+}
+
+func TestHistoryPolicyByShape(t *testing.T) {
+	room := history.Policy{Size: 10, TTL: time.Minute}
+	c, err := New(Config{
+		Namespaces: []Namespace{
+			{Pattern: "inbox:{user}", Rule: Rule{Subscribe: []string{GrantOwner}, History: room}},
+			{Pattern: "room:*", Rule: Rule{Subscribe: []string{GrantAny}, History: room}},
+			{Pattern: "news", Rule: Rule{Subscribe: []string{GrantAny}}},
+		},
+	}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]history.Policy{"room:1": room, "inbox:alice": room, "news": {}, "other": {}, "__x": {}} {
+		if got := c.HistoryOf(topic); got != want {
+			t.Errorf("HistoryOf(%q) = %+v, want %+v", topic, got, want)
+		}
+	}
+	if !c.KeepsHistory() {
+		t.Error("KeepsHistory false")
+	}
+	_, err = New(Config{Namespaces: []Namespace{{Pattern: "a", Rule: Rule{History: history.Policy{Size: 1}}}}}, Deps{})
+	if err == nil || !strings.Contains(err.Error(), "topics.namespaces[0].history") {
+		t.Fatalf("size without ttl: %v", err)
 	}
 }

@@ -23,6 +23,15 @@
 // forgotten, not re-sent after a reconnect; a subscribe refused with
 // -32003 is returned to the caller and never retried.
 //
+// History topics (docs/history.md): a subscription keeps its position
+// (Subscription.Position), advanced on the reader from every message's
+// offset, resubscribes with recover and since after every reconnect and
+// on the resync event, drops any message at or before its position, and
+// reports each recovery to Options.OnRecovery. PublishAt retries a
+// publish that was shed or cut off by a reconnect with the same
+// idempotencyKey: the one retry the client makes, because the server
+// makes it safe.
+//
 // Invariants:
 //   - Goroutines: per Client one run loop (reconnect) and one dispatcher
 //     (handlers), plus one reader per live connection. Every one is counted
