@@ -9,7 +9,10 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/presence"
+	"github.com/rtserver/rtserver/protocol"
+	"github.com/rtserver/rtserver/server"
 	"github.com/rtserver/rtserver/serverapi"
 )
 
@@ -77,6 +80,26 @@ func (b apiBackend) Publish(topic string, data json.RawMessage) error {
 		return errDegraded
 	}
 	return b.n.server.Publish(topic, data)
+}
+
+// PublishAt is Publish with the position of a history topic's message.
+func (b apiBackend) PublishAt(ctx context.Context, topic string, data json.RawMessage, key string) (*history.Position, error) {
+	if b.n.server.Degraded() {
+		return nil, errDegraded
+	}
+	pos, ok, err := b.n.server.PublishHistory(ctx, topic, data, key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &pos, nil
+}
+
+func (b apiBackend) History(ctx context.Context, topic string, since *protocol.Since, limit int) (json.RawMessage, error) {
+	res, err := b.n.server.History(ctx, topic, since, limit)
+	if errors.Is(err, server.ErrNoHistory) {
+		return nil, serverapi.ErrNoHistory
+	}
+	return res, err
 }
 
 func (b apiBackend) Disconnect(user string) error { return b.n.server.Disconnect(user) }

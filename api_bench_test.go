@@ -1,9 +1,7 @@
 package rtserver_test
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/internal/testnode"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -26,30 +25,18 @@ import (
 func BenchmarkAPIPublish(b *testing.B) {
 	cfg := quietConfig()
 	cfg.API.Key = "bench-key"
-	node, err := rtserver.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	node.HandleHTTP("POST /baseline", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"result":{}}`))
-	}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- node.Serve(ln) }()
-	defer func() {
-		node.Shutdown(context.Background())
-		<-done
-	}()
-	base := "http://" + ln.Addr().String()
+	_, addr := testnode.Start(b, cfg, func(node *rtserver.Node) {
+		node.HandleHTTP("POST /baseline", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"result":{}}`))
+		}))
+	})
+	base := "http://" + addr
 
 	// One subscriber that drains everything, so each publish is really
 	// delivered (encoded, queued and written to a socket).
-	sub := wstest.Dial(b, "ws://"+ln.Addr().String()+"/ws")
+	sub := wstest.Dial(b, "ws://"+addr+"/ws")
 	wstest.MustOK(b, sub.Call("subscribe", `{"topic":"bench"}`))
 	go func() {
 		for {

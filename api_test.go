@@ -7,8 +7,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/access"
+	"github.com/rtserver/rtserver/history"
 )
 
 // The server API on a main listener beyond loopback is allowed (the key
@@ -67,6 +70,44 @@ func TestAPIBesideApplicationRoutes(t *testing.T) {
 		n.Handler().ServeHTTP(w, req)
 		if w.Code != tt.want || !strings.Contains(w.Body.String(), tt.contains) {
 			t.Errorf("%s %s: %d %q, want %d containing %q", tt.method, tt.path, w.Code, w.Body.String(), tt.want, tt.contains)
+		}
+	}
+}
+
+// The server API on history topics: publish answers the position, the
+// same idempotencyKey answers it again without a second message,
+// broadcast lists the history topics' positions, history reads them.
+func TestAPIOnHistoryTopics(t *testing.T) {
+	cfg := rtserver.DefaultConfig()
+	cfg.API.Key = "k"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Topics.Namespaces = []access.Namespace{{Pattern: "room:*", Rule: access.Rule{
+		Subscribe: []string{access.GrantAny}, Publish: []string{access.GrantAny},
+		History: history.Policy{Size: 10, TTL: time.Minute},
+	}}}
+	n, err := rtserver.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path, body string
+		want       int
+		contains   string
+	}{
+		{"/api/publish", `{"topic":"room:1","data":1,"idempotencyKey":"a"}`, 200, `"offset":1}`},
+		{"/api/publish", `{"topic":"room:1","data":1,"idempotencyKey":"a"}`, 200, `"offset":1}`},
+		{"/api/publish", `{"topic":"plain","data":1}`, 200, `"result":{}`},
+		{"/api/broadcast", `{"topics":["plain","room:1","room:2"],"data":2}`, 200, `{"positions":[{"topic":"room:1","epoch":`},
+		{"/api/history", `{"topic":"room:1"}`, 200, `"offset":2,"messages":[{"offset":1,"data":1},{"offset":2,"data":2}]`},
+		{"/api/history", `{"topic":"plain"}`, 400, `no history`},
+		{"/api/publish", `{"topic":"room:1","data":1,"idempotencyKey":"` + strings.Repeat("k", 65) + `"}`, 400, `idempotencyKey`},
+	} {
+		req := httptest.NewRequest("POST", tt.path, strings.NewReader(tt.body))
+		req.Header.Set("Authorization", "apikey k")
+		w := httptest.NewRecorder()
+		n.Handler().ServeHTTP(w, req)
+		if w.Code != tt.want || !strings.Contains(w.Body.String(), tt.contains) {
+			t.Errorf("%s %s: %d %q, want %d containing %q", tt.path, tt.body, w.Code, w.Body.String(), tt.want, tt.contains)
 		}
 	}
 }

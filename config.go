@@ -14,6 +14,7 @@ import (
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/conf"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/presence"
@@ -40,6 +41,7 @@ type Config struct {
 	Handshake   handshake.Config    `yaml:"handshake"`
 	Auth        Auth                `yaml:"auth"`
 	Topics      access.Config       `yaml:"topics"`
+	History     history.Config      `yaml:"history"`
 	Presence    presence.Config     `yaml:"presence"`
 	Limits      server.Config       `yaml:"limits"`
 	Pressure    pressure.Config     `yaml:"pressure"`
@@ -74,7 +76,7 @@ type JWT struct {
 type RPC struct {
 	// Proxy forwards methods with no Go handler to an HTTP backend; an
 	// empty URL turns it off (-32601).
-	Proxy rpcproxy.Options `yaml:"proxy"`
+	Proxy rpcproxy.Config `yaml:"proxy"`
 }
 
 // API is the server API for backends (api.*, docs/server-api.md).
@@ -82,7 +84,7 @@ type API struct {
 	// Key turns the server API on: callers present it as "Authorization:
 	// apikey KEY". Served on AdminListen when set, else on Listen. Empty:
 	// the API is off.
-	Key string `yaml:"key" help:"API key backends send as \"Authorization: apikey KEY\" to POST /api/{publish,broadcast,disconnect,unsubscribe,info}, served on adminListen when set, else on listen; printable ASCII without spaces; empty: the server API is off"`
+	Key string `yaml:"key" help:"API key backends send as \"Authorization: apikey KEY\" to POST /api/{publish,broadcast,disconnect,unsubscribe,info,presence,presenceStats}, served on adminListen when set, else on listen; printable ASCII without spaces; empty: the server API is off"`
 }
 
 // Drain is graceful shutdown (drain.*).
@@ -129,11 +131,12 @@ func DefaultConfig() Config {
 		Handshake:   handshake.DefaultConfig(),
 		Auth:        Auth{JWT: JWT{RefreshNotice: 30 * time.Second}},
 		Topics:      access.DefaultConfig(),
+		History:     history.DefaultConfig(),
 		Presence:    presence.DefaultConfig(),
 		Limits:      server.DefaultConfig(),
 		Pressure:    pressure.DefaultConfig(),
 		PublishRate: publishrate.DefaultOptions(),
-		RPC:         RPC{Proxy: rpcproxy.DefaultOptions()},
+		RPC:         RPC{Proxy: rpcproxy.DefaultConfig()},
 		Drain:       Drain{Duration: 10 * time.Second},
 		Log:         Log{Format: "text", Level: "info"},
 	}
@@ -177,6 +180,7 @@ func (c Config) Validate() error {
 	nonNegativeDur("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
 	p.Join(c.Auth.JWT.Validate())
 	p.Join(c.Topics.Validate())
+	p.Join(c.History.Validate())
 	p.Join(c.Presence.Validate())
 	p.Join(c.Limits.Validate())
 	p.Join(c.Pressure.Validate())

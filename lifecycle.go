@@ -125,6 +125,9 @@ func (n *Node) Serve(ln net.Listener) error {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := n.server.Shutdown(shutdownCtx)
+		if n.history != nil {
+			n.history.Close()
+		}
 		srv.Close()
 		if admin != nil {
 			admin.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
@@ -36,7 +37,8 @@ type Node struct {
 	admit    *message.Admission
 	access   *access.Checker // the topic grants
 	server   *server.Server
-	cluster  *cluster // nil without Redis
+	cluster  *cluster       // nil without Redis
+	history  *history.Redis // the Redis history store; nil without Redis or history
 
 	mux        *http.ServeMux
 	adminMux   *http.ServeMux // nil: /metrics on mux
@@ -84,13 +86,12 @@ func New(cfg Config) (*Node, error) {
 
 	hs := cfg.Handshake
 	hs.JWT = cfg.Auth.JWT.JWT
-	if hs.Logger == nil {
-		hs.Logger = log
-	}
-	if n.gate, err = handshake.New(hs, n.metrics); err != nil {
+	if n.gate, err = handshake.New(hs, handshake.Deps{Metrics: n.metrics, Logger: log}); err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
-	n.pressure = pressure.New(cfg.Pressure, n.metrics, log)
+	if n.pressure, err = pressure.New(cfg.Pressure, pressure.Deps{Metrics: n.metrics, Logger: log}); err != nil {
+		return nil, fmt.Errorf("rtserver: %w", err)
+	}
 
 	// The cluster parts (Redis client, aggregator, shared limiter) come
 	// before the message tier, which reads them.
@@ -136,17 +137,13 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("rtserver: %w", err) // "message: method %q: ..."
 	}
-	if n.access, err = access.New(cfg.Topics, n.metrics, log); err != nil {
+	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log}); err != nil {
 		return fmt.Errorf("rtserver: %w", err)
 	}
 
 	var fallback server.Handler
 	if cfg.RPC.Proxy.URL != "" {
-		proxy := cfg.RPC.Proxy
-		if proxy.Logger == nil {
-			proxy.Logger = log
-		}
-		if fallback, err = rpcproxy.New(proxy); err != nil {
+		if fallback, err = rpcproxy.New(cfg.RPC.Proxy, rpcproxy.Deps{Logger: log}); err != nil {
 			return fmt.Errorf("rtserver: %w", err)
 		}
 	}
@@ -158,6 +155,10 @@ func (n *Node) build() error {
 		}
 	}
 
+	store, err := n.historyStore(cfg, b)
+	if err != nil {
+		return fmt.Errorf("rtserver: history: %w", err)
+	}
 	popts, err := n.presenceOptions(cfg)
 	if err != nil {
 		return fmt.Errorf("rtserver: presence: %w", err)
@@ -177,6 +178,9 @@ func (n *Node) build() error {
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
 		Presence:        popts,
 		InstanceID:      n.instanceID,
+		History:         store,
+		HistoryPolicy:   n.historyPolicy(store),
+		HistoryConfig:   cfg.History,
 	})
 
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -109,6 +110,7 @@ type namespace struct {
 	pat  pattern
 	rule rule
 	keep keeps
+	hist history.Policy // (history.go)
 }
 
 // keeps is what a rule's topics keep beside their grants.
@@ -120,19 +122,23 @@ type Checker struct {
 	ns      []namespace
 	def     rule
 	defKeep keeps
-	keepAny bool   // some rule keeps presence or joinLeave
-	proxy   *proxy // nil unless a rule lists the proxy grant
-	denied  [2]prometheus.Counter
-	log     *slog.Logger
-	anyPub  bool
+	defHist history.Policy // (history.go)
+	// keepHistory: some rule keeps history
+	keepHistory bool
+	keepAny     bool   // some rule keeps presence or joinLeave
+	proxy       *proxy // nil unless a rule lists the proxy grant
+	denied      [2]prometheus.Counter
+	log         *slog.Logger
+	anyPub      bool
 }
 
 // New validates cfg (every problem at once, as *ConfigError values joined)
-// and compiles it. m nil means metrics.NewDiscard(); log nil discards.
-func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
+// and compiles it.
+func New(cfg Config, deps Deps) (*Checker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	m, log := deps.Metrics, deps.Logger
 	if m == nil {
 		m = metrics.NewDiscard()
 	}
@@ -174,7 +180,8 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
 	for _, n := range cfg.Namespaces {
 		p, _ := compilePattern(n.Pattern) // validated above
 		k := keeps{n.Presence, n.JoinLeave}
-		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k})
+		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k, hist: n.History})
+		c.keepHistory = c.keepHistory || n.History.Enabled()
 		c.keepAny = c.keepAny || k != keeps{}
 	}
 	def := anyRule
@@ -183,6 +190,8 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
 	}
 	c.def = compile(def)
 	c.defKeep = keeps{def.Presence, def.JoinLeave}
+	c.defHist = def.History
+	c.keepHistory = c.keepHistory || def.History.Enabled()
 	c.keepAny = c.keepAny || c.defKeep != keeps{}
 	if usesProxy {
 		c.proxy = newProxy(cfg.Proxy, m, log)
@@ -194,16 +203,16 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Checker, error) {
 func (c *Checker) KeepsPresence() bool { return c.keepAny }
 
 // Presence reports what topic keeps: its presence, and join/leave diffs
-// for its subscribers. The first namespace whose pattern has the topic's
-// shape decides ({user} standing for any one non-empty run without '/'),
-// whoever asks: a topic's presence is one for all its subscribers.
+// for its subscribers. The namespace that decides the topic's grants (by
+// its shape, whoever asks) decides: a topic's presence is one for all its
+// subscribers.
 func (c *Checker) Presence(topic string) (presence, joinLeave bool) {
 	if !c.keepAny || protocol.Reserved(topic) {
 		return false, false
 	}
 	k := c.defKeep
 	for i := range c.ns {
-		if c.ns[i].pat.matchShape(topic) {
+		if c.ns[i].pat.match(topic) {
 			k = c.ns[i].keep
 			break
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -149,7 +150,7 @@ func TestValidate(t *testing.T) {
 		if !slices.Equal(keys, tt.wantKeys) {
 			t.Errorf("%s: keys %v, want %v (%v)", tt.name, keys, tt.wantKeys, err)
 		}
-		if _, nerr := New(tt.cfg, nil, nil); (nerr == nil) != (err == nil) {
+		if _, nerr := New(tt.cfg, Deps{}); (nerr == nil) != (err == nil) {
 			t.Errorf("%s: New error %v, Validate %v", tt.name, nerr, err)
 		}
 	}
@@ -158,7 +159,7 @@ func TestValidate(t *testing.T) {
 func newChecker(t testing.TB, cfg Config) (*Checker, *metrics.Metrics) {
 	t.Helper()
 	m := metrics.NewDiscard()
-	c, err := New(cfg, m, nil)
+	c, err := New(cfg, Deps{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func TestPresenceByShape(t *testing.T) {
 			{Pattern: "quiet:*", Rule: Rule{Subscribe: []string{GrantAny}}},
 		},
 		Default: &Rule{Subscribe: []string{GrantAny}, JoinLeave: true},
-	}, nil, nil)
+	}, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,8 +362,34 @@ func TestPresenceByShape(t *testing.T) {
 			t.Errorf("Presence(%q) = %v, %v; want %v, %v", tt.give, p, jl, tt.presence, tt.joinLeave)
 		}
 	}
-	plain, _ := New(Config{}, nil, nil)
+	plain, _ := New(Config{}, Deps{})
 	if plain.KeepsPresence() {
 		t.Error("the zero Config keeps presence")
+	}
+}
+
+func TestHistoryPolicyByShape(t *testing.T) {
+	room := history.Policy{Size: 10, TTL: time.Minute}
+	c, err := New(Config{
+		Namespaces: []Namespace{
+			{Pattern: "inbox:{user}", Rule: Rule{Subscribe: []string{GrantOwner}, History: room}},
+			{Pattern: "room:*", Rule: Rule{Subscribe: []string{GrantAny}, History: room}},
+			{Pattern: "news", Rule: Rule{Subscribe: []string{GrantAny}}},
+		},
+	}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]history.Policy{"room:1": room, "inbox:alice": room, "news": {}, "other": {}, "__x": {}} {
+		if got := c.HistoryOf(topic); got != want {
+			t.Errorf("HistoryOf(%q) = %+v, want %+v", topic, got, want)
+		}
+	}
+	if !c.KeepsHistory() {
+		t.Error("KeepsHistory false")
+	}
+	_, err = New(Config{Namespaces: []Namespace{{Pattern: "a", Rule: Rule{History: history.Policy{Size: 1}}}}}, Deps{})
+	if err == nil || !strings.Contains(err.Error(), "topics.namespaces[0].history") {
+		t.Fatalf("size without ttl: %v", err)
 	}
 }

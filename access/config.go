@@ -2,8 +2,12 @@ package access
 
 import (
 	"fmt"
+	"github.com/rtserver/rtserver/metrics"
+	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/rtserver/rtserver/history"
 )
 
 // Rule lists the grants of each action; any of them allows, an empty list
@@ -17,6 +21,10 @@ type Rule struct {
 	// asks (Checker.Presence).
 	Presence  bool `yaml:"presence" help:"keep the topics' presence: who is subscribed, fleet-wide (methods presence and presenceStats, docs/presence.md)"`
 	JoinLeave bool `yaml:"joinLeave" help:"send the topics' subscribers coalesced presence notifications of joins and leaves, at most one per presence.diffInterval"`
+	// History keeps the topics' recent messages for recovery
+	// (docs/history.md), decided by the topic's shape like presence; the
+	// zero value keeps none.
+	History history.Policy `yaml:"history" help:"keep the topics' recent messages for recovery, {size, ttl}: the last size messages, each for ttl (docs/history.md); default {0, 0s}: none"`
 }
 
 // Namespace is a set of topics (Pattern) and its grants.
@@ -36,7 +44,7 @@ type Namespace struct {
 type Config struct {
 	// Namespaces are tried in order; the first whose pattern matches the
 	// topic decides.
-	Namespaces []Namespace `yaml:"namespaces" help:"ordered list of {pattern, subscribe, publish}; the first whose pattern matches the topic decides (see Topic namespaces); default: none"`
+	Namespaces []Namespace `yaml:"namespaces" help:"ordered list of {pattern, subscribe, publish, presence, joinLeave, history}; the first whose pattern matches the topic decides (see Topic namespaces); default: none"`
 	// Default decides topics no namespace matches; nil means
 	// {Subscribe: [any], Publish: [any]}.
 	Default *Rule `yaml:"default"`
@@ -44,6 +52,12 @@ type Config struct {
 	// Grants are the application's own grants by name, usable in every
 	// rule next to the built-ins. A name may not shadow a built-in.
 	Grants map[string]GrantFunc `yaml:"-"`
+}
+
+// Deps are what a Checker uses beside its configuration.
+type Deps struct {
+	Metrics *metrics.Metrics // nil: metrics.NewDiscard()
+	Logger  *slog.Logger     // nil: discard
 }
 
 // DefaultConfig is the topics.* defaults of docs/configuration.md.

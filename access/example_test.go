@@ -25,7 +25,7 @@ func Example() {
 				return members[q.User+"/"+strings.TrimPrefix(q.Topic, "room:")], nil
 			},
 		},
-	}, nil, nil)
+	}, access.Deps{})
 	if err != nil {
 		panic(err)
 	}

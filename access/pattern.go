@@ -248,23 +248,3 @@ func (p *pattern) owns(topic, user string) bool {
 	run, ok := p.owner(topic)
 	return ok && run == user
 }
-
-// matchShape reports whether topic has the pattern's shape: a pattern
-// without {user} matches as match does; with one, {user} stands for any
-// one non-empty run of topic characters without '/'.
-func (p *pattern) matchShape(topic string) bool {
-	if !p.hasUser {
-		return p.glob.match(topic)
-	}
-	for at := 0; at < len(topic); at++ {
-		if !p.prefix.match(topic[:at]) {
-			continue
-		}
-		for end := at + 1; end <= len(topic) && topic[end-1] != '/'; end++ {
-			if p.suffix.match(topic[end:]) {
-				return true
-			}
-		}
-	}
-	return false
-}

@@ -167,7 +167,7 @@ func TestCheckMatchesModel(t *testing.T) {
 		def := Rule{Subscribe: genGrants(false).Draw(t, "defSub"), Publish: genGrants(false).Draw(t, "defPub")}
 		c, err := New(Config{Namespaces: nss, Default: &def, Grants: map[string]GrantFunc{
 			"even": func(_ context.Context, q Question) (bool, error) { return even(q.Topic), nil },
-		}}, nil, nil)
+		}}, Deps{})
 		if err != nil {
 			t.Fatalf("valid config refused: %v", err)
 		}
@@ -207,7 +207,7 @@ func TestUserPatternOwnsItsShape(t *testing.T) {
 		c, err := New(Config{
 			Namespaces: []Namespace{{Pattern: pat, Rule: Rule{Subscribe: []string{"owner"}, Publish: []string{"owner"}}}},
 			Default:    &Rule{Subscribe: []string{"any"}, Publish: []string{"any"}},
-		}, nil, nil)
+		}, Deps{})
 		if err != nil {
 			t.Fatalf("valid pattern %q refused: %v", pat, err)
 		}

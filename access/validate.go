@@ -38,6 +38,11 @@ func (cfg Config) Validate() error {
 		return slices.Contains(builtinGrants, name) || (name != "" && cfg.Grants[name] != nil)
 	}
 	checkRule := func(key string, r Rule, hasUser bool) {
+		if err := r.History.Validate(key + ".history"); err != nil {
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				errs = append(errs, j.Unwrap()...)
+			}
+		}
 		for _, side := range []struct {
 			name  string
 			names []string

@@ -52,7 +52,7 @@ type RedisOptions struct {
 	// drops, counts (slow_receiver) and tells the topic's subscribers
 	// (Receiver.Gap), because a stalled read loop would make Redis
 	// disconnect us and lose every topic's messages, not just the slow
-	// ones. 0: 8192.
+	// ones. 0: 65536.
 	DeliverQueueSize int
 	// BatchSize is the most PUBLISH commands sent in one pipelined round
 	// trip by a writer. 1 sends each message on its own. 0: 128.
@@ -82,7 +82,14 @@ type RedisOptions struct {
 }
 
 const (
-	defaultQueueSize    = 8192
+	defaultQueueSize = 8192
+	// defaultDeliverQueue is the receive side's slack: a receiving
+	// instance does a topic's whole fan-out per message, while its
+	// sender only wrote it once, so a sender outruns it whenever its CPU
+	// is taken for a moment. 64Ki messages (a few MiB of small messages)
+	// ride out seconds of that; Redis's own pub/sub buffer would
+	// disconnect us long before (docs/cluster.md).
+	defaultDeliverQueue = 1 << 16
 	defaultPublishWait  = 50 * time.Millisecond
 	defaultBatchSize    = 128
 	defaultWriters      = 4
@@ -189,7 +196,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	e.pingEvery = orDefault(o.PingInterval, defaultPingInterval)
 	e.pingWait = orDefault(o.PingTimeout, defaultPingTimeout)
 	e.queue = make(chan outMsg, orDefault(o.PublishQueue, defaultQueueSize))
-	e.workers = newWorkerQueues(orDefault(o.DeliverQueueSize, defaultQueueSize))
+	e.workers = newWorkerQueues(orDefault(o.DeliverQueueSize, defaultDeliverQueue))
 	e.writerStop = make(chan struct{})
 	e.firstPing = make(chan struct{})
 	e.ctx, e.cancel = context.WithCancel(context.Background())

@@ -28,12 +28,16 @@ import (
 // topic's subscribers).
 
 // inMsg is one received payload on its way to the Receiver, or a gap
-// marker. (A per-message stream position would travel here too.)
+// marker.
 type inMsg struct {
 	payload string   // the raw envelope, still signed
 	topic   string   // read off the header: the worker owner's key; for a gap, the topic
 	in      *inbound // the subscription it came through
 	gap     bool     // a gap marker: no payload
+	// A history topic's message (position.go): its place in the stream,
+	// taken off the front of a position envelope; offset 0 otherwise.
+	epoch  string
+	offset uint64
 }
 
 // maxPendingGaps bounds the topics one worker may owe a gap at once; past
@@ -82,15 +86,29 @@ func (in *inbound) handle(p string) {
 		e.dropReceived(DropOversize, in.channel, len(p))
 		return
 	}
+	var epoch string
+	var offset uint64
+	self := e.id
+	if len(p) > 0 && p[0] == positionVersion {
+		var ok bool
+		if epoch, offset, p, ok = splitPosition(p); !ok {
+			e.dropReceived(DropMalformed, in.channel, len(p))
+			return
+		}
+		self = "" // a position envelope comes back to its sender on purpose
+	}
 	version := byte(envelopeVersion)
 	if len(p) > 0 && p[0] == controlVersion {
 		version = controlVersion
 	}
 	// The header is read before the signature is checked: it only picks
 	// the worker; the worker checks everything.
-	topic, _, own, reason := splitEnvelope(p, version, e.id, e.maxEnv, anyKey)
+	topic, _, own, reason := splitEnvelope(p, version, self, e.maxEnv, anyKey)
 	switch {
-	case own:
+	case own && offset == 0:
+		return
+	case own: // a position envelope that names no instance
+		e.dropReceived(DropMalformed, in.channel, len(p))
 		return
 	case reason != "":
 		e.dropReceived(reason, in.channel, len(p))
@@ -112,7 +130,7 @@ func (in *inbound) handle(p string) {
 		}
 	}
 	select {
-	case e.workers[w] <- inMsg{payload: p, topic: topic, in: in}:
+	case e.workers[w] <- inMsg{payload: p, topic: topic, in: in, epoch: epoch, offset: offset}:
 	default:
 		in.dropSlow(w, topic)
 	}
@@ -204,14 +222,21 @@ func (e *engine) receive(m inMsg, r Receiver) {
 	var own bool
 	var reason string
 	var seq uint64
-	if control {
+	switch {
+	case control && m.offset > 0:
+		reason = DropMalformed // no control message has a position
+	case control:
 		topic, seq, data, own, reason = decodeControl(p, e.id, e.maxEnv)
-	} else {
+	case m.offset > 0:
+		topic, data, own, reason = decodeEnvelope(p, "", e.maxEnv) // our own too (position.go)
+	default:
 		topic, data, own, reason = decodeEnvelope(p, e.id, e.maxEnv)
 	}
 	switch {
-	case own:
+	case own && m.offset == 0:
 		return
+	case own:
+		reason = DropMalformed
 	case reason != "":
 		e.dropReceived(reason, m.in.channel, len(p))
 		return
@@ -228,6 +253,15 @@ func (e *engine) receive(m inMsg, r Receiver) {
 	e.m.BusReceived.Inc()
 	if control {
 		r.DeliverControl(strings.Clone(topic), buf)
+		return
+	}
+	if m.offset > 0 {
+		pr, ok := r.(PositionReceiver)
+		if !ok {
+			e.dropReceived(DropMalformed, m.in.channel, len(p))
+			return
+		}
+		pr.DeliverAt(strings.Clone(topic), buf, strings.Clone(m.epoch), m.offset)
 		return
 	}
 	// The topic is cloned so the Receiver may keep it without pinning the

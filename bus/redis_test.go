@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -93,19 +94,6 @@ func (r *recorder) awaitMsgs(t testing.TB, n int) []got {
 	r.await(t, fmt.Sprintf("%d messages", n), func(m []got, _ []bool) bool { return len(m) >= n })
 	m, _ := r.snapshot()
 	return m
-}
-
-// poll waits for a condition on something that cannot notify us (Redis
-// itself, or a state without a callback).
-func poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a process we do not control
-	}
 }
 
 func newClient(t testing.TB, addr string) *redis.Client {
@@ -276,7 +264,7 @@ func TestRedisDropsHostileEnvelopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, reason := range []string{DropMalformed, DropOversize, DropBadTopic} {
-		poll(t, "dropped{"+reason+"}", func() bool { return dropped(b.e.m, reason) == want[reason] })
+		testkit.Eventually(t, waitLimit, "dropped{"+reason+"}", func() bool { return dropped(b.e.m, reason) == want[reason] })
 	}
 	msgs := rb.awaitMsgs(t, 1)
 	if len(msgs) != 1 || msgs[0].data != `{"ok":true}` {
@@ -315,7 +303,7 @@ func TestRedisPublishRefusals(t *testing.T) {
 	}
 	queued := make(chan error, 1)
 	go func() { queued <- b.Publish("t", []byte("1")) }()
-	poll(t, "a queued publish", func() bool { return len(b.e.queue) == 1 })
+	testkit.Eventually(t, waitLimit, "a queued publish", func() bool { return len(b.e.queue) == 1 })
 	for _, tt := range tests {
 		before := 0.0
 		if tt.reason != "" {
@@ -517,7 +505,7 @@ func TestRedisSignedEnvelopes(t *testing.T) {
 	if !sameMsgs(msgs, []got{{"control " + UserKey("alice"), `{"op":"disconnect"}`}, {"room", `{"ok":true}`}}) {
 		t.Errorf("delivered %v, want the signed control and data messages only", msgs)
 	}
-	poll(t, "5 drops", func() bool { return dropped(b.e.m, DropMalformed) == 5 })
+	testkit.Eventually(t, waitLimit, "5 drops", func() bool { return dropped(b.e.m, DropMalformed) == 5 })
 }
 
 // BenchmarkSign is the cost of signing (or verifying) one envelope.
@@ -573,7 +561,7 @@ func TestRedisSignedReplaysDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll(t, "4 drops", func() bool { return dropped(b.e.m, DropMalformed) == 4 })
+	testkit.Eventually(t, waitLimit, "4 drops", func() bool { return dropped(b.e.m, DropMalformed) == 4 })
 	msgs := rb.awaitMsgs(t, 2)
 	if !sameMsgs(msgs, []got{{"control " + UserKey("alice"), `{"op":"disconnect"}`}, {"room", `{"ok":true}`}}) {
 		t.Errorf("delivered %v, want the control message once and the fresh one", msgs)
@@ -630,7 +618,7 @@ func TestRedisControlNumbersOutliveRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range []*Redis{b, fresh} {
-		poll(t, "the replay refused by "+x.InstanceID(), func() bool { return dropped(x.e.m, DropMalformed) == 1 })
+		testkit.Eventually(t, waitLimit, "the replay refused by "+x.InstanceID(), func() bool { return dropped(x.e.m, DropMalformed) == 1 })
 	}
 	if err := a.PublishControl(UserKey("alice"), []byte(`{"op":"again"}`)); err != nil {
 		t.Fatal(err)
@@ -671,7 +659,7 @@ func TestRedisSlowReceiverGap(t *testing.T) {
 		}
 	}
 	// Message 0 holds the worker, 1 waits in its queue, the rest are lost.
-	poll(t, "the drops", func() bool { return dropped(b.e.m, DropSlowRecv) == n-2 })
+	testkit.Eventually(t, waitLimit, "the drops", func() bool { return dropped(b.e.m, DropSlowRecv) == n-2 })
 	close(rb.release)
 	// The channel is quiet now: the gap is told without waiting for the
 	// topic's next message.

@@ -88,5 +88,7 @@ func (c *Client) systemEvent(event, topic string) {
 		delete(c.subs, topic)
 		c.mu.Unlock()
 		c.opts.Logger.Debug("rtclient: unsubscribed by the server", "topic", topic)
+	case protocol.EventResync:
+		c.resync(topic)
 	}
 }

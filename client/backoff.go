@@ -9,7 +9,7 @@ import "time"
 // cap = min(maxB, minB·2^attempt), so a crowd that lost its server at the
 // same instant spreads out instead of returning in lockstep.
 //
-// With a hint (Retry-After, retry_after_ms) the wait is never shorter than
+// With a hint (Retry-After, a close reason's) the wait is never shorter than
 // the hint: hint plus a jitter uniform in [0, min(cap, maxB-hint)]. The
 // jitter spreads clients that received the same hint (Retry-After has
 // whole-second granularity, so a crowd shed together often gets the same

@@ -22,6 +22,12 @@ import (
 // When ctx ends first, Call returns ctx.Err() and a late response is
 // discarded.
 func (c *Client) Call(ctx context.Context, method string, params, result any) error {
+	return c.call(ctx, method, params, result, nil)
+}
+
+// call is Call with a hook the reader runs on the result, in order with
+// the frames around it.
+func (c *Client) call(ctx context.Context, method string, params, result any, hook func(json.RawMessage)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -38,6 +44,7 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 	if err != nil {
 		return err
 	}
+	cn.setHook(id, hook)
 	if err := cn.write(ctx, b); err != nil {
 		cn.forget(id)
 		return c.writeErr(err)
@@ -126,6 +133,10 @@ type Subscription struct {
 	c     *Client
 	topic string
 	h     func(topic string, data json.RawMessage)
+
+	// A history topic's position (history.go), under c.mu: set by the
+	// reader from subscribe results and from every message's offset.
+	pos Position
 }
 
 // Topic returns the subscribed topic.
@@ -159,7 +170,7 @@ func (c *Client) Subscribe(ctx context.Context, topic string, h func(topic strin
 	// server sends right after its reply is not dropped.
 	c.subs[topic] = s
 	c.mu.Unlock()
-	if err := c.Call(ctx, protocol.MethodSubscribe, topicParams{Topic: topic}, nil); err != nil {
+	if err := c.call(ctx, protocol.MethodSubscribe, topicParams{Topic: topic}, nil, s.onResult(false)); err != nil {
 		c.removeSub(s)
 		return nil, err
 	}
@@ -212,6 +223,10 @@ func (c *Client) dispatch() {
 			if c.opts.OnSystem != nil {
 				c.opts.OnSystem(d.event, d.data)
 			}
+		case methodRecovery:
+			if c.opts.OnRecovery != nil {
+				c.opts.OnRecovery(d.topic, d.recovered, d.event)
+			}
 		case "presence":
 			c.presenceDiff(d.data)
 		}
@@ -244,11 +259,13 @@ func (c *Client) resubscribe(cn *conn) error {
 		calls := make([]pending, 0, len(topics))
 		for _, t := range topics {
 			id := c.nextID.Add(1)
-			b, _ := encodeRequest(id, protocol.MethodSubscribe, topicParams{Topic: t})
+			params, hook := c.resubscribeParams(t)
+			b, _ := encodeRequest(id, protocol.MethodSubscribe, params)
 			ch, err := cn.register(id)
 			if err != nil {
 				return err
 			}
+			cn.setHook(id, hook)
 			if err := cn.write(c.ctx, b); err != nil {
 				return wrapCause(ErrDisconnected, err)
 			}

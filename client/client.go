@@ -42,7 +42,7 @@ type Client struct {
 // The first connection is made here, synchronously, and is not retried
 // even with Reconnect: a *HandshakeError reports an HTTP rejection (its
 // RetryAfter carries the server's hint), a *CloseError a close right after
-// the upgrade (1013 with retry_after_ms in close mode, 1012 while draining).
+// the upgrade (1013 with a retry hint in close mode, 1012 while draining).
 // Reconnect applies once connected.
 func Dial(ctx context.Context, url string, opts *Options) (*Client, error) {
 	c := &Client{

@@ -47,16 +47,18 @@ type conn struct {
 
 	mu      sync.Mutex
 	pending map[uint64]chan response
-	err     error         // why the reader stopped; set before done is closed
-	drain   time.Duration // reconnectAfterMs of a "draining" event, a fallback hint
+	hooks   map[uint64]func(json.RawMessage) // run by the reader on a call's result (history.go)
+	err     error                            // why the reader stopped; set before done is closed
+	drain   time.Duration                    // reconnectAfterMs of a "draining" event, a fallback hint
 }
 
 // delivery is one notification for the handler goroutine.
 type delivery struct {
-	method string // "message", "system" or "presence"
-	topic  string // message
-	data   json.RawMessage
-	event  string // system
+	method    string // "message", "system", "presence" or methodRecovery
+	topic     string // message, recovery
+	data      json.RawMessage
+	event     string // system; a recovery's reason
+	recovered bool   // recovery
 }
 
 // connect dials, starts the reader and confirms the connection with a ping
@@ -218,7 +220,14 @@ func (c *Client) handleValue(cn *conn, b []byte) bool {
 	cn.mu.Lock()
 	ch, ok := cn.pending[id]
 	delete(cn.pending, id)
+	hook := cn.hooks[id]
+	delete(cn.hooks, id)
 	cn.mu.Unlock()
+	if hook != nil && r.err == nil {
+		// In order with the frames around it: a subscribe's position is
+		// set before the messages that follow its result are read.
+		hook(r.result)
+	}
 	if ok {
 		ch <- r // 1-buffered, and each id is answered once
 	}
@@ -230,12 +239,16 @@ func (c *Client) notification(cn *conn, m *inbound) bool {
 	switch m.Method {
 	case protocol.NotifyMessage:
 		var p struct {
-			Topic string          `json:"topic"`
-			Data  json.RawMessage `json:"data"`
+			Topic  string          `json:"topic"`
+			Offset *uint64         `json:"offset"`
+			Data   json.RawMessage `json:"data"`
 		}
 		if err := json.Unmarshal(m.Params, &p); err != nil {
 			c.opts.Logger.Warn("rtclient: bad message notification", "err", err)
 			return true
+		}
+		if p.Offset != nil && !c.advance(p.Topic, *p.Offset) {
+			return true // a duplicate of what this subscription already had
 		}
 		d.topic, d.data = p.Topic, p.Data
 	case protocol.NotifySystem:
@@ -290,6 +303,20 @@ func (cn *conn) register(id uint64) (chan response, error) {
 func (cn *conn) forget(id uint64) {
 	cn.mu.Lock()
 	delete(cn.pending, id)
+	delete(cn.hooks, id)
+	cn.mu.Unlock()
+}
+
+// setHook has the reader run hook on id's result (nil: nothing).
+func (cn *conn) setHook(id uint64, hook func(json.RawMessage)) {
+	if hook == nil {
+		return
+	}
+	cn.mu.Lock()
+	if cn.hooks == nil {
+		cn.hooks = map[uint64]func(json.RawMessage){}
+	}
+	cn.hooks[id] = hook
 	cn.mu.Unlock()
 }
 

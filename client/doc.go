@@ -12,7 +12,7 @@
 // drops fails with ErrDisconnected; the caller decides), reconnect after a
 // refusal that will not change by waiting (HTTP 401/403 and other 4xx except
 // 429; close codes 1002, 1003, 1007, 1008, 1009), or reconnect sooner than
-// the server asked (Retry-After on 503/429, retry_after_ms on 1012/1013).
+// the server asked (Retry-After on 503/429, the close reason's hint on 1012/1013).
 // The one exception is what a fresh token changes: with Options.TokenFunc
 // a close 1008 "token expired" reconnects, and a 401 is retried once.
 //
@@ -22,6 +22,15 @@
 // method. A topic the server takes away (system event unsubscribed) is
 // forgotten, not re-sent after a reconnect; a subscribe refused with
 // -32003 is returned to the caller and never retried.
+//
+// History topics (docs/history.md): a subscription keeps its position
+// (Subscription.Position), advanced on the reader from every message's
+// offset, resubscribes with recover and since after every reconnect and
+// on the resync event, drops any message at or before its position, and
+// reports each recovery to Options.OnRecovery. PublishAt retries a
+// publish that was shed or cut off by a reconnect with the same
+// idempotencyKey: the one retry the client makes, because the server
+// makes it safe.
 //
 // Invariants:
 //   - Goroutines: per Client one run loop (reconnect) and one dispatcher

@@ -101,6 +101,13 @@ type Options struct {
 	// that concern it: a refresh started for tokenExpiring (with
 	// TokenFunc), the topic forgotten for unsubscribed.
 	OnSystem func(event string, params json.RawMessage)
+	// OnRecovery is called after every reconnect (and resync) for each
+	// subscription to a history topic (docs/history.md): recovered true
+	// when every message missed meanwhile was replayed (they arrive next,
+	// in order, once each), false with the server's reason ("epoch",
+	// "trimmed", "tooMany") when they are gone: reload the topic's state
+	// then. It runs on the handler goroutine, in order with messages.
+	OnRecovery func(topic string, recovered bool, reason string)
 	// OnPresence is called for each presence notification: the coalesced
 	// joins and leaves of a subscribed topic whose namespace has joinLeave
 	// (docs/presence.md). It runs on the handler goroutine, in order with

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/jwttest"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -272,7 +273,7 @@ func TestTopicsClaimOfWrongShapeThroughBinary(t *testing.T) {
 			t.Errorf("topics claim %v: status %d, want 401", bad, status)
 		}
 	}
-	waitFor(t, 10*time.Second, "the claim warning", func() bool { return strings.Contains(p.log.String(), "topics claim has the wrong shape") })
+	testkit.Eventually(t, 10*time.Second, "the claim warning", func() bool { return strings.Contains(p.log.String(), "topics claim has the wrong shape") })
 	if got := p.metric(`handshake_rejected_total{reason="auth"}`); got != 4 {
 		t.Errorf("auth rejections = %v, want 4", got)
 	}
@@ -305,7 +306,7 @@ func TestOpenPublishWarning(t *testing.T) {
 	leakcheck.Check(t)
 	const warning = "may publish on some topics while the server listens beyond loopback"
 	wide := startWide(t, "")
-	waitFor(t, 10*time.Second, "the warning", func() bool { return strings.Contains(wide.log.String(), warning) })
+	testkit.Eventually(t, 10*time.Second, "the warning", func() bool { return strings.Contains(wide.log.String(), warning) })
 	if n := strings.Count(wide.log.String(), warning); n != 1 {
 		t.Errorf("%d warnings, want 1", n)
 	}

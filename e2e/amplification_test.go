@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -68,7 +69,7 @@ func TestHostileBatchesDoNotAmplify(t *testing.T) {
 	// the first scrape rather than on the wait.
 	const budget = 64 << 20
 	var growth float64
-	waitFor(t, 3*time.Minute, "every hostile client closed with 1008", func() bool {
+	testkit.Eventually(t, 3*time.Minute, "every hostile client closed with 1008", func() bool {
 		m, ok := p.tryMetrics() // a busy server (-race, a loaded machine) may be slow to answer
 		if !ok {
 			return false

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -177,7 +178,7 @@ func TestServerAPIMethods(t *testing.T) {
 
 	// 503 while draining (a client keeps the drain going).
 	p.signal(syscall.SIGTERM)
-	waitFor(t, 10*time.Second, "draining", func() bool { return p.status("/readyz") == 503 })
+	testkit.Eventually(t, 10*time.Second, "draining", func() bool { return p.status("/readyz") == 503 })
 	if a := api(t, base, "publish", apiKey, `{"topic":"news","data":1}`); a.Status != 503 || a.Error == nil || a.Error.Code != -32001 {
 		t.Errorf("while draining: %d %+v, want 503 -32001", a.Status, a.Error)
 	}
@@ -231,7 +232,7 @@ func TestServerAPIAcrossInstances(t *testing.T) {
 			}
 			base := "http://" + a.Addr
 			// The fleet is visible to info once b's rate envelope arrived.
-			waitFor(t, 10*time.Second, "two instances in info", func() bool {
+			testkit.Eventually(t, 10*time.Second, "two instances in info", func() bool {
 				return strings.Contains(string(apiOK(t, base, "info", `{}`)), `"instances":2`)
 			})
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -138,7 +139,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 
 	r.Stop()
-	waitFor(t, 20*time.Second, "readyz 503", func() bool { return b.status("/readyz") == http.StatusServiceUnavailable })
+	testkit.Eventually(t, 20*time.Second, "readyz 503", func() bool { return b.status("/readyz") == http.StatusServiceUnavailable })
 	b.waitMetric("bus_degraded", 10*time.Second, func(v float64) bool { return v == 1 })
 	if f := sub.Recv(); f.Method != "system" || f.Params.Event != "degraded" {
 		t.Fatalf("client got %+v, want system degraded", f)
@@ -148,8 +149,8 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	}
 
 	r.Restart()
-	waitFor(t, 30*time.Second, "readyz 200 on B", func() bool { return b.status("/readyz") == http.StatusOK })
-	waitFor(t, 30*time.Second, "readyz 200 on A", func() bool { return a.status("/readyz") == http.StatusOK })
+	testkit.Eventually(t, 30*time.Second, "readyz 200 on B", func() bool { return b.status("/readyz") == http.StatusOK })
+	testkit.Eventually(t, 30*time.Second, "readyz 200 on A", func() bool { return a.status("/readyz") == http.StatusOK })
 	if f := sub.Recv(); f.Method != "system" || f.Params.Event != "recovered" {
 		t.Fatalf("client got %+v, want system recovered", f)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -43,7 +44,7 @@ func TestDrainSpreadsClosesAndExitsZero(t *testing.T) {
 	}
 
 	p.signal(syscall.SIGTERM)
-	waitFor(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	testkit.Eventually(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_, resp, err := websocket.Dial(ctx, p.WS(), nil)
 	cancel()
@@ -86,7 +87,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	wstest.MustOK(t, a.Call("subscribe", `{"topic":"t"}`))
 	wstest.MustOK(t, b.Call("subscribe", `{"topic":"t"}`))
 	p.signal(syscall.SIGTERM)
-	waitFor(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	testkit.Eventually(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
 	p.signal(syscall.SIGTERM)
 	if code := p.exitCode(30 * time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)

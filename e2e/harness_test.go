@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -10,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // binary is the rtserver built once for the whole package.
@@ -48,26 +49,9 @@ type proc struct {
 	t    testing.TB
 	cmd  *exec.Cmd
 	Addr string // host:port of the main listener
-	log  *syncBuffer
+	log  *testkit.LogBuffer
 	done chan struct{}
 	err  error // the process's exit, once done is closed
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func freePort(t testing.TB) int {
@@ -101,9 +85,14 @@ func startAt(t testing.TB, addr, config string, env ...string) *proc {
 	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, Addr: addr, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, Addr: addr, log: &testkit.LogBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, "--config", cfgFile, "--listen", addr, "--log-level", "debug")
-	p.cmd.Env = append(os.Environ(), env...)
+	// The binary refuses RTSERVER_* variables it does not know; the one
+	// that makes missing programs fail the suite is the suite's, not its.
+	inherited := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, testkit.RequireIntegration+"=")
+	})
+	p.cmd.Env = append(inherited, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -123,7 +112,7 @@ func startAt(t testing.TB, addr, config string, env ...string) *proc {
 
 func (p *proc) waitReady() {
 	p.t.Helper()
-	waitFor(p.t, 30*time.Second, "rtserver ready", func() bool {
+	testkit.Eventually(p.t, 30*time.Second, "rtserver ready", func() bool {
 		select {
 		case <-p.done:
 			p.t.Fatalf("rtserver exited: %v\n%s", p.err, p.log.String())
@@ -231,22 +220,9 @@ func (p *proc) metric(series string) float64 { return p.metrics()[series] }
 func (p *proc) waitMetric(series string, within time.Duration, cond func(float64) bool) float64 {
 	p.t.Helper()
 	var v float64
-	waitFor(p.t, within, series, func() bool {
+	testkit.Eventually(p.t, within, series, func() bool {
 		v = p.metric(series)
 		return cond(v)
 	})
 	return v
-}
-
-// waitFor polls cond until it holds or the deadline passes. Polling is for
-// state in another process, which offers nothing to wait on.
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

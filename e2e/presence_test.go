@@ -13,6 +13,7 @@ import (
 	"github.com/rtserver/rtserver/client"
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -87,7 +88,7 @@ func agree(t *testing.T, topic string, want map[string]int, base string, observe
 	slices.Sort(wantUsers)
 	wantStats := presenceStats{Clients: len(wantUsers), Users: len(want)}
 	var last string
-	waitFor(t, 30*time.Second, "presence to agree", func() bool {
+	testkit.Eventually(t, 30*time.Second, "presence to agree", func() bool {
 		for _, c := range observers {
 			users, _, st := fleetPresence(t, c, topic)
 			if !slices.Equal(users, wantUsers) || st != wantStats {
@@ -295,7 +296,7 @@ func TestGoClientPresenceThroughADrain(t *testing.T) {
 		return ""
 	}
 	var oldID string
-	waitFor(t, 30*time.Second, "x present", func() bool { oldID = xID(); return oldID != "" })
+	testkit.Eventually(t, 30*time.Second, "x present", func() bool { oldID = xID(); return oldID != "" })
 	if st, err := w.PresenceStats(ctx, "room:d"); err != nil || st != (client.PresenceStats{Clients: 2, Users: 2}) {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
@@ -328,7 +329,7 @@ func TestGoClientPresenceThroughADrain(t *testing.T) {
 	}
 	startAt(t, addr, cfg).waitReady()
 	var newID string
-	waitFor(t, 30*time.Second, "x present again", func() bool {
+	testkit.Eventually(t, 30*time.Second, "x present again", func() bool {
 		newID = xID()
 		return newID != "" && newID != oldID
 	})

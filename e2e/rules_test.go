@@ -9,6 +9,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -162,7 +163,7 @@ admission:
 	}
 	// Completed calls end the probe and feed the controller: the limit
 	// climbs while calls keep the class busy.
-	waitFor(t, 30*time.Second, "the adaptive limit to rise", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the adaptive limit to rise", func() bool {
 		for range 4 {
 			wstest.MustOK(t, c.Call("echo", `{}`))
 		}

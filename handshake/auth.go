@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -56,7 +57,7 @@ type verifier struct {
 }
 
 // newVerifier returns nil (anonymous connections) when no key is set.
-func newVerifier(cfg *Config) (*verifier, error) {
+func newVerifier(cfg *Config, jwksClient *http.Client, log *slog.Logger) (*verifier, error) {
 	secret, publicPEM := cfg.JWT.HMACSecret, cfg.JWT.PublicKey
 	if len(publicPEM) == 0 && cfg.JWT.PublicKeyFile != "" {
 		var err error
@@ -97,7 +98,7 @@ func newVerifier(cfg *Config) (*verifier, error) {
 	}
 	if cfg.JWT.JWKSURL != "" {
 		var err error
-		if v.jwks, err = newJWKS(cfg.JWT.JWKSURL, cfg.JWT.JWKSClient, cfg.Now, cfg.Logger); err != nil {
+		if v.jwks, err = newJWKS(cfg.JWT.JWKSURL, jwksClient, cfg.Now, log); err != nil {
 			return nil, err
 		}
 		algs = append(algs, "RS256", "ES256")
@@ -206,7 +207,7 @@ func checkClaimNames(b []byte) error {
 				err = fmt.Errorf("claim %q appears twice", name)
 			case string(key) == name:
 				seen[i] = true
-			case len(key) == len(name) && strings.EqualFold(string(key), name):
+			case strings.EqualFold(string(key), name):
 				err = fmt.Errorf("claim %q differs from %q only in case", key, name)
 			}
 		}

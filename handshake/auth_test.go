@@ -136,7 +136,7 @@ func TestAuthConfigErrors(t *testing.T) {
 	} {
 		cfg := DefaultConfig()
 		cfg.JWT.PublicKey = pub
-		if _, err := New(cfg, nil); err == nil {
+		if _, err := New(cfg, Deps{}); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

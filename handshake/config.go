@@ -3,6 +3,7 @@ package handshake
 import (
 	"encoding/pem"
 	"fmt"
+	"github.com/rtserver/rtserver/metrics"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -64,9 +65,6 @@ type Config struct {
 	// connections.
 	JWT JWT `yaml:"-"`
 
-	// Logger receives the warning for a validly signed token whose topics
-	// claim has the wrong shape (a backend bug); nil = discard.
-	Logger *slog.Logger `yaml:"-"`
 	// Now is the clock for the per-IP rate, pacing windows and the retry
 	// hint; nil = time.Now. Pacing waits on real timers, so with pacing on
 	// Now must advance with real time (a frozen clock would never open a
@@ -103,8 +101,17 @@ type JWT struct {
 	// them) and iss; otherwise the upgrade is refused with 401.
 	Audience string `yaml:"audience" help:"when set, a token's aud must contain it, else 401"`
 	Issuer   string `yaml:"issuer" help:"when set, a token's iss must equal it, else 401"`
-	// JWKSClient fetches JWKSURL; nil = a client with a 10 s timeout.
-	JWKSClient *http.Client `yaml:"-"`
+}
+
+// Deps are what a Gate uses beside its configuration.
+type Deps struct {
+	Metrics *metrics.Metrics // nil: metrics.NewDiscard()
+	// Logger receives the warning for a validly signed token whose topics
+	// claim has the wrong shape (a backend bug), and panics while serving
+	// an upgrade; nil = discard.
+	Logger *slog.Logger
+	// JWKSClient fetches JWT.JWKSURL; nil = a client with a 10 s timeout.
+	JWKSClient *http.Client
 }
 
 // DefaultConfig is the handshake.* defaults of docs/configuration.md.
@@ -127,9 +134,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }

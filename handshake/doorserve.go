@@ -126,7 +126,7 @@ func (d *door) serve(c net.Conn, w *doorResponse, req *http.Request) {
 			if p != http.ErrAbortHandler {
 				buf := make([]byte, 64<<10)
 				buf = buf[:runtime.Stack(buf, false)]
-				d.g.cfg.Logger.Error("panic serving upgrade", "remote", req.RemoteAddr, "panic", fmt.Sprint(p), "stack", string(buf))
+				d.g.log.Error("panic serving upgrade", "remote", req.RemoteAddr, "panic", fmt.Sprint(p), "stack", string(buf))
 			}
 			w.ctx.stop()
 			if !w.hijacked {

@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // handle makes GET /ws?query (any query) run f.
@@ -203,10 +203,8 @@ func TestServingDoorKeepsEarlyBytes(t *testing.T) {
 // on serving.
 func TestServingDoorRecoversPanic(t *testing.T) {
 	leakcheck.Check(t)
-	logged := &lockedWriter{w: new(bytes.Buffer)}
-	cfg := DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(logged, nil))
-	e := startDoorWith(t, cfg, 10*time.Second, maxPeekers, true)
+	logged := &testkit.LogBuffer{}
+	e := startDoorWith(t, DefaultConfig(), 10*time.Second, maxPeekers, true, slog.New(slog.NewTextHandler(logged, nil)))
 	e.handle(func(http.ResponseWriter, *http.Request) { panic("boom") })
 	c := e.raw(t)
 	write(t, c, headFor("panic"))
@@ -242,22 +240,4 @@ func TestServingDoorServedUpgradeLeavesPeekerBound(t *testing.T) {
 	}
 	c.Close()
 	<-e.ended
-}
-
-// lockedWriter is a log sink safe for the door's goroutines and the test.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }

@@ -19,7 +19,7 @@ import (
 func ExampleGate() {
 	cfg := handshake.DefaultConfig()
 	cfg.MaxConnections = 1
-	gate, err := handshake.New(cfg, nil)
+	gate, err := handshake.New(cfg, handshake.Deps{})
 	if err != nil {
 		panic(err)
 	}
@@ -53,7 +53,7 @@ func ExampleGate() {
 func ExampleGate_Admit() {
 	cfg := handshake.DefaultConfig()
 	cfg.MaxConnections = 1
-	gate, err := handshake.New(cfg, nil)
+	gate, err := handshake.New(cfg, handshake.Deps{})
 	if err != nil {
 		panic(err)
 	}
@@ -93,7 +93,7 @@ func ExampleGate_Admit() {
 // and otherwise runs the handler for GET /ws itself, without net/http's
 // per-connection buffers. Other paths still reach the http.Server.
 func ExampleGate_ServingListener() {
-	gate, err := handshake.New(handshake.DefaultConfig(), nil)
+	gate, err := handshake.New(handshake.DefaultConfig(), handshake.Deps{})
 	if err != nil {
 		panic(err)
 	}

@@ -388,16 +388,16 @@ func TestConfigValidation(t *testing.T) {
 	for _, tt := range tests {
 		cfg := DefaultConfig()
 		tt.give(&cfg)
-		if _, err := New(cfg, nil); err == nil {
+		if _, err := New(cfg, Deps{}); err == nil {
 			t.Errorf("%s: accepted", tt.name)
 		}
 	}
-	if _, err := New(DefaultConfig(), nil); err != nil {
+	if _, err := New(DefaultConfig(), Deps{}); err != nil {
 		t.Fatalf("default config: %v", err)
 	}
 	cfg := DefaultConfig()
 	cfg.RetryAfter = 0
-	g, err := New(cfg, nil)
+	g, err := New(cfg, Deps{})
 	if err != nil || g.base != time.Second {
 		t.Fatalf("RetryAfter 0 should mean 1s: %v %v", err, g)
 	}

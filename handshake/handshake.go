@@ -3,6 +3,7 @@ package handshake
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"sync/atomic"
@@ -134,6 +135,7 @@ const nominalCapacity = 1000.0
 type Gate struct {
 	cfg      Config
 	m        *metrics.Metrics
+	log      *slog.Logger
 	draining atomic.Bool
 
 	// slots packs both counts in one word so that reserving both is one
@@ -156,13 +158,17 @@ type Gate struct {
 }
 
 // New validates cfg and returns a gate. m nil means metrics.NewDiscard().
-func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
+func New(cfg Config, deps Deps) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	m, log := deps.Metrics, deps.Logger
 	if m == nil {
 		m = metrics.NewDiscard()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	cfg.TrustedProxies = append([]netip.Prefix(nil), cfg.TrustedProxies...)
 	for i, p := range cfg.TrustedProxies {
@@ -171,6 +177,7 @@ func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
 	g := &Gate{
 		cfg:      cfg,
 		m:        m,
+		log:      log,
 		maxConns: int64(cfg.MaxConnections),
 		maxConc:  int64(cfg.MaxConcurrent),
 		epoch:    cfg.Now(),
@@ -182,7 +189,7 @@ func New(cfg Config, m *metrics.Metrics) (*Gate, error) {
 	if g.origin, err = newOriginPolicy(cfg.AllowedOrigins, cfg.AllowNoOrigin); err != nil {
 		return nil, err
 	}
-	if g.auth, err = newVerifier(&cfg); err != nil {
+	if g.auth, err = newVerifier(&cfg, deps.JWKSClient, log); err != nil {
 		return nil, err
 	}
 	if cfg.PerIP.Limit > 0 {
@@ -256,7 +263,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 	if g.auth != nil {
 		if err := g.auth.verify(r, &t.Identity); err != nil {
 			if errors.Is(err, errTopicsClaim) {
-				g.cfg.Logger.Warn("token refused: its topics claim has the wrong shape", "err", err)
+				g.log.Warn("token refused: its topics claim has the wrong shape", "err", err)
 			}
 			t.Close()
 			g.rejected[rAuth].Inc()

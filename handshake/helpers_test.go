@@ -1,6 +1,7 @@
 package handshake
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -16,10 +17,15 @@ type tb interface {
 	Fatalf(format string, args ...any)
 }
 
-func newGate(t tb, cfg Config) (*Gate, *metrics.Metrics) {
+// newGate is New with discarded metrics (and log, unless one is given).
+func newGate(t tb, cfg Config, log ...*slog.Logger) (*Gate, *metrics.Metrics) {
 	t.Helper()
 	m := metrics.NewDiscard()
-	g, err := New(cfg, m)
+	deps := Deps{Metrics: m}
+	for _, l := range log {
+		deps.Logger = l
+	}
+	g, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

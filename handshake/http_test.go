@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // serve runs a real server whose /ws handler admits through g, accepts,
@@ -223,29 +224,13 @@ func TestQueuedClientHangsUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the upgrade is queued", func() bool { return g.QueueDepth() == 1 && g.Inflight() == 1 })
+	testkit.Eventually(t, 10*time.Second, "the upgrade is queued", func() bool { return g.QueueDepth() == 1 && g.Inflight() == 1 })
 	conn.Close()
-	eventually(t, "the queued upgrade is dropped", func() bool { return g.QueueDepth() == 0 && g.Inflight() == 0 && g.Open() == 1 })
+	testkit.Eventually(t, 10*time.Second, "the queued upgrade is dropped", func() bool { return g.QueueDepth() == 0 && g.Inflight() == 0 && g.Open() == 1 })
 	release()
 	<-ended
 	assertIdle(t, g, m)
 	if rejected(m, "queue_timeout") != 0 {
 		t.Fatal("a client that left was counted as a rejection")
-	}
-}
-
-// eventually waits for a condition that another goroutine (the HTTP
-// server's) reaches with no event the test could wait on.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	timeout := time.After(10 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-timeout:
-			t.Fatalf("%s: not within 10s", what)
-		}
 	}
 }

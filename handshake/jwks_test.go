@@ -16,13 +16,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/rtserver/rtserver/internal/jwttest"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
-
-// fakeClock is a settable clock for the gate.
-type fakeClock struct{ ns atomic.Int64 }
-
-func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func admitsAs(t *testing.T, g *Gate, tok string) string {
 	t.Helper()
@@ -44,15 +39,14 @@ func TestJWKSRotation(t *testing.T) {
 	rsa4, _ := rsa.GenerateKey(rand.Reader, 2048)
 	ks := jwttest.NewKeyServer(t)
 	ks.Serve(t, map[string]any{"k1": &rsa1.PublicKey})
-	clock := &fakeClock{}
-	clock.ns.Store(time.Now().UnixNano())
+	clock := testkit.NewClock(time.Now().Round(0))
 	cfg := DefaultConfig()
 	cfg.JWT.JWKSURL = ks.URL
-	cfg.Now = clock.now
+	cfg.Now = clock.Now
 	cfg.PerTickBudget = 0
 	g, _ := newGate(t, cfg)
 	claims := func() jwt.MapClaims {
-		return jwt.MapClaims{"sub": "alice", "exp": clock.now().Add(time.Hour).Unix()}
+		return jwt.MapClaims{"sub": "alice", "exp": clock.Now().Add(time.Hour).Unix()}
 	}
 	hits := func(want int64, when string) {
 		t.Helper()
@@ -88,12 +82,12 @@ func TestJWKSRotation(t *testing.T) {
 
 	// 30 s later, the next unknown kid refetches once, and finds k4.
 	ks.Serve(t, map[string]any{"k2": &ec2.PublicKey, "k4": &rsa4.PublicKey})
-	clock.advance(JWKSMinRefetch - time.Second)
+	clock.Advance(JWKSMinRefetch - time.Second)
 	if admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodRS256, rsa4, "k4", claims())) != "" {
 		t.Fatal("k4 admitted before the refetch was due")
 	}
 	hits(2, "29 s after")
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if u := admitsAs(t, g, jwttest.Sign(t, jwt.SigningMethodRS256, rsa4, "k4", claims())); u != "alice" {
 		t.Fatalf("k4 after 30 s: user %q", u)
 	}
@@ -153,7 +147,7 @@ func TestJWKSStartErrors(t *testing.T) {
 		}
 		cfg := DefaultConfig()
 		cfg.JWT.JWKSURL = ks.URL
-		if _, err := New(cfg, nil); err == nil {
+		if _, err := New(cfg, Deps{}); err == nil {
 			t.Errorf("%s: New accepted the key set", name)
 		}
 	}
@@ -162,11 +156,11 @@ func TestJWKSStartErrors(t *testing.T) {
 	ks.Serve(t, map[string]any{"": &ec.PublicKey, "p384": &p384.PublicKey})
 	cfg := DefaultConfig()
 	cfg.JWT.JWKSURL = ks.URL
-	if _, err := New(cfg, nil); err == nil {
+	if _, err := New(cfg, Deps{}); err == nil {
 		t.Error("a set with no usable key was accepted")
 	}
 	cfg.JWT.JWKSURL = "http://127.0.0.1:1/unreachable"
-	if _, err := New(cfg, nil); err == nil {
+	if _, err := New(cfg, Deps{}); err == nil {
 		t.Error("unreachable key set accepted")
 	}
 }
@@ -199,7 +193,7 @@ func TestAudienceIssuer(t *testing.T) {
 	}
 	anon := DefaultConfig()
 	anon.JWT.Audience = "rt"
-	if _, err := New(anon, nil); err == nil {
+	if _, err := New(anon, Deps{}); err == nil {
 		t.Error("audience without a key accepted")
 	}
 }
@@ -260,22 +254,21 @@ func TestJWKSMaxAge(t *testing.T) {
 	k2, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ks := jwttest.NewKeyServer(t)
 	ks.Serve(t, map[string]any{"k1": &k1.PublicKey, "k2": &k2.PublicKey})
-	clock := &fakeClock{}
-	clock.ns.Store(time.Now().UnixNano())
+	clock := testkit.NewClock(time.Now().Round(0))
 	cfg := DefaultConfig()
 	cfg.JWT.JWKSURL = ks.URL
-	cfg.Now = clock.now
+	cfg.Now = clock.Now
 	cfg.PerTickBudget = 0
 	g, _ := newGate(t, cfg)
 	tok := func(key *ecdsa.PrivateKey, kid string) string {
-		return jwttest.Sign(t, jwt.SigningMethodES256, key, kid, jwt.MapClaims{"sub": "a", "exp": clock.now().Add(time.Hour).Unix()})
+		return jwttest.Sign(t, jwt.SigningMethodES256, key, kid, jwt.MapClaims{"sub": "a", "exp": clock.Now().Add(time.Hour).Unix()})
 	}
 	ks.Serve(t, map[string]any{"k2": &k2.PublicKey}) // k1 withdrawn
-	clock.advance(JWKSMaxAge - time.Second)
+	clock.Advance(JWKSMaxAge - time.Second)
 	if admitsAs(t, g, tok(k1, "k1")) != "a" || ks.Hits() != 1 {
 		t.Fatalf("before the max age: k1 refused or the set fetched (%d fetches)", ks.Hits())
 	}
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if admitsAs(t, g, tok(k1, "k1")) != "" {
 		t.Fatal("withdrawn k1 still verifies after the max age")
 	}
@@ -287,7 +280,7 @@ func TestJWKSMaxAge(t *testing.T) {
 	}
 	// A failing key server is asked at most once per JWKSMinRefetch.
 	ks.ServeRaw(nil)
-	clock.advance(JWKSMaxAge)
+	clock.Advance(JWKSMaxAge)
 	for range 3 {
 		if admitsAs(t, g, tok(k2, "k2")) != "a" {
 			t.Fatal("cached k2 refused while the key server is down")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -50,10 +51,10 @@ func startDoor(t *testing.T, cfg Config, timeout time.Duration, max int32) *door
 
 // startDoorWith is startDoor; serve: the door also serves GET /ws itself
 // (ServingListener), and netHTTPConns counts the connections net/http got.
-func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool) *doorEnv {
+func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool, log ...*slog.Logger) *doorEnv {
 	t.Helper()
 	e := &doorEnv{netHTTPNew: make(chan struct{}, 64), ended: make(chan struct{}, 64), events: make(chan string, 256), admitd: make(chan struct{}, 64)}
-	e.g, e.m = newGate(t, cfg)
+	e.g, e.m = newGate(t, cfg, log...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,13 @@ func (c *Cursor) StartReplay(maxHeld int) {
 	c.held = c.held[:0]
 }
 
+// Skip moves the last delivered offset forward to last, without
+// delivering anything: a subscription that goes live from the store's
+// position instead of replaying.
+func (c *Cursor) Skip(last uint64) {
+	c.last = max(c.last, last)
+}
+
 // Reset makes the cursor live from last, discarding anything held: the
 // topic's stream was replaced (a new epoch).
 func (c *Cursor) Reset(last uint64) {

@@ -5,8 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/conf"
 )
 
 // Position names a place in a topic's stream: the offset of its last
@@ -28,26 +29,30 @@ type Message struct {
 // Policy is one topic's history: keep the last Size messages, each for
 // TTL. History is on when both are positive (Enabled).
 type Policy struct {
-	Size int           `yaml:"size" json:"size"`
-	TTL  time.Duration `yaml:"ttl" json:"ttl"`
+	Size int           `yaml:"size" json:"size" help:"history: keep the last size messages of each topic (with ttl > 0); 0 = no history"`
+	TTL  time.Duration `yaml:"ttl" json:"ttl" help:"history: keep each message this long (with size > 0; at least the drain plus the reconnect backoff plus a retry hint: 2m or more, docs/history.md); 0 = no history"`
 }
 
 // Enabled reports whether the topic keeps history.
 func (p Policy) Enabled() bool { return p.Size > 0 && p.TTL > 0 }
 
-// Validate checks a policy; key names it in the error (e.g.
+// Validate checks a policy; key names it in the errors (e.g.
 // "topics.namespaces[0].history").
 func (p Policy) Validate(key string) error {
-	if p.Size < 0 || p.TTL < 0 {
-		return fmt.Errorf("%s: size and ttl must not be negative", key)
+	var pr conf.Problems
+	switch {
+	case p.Size < 0:
+		pr.Add(key+".size", "must not be negative, got %d", p.Size)
+	case p.Size > MaxSize:
+		pr.Add(key+".size", "at most %d, got %d", MaxSize, p.Size)
+	}
+	if p.TTL < 0 {
+		pr.Add(key+".ttl", "must not be negative, got %s", p.TTL)
 	}
 	if (p.Size > 0) != (p.TTL > 0) {
-		return fmt.Errorf("%s: size and ttl must both be set (or both 0: no history)", key)
+		pr.Add(key, "size and ttl must both be set (or both 0: no history), got size %d and ttl %s", p.Size, p.TTL)
 	}
-	if p.Size > MaxSize {
-		return fmt.Errorf("%s.size: at most %d", key, MaxSize)
-	}
-	return nil
+	return pr.Err()
 }
 
 // MaxSize bounds Policy.Size.
@@ -59,17 +64,17 @@ type Config struct {
 	// MetaTTL is how long a topic's epoch and last offset outlive its
 	// last message, so a client that comes back after the messages expired
 	// learns that they did ("trimmed") rather than "epoch". 0: 720h.
-	MetaTTL time.Duration `yaml:"metaTtl" json:"metaTtl"`
+	MetaTTL time.Duration `yaml:"metaTtl" json:"metaTtl" help:"how long a topic's epoch and last offset outlive its messages; 0 = 720h"`
 	// MaxReplay is the most messages one recovery replays; more answers
 	// recovered:false, reason "tooMany". 0: 10000.
-	MaxReplay int `yaml:"maxReplay" json:"maxReplay"`
+	MaxReplay int `yaml:"maxReplay" json:"maxReplay" help:"most messages one recovery replays; more answers recovered:false, reason tooMany; 0 = 10000"`
 	// IdempotencyTTL is how long a publish's idempotencyKey is remembered.
 	// 0: 300s.
-	IdempotencyTTL time.Duration `yaml:"idempotencyTtl" json:"idempotencyTtl"`
+	IdempotencyTTL time.Duration `yaml:"idempotencyTtl" json:"idempotencyTtl" help:"how long a publish's idempotencyKey is remembered; 0 = 300s"`
 	// MemoryMaxBytes caps everything the memory store holds (messages,
 	// positions, idempotency keys). Past it, the least recently published
 	// topics lose their streams and get a new epoch. 0: 128 MiB.
-	MemoryMaxBytes int64 `yaml:"memoryMaxBytes" json:"memoryMaxBytes"`
+	MemoryMaxBytes int64 `yaml:"memoryMaxBytes" json:"memoryMaxBytes" help:"without Redis: the most bytes the in-process history holds; past it the least recently published topics lose their streams (new epoch); 0 = 128 MiB"`
 }
 
 // Defaults of Config.
@@ -103,19 +108,22 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate checks the history.* keys.
+// Validate reports every invalid history.* key at once.
 func (c Config) Validate() error {
-	switch {
-	case c.MetaTTL < 0:
-		return errors.New("history.metaTtl: must not be negative")
-	case c.MaxReplay < 0:
-		return errors.New("history.maxReplay: must not be negative")
-	case c.IdempotencyTTL < 0:
-		return errors.New("history.idempotencyTtl: must not be negative")
-	case c.MemoryMaxBytes < 0:
-		return errors.New("history.memoryMaxBytes: must not be negative")
+	var p conf.Problems
+	if c.MetaTTL < 0 {
+		p.Add("history.metaTtl", "must not be negative, got %s", c.MetaTTL)
 	}
-	return nil
+	if c.MaxReplay < 0 {
+		p.Add("history.maxReplay", "must not be negative, got %d", c.MaxReplay)
+	}
+	if c.IdempotencyTTL < 0 {
+		p.Add("history.idempotencyTtl", "must not be negative, got %s", c.IdempotencyTTL)
+	}
+	if c.MemoryMaxBytes < 0 {
+		p.Add("history.memoryMaxBytes", "must not be negative, got %d", c.MemoryMaxBytes)
+	}
+	return p.Err()
 }
 
 // MaxIdempotencyKey is the longest idempotencyKey (in bytes).

@@ -166,7 +166,14 @@ func (m *Memory) stream(topic string, now time.Time, publish bool) *stream {
 	s := m.topics[topic]
 	if s == nil {
 		s = &stream{topic: topic, epoch: newEpoch(), touched: now}
-		s.elem = m.lru.PushFront(s)
+		if publish {
+			s.elem = m.lru.PushFront(s)
+		} else {
+			// Created by a read (a subscriber of an empty topic, or anyone
+			// asking about any topic): first in line for eviction, so
+			// reads of made-up topics cannot push out real streams.
+			s.elem = m.lru.PushBack(s)
+		}
 		m.topics[topic] = s
 		s.accounted = streamOverhead + int64(len(topic))
 		m.bytes += s.accounted
@@ -258,7 +265,8 @@ func (m *Memory) remove(s *stream) {
 	s.msgs = nil
 }
 
-// Read returns topic's position and up to limit messages after after.
+// Read returns topic's position and up to limit messages after after
+// (Newest: the newest limit).
 func (m *Memory) Read(_ context.Context, topic string, after uint64, limit int, policy Policy) (Position, []Message, error) {
 	now := m.now()
 	for {
@@ -273,6 +281,9 @@ func (m *Memory) Read(_ context.Context, topic string, after uint64, limit int, 
 		}
 		s.trim(now, -1)
 		pos := Position{Epoch: s.epoch, Offset: s.last}
+		if after == Newest {
+			after = s.last - min(s.last, uint64(max(limit, 0)))
+		}
 		var out []Message
 		if n := len(s.msgs); n > 0 && after < s.last && limit > 0 {
 			first := s.msgs[0].Offset

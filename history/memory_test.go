@@ -9,19 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 var ctx = context.Background()
 
@@ -43,8 +32,8 @@ func offsets(ms []Message) []uint64 {
 }
 
 func TestMemoryKeepsSizeAndTTL(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	m := NewMemory(MemoryOptions{Now: clk.now})
+	clk := testkit.NewClock(time.Unix(1_700_000_000, 0))
+	m := NewMemory(MemoryOptions{Now: clk.Now})
 	pol := Policy{Size: 3, TTL: time.Minute}
 	empty, _, _ := m.Read(ctx, "t", 0, 10, pol)
 	if empty.Offset != 0 || empty.Epoch == "" {
@@ -64,14 +53,14 @@ func TestMemoryKeepsSizeAndTTL(t *testing.T) {
 	if fmt.Sprint(offsets(ms)) != "[4]" {
 		t.Fatalf("after 3, limit 1: %v", offsets(ms))
 	}
-	clk.add(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	publish(t, m, "t", pol, "6")
-	clk.add(31 * time.Second)
+	clk.Advance(31 * time.Second)
 	pos, ms, _ = m.Read(ctx, "t", 0, 10, pol)
 	if pos.Offset != 6 || fmt.Sprint(offsets(ms)) != "[6]" {
 		t.Fatalf("past the ttl of 3..5: %+v %v", pos, offsets(ms))
 	}
-	clk.add(time.Minute)
+	clk.Advance(time.Minute)
 	pos, ms, _ = m.Read(ctx, "t", 0, 10, pol)
 	if pos.Offset != 6 || pos.Epoch != empty.Epoch || len(ms) != 0 {
 		t.Fatalf("every message expired: the position stays: %+v %v", pos, offsets(ms))
@@ -100,8 +89,8 @@ func TestMemoryByteCapEvictsLeastRecentlyPublished(t *testing.T) {
 }
 
 func TestMemoryIdempotencyKey(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	m := NewMemory(MemoryOptions{Now: clk.now, Config: Config{IdempotencyTTL: time.Minute}})
+	clk := testkit.NewClock(time.Unix(1_700_000_000, 0))
+	m := NewMemory(MemoryOptions{Now: clk.Now, Config: Config{IdempotencyTTL: time.Minute}})
 	var delivered []uint64
 	m.Deliver = func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }
 	pol := Policy{Size: 10, TTL: time.Hour}
@@ -111,7 +100,7 @@ func TestMemoryIdempotencyKey(t *testing.T) {
 	if dup || !dup2 || a != b {
 		t.Fatalf("first %+v %v, again %+v %v", a, dup, b, dup2)
 	}
-	clk.add(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	publish(t, m, "t", pol, "2") // sweeps the expired key
 	c, dup3, _ := m.Publish(ctx, p)
 	if dup3 || c.Offset != 3 {

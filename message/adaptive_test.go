@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // simCall is a call running in the simulated backend.
@@ -34,7 +35,7 @@ func (h *simHeap) Pop() any {
 // is latency(in flight when the call starts); each call ends with outcome.
 // It checks the limit never leaves [lo, hi] and returns the limits seen
 // after each release.
-func simPhase(t *testing.T, clk *fakeClock, c *Class, running *simHeap, d time.Duration,
+func simPhase(t *testing.T, clk *testkit.Clock, c *Class, running *simHeap, d time.Duration,
 	latency func(inflight int64) time.Duration, outcome Outcome, lo, hi int64) []int64 {
 	t.Helper()
 	end := clk.Now().Add(d)

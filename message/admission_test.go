@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -36,23 +36,8 @@ type fakeRates struct{ topics, users map[string]float64 }
 func (f fakeRates) RateOf(topic string) float64    { return f.topics[topic] }
 func (f fakeRates) RateOfUser(user string) float64 { return f.users[user] }
 
-// fakeClock is an injected Options.Now.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Now().Add(time.Hour)} }
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newClock is a test clock an hour ahead of the real one.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Now().Add(time.Hour)) }
 
 func newMetrics() *metrics.Metrics { return metrics.NewDiscard() }
 

@@ -86,9 +86,42 @@ type Metrics struct {
 
 	APIRequests *prometheus.CounterVec // method, code: server API calls (docs/server-api.md)
 
+	// History and recovery (docs/history.md).
+	HistoryRecoveries  *prometheus.CounterVec // result: subscribes with recover, by outcome
+	HistoryReplayed    prometheus.Counter     // messages replayed to recovering subscribers
+	HistoryGapFills    *prometheus.CounterVec // result: gaps in a topic's offsets this instance saw
+	HistoryResyncs     prometheus.Counter     // resync events sent
+	HistoryStoreErrors *prometheus.CounterVec // op: failed store operations
+	HistoryEvictions   prometheus.Counter     // memory store topics evicted by its byte cap
+
 	PresenceEntries   prometheus.Gauge   // this instance's entries in presence topics (docs/presence.md)
 	PresenceDiffsSent prometheus.Counter // presence notifications queued to clients
 }
+
+// History label values: the result label of history_recoveries_total and
+// history_gap_fills_total, the op label of history_store_errors_total.
+const (
+	RecoveryRecovered   = "recovered"
+	RecoveryEpoch       = "epoch"
+	RecoveryTrimmed     = "trimmed"
+	RecoveryTooMany     = "tooMany"
+	RecoveryUnavailable = "unavailable"
+
+	GapFilled = "filled" // read from the store and delivered
+	GapResync = "resync" // the store no longer had it: subscribers got resync
+	GapError  = "error"  // the store could not be read (retried)
+
+	StoreOpPublish = "publish"
+	StoreOpRead    = "read"
+)
+
+// RecoveryResults, GapResults and StoreOps list the label values, created
+// at zero.
+var (
+	RecoveryResults = []string{RecoveryRecovered, RecoveryEpoch, RecoveryTrimmed, RecoveryTooMany, RecoveryUnavailable}
+	GapResults      = []string{GapFilled, GapResync, GapError}
+	StoreOps        = []string{StoreOpPublish, StoreOpRead}
+)
 
 // New creates every metric and registers it on reg; namespace prefixes
 // every name ("" for none). It registers nothing else: the Go and process
@@ -152,6 +185,21 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 
 		PresenceEntries:   f.gauge("presence_entries", "This instance's connections present in presence topics (one per connection and topic)."),
 		PresenceDiffsSent: f.counter("presence_diffs_sent_total", "Presence join/leave notifications queued to clients."),
+	}
+	m.HistoryRecoveries = f.counterVec("history_recoveries_total", "Subscribes with recover on history topics, by result.", "result")
+	m.HistoryReplayed = f.counter("history_replayed_messages_total", "Messages replayed from history to recovering subscribers.")
+	m.HistoryGapFills = f.counterVec("history_gap_fills_total", "Gaps in a history topic's offsets seen by this instance, by result.", "result")
+	m.HistoryResyncs = f.counter("history_resyncs_total", "Resync events sent to subscribers of history topics.")
+	m.HistoryStoreErrors = f.counterVec("history_store_errors_total", "History store operations that failed, by op.", "op")
+	m.HistoryEvictions = f.counter("history_evictions_total", "History topics whose streams the memory store dropped to stay under history.memoryMaxBytes.")
+	for _, r := range RecoveryResults {
+		m.HistoryRecoveries.WithLabelValues(r)
+	}
+	for _, r := range GapResults {
+		m.HistoryGapFills.WithLabelValues(r)
+	}
+	for _, op := range StoreOps {
+		m.HistoryStoreErrors.WithLabelValues(op)
 	}
 	m.TopicDenied.WithLabelValues(ActionSubscribe)
 	m.TopicDenied.WithLabelValues(ActionPublish)

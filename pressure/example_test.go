@@ -18,7 +18,10 @@ func Example() {
 	cfg.Now = func() time.Time { return now }
 	// Connection and subscription counts come from the server, handed
 	// over by Run(ctx, counts); without them SUBSCRIBERS never rises.
-	mon := pressure.New(cfg, nil, nil)
+	mon, err := pressure.New(cfg, pressure.Deps{})
+	if err != nil {
+		panic(err)
+	}
 
 	mon.OnReasonChange(func(old, new pressure.Reason) { fmt.Println("reason:", old, "->", new) })
 	mon.OnTopicHot(func(t pressure.TopicRate, hot bool) { fmt.Println("hot:", t.Topic, hot) })

@@ -167,10 +167,20 @@ type listenerSet struct {
 	sample []func(*Snapshot)
 }
 
-// New returns a monitor; m may be nil (no metrics), log may be nil
-// (slog.Default). It does not start sampling: call Run, or Sample.
-func New(cfg Config, m *metrics.Metrics, log *slog.Logger) *Monitor {
+// Deps are what a monitor uses beside its configuration.
+type Deps struct {
+	Metrics *metrics.Metrics // nil: no metrics
+	Logger  *slog.Logger     // nil: slog.Default()
+}
+
+// New validates cfg and returns a monitor. It does not start sampling:
+// call Run, or Sample.
+func New(cfg Config, deps Deps) (*Monitor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
+	m, log := deps.Metrics, deps.Logger
 	if log == nil {
 		log = slog.Default()
 	}
@@ -196,7 +206,7 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) *Monitor {
 	mon.last = cfg.Now()
 	mon.snap.Store(&Snapshot{At: mon.last})
 	mon.listeners.Store(&listenerSet{})
-	return mon
+	return mon, nil
 }
 
 // Snapshot returns the latest sample (one atomic load; never nil).

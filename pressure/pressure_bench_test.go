@@ -12,7 +12,7 @@ import (
 // are added.
 
 func BenchmarkRecordAttempt(b *testing.B) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	mon.RecordAttempt("chat:room-7", "alice", 128)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -21,7 +21,7 @@ func BenchmarkRecordAttempt(b *testing.B) {
 }
 
 func BenchmarkRecordAttemptNoUser(b *testing.B) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	mon.RecordAttempt("chat:room-7", "", 128)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -32,7 +32,7 @@ func BenchmarkRecordAttemptNoUser(b *testing.B) {
 // Every goroutine hammers the same topic and user: the worst case, since
 // the counters themselves are shared.
 func BenchmarkRecordAttemptParallelSameTopic(b *testing.B) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	mon.RecordAttempt("chat:room-7", "alice", 128)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -45,7 +45,7 @@ func BenchmarkRecordAttemptParallelSameTopic(b *testing.B) {
 // Each goroutine publishes on its own topics (and as its own user), as
 // most real traffic does: sharding should keep them from contending.
 func BenchmarkRecordAttemptParallelDistinctTopics(b *testing.B) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -65,7 +65,7 @@ func BenchmarkRecordAttemptParallelDistinctTopics(b *testing.B) {
 }
 
 func BenchmarkRecordPublishedParallel(b *testing.B) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -75,7 +75,7 @@ func BenchmarkRecordPublishedParallel(b *testing.B) {
 }
 
 func BenchmarkSnapshot(b *testing.B) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	mon.Sample()
 	b.ReportAllocs()
 	var sink *Snapshot
@@ -86,7 +86,7 @@ func BenchmarkSnapshot(b *testing.B) {
 }
 
 func BenchmarkSnapshotParallel(b *testing.B) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	mon.Sample()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -102,7 +102,7 @@ func BenchmarkSnapshotParallel(b *testing.B) {
 // off the admission path.
 func BenchmarkSample10kTopics(b *testing.B) {
 	now := time.Unix(0, 0)
-	mon := New(Config{Now: func() time.Time { return now }}, nil, nil)
+	mon := mustNew(Config{Now: func() time.Time { return now }}, Deps{})
 	topics := make([]string, 10000)
 	for i := range topics {
 		topics[i] = fmt.Sprintf("topic:%d", i)
@@ -121,7 +121,7 @@ func BenchmarkSample10kTopics(b *testing.B) {
 
 // A new name each call (under the bound): the slow path.
 func BenchmarkRecordAttemptNewTopic(b *testing.B) {
-	mon := New(Config{MaxTrackedKeys: 1 << 30}, nil, nil)
+	mon := mustNew(Config{MaxTrackedKeys: 1 << 30}, Deps{})
 	topics := make([]string, 1<<16)
 	for i := range topics {
 		topics[i] = fmt.Sprintf("topic:%d", i)
@@ -142,7 +142,7 @@ func BenchmarkRecordAttemptNewTopic(b *testing.B) {
 
 // A new name each call past the bound: what a flood of names costs.
 func BenchmarkRecordAttemptOverBound(b *testing.B) {
-	mon := New(Config{MaxTrackedKeys: 1}, nil, nil)
+	mon := mustNew(Config{MaxTrackedKeys: 1}, Deps{})
 	mon.RecordAttempt("first", "", 1)
 	topics := make([]string, 1024)
 	for i := range topics {

@@ -1,7 +1,6 @@
 package pressure
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,26 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 )
-
-// fakeClock is an injected Config.Now.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // fakeRuntime stands in for the runtime reader.
 type fakeRuntime struct {
@@ -77,28 +59,11 @@ func (f *fakeCounts) get() (int64, int64) {
 
 type harness struct {
 	mon    *Monitor
-	clock  *fakeClock
+	clock  *testkit.Clock
 	rt     *fakeRuntime
 	counts *fakeCounts
 	reg    *prometheus.Registry
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *testkit.LogBuffer
 }
 
 func newHarness(t interface {
@@ -107,11 +72,11 @@ func newHarness(t interface {
 }, cfg Config) *harness {
 	t.Helper()
 	h := &harness{
-		clock:  &fakeClock{t: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)},
+		clock:  testkit.NewClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)),
 		rt:     &fakeRuntime{},
 		counts: &fakeCounts{},
 		reg:    prometheus.NewRegistry(),
-		logs:   &syncBuffer{},
+		logs:   &testkit.LogBuffer{},
 	}
 	cfg.Now = h.clock.Now
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
@@ -119,7 +84,7 @@ func newHarness(t interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.mon = New(cfg, m, log)
+	h.mon = mustNew(cfg, Deps{Metrics: m, Logger: log})
 	h.mon.counts = h.counts.get // as Run would hand it over
 	h.mon.readRuntime = h.rt.read
 	return h
@@ -175,7 +140,7 @@ func TestReasonStringRoundTrip(t *testing.T) {
 }
 
 func TestSnapshotNeverNil(t *testing.T) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	s := mon.Snapshot()
 	if s == nil || s.Reason != None {
 		t.Fatalf("initial snapshot = %+v", s)
@@ -610,7 +575,7 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 250 * time.Millisecond
 		start := time.Now()
-		mon := New(Config{SampleInterval: interval}, metrics.NewDiscard(), nil)
+		mon := mustNew(Config{SampleInterval: interval}, Deps{Metrics: metrics.NewDiscard()})
 		var mu sync.Mutex
 		var at []time.Duration
 		mon.OnSample(func(s *Snapshot) {
@@ -720,7 +685,7 @@ func TestConcurrentRecordExactTotals(t *testing.T) {
 }
 
 func TestRecordAttemptExistingTopicAllocatesNothing(t *testing.T) {
-	mon := New(Config{}, nil, nil)
+	mon := mustNew(Config{}, Deps{})
 	topic, user := "chat:room-7", "alice"
 	mon.RecordAttempt(topic, user, 10)
 	if n := testing.AllocsPerRun(1000, func() { mon.RecordAttempt(topic, user, 10) }); n != 0 {
@@ -766,4 +731,13 @@ func TestCounterFillsACacheLine(t *testing.T) {
 	if s := unsafe.Sizeof(counter{}); s != 64 {
 		t.Fatalf("counter is %d bytes, want 64", s)
 	}
+}
+
+// mustNew is New for a configuration the test knows is valid.
+func mustNew(cfg Config, deps Deps) *Monitor {
+	m, err := New(cfg, deps)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }

@@ -48,8 +48,10 @@ type Aggregator struct {
 	mu     sync.Mutex
 	active bool
 	mg     *merger
-	latest *pressure.Snapshot
-	win    *window
+	// topStale: the merge changed since the top-N was last read off it.
+	topStale bool
+	latest   *pressure.Snapshot
+	win      *window
 	// seen is each sibling's highest accepted ts (sender's clock, ms),
 	// kept after the sibling is forgotten for as long as an envelope that
 	// old could still pass the clock window: a captured envelope is never
@@ -116,6 +118,7 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.mu.Unlock()
 	local.OnSample(a.onSample)
 	return a, nil
@@ -161,6 +164,7 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	a.win.reset(now)
 	a.setLocalSubsLocked(subs)
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.mu.Unlock()
 
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -193,13 +197,19 @@ func (a *Aggregator) Deactivate() {
 	a.mg.setLocalSubs(nil)
 	a.win.reset(now)
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.mu.Unlock()
 }
 
 // TopPublishers returns the merged cluster-wide top-N topics, by messages
 // per second descending (ties: bytes per second descending, then topic).
 // The slice is the caller's.
-func (a *Aggregator) TopPublishers() []Entry { return slices.Clone(*a.top.Load()) }
+func (a *Aggregator) TopPublishers() []Entry {
+	a.mu.Lock()
+	a.refreshTopLocked()
+	a.mu.Unlock()
+	return slices.Clone(*a.top.Load())
+}
 
 // RateOf is the cluster-wide messages per second of topic: the sum over
 // this instance's latest sample and every fresh sibling slice that carries
@@ -248,19 +258,34 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 		a.win.add(s, now)
 	}
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.forgetSeen(now)
 	a.mu.Unlock()
 }
 
-// mergeLocked forgets stale siblings and publishes the merged top-N, the
-// sibling count and the cluster metrics; the merger has already published
-// the sums. It costs what left plus O(TopN log topics), whatever the
-// number of siblings held. a.mu is held.
+// mergeLocked forgets stale siblings and publishes the sibling count; the
+// merger has already published the sums. The merged top-N is left for
+// refreshTopLocked. It costs what left, whatever the number of siblings
+// held. a.mu is held.
 func (a *Aggregator) mergeLocked(now time.Time) {
 	a.mg.expire(now, a.opts.StaleAfter)
 	siblings := len(a.mg.remotes)
 	a.siblings.Store(int64(siblings))
 	a.m.ClusterInstances.Set(float64(siblings))
+	a.topStale = true
+}
+
+// refreshTopLocked reads the merged top-N off the merge, if anything
+// changed since, and publishes it to TopPublishers and the
+// cluster_topic_publish_* gauges. It runs on every local sample and
+// broadcast tick and when TopPublishers is called, not per envelope: at
+// O(TopN log topics) it would be the larger part of an envelope's cost,
+// for a list nothing on the admission path reads. a.mu is held.
+func (a *Aggregator) refreshTopLocked() {
+	if !a.topStale {
+		return
+	}
+	a.topStale = false
 	top := a.mg.top(a.opts.TopN)
 	if slices.Equal(top, *a.top.Load()) {
 		return
@@ -439,6 +464,7 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 	a.setLocalSubsLocked(subs)
 	a.mg.resum()
 	a.mergeLocked(now)
+	a.refreshTopLocked()
 	a.forgetSeen(now)
 	a.mu.Unlock()
 	return a.encode(a.newEnvelope(now, topics, users, subs))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -48,7 +49,7 @@ func BenchmarkReceive(b *testing.B) {
 			secret []byte
 		}{{"steady", false, nil}, {"churn", true, nil}, {"signed", false, []byte("secret")}} {
 			b.Run(fmt.Sprintf("siblings=%d/%s", n, c.name), func(b *testing.B) {
-				clk := newFakeClock()
+				clk := testkit.NewClock(testEpoch)
 				a := newOffline(b, newFakeLocal(), Options{Now: clk.Now, HMACSecret: c.secret, MaxInstances: 2 * n})
 				for i := range n {
 					p, _ := marshalEnvelope(siblingEnvelope(i, 0, DefaultTopN, c.churn), c.secret)
@@ -78,16 +79,26 @@ func BenchmarkReceive(b *testing.B) {
 	}
 }
 
+// heldMerger is a merger holding n siblings' envelopes of round 0.
+func heldMerger(n int, churn bool) *merger {
+	m := newMerger()
+	for i := range n {
+		putEnvelope(m, siblingEnvelope(i, 0, DefaultTopN, churn))
+	}
+	return m
+}
+
+func putEnvelope(m *merger, e *envelope) {
+	m.put(&remote{id: e.InstanceID, arrived: testEpoch, slice: e.Slice, users: e.Users, subs: e.Subs})
+}
+
 // BenchmarkMergeEnvelope is the merge alone: one decoded envelope replaces
-// its sender's previous one while n siblings are held.
+// its sender's previous one while n siblings are held (the top-N is not
+// read per envelope: see BenchmarkTopN).
 func BenchmarkMergeEnvelope(b *testing.B) {
 	for _, n := range fleetSizes {
 		b.Run(fmt.Sprintf("siblings=%d", n), func(b *testing.B) {
-			m := newMerger()
-			for i := range n {
-				e := siblingEnvelope(i, 0, DefaultTopN, true)
-				m.put(&remote{id: e.InstanceID, arrived: testEpoch, slice: e.Slice, users: e.Users, subs: e.Subs})
-			}
+			m := heldMerger(n, true)
 			envs := make([]*envelope, 64)
 			for k := range envs {
 				envs[k] = siblingEnvelope(k%n, k+1, DefaultTopN, true)
@@ -98,12 +109,23 @@ func BenchmarkMergeEnvelope(b *testing.B) {
 			for b.Loop() {
 				e := envs[k%len(envs)]
 				k++
-				cpu.measure(func() {
-					m.put(&remote{id: e.InstanceID, arrived: testEpoch, slice: e.Slice, users: e.Users, subs: e.Subs})
-					_ = m.top(DefaultTopN)
-				})
+				cpu.measure(func() { putEnvelope(m, e) })
 			}
 			cpu.report()
+		})
+	}
+}
+
+// BenchmarkTopN reads the merged top-N off the merge, as every local
+// sample, tick and TopPublishers call does.
+func BenchmarkTopN(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("siblings=%d", n), func(b *testing.B) {
+			m := heldMerger(n, true)
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = m.top(DefaultTopN)
+			}
 		})
 	}
 }
@@ -114,11 +136,7 @@ func BenchmarkMergeEnvelope(b *testing.B) {
 func BenchmarkResum(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("siblings=%d", n), func(b *testing.B) {
-			m := newMerger()
-			for i := range n {
-				e := siblingEnvelope(i, 0, DefaultTopN, false)
-				m.put(&remote{id: e.InstanceID, arrived: testEpoch, slice: e.Slice, users: e.Users, subs: e.Subs})
-			}
+			m := heldMerger(n, false)
 			b.ReportAllocs()
 			cpu := meterCPU(b)
 			for b.Loop() {

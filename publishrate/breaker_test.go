@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 )
 
 func TestConsecutiveBreaker(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	b := NewBreaker(3, 10*time.Second, clk.Now)
 	step := func(what string, wantAllow bool) {
 		t.Helper()

@@ -39,7 +39,10 @@
 // any fresh sibling slice, not only the merged top-N: a topic that is hot
 // on one instance but not in the cluster's top-N still has a rate.
 // TopPublishers and the cluster_topic_publish_rate/bytes gauges carry the
-// merged top-N only; topics leaving it vanish from the exposition.
+// merged top-N only; topics leaving it vanish from the exposition. The
+// top-N is read off the merge on every local sample, every broadcast tick
+// and every TopPublishers call, not per envelope, so the gauges trail the
+// sums by at most one pressure sample interval.
 //
 // Before Activate and after Deactivate the view is this instance's own
 // rates alone (the OnSample listener registered by New keeps it current).

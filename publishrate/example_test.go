@@ -19,7 +19,7 @@ func ExampleAggregator_RateOf() {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	cfg := pressure.DefaultConfig()
 	cfg.Now = func() time.Time { return now }
-	mon := pressure.New(cfg, nil, nil)
+	mon, _ := pressure.New(cfg, pressure.Deps{}) // a valid configuration: no error
 
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // not dialled until Activate
 	defer client.Close()
@@ -48,7 +48,7 @@ func ExampleAggregator_RateOf() {
 // it needs a Redis server.)
 func ExampleAggregator_Activate() {
 	ctx := context.Background()
-	mon := pressure.New(pressure.DefaultConfig(), nil, nil)
+	mon, _ := pressure.New(pressure.DefaultConfig(), pressure.Deps{})
 	go mon.Run(ctx, nil)
 
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})

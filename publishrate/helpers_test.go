@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
@@ -56,15 +57,9 @@ func (f *fakeLocal) emit(s *pressure.Snapshot) {
 	}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// testEpoch is where every fake clock starts. Envelopes made by env carry
+// testEpoch is where every test clock starts. Envelopes made by env carry
 // ts offsets from it, so they are within the clock window of a receiver
-// on a fake clock.
+// on a test clock.
 var testEpoch = time.UnixMilli(testEpochMs)
 
 // testEpochMs is testEpoch as an envelope ts; testTS is one ms later.
@@ -72,21 +67,6 @@ const (
 	testEpochMs = 1_700_000_000_000
 	testTS      = testEpochMs + 1
 )
-
-func newFakeClock() *fakeClock { return &fakeClock{t: testEpoch} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
 
 var discardLog = slog.New(slog.DiscardHandler)
 
@@ -106,7 +86,7 @@ func newOffline(t testing.TB, local Local, opts Options, src ...Sources) *Aggreg
 		opts.Logger = discardLog
 	}
 	if opts.Now == nil {
-		opts.Now = newFakeClock().Now
+		opts.Now = testkit.NewClock(testEpoch).Now
 	}
 	a, err := New(deadClient(t), local, opts)
 	if err != nil {
@@ -169,15 +149,3 @@ func topicGauge(t testing.TB, reg prometheus.Gatherer, name string) map[string]f
 }
 
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling an external process (Redis) with a deadline
-	}
-}

@@ -11,12 +11,13 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
 
 func TestMergeSumsAcrossInstances(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	m, reg := gatheredMetrics(t)
 	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 100, BytesPerSec: 1000})
 	a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, InstanceID: "self"})
@@ -61,7 +62,7 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 }
 
 func TestMergeUsersAndSubscribers(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	local := &fakeLocal{snap: &pressure.Snapshot{TopUsers: []pressure.UserRate{{User: "alice", MessagesPerSec: 7}}}}
 	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self"},
 		Sources{Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
@@ -113,7 +114,7 @@ func TestStalenessByReceiverClock(t *testing.T) {
 	const stale = 12 * time.Second
 	for _, off := range []time.Duration{0, -4 * time.Second, 4 * time.Second} {
 		t.Run(fmt.Sprint("sender clock off by ", off), func(t *testing.T) {
-			clk := newFakeClock()
+			clk := testkit.NewClock(testEpoch)
 			m := metrics.NewDiscard()
 			local := newFakeLocal()
 			a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, StaleAfter: stale, PublishInterval: 5 * time.Second})
@@ -170,7 +171,7 @@ func TestStalenessByReceiverClock(t *testing.T) {
 // of StaleAfter+MaxClockSkew).
 func TestReplayedEnvelopesAreDropped(t *testing.T) {
 	const stale, skew = 12 * time.Second, 5 * time.Second
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	local := newFakeLocal()
 	a := newOffline(t, local, Options{Now: clk.Now, StaleAfter: stale, PublishInterval: 5 * time.Second, HMACSecret: secret})
 	signed := func(ts int64) []byte {
@@ -216,7 +217,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 }
 
 func TestBroadcastTickExpiresStale(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, StaleAfter: 3 * time.Second, PublishInterval: time.Second})
 	a.receive(env(t, "A", 1, wireTopic{"hot", 1, 1}))
 	clk.Advance(3 * time.Second)
@@ -262,8 +263,10 @@ func TestTopNCapAndOrder(t *testing.T) {
 		t.Errorf("gauge labels = %v, want the top-N %v", labels, want)
 	}
 
-	// A newer slice without the ties: they leave the top-N and the exposition.
+	// A newer slice without the ties: they leave the top-N and the
+	// exposition with the next local sample.
 	a.receive(env(t, "A", 2, slice[:12]...))
+	a.onSample(&pressure.Snapshot{})
 	labels = slices.Sorted(maps.Keys(topicGauge(t, reg, "cluster_topic_publish_rate")))
 	if want := []string{"t07", "t08", "t09", "t10", "t11"}; !slices.Equal(labels, want) {
 		t.Errorf("gauge labels = %v, want %v", labels, want)
@@ -271,7 +274,7 @@ func TestTopNCapAndOrder(t *testing.T) {
 }
 
 func TestMaxInstances(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	m := metrics.NewDiscard()
 	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, Metrics: m, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
 	a.receive(env(t, "A", 1, wireTopic{"x", 1, 0}))
@@ -575,10 +578,13 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 // TestWithPressureMonitor wires the real pressure monitor as Local: its
 // samples reach RateOf at once and the broadcast envelope.
 func TestWithPressureMonitor(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	cfg := pressure.DefaultConfig()
 	cfg.Now = clk.Now
-	mon := pressure.New(cfg, metrics.NewDiscard(), discardLog)
+	mon, err := pressure.New(cfg, pressure.Deps{Metrics: metrics.NewDiscard(), Logger: discardLog})
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := newOffline(t, mon, Options{Now: clk.Now, InstanceID: "me"})
 	for range 50 {
 		mon.RecordAttempt("chat", "alice", 100)

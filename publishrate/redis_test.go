@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -65,13 +66,13 @@ func TestClusterOfThreeOnRealRedis(t *testing.T) {
 		activate(t, n.agg)
 	}
 
-	eventually(t, awaitFor, "C sees A and B: RateOf(hot) = 1200, 2 instances", func() bool {
+	testkit.Eventually(t, awaitFor, "C sees A and B: RateOf(hot) = 1200, 2 instances", func() bool {
 		return c.agg.RateOf("hot") == 1200 && value(c.m.ClusterInstances) == 2
 	})
 	if top := c.agg.TopPublishers(); len(top) != 1 || top[0] != (Entry{"hot", 1200, 120, 2}) {
 		t.Errorf("C TopPublishers = %v", top)
 	}
-	eventually(t, awaitFor, "A sees itself and B: RateOf(hot) = 1200, 2 instances", func() bool {
+	testkit.Eventually(t, awaitFor, "A sees itself and B: RateOf(hot) = 1200, 2 instances", func() bool {
 		return a.agg.RateOf("hot") == 1200 && value(a.m.ClusterInstances) == 2
 	})
 	if value(c.m.ClusterParseErrors) != 0 || value(a.m.ClusterBroadcasts) == 0 {
@@ -80,7 +81,7 @@ func TestClusterOfThreeOnRealRedis(t *testing.T) {
 
 	// B stops broadcasting: C forgets it within StaleAfter + one interval.
 	b.agg.Deactivate()
-	eventually(t, awaitFor, "C drops B", func() bool {
+	testkit.Eventually(t, awaitFor, "C drops B", func() bool {
 		return c.agg.RateOf("hot") == 600 && value(c.m.ClusterInstances) == 1
 	})
 
@@ -88,10 +89,10 @@ func TestClusterOfThreeOnRealRedis(t *testing.T) {
 	srv.Restart()
 	before := c.agg.Stats().Received
 	broadcasts := a.agg.Stats().Broadcasts
-	eventually(t, awaitFor, "C receives from A again after the restart", func() bool {
+	testkit.Eventually(t, awaitFor, "C receives from A again after the restart", func() bool {
 		return c.agg.Stats().Received > before+2 && a.agg.Stats().Broadcasts > broadcasts
 	})
-	eventually(t, awaitFor, "C's view of A recovers", func() bool {
+	testkit.Eventually(t, awaitFor, "C's view of A recovers", func() bool {
 		return c.agg.RateOf("hot") == 600 && value(c.m.ClusterInstances) == 1
 	})
 }
@@ -102,7 +103,7 @@ func TestForgedSiblingOnRealRedis(t *testing.T) {
 	rogue := newNode(t, srv, "R", newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1e6}), []byte("wrong"))
 	activate(t, c.agg)
 	activate(t, rogue.agg)
-	eventually(t, awaitFor, "C counts the rogue's envelopes as parse errors", func() bool {
+	testkit.Eventually(t, awaitFor, "C counts the rogue's envelopes as parse errors", func() bool {
 		return value(c.m.ClusterParseErrors) >= 2
 	})
 	if c.agg.RateOf("hot") != 0 || value(c.m.ClusterReceived) != 0 {
@@ -121,7 +122,7 @@ func TestActivateDeactivateIdempotentNoLeak(t *testing.T) {
 	for range 3 {
 		activate(t, n.agg)
 		activate(t, n.agg) // already active: nothing more starts
-		eventually(t, awaitFor, "A hears B", func() bool { return n.agg.RateOf("hot") == 3 })
+		testkit.Eventually(t, awaitFor, "A hears B", func() bool { return n.agg.RateOf("hot") == 3 })
 		if got := runtime.NumGoroutine(); got > base+2 {
 			t.Errorf("%d goroutines while active, want at most %d", got, base+2)
 		}
@@ -133,7 +134,7 @@ func TestActivateDeactivateIdempotentNoLeak(t *testing.T) {
 		if got := n.agg.Stats().Instances; got != 0 {
 			t.Errorf("after Deactivate %d siblings held", got)
 		}
-		eventually(t, awaitFor, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= base })
+		testkit.Eventually(t, awaitFor, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= base })
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/pressure"
 )
 
@@ -28,7 +29,7 @@ func sent(t *testing.T, a *Aggregator, now time.Time) *envelope {
 }
 
 func TestBroadcastAveragesOverInterval(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	t0 := clk.Now()
 	local := newFakeLocal()
 	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "me"})
@@ -82,7 +83,7 @@ func TestBroadcastAveragesOverInterval(t *testing.T) {
 }
 
 func TestBroadcastTopNAndSubs(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(testEpoch)
 	local := newFakeLocal(
 		pressure.TopicRate{Topic: "a", MessagesPerSec: 1},
 		pressure.TopicRate{Topic: "b", MessagesPerSec: 3},

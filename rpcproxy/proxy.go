@@ -24,23 +24,28 @@ const (
 	HeaderClientIP = "X-Rtserver-Client-Ip"
 )
 
-// Options configure the proxy. Zero values are the documented defaults.
-type Options struct {
+// Config of the proxy (rpc.proxy.*). Zero values are the documented
+// defaults.
+type Config struct {
 	URL     string        `yaml:"url" help:"http(s) URL that receives each application RPC as a JSON-RPC POST and answers with the JSON-RPC response; empty: unknown methods answer -32601"`
 	Timeout time.Duration `yaml:"timeout" help:"longest wait for the backend; past it the call answers -32005; 0 = 5s"`
 	// MaxResponseBytes bounds an answer; default 1 MiB; larger answers
 	// are -32005.
-	MaxResponseBytes int64        `yaml:"-"`
-	Client           *http.Client `yaml:"-"` // default: a client with sane pooling
-	Logger           *slog.Logger `yaml:"-"`
+	MaxResponseBytes int64 `yaml:"-"`
 }
 
-// DefaultOptions is the rpc.proxy.* defaults of docs/configuration.md.
-func DefaultOptions() Options { return Options{Timeout: 5 * time.Second} }
+// Deps are what the proxy uses beside its configuration.
+type Deps struct {
+	Client *http.Client // nil: a client with sane pooling
+	Logger *slog.Logger // nil: discard
+}
+
+// DefaultConfig is the rpc.proxy.* defaults of docs/configuration.md.
+func DefaultConfig() Config { return Config{Timeout: 5 * time.Second} }
 
 // Validate reports every invalid rpc.proxy.* value at once, naming each
 // key. An empty URL is valid (the proxy is off); New needs one.
-func (o Options) Validate() error {
+func (o Config) Validate() error {
 	var p conf.Problems
 	if o.URL != "" {
 		if u, err := url.Parse(o.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -57,7 +62,8 @@ func (o Options) Validate() error {
 }
 
 // New returns a server.Handler that forwards every call it gets.
-func New(opts Options) (server.Handler, error) {
+func New(cfg Config, deps Deps) (server.Handler, error) {
+	opts := options{Config: cfg, Deps: deps}
 	if opts.URL == "" {
 		return nil, errors.New("rpcproxy: rpc.proxy.url is required")
 	}
@@ -83,7 +89,13 @@ func New(opts Options) (server.Handler, error) {
 	return p.call, nil
 }
 
-type proxy struct{ opts Options }
+// options is the proxy's configuration with its defaults applied.
+type options struct {
+	Config
+	Deps
+}
+
+type proxy struct{ opts options }
 
 // response is a JSON-RPC response object from the backend.
 type response struct {

@@ -49,7 +49,7 @@ func TestProxyRelaysAndFailsClosed(t *testing.T) {
 		}
 	}))
 	defer backend.Close()
-	h, err := New(Options{URL: backend.URL, Timeout: 200 * time.Millisecond, MaxResponseBytes: 1024})
+	h, err := New(Config{URL: backend.URL, Timeout: 200 * time.Millisecond, MaxResponseBytes: 1024}, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestProxyRelaysAndFailsClosed(t *testing.T) {
 }
 
 func TestNewNeedsURL(t *testing.T) {
-	if _, err := New(Options{}); err == nil {
+	if _, err := New(Config{}, Deps{}); err == nil {
 		t.Fatal("a proxy without a URL was built")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
@@ -49,9 +50,9 @@ func TestConcurrencyLeaseReleasedOnEveryPath(t *testing.T) {
 		t.Fatalf("-32001 data %s", f.Error.Data)
 	}
 	dying.WS.CloseNow()
-	waitUntil(t, time.Now().Add(10*time.Second), func() bool { return class.InFlight() == 0 }, func() string {
+	testkit.Eventually(t, time.Until(time.Now().Add(10*time.Second)), func() string {
 		return fmt.Sprintf("in-flight %d after the connection died", class.InFlight())
-	})
+	}, func() bool { return class.InFlight() == 0 })
 	wstest.MustOK(t, c.Call("work.ok", `{}`))
 	if n := class.InFlight(); n != 0 {
 		t.Fatalf("in-flight %d at the end", n)

@@ -38,6 +38,9 @@ func (c *conn) busShed() *protocol.Error {
 // were lost on the way (this instance fell behind what Redis pushed).
 func (r *busReceiver) Gap(topic string) {
 	s := (*Server)(r)
+	if s.hist.gap(topic) {
+		return // a history topic fills the gap from its store (history.go)
+	}
 	sh := s.hub.shard(topic)
 	sh.mu.RLock()
 	subs := make([]*conn, 0, len(sh.topics[topic]))

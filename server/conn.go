@@ -54,6 +54,7 @@ type conn struct {
 	builtin message.Call        // reused for built-ins, which run inline
 	calls   atomic.Int32        // application RPC goroutines in flight
 	holding atomic.Bool         // the read goroutine runs a publish in hand: what it queues is held (write.go, holdSet)
+	replays *[]replay           // recoveries to run once the frame's responses are queued (history.go); a pointer keeps conn in its size class
 
 	callsMu  sync.Mutex
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
@@ -287,13 +288,15 @@ func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 		}
 		n++
 	}
-	if n == 0 {
-		return
+	if n > 0 {
+		if f.Batch {
+			out = append(out, ']')
+		}
+		c.enqueue(out)
 	}
-	if f.Batch {
-		out = append(out, ']')
+	if c.replays != nil {
+		c.runReplays()
 	}
-	c.enqueue(out)
 }
 
 // handle runs one request and returns its encoded response, or nil.

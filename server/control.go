@@ -201,6 +201,7 @@ func (c *conn) removeSub(topic string) bool {
 	delete(c.subs, topic)
 	c.s.subscriptions.Add(-1)
 	c.s.hub.unsubscribe(c, topic)
+	c.s.hist.leave(c, topic)
 	c.presenceLeave(topic)
 	return true
 }
@@ -211,6 +212,7 @@ func (c *conn) dropSubs() {
 	defer c.subsMu.Unlock()
 	for topic := range c.subs {
 		c.s.hub.unsubscribe(c, topic)
+		c.s.hist.leave(c, topic)
 	}
 	c.presenceLeaveAll()
 	c.s.subscriptions.Add(-int64(len(c.subs)))

@@ -9,6 +9,7 @@ import (
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 )
@@ -22,7 +23,7 @@ func startAuthServer(t *testing.T, broker *bus.MemoryBroker) (*Server, string) {
 	cfg := handshake.DefaultConfig()
 	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, m)
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +116,9 @@ func TestUnsubscribeAndDisconnectReachEveryInstance(t *testing.T) {
 	// The user index forgets alice once her connections are gone.
 	for _, s := range []*Server{a, b} {
 		// The connections' cleanup runs on their own goroutines.
-		waitUntil(t, time.Now().Add(10*time.Second), func() bool { return len(s.userConns("alice")) == 0 }, func() string {
+		testkit.Eventually(t, time.Until(time.Now().Add(10*time.Second)), func() string {
 			return "alice is still indexed after her connections closed"
-		})
+		}, func() bool { return len(s.userConns("alice")) == 0 })
 	}
 	if err := a.Disconnect(""); err != ErrBadUser {
 		t.Errorf("Disconnect(\"\") = %v, want ErrBadUser", err)

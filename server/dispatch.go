@@ -16,11 +16,12 @@ const (
 	MethodSubscribe   = protocol.MethodSubscribe
 	MethodUnsubscribe = protocol.MethodUnsubscribe
 	MethodPublish     = protocol.MethodPublish
+	MethodHistory     = "history" // a history topic's messages (docs/history.md)
 )
 
 func isBuiltin(m string) bool {
 	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh ||
-		m == MethodPresence || m == MethodPresenceStats
+		m == MethodPresence || m == MethodPresenceStats || m == MethodHistory
 }
 
 var emptyResult = json.RawMessage("{}")
@@ -30,7 +31,7 @@ var emptyResult = json.RawMessage("{}")
 // first; raw is the whole request object for a single (non-batch) frame.
 func (c *conn) dispatch(r *protocol.Request, raw []byte) (json.RawMessage, *protocol.Error) {
 	switch r.Method {
-	case MethodSubscribe, MethodUnsubscribe, MethodPublish:
+	case MethodSubscribe, MethodUnsubscribe, MethodPublish, MethodHistory:
 		return c.builtinCall(r, raw)
 	case MethodRefresh:
 		return c.refresh(r)
@@ -83,6 +84,18 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 		return nil, perr
 	}
 	defer call.Release()
+	if r.Method != MethodUnsubscribe {
+		if pol := s.hist.policyOf(p.Topic); pol.Enabled() || r.Method == MethodHistory {
+			switch r.Method {
+			case MethodSubscribe:
+				return c.subscribeHistory(p.Topic, r.Params, pol)
+			case MethodPublish:
+				return c.publishHistory(p.Topic, compactData(p.Data), r.Params, pol)
+			default:
+				return c.historyCall(p.Topic, r.Params, pol)
+			}
+		}
+	}
 	switch r.Method {
 	case MethodSubscribe:
 		if perr := c.addSub(p.Topic); perr != nil {

@@ -35,6 +35,11 @@
 //     conn.mu), so once cleanup has stopped it nothing fires;
 //   - built-ins (and refresh) run only on the read goroutine: a batch that
 //     mixes them with application methods runs there too;
+//   - a history topic's messages reach its local subscribers only through
+//     the topic's sequencer (history.go), in offset order, each offset at
+//     most once per subscription (history.Cursor); lock order there:
+//     historyState.mu, topicSeq.mu, hsub.mu, conn.mu, and no lock is held
+//     while the history store is called;
 //   - authenticated connections are indexed by user (Server.users) from
 //     addConn to removeConn, so the server API's Disconnect and Unsubscribe
 //     (control.go) reach them on every instance; anonymous ones are not.

@@ -22,7 +22,7 @@ func TestGrantsBeforeMessageTier(t *testing.T) {
 	mon := tr.mon
 	checker, err := access.New(access.Config{
 		Namespaces: []access.Namespace{{Pattern: "secret:*"}}, // nobody
-	}, tr.m, nil)
+	}, access.Deps{Metrics: tr.m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 )
@@ -37,17 +38,17 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	}
 	// Writers exit once the subscribe answers are written: wait for that.
 	deadline := time.Now().Add(10 * time.Second)
-	waitUntil(t, deadline, func() bool { return serverGoroutines() <= n }, func() string {
+	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d server goroutines for %d idle connections, want at most %d", serverGoroutines(), n, n)
-	})
+	}, func() bool { return serverGoroutines() <= n })
 	if g := serverGoroutines(); g != n {
 		t.Fatalf("%d server goroutines for %d idle connections, want exactly one each", g, n)
 	}
 	// Each comes to wait in awaitInput, not inside the WebSocket library:
 	// that keeps its stack at the minimum.
-	waitUntil(t, deadline, func() bool { return inAwaitInput() == n }, func() string {
+	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d of %d idle read loops wait in awaitInput", inAwaitInput(), n)
-	})
+	}, func() bool { return inAwaitInput() == n })
 }
 
 // A publish encodes its frame once, whatever the number of subscribers:
@@ -164,10 +165,10 @@ func TestPingRoundsKeepReadLoopsShallow(t *testing.T) {
 		return true
 	}
 	opened := func() int64 { conns, _ := s.Counts(); return conns }
-	waitUntil(t, deadline, func() bool { return opened() == n && answered() }, func() string {
+	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d connections open, want %d, each with 3 pongs", opened(), n)
-	})
-	waitUntil(t, deadline, func() bool { return inAwaitInput() == n }, func() string {
+	}, func() bool { return opened() == n && answered() })
+	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d of %d read loops wait in awaitInput after ping rounds", inAwaitInput(), n)
-	})
+	}, func() bool { return inAwaitInput() == n })
 }

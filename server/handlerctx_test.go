@@ -28,7 +28,7 @@ func TestHandlerSeesRequestValuesAndClaims(t *testing.T) {
 	cfg := handshake.DefaultConfig()
 	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, m)
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

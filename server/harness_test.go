@@ -47,7 +47,10 @@ type tier struct {
 func newTier(t *testing.T, class string, rule message.Rule, routes map[string]string) tier {
 	t.Helper()
 	m := metrics.NewDiscard()
-	mon := pressure.New(pressure.DefaultConfig(), m, nil)
+	mon, err := pressure.New(pressure.DefaultConfig(), pressure.Deps{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
 	adm := message.New(message.Options{Snapshot: mon.Snapshot, Metrics: m})
 	if err := adm.Register(class, rule); err != nil {
 		t.Fatal(err)
@@ -57,18 +60,6 @@ func newTier(t *testing.T, class string, rule message.Rule, routes map[string]st
 		t.Fatal(err)
 	}
 	return tier{m: m, mon: mon, adm: adm, router: router}
-}
-
-// waitUntil polls cond until it holds, failing with msg() once deadline
-// has passed: for states no event announces (goroutine stacks, counts).
-func waitUntil(t *testing.T, deadline time.Time, cond func() bool, msg func() string) {
-	t.Helper()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // allStacks is every goroutine's stack, as runtime.Stack prints them.

@@ -13,6 +13,7 @@ import (
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/presence"
@@ -34,13 +35,13 @@ func startPresenceServer(t *testing.T, broker *bus.MemoryBroker, store presence.
 	cfg := handshake.DefaultConfig()
 	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, m)
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checker, err := access.New(access.Config{Namespaces: []access.Namespace{
 		{Pattern: "room:secret", Rule: access.Rule{Subscribe: []string{}, Publish: []string{}}},
-	}}, m, nil)
+	}}, access.Deps{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,13 +122,13 @@ func TestPresenceAcrossInstances(t *testing.T) {
 	if err := a.Unsubscribe("carol", "room:1"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, time.Now().Add(10*time.Second), func() bool {
+	testkit.Eventually(t, time.Until(time.Now().Add(10*time.Second)), func() string { return fmt.Sprint("still listed: ", listOf(t, alice, "room:1")) }, func() bool {
 		return fmt.Sprint(usersOf(listOf(t, alice, "room:1"))) == "[alice]"
-	}, func() string { return fmt.Sprint("still listed: ", listOf(t, alice, "room:1")) })
+	})
 	alice.WS.CloseNow()
-	waitUntil(t, time.Now().Add(10*time.Second), func() bool {
+	testkit.Eventually(t, time.Until(time.Now().Add(10*time.Second)), func() string { return fmt.Sprint("after close: ", statsOf(t, bob, "room:1")) }, func() bool {
 		return statsOf(t, bob, "room:1") == presence.Stats{}
-	}, func() string { return fmt.Sprint("after close: ", statsOf(t, bob, "room:1")) })
+	})
 }
 
 // TestPresenceCallsNeedTheSubscribeGrant: -32003 for a topic the client

@@ -20,6 +20,7 @@ import (
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
@@ -78,6 +79,18 @@ type Options struct {
 	// 1012 during a drain, and with the 503 that refuses an upgrade while
 	// draining without a gate (jittered); default 1s.
 	DrainRetryAfter time.Duration
+
+	// History keeps the streams of history topics (docs/history.md), and
+	// HistoryPolicy says which topics keep one (Policy.Enabled). Either
+	// nil: no topic keeps history, and nothing of it costs anything. A
+	// *history.Memory store without a Deliver gets the server's.
+	History       history.Store
+	HistoryPolicy func(topic string) history.Policy
+	HistoryConfig history.Config
+	// HistoryCheckInterval is how often the position of every idle
+	// history topic with local subscribers is checked against the store,
+	// to repair a lost last message; default 5s.
+	HistoryCheckInterval time.Duration
 	// Presence keeps who is in which topic (presence.go); the zero value
 	// keeps nothing.
 	Presence PresenceOptions
@@ -101,6 +114,7 @@ type Server struct {
 
 	handlers sync.Map // method -> Handler
 	hub      hub
+	hist     *historyState // nil: no history topics
 
 	presence   *presence.Tracker
 	instanceID string
@@ -154,6 +168,7 @@ func New(opts Options) *Server {
 	}
 	s.presence = s.newTracker(opts.Presence)
 	s.hub.init(s)
+	s.hist = newHistoryState(s, opts)
 	return s
 }
 
@@ -163,6 +178,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bus.Start(ctx, (*busReceiver)(s)); err != nil {
 		return fmt.Errorf("server: start bus: %w", err)
 	}
+	s.hist.start()
 	s.presence.Start()
 	return nil
 }
@@ -190,6 +206,10 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 		return errors.New("server: data is not valid JSON in UTF-8")
 	}
 	data = compactData(data)
+	if pol := s.hist.policyOf(topic); pol.Enabled() {
+		_, err := s.hist.publish(context.Background(), topic, data, pol, "")
+		return err
+	}
 	// The bus first: what it refuses (full, or Redis down) is delivered
 	// nowhere, and the caller hears why (docs/cluster.md).
 	if err := s.bus.Publish(topic, data); err != nil {
@@ -283,6 +303,12 @@ type busReceiver Server
 
 func (r *busReceiver) Deliver(topic string, data []byte) {
 	s := (*Server)(r)
+	if s.hist.policyOf(topic).Enabled() {
+		// A history topic never delivers a message without an offset
+		// (one from an instance whose config has no history for it).
+		s.m.BusDropped.WithLabelValues(bus.DropMalformed).Inc()
+		return
+	}
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
@@ -302,6 +328,8 @@ func (r *busReceiver) BusState(degraded bool) {
 		s.log.Warn("cross-instance delivery is down")
 	} else {
 		s.log.Info("cross-instance delivery recovered")
+		// History topics repair what passed by meanwhile (history.go).
+		s.hist.checkAll()
 	}
 	s.broadcast(protocol.AppendSystem(nil, event, 0))
 }
@@ -444,6 +472,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if berr := s.bus.Close(); berr != nil && !errors.Is(berr, bus.ErrClosed) {
 		err = errors.Join(err, berr)
 	}
+	// After the bus: nothing delivers to the sequencers any more.
+	s.hist.close()
 	return err
 }
 

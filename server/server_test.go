@@ -16,6 +16,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
@@ -355,12 +356,12 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 		_, err := live.Read()
 		liveErr <- err
 	}()
-	waitUntil(t, time.Now().Add(20*time.Second), func() bool {
-		conns, subs := s.Counts()
-		return conns == 1 && subs == 0
-	}, func() string {
+	testkit.Eventually(t, time.Until(time.Now().Add(20*time.Second)), func() string {
 		conns, subs := s.Counts()
 		return fmt.Sprintf("dead peer still counted: %d connections, %d subscriptions", conns, subs)
+	}, func() bool {
+		conns, subs := s.Counts()
+		return conns == 1 && subs == 0
 	})
 	select {
 	case err := <-liveErr:

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/jsonexact"
 	"github.com/rtserver/rtserver/metrics"
@@ -44,6 +45,23 @@ type Backend interface {
 	// Draining reports whether this instance is draining: calls answer 503.
 	Draining() bool
 }
+
+// HistoryBackend is implemented by a Backend whose topics may keep
+// history (docs/history.md): publish and broadcast then go through
+// PublishAt and return positions, and the history method is served.
+type HistoryBackend interface {
+	// PublishAt publishes like Publish, through the history store when
+	// topic keeps history: it returns the position then (nil otherwise).
+	// key, when not empty, is the call's idempotencyKey.
+	PublishAt(ctx context.Context, topic string, data json.RawMessage, key string) (*history.Position, error)
+	// History answers the history method: {"epoch","offset","messages"}.
+	// ErrNoHistory when topic keeps none.
+	History(ctx context.Context, topic string, since *protocol.Since, limit int) (json.RawMessage, error)
+}
+
+// ErrNoHistory is HistoryBackend.History's error for a topic that keeps
+// no history: the call answers 400.
+var ErrNoHistory = errors.New("topic keeps no history")
 
 // Info is the result of the info method.
 type Info struct {
@@ -84,6 +102,7 @@ const (
 	// params and answer their results.
 	MethodPresence      = "presence"
 	MethodPresenceStats = "presenceStats"
+	MethodHistory       = "history"
 	// unknownMethod is the method label of paths that name no method.
 	unknownMethod = "unknown"
 )
@@ -184,7 +203,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func known(name string) bool {
 	switch name {
-	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo, MethodPresence, MethodPresenceStats:
+	case MethodPublish, MethodBroadcast, MethodDisconnect, MethodUnsubscribe, MethodInfo, MethodPresence, MethodPresenceStats, MethodHistory:
 		return true
 	}
 	return false
@@ -205,7 +224,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 		return nil, fail(http.StatusServiceUnavailable, protocol.CodeOverloaded, "draining")
 	}
 	if !known(name) {
-		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, disconnect, unsubscribe, info, presence or presenceStats)", name)
+		return nil, fail(http.StatusNotFound, protocol.CodeMethodNotFound, "unknown method %q (want publish, broadcast, history, disconnect, unsubscribe, info, presence or presenceStats)", name)
 	}
 	buf := bufpool.Get()
 	defer bufpool.Put(buf)
@@ -215,9 +234,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) ([]
 	}
 	switch name {
 	case MethodPublish:
-		return h.publish(body)
+		return h.publish(r.Context(), body)
 	case MethodBroadcast:
-		return h.broadcast(body)
+		return h.broadcast(r.Context(), body)
+	case MethodHistory:
+		return h.history(r.Context(), body)
 	case MethodDisconnect:
 		return h.disconnect(body)
 	case MethodUnsubscribe:
@@ -329,8 +350,8 @@ func (h *Handler) unavailable(err error) *apiError {
 	return e
 }
 
-func (h *Handler) publish(body []byte) ([]byte, *apiError) {
-	v, aerr := members(body, "topic", "data")
+func (h *Handler) publish(ctx context.Context, body []byte) ([]byte, *apiError) {
+	v, aerr := members(body, "topic", "data", "idempotencyKey")
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -345,14 +366,73 @@ func (h *Handler) publish(body []byte) ([]byte, *apiError) {
 	if data == nil {
 		return nil, badParams("missing data")
 	}
-	if err := h.b.Publish(topic, data); err != nil {
+	key, aerr := idempotencyKey(v[2])
+	if aerr != nil {
+		return nil, aerr
+	}
+	pos, err := h.publishAt(ctx, topic, data, key)
+	if err != nil {
 		return nil, h.unavailable(err)
 	}
-	return okResult, nil
+	if pos == nil {
+		return okResult, nil
+	}
+	return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
 }
 
-func (h *Handler) broadcast(body []byte) ([]byte, *apiError) {
-	v, aerr := members(body, "topics", "data")
+// publishAt publishes through the history backend when there is one.
+func (h *Handler) publishAt(ctx context.Context, topic string, data json.RawMessage, key string) (*history.Position, error) {
+	if hb, ok := h.b.(HistoryBackend); ok {
+		return hb.PublishAt(ctx, topic, data, key)
+	}
+	return nil, h.b.Publish(topic, data)
+}
+
+// idempotencyKey decodes the idempotencyKey member ("" when absent).
+func idempotencyKey(v []byte) (string, *apiError) {
+	key, aerr := stringParam("idempotencyKey", v)
+	if aerr != nil {
+		return "", aerr
+	}
+	if v != nil && (key == "" || len(key) > protocol.MaxIdempotencyKey) {
+		return "", badParams("idempotencyKey must be 1 to %d bytes", protocol.MaxIdempotencyKey)
+	}
+	return key, nil
+}
+
+// history answers the history method, with the client method's params.
+func (h *Handler) history(ctx context.Context, body []byte) ([]byte, *apiError) {
+	v, aerr := members(body, "topic")
+	if aerr != nil {
+		return nil, aerr
+	}
+	topic, aerr := stringParam("topic", v[0])
+	if aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkTopic("topic", topic); aerr != nil {
+		return nil, aerr
+	}
+	hp, perr := protocol.DecodeHistoryParams(body)
+	if perr != nil {
+		return nil, badParams("%s", perr.Message)
+	}
+	hb, ok := h.b.(HistoryBackend)
+	if !ok {
+		return nil, badParams("%s", ErrNoHistory)
+	}
+	res, err := hb.History(ctx, topic, hp.Since, hp.Limit)
+	switch {
+	case errors.Is(err, ErrNoHistory):
+		return nil, badParams("%s", err)
+	case err != nil:
+		return nil, h.unavailable(err)
+	}
+	return res, nil
+}
+
+func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError) {
+	v, aerr := members(body, "topics", "data", "idempotencyKey")
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -372,12 +452,34 @@ func (h *Handler) broadcast(body []byte) ([]byte, *apiError) {
 	if data == nil {
 		return nil, badParams("missing data")
 	}
+	key, aerr := idempotencyKey(v[2])
+	if aerr != nil {
+		return nil, aerr
+	}
+	// The positions of the history topics among them, in order:
+	// {"positions":[{"topic":T,"epoch":E,"offset":N}...]}.
+	var out []byte
 	for i, t := range topics {
-		if err := h.b.Publish(t, data); err != nil {
+		pos, err := h.publishAt(ctx, t, data, key)
+		if err != nil {
 			return nil, h.unavailable(fmt.Errorf("published to %d of %d topics, then: %w", i, len(topics), err))
 		}
+		if pos == nil {
+			continue
+		}
+		if out == nil {
+			out = append(out, `{"positions":[`...)
+		} else {
+			out = append(out, ',')
+		}
+		tb, _ := json.Marshal(t)
+		out = append(append(append(out, `{"topic":`...), tb...), ',')
+		out = append(out, protocol.AppendPosition(nil, pos.Epoch, pos.Offset)[1:]...)
 	}
-	return okResult, nil
+	if out == nil {
+		return okResult, nil
+	}
+	return append(out, "]}"...), nil
 }
 
 func (h *Handler) disconnect(body []byte) ([]byte, *apiError) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/presence"
 )
@@ -96,9 +98,10 @@ func newTestServer(t *testing.T, max int64) (*httptest.Server, *recorder, *metri
 }
 
 type answer struct {
-	status int
-	Result json.RawMessage `json:"result"`
-	Error  *struct {
+	status     int
+	retryAfter string
+	Result     json.RawMessage `json:"result"`
+	Error      *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
@@ -122,7 +125,7 @@ func call(t *testing.T, srv *httptest.Server, httpMethod, method, auth, body str
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	a := answer{status: resp.StatusCode}
+	a := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
 	if err := json.Unmarshal(b, &a); err != nil {
 		t.Fatalf("%s %s: body %q is not JSON: %v", httpMethod, method, b, err)
 	}
@@ -261,9 +264,19 @@ func TestDrainingAndBackendFailure(t *testing.T) {
 	auth := "apikey " + testKey
 	rec.set(errors.New("cross-instance delivery is down"), false)
 	a := call(t, srv, "POST", "publish", auth, `{"topic":"a","data":1}`)
-	if a.status != 503 || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, "down") {
-		t.Errorf("backend failure: %d %+v", a.status, a.Error)
+	if a.status != 503 || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, "down") || a.retryAfter == "" {
+		t.Errorf("backend failure: %d %+v Retry-After %q", a.status, a.Error, a.retryAfter)
 	}
+	// The bus could not take the message: shed like the message tier
+	// sheds, and nothing was delivered.
+	for _, err := range []error{bus.ErrQueueFull, bus.ErrDegraded} {
+		rec.set(fmt.Errorf("server: %w", err), false)
+		a = call(t, srv, "POST", "publish", auth, `{"topic":"a","data":1}`)
+		if a.status != 503 || a.Error.Code != -32001 || a.retryAfter != "1" {
+			t.Errorf("bus refusal %v: %d %+v Retry-After %q, want 503 -32001 with Retry-After 1", err, a.status, a.Error, a.retryAfter)
+		}
+	}
+	rec.set(errors.New("cross-instance delivery is down"), false)
 	a = call(t, srv, "POST", "broadcast", auth, `{"topics":["a","b"],"data":1}`)
 	if a.status != 503 || !strings.Contains(a.Error.Message, "0 of 2") {
 		t.Errorf("broadcast failure: %d %+v", a.status, a.Error)

@@ -15,6 +15,8 @@ func FuzzBody(f *testing.F) {
 		`{}`, `{"topic":"a","data":1}`, `{"topics":["a","b"],"data":{}}`, `{"user":"u"}`,
 		`{"user":"u","topic":"t"}`, `[]`, `null`, `{"topic":"__x","data":1}`, `{"topic":"a",`,
 		`{"topics":[1],"data":1}`, "\xff", `{"user":"` + strings.Repeat("u", 2000) + `"}`,
+		`{"topic":"a","Topic":"__x","data":1}`, `{"user":"a","user":"b"}`, `{"\u0074opic":"a","data":1}`,
+		`{"topic":"a","data":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`,
 	} {
 		for _, m := range []string{"publish", "broadcast", "disconnect", "unsubscribe", "info"} {
 			f.Add(m, s)

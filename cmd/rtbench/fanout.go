@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/rtserver/rtserver/internal/ctxsleep"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 type fanoutConfig struct {
@@ -187,7 +188,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	// Subscribers.
 	var proto []string
 	if cfg.Batch {
-		proto = []string{"rt.batch"}
+		proto = []string{protocol.BatchSubprotocol}
 	}
 	var (
 		delivered, frames atomic.Int64
@@ -231,7 +232,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		}
 	}
 	subs, err := dialMany(ctx, newDialer(cfg.URL, proto), cfg.S, cfg.C, cfg.DialTimeout, func(i int, c *websocket.Conn) error {
-		if c.Subprotocol() == "rt.batch" {
+		if c.Subprotocol() == protocol.BatchSubprotocol {
 			negotiated.Add(1)
 		}
 		if err := subscribeSync(ctx, c, 1, fanoutTopic(i%cfg.T)); err != nil {

@@ -191,7 +191,9 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 	end := start.Add(cfg.Duration)
 	var bytes int64
 	var recv0 float64
-	var measureStart time.Time
+	// lastSent is taken before each publish, so the server's arrival stamp
+	// of that envelope is not earlier.
+	var measureStart, lastSent time.Time
 	for k := 0; ; k++ {
 		now := time.Now()
 		if !now.Before(end) {
@@ -210,6 +212,7 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 		if err != nil {
 			return nil, err
 		}
+		lastSent = time.Now()
 		if err := rdb.Publish(ctx, cfg.Channel, b).Err(); err != nil {
 			return nil, fmt.Errorf("publish: %w", err)
 		}
@@ -221,8 +224,7 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 		case <-tick.C:
 		}
 	}
-	lastSent := time.Now()
-	measured := lastSent.Sub(measureStart)
+	measured := time.Since(measureStart)
 	res.Seconds = measured.Seconds()
 	if c, ok, err := cpu.stop(); err != nil {
 		return nil, err

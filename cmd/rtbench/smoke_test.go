@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	rtserver "github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/internal/testnode"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/server"
 )
@@ -32,23 +32,8 @@ func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	node, err := rtserver.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- node.Serve(ln) }()
-	t.Cleanup(func() {
-		node.Shutdown(context.Background())
-		if err := <-done; !errors.Is(err, rtserver.ErrNodeClosed) {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	u, err := checkURL("ws://" + ln.Addr().String() + "/ws")
+	node, addr := testnode.Start(t, cfg)
+	u, err := checkURL("ws://" + addr + "/ws")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,8 +56,13 @@ auth:
   jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", refreshNotice: 30s}
 topics:
   namespaces: []                 # ordered; the first whose pattern matches the topic decides
-  default: {subscribe: [any], publish: [any], presence: false, joinLeave: false}   # topics no namespace matches
+  default: {subscribe: [any], publish: [any], presence: false, joinLeave: false, history: {size: 0, ttl: 0s}}   # topics no namespace matches
   proxy: {url: "", timeout: 1s, cacheTTL: 0s, fail: closed}
+history:
+  metaTtl: 720h                  # how long a topic's epoch and last offset outlive its messages
+  maxReplay: 10000               # most messages one recovery replays
+  idempotencyTtl: 300s           # how long a publish's idempotencyKey is remembered
+  memoryMaxBytes: 134217728      # (rtserver addition) without Redis: the in-process history's byte cap
 presence:
   ttl: 60s                       # an entry not refreshed for this long is gone (an instance that died)
   diffInterval: 1s               # join/leave diffs are coalesced per topic for this long

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // untilJS waits in the page until pred() is truthy and resolves with its
@@ -255,7 +256,7 @@ func TestDrainSpreadsPagesAndTheyReconnect(t *testing.T) {
 	}
 
 	a.cancel()
-	waitFor(t, 10*time.Second, "readyz 503 while draining", func() bool {
+	testkit.Eventually(t, 10*time.Second, "readyz 503 while draining", func() bool {
 		code, _ := get(t, a.url("/readyz"))
 		return code == http.StatusServiceUnavailable
 	})
@@ -305,18 +306,6 @@ func TestDrainSpreadsPagesAndTheyReconnect(t *testing.T) {
 	}
 	for _, p := range pages {
 		p.mustEval(t, ctx, until(`chat.messages.some(m => m.text === "after the restart")`), nil)
-	}
-}
-
-// waitFor polls cond until it holds, failing after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising
 	}
 }
 

@@ -87,7 +87,8 @@ func (s *Signer) AppendMAC(dst []byte, d Domain, msg []byte) []byte {
 	m := s.macs.Get().(*keyedMAC)
 	m.h.Reset()
 	m.writeString(string(d))
-	m.h.Write([]byte{0})
+	m.chunk[0] = 0
+	m.h.Write(m.chunk[:1])
 	m.h.Write(msg)
 	dst = m.h.Sum(dst)
 	s.macs.Put(m)

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ func (f *fakeT) Skip(args ...any) { f.skipped = args[0].(string) }
 func (f *fakeT) Fatal(args ...any) {
 	f.failed = args[0].(string)
 }
+func (f *fakeT) Fatalf(format string, args ...any) { f.failed = fmt.Sprintf(format, args...) }
 
 func TestProgramMissing(t *testing.T) {
 	const missing = "rtserver-no-such-program"

@@ -80,6 +80,7 @@ type Frame struct {
 	Result json.RawMessage `json:"result"`
 	Params struct {
 		Topic            string          `json:"topic"`
+		Offset           uint64          `json:"offset"` // a history topic's message
 		Data             json.RawMessage `json:"data"`
 		Event            string          `json:"event"`
 		ReconnectAfterMs int64           `json:"reconnectAfterMs"`

@@ -13,37 +13,32 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/admitgrpc"
 )
 
-// fakeClock is the server's admission clock and the client's sleep: a
+// sleeper is the client's sleep on the server's admission clock: a
 // retry's wait moves time on, so the rate limiter refills without the test
 // sleeping.
-type fakeClock struct {
+type sleeper struct {
+	clock *testkit.Clock
 	mu    sync.Mutex
-	now   time.Time
 	waits []time.Duration
 }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.waits = append(c.waits, d)
-	c.now = c.now.Add(d)
+func (s *sleeper) sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.waits = append(s.waits, d)
+	s.mu.Unlock()
+	s.clock.Advance(d)
 	return ctx.Err()
 }
 
-func (c *fakeClock) slept() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.waits...)
+func (s *sleeper) slept() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.waits...)
 }
 
 // countAttempts counts the calls the retry interceptor makes (it sits
@@ -59,8 +54,8 @@ func countAttempts(n *int) grpc.UnaryClientInterceptor {
 // once, after at least the server's hint and at most 1.5× it, and then
 // succeeds because the limiter has refilled.
 func TestClientRetriesAfterTheHint(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	_, r := newRouter(t, message.Options{Now: clock.Now},
+	clock := &sleeper{clock: testkit.NewClock(time.Unix(1_800_000_000, 0))}
+	_, r := newRouter(t, message.Options{Now: clock.clock.Now},
 		map[string]message.Rule{"c": {Rate: &message.Rate{Limit: 1, Per: 2 * time.Second}}},
 		map[string]string{methodCheck: "c"})
 	s := startServer(t)

@@ -17,7 +17,7 @@ const ErrorDomain = "rtserver.admission"
 
 // shedError is the status of a shed call: ResourceExhausted when a per-key
 // budget (RATE, COST) binds, Unavailable otherwise; RetryInfo carries the
-// hint (whole milliseconds, as the HTTP adapter's retryAfterMs) and
+// hint (whole milliseconds, as in the HTTP adapter's body) and
 // ErrorInfo the binding reason and the class.
 func shedError(class string, d message.Decision) error {
 	code, word := codes.Unavailable, "OVERLOADED"

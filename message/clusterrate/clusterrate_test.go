@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/ratelimit"
 )
@@ -18,12 +19,7 @@ import (
 var t0 = time.Unix(1_760_000_000, 0)
 
 // clock is an injected Options.Now.
-type clock struct{ t atomic.Int64 }
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.t.Load()) }
-func (c *clock) Set(t time.Time)         { c.t.Store(t.UnixNano()) }
-func newClock() *clock                   { c := &clock{}; c.Set(t0); return c }
-func (c *clock) Advance(d time.Duration) { c.t.Add(int64(d)) }
+func newClock() *testkit.Clock { return testkit.NewClock(t0) }
 
 func register(t interface{ Fatal(...any) }, a *message.Admission, name string, r message.Rule) *message.Class {
 	if err := a.Register(name, r); err != nil {

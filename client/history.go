@@ -1,0 +1,170 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// History topics (docs/history.md). A subscription to a topic that keeps
+// history has a position, the (epoch, offset) of the last message it
+// delivered: the subscribe result sets it and every message's offset
+// advances it, on the reader goroutine, in frame order. After every
+// reconnect (and on the server's resync event) the subscription is sent
+// with recover and since, so the server replays what was missed; a
+// message at or before the position is a duplicate and is dropped. The
+// application learns per topic whether the missed messages came
+// (Options.OnRecovery): when they did not, it should reload its state.
+
+// Position is a place in a history topic's stream.
+type Position struct {
+	Epoch  string `json:"epoch"`
+	Offset uint64 `json:"offset"`
+}
+
+// Position is the subscription's position: the zero Position for a topic
+// that keeps no history (or before the first result).
+func (s *Subscription) Position() Position {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.pos
+}
+
+// subscribeResult is a subscribe result on a history topic.
+type subscribeResult struct {
+	Epoch     string `json:"epoch"`
+	Offset    uint64 `json:"offset"`
+	Recovered *bool  `json:"recovered"`
+	Reason    string `json:"reason"`
+}
+
+// recoverParams are subscribe params with recover.
+type recoverParams struct {
+	Topic   string   `json:"topic"`
+	Recover bool     `json:"recover"`
+	Since   Position `json:"since"`
+}
+
+// onResult is the reader's hook on a subscribe result for s: it sets the
+// position (a recovered subscription keeps its own: the replay follows),
+// and after a recovery attempt tells the application how it went.
+func (s *Subscription) onResult(recovering bool) func(json.RawMessage) {
+	return func(raw json.RawMessage) {
+		var r subscribeResult
+		if json.Unmarshal(raw, &r) != nil || r.Epoch == "" {
+			return // not a history topic
+		}
+		c := s.c
+		c.mu.Lock()
+		if c.subs[s.topic] != s {
+			c.mu.Unlock()
+			return
+		}
+		recovered := r.Recovered != nil && *r.Recovered
+		if !recovered || s.pos.Epoch != r.Epoch {
+			s.pos = Position{Epoch: r.Epoch, Offset: r.Offset}
+		}
+		c.mu.Unlock()
+		if recovering && r.Recovered != nil {
+			c.enqueue(delivery{method: methodRecovery, topic: s.topic, recovered: recovered, event: r.Reason})
+		}
+	}
+}
+
+// methodRecovery is the dispatcher's delivery of a recovery's outcome.
+const methodRecovery = "recovery"
+
+// advance moves topic's position to offset; false when the subscription
+// already had it (a duplicate: dropped). Reader goroutine.
+func (c *Client) advance(topic string, offset uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.subs[topic]
+	if s == nil {
+		return true // the dispatcher drops it
+	}
+	if s.pos.Epoch != "" && offset <= s.pos.Offset {
+		return false
+	}
+	s.pos.Offset = offset
+	return true
+}
+
+// resubscribeParams are the params and result hook of topic's subscribe
+// after a reconnect: with recover from its position on a history topic.
+func (c *Client) resubscribeParams(topic string) (any, func(json.RawMessage)) {
+	c.mu.Lock()
+	s := c.subs[topic]
+	var pos Position
+	if s != nil {
+		pos = s.pos
+	}
+	c.mu.Unlock()
+	if s == nil {
+		return topicParams{Topic: topic}, nil
+	}
+	if pos.Epoch == "" {
+		return topicParams{Topic: topic}, s.onResult(false)
+	}
+	return recoverParams{Topic: topic, Recover: true, Since: pos}, s.onResult(true)
+}
+
+// resync answers the server's resync event for topic: subscribe again
+// from the position, in the background (the reader must go on reading).
+func (c *Client) resync(topic string) {
+	c.wg.Add(1) // the reader holds a count: Wait cannot be at zero
+	go func() {
+		defer c.wg.Done()
+		params, hook := c.resubscribeParams(topic)
+		ctx, cancel := context.WithTimeout(c.ctx, handshakeTimeout)
+		defer cancel()
+		if err := c.call(ctx, protocol.MethodSubscribe, params, nil, hook); err != nil {
+			// The next reconnect recovers it, or the next resync retries.
+			c.opts.Logger.Warn("rtclient: resubscribe after resync failed", "topic", topic, "err", err)
+		}
+	}()
+}
+
+// PublishAt publishes data on topic with an idempotency key of its own,
+// and retries with the same key when the connection drops before the
+// answer or the server sheds the call (-32001, after its retry hint),
+// until ctx ends: on a history topic, the message is stored and
+// delivered once however often it is sent. It returns the message's
+// position (the zero Position on a topic without history, where a retry
+// after a lost answer may deliver twice).
+func (c *Client) PublishAt(ctx context.Context, topic string, data any) (Position, error) {
+	if reason := protocol.CheckTopic(topic); reason != "" {
+		return Position{}, protocol.NewError(protocol.CodeInvalidParams, reason, nil)
+	}
+	var k [12]byte
+	_, _ = rand.Read(k[:])
+	p := struct {
+		Topic          string `json:"topic"`
+		Data           any    `json:"data"`
+		IdempotencyKey string `json:"idempotencyKey"`
+	}{topic, data, hex.EncodeToString(k[:])}
+	for attempt := 0; ; attempt++ {
+		var pos Position
+		err := c.Call(ctx, "publish", p, &pos)
+		var pe *protocol.Error
+		var wait time.Duration
+		switch {
+		case err == nil:
+			return pos, nil
+		case errors.Is(err, ErrDisconnected):
+		case errors.As(err, &pe) && pe.Code == protocol.CodeOverloaded:
+			wait = dataHint(pe)
+		default:
+			return Position{}, err
+		}
+		d := backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff, wait, c.opts.Rand())
+		if err := c.opts.Sleep(ctx, d); err != nil {
+			return Position{}, err
+		}
+	}
+}

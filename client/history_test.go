@@ -1,0 +1,97 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rtserver/rtserver/history"
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/server"
+)
+
+// A subscriber of a history topic whose connection drops recovers on its
+// own: every message once, in order, and OnRecovery says so.
+func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
+	defer leakcheck.Check(t)
+	pol := history.Policy{Size: 100, TTL: time.Minute}
+	srv := server.New(server.Options{
+		History:       history.NewMemory(history.MemoryOptions{}),
+		HistoryPolicy: func(string) history.Policy { return pol },
+	})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer func() {
+		hs.CloseClientConnections()
+		_ = srv.Shutdown(context.Background())
+		hs.Close()
+	}()
+	url := "ws" + strings.TrimPrefix(hs.URL, "http")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var mu sync.Mutex
+	var got []string
+	recoveries := make(chan bool, 4)
+	opts := DefaultOptions()
+	opts.MinBackoff = time.Millisecond
+	opts.OnRecovery = func(topic string, recovered bool, reason string) { recoveries <- recovered }
+	sub, err := Dial(ctx, url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	pub, err := Dial(ctx, url, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	all := make(chan struct{})
+	s, err := sub.Subscribe(ctx, "room", func(_ string, data json.RawMessage) {
+		mu.Lock()
+		got = append(got, string(data))
+		if len(got) == 10 {
+			close(all)
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if i == 4 {
+			// The subscriber's connection drops; the publisher goes on.
+			sub.mu.Lock()
+			cn := sub.conn
+			sub.mu.Unlock()
+			_ = cn.ws.CloseNow()
+		}
+		pos, err := pub.PublishAt(ctx, "room", i)
+		if err != nil || pos.Offset != uint64(i+1) {
+			t.Fatalf("publish %d: %+v %v", i, pos, err)
+		}
+	}
+	if !<-recoveries {
+		t.Fatal("not recovered")
+	}
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Fatal("timed out")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != "[0 1 2 3 4 5 6 7 8 9]" {
+		t.Fatalf("got %v", got)
+	}
+	if p := s.Position(); p.Offset != 10 || p.Epoch == "" {
+		t.Fatalf("position %+v", p)
+	}
+}

@@ -1,0 +1,407 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/bus"
+)
+
+// Redis is the store for both Redis buses. A topic's keys, all under the
+// hash tag of its bus partition (bus.KeyTag), so that they and the shard
+// channel that carries the topic share one Redis Cluster slot:
+//
+//	{tag}h:l:<topic>   a list, newest first, of stored messages (stored.go),
+//	                   at most Size long, expiring TTL after the last publish
+//	{tag}h:m:<topic>   a hash: e (the epoch), o (the last offset); expires
+//	                   MetaTTL + TTL after the last publish
+//	{tag}h:i:<topic>\x00<key>   a publish's position under its idempotency key
+//
+// One script per publish checks the idempotency key, assigns the offset
+// (HINCRBY on the metadata: the offset only ever moves in the step that
+// stores the message), pushes and trims the list, and publishes the bus's
+// envelope with the position in front (bus/position.go) on the topic's
+// channel; Redis runs it atomically, so every instance receives a topic's
+// messages in offset order. Publishes are pipelined: one writer goroutine
+// sends what is queued, up to BatchSize scripts per round trip. A script
+// cache miss (NOSCRIPT, after a failover or SCRIPT FLUSH) is answered by
+// running the same batch again with EVAL, which reloads the script.
+//
+// Metadata that Redis lost (evicted, or expired after MetaTTL) gives the
+// topic a new epoch, and its old list is deleted in the same step: a
+// position of another epoch is never trusted.
+type Redis struct {
+	client  redis.UniversalClient
+	bus     bus.HistoryPublisher
+	prefix  string
+	parts   int
+	cfg     Config
+	batch   int
+	now     func() time.Time
+	log     *slog.Logger
+	errPub  prometheus.Counter
+	errRead prometheus.Counter
+
+	queue   chan *pubReq
+	stop    chan struct{}
+	done    sync.WaitGroup
+	once    sync.Once
+	started sync.Once // the writer starts with the first publish
+}
+
+// RedisOptions configures NewRedis.
+type RedisOptions struct {
+	Client redis.UniversalClient // not closed by the store
+	// Bus is the Redis bus the scripts publish through (its channels, its
+	// envelope and signature).
+	Bus bus.HistoryPublisher
+	// KeyPrefix and Partitions must be the bus's ChannelPrefix and (for
+	// the sharded bus) Partitions: keys are tagged with bus.KeyTag.
+	KeyPrefix  string
+	Partitions int
+	Config     Config
+	// BatchSize is the most publish scripts per round trip. 0: 128.
+	BatchSize int
+	// QueueSize bounds the publishes waiting for the writer; a full queue
+	// answers ErrUnavailable at once. 0: 8192.
+	QueueSize int
+	// StoreErrors counts failed store operations, by op ("publish",
+	// "read"): history_store_errors_total. nil: not counted.
+	StoreErrors *prometheus.CounterVec
+	Logger      *slog.Logger
+	Now         func() time.Time
+}
+
+// NewRedis returns a Redis store. It does no I/O; its writer goroutine
+// starts with the first Publish, and Close stops it.
+func NewRedis(o RedisOptions) (*Redis, error) {
+	if o.Client == nil || o.Bus == nil {
+		return nil, errors.New("history: a Redis store needs a client and a Redis bus")
+	}
+	r := &Redis{
+		client: o.Client, bus: o.Bus, prefix: o.KeyPrefix, parts: o.Partitions,
+		cfg: o.Config.WithDefaults(), batch: o.BatchSize, now: o.Now, log: o.Logger,
+		queue: make(chan *pubReq, max(o.QueueSize, 0)), stop: make(chan struct{}),
+	}
+	if r.batch <= 0 {
+		r.batch = 128
+	}
+	if o.QueueSize <= 0 {
+		r.queue = make(chan *pubReq, 8192)
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if o.StoreErrors != nil {
+		r.errPub = o.StoreErrors.WithLabelValues("publish")
+		r.errRead = o.StoreErrors.WithLabelValues("read")
+	}
+	return r, nil
+}
+
+var _ Store = (*Redis)(nil)
+
+// Close stops the writer; publishes still queued fail with ErrUnavailable.
+func (r *Redis) Close() error {
+	r.once.Do(func() { close(r.stop) })
+	r.started.Do(func() {}) // no writer after Close
+	r.done.Wait()
+	return nil
+}
+
+func (r *Redis) keys(topic string) (list, meta string) {
+	tag := bus.KeyTag(r.prefix, topic, r.parts)
+	return tag + "h:l:" + topic, tag + "h:m:" + topic
+}
+
+// publishScript: KEYS list, meta[, idem]; ARGV channel, envelope, data
+// start (1-based), data end, now ms, size, ttl ms, meta ttl ms, idem ttl
+// ms, new epoch, sharded "1"|"0". Returns {"epoch offset", dup 0|1}.
+var publishScript = redis.NewScript(`
+if KEYS[3] then
+  local prev = redis.call('GET', KEYS[3])
+  if prev then return {prev, 1} end
+end
+local epoch = redis.call('HGET', KEYS[2], 'e')
+if not epoch then
+  epoch = ARGV[10]
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'e', epoch, 'o', 0)
+end
+local off = string.format('%d', redis.call('HINCRBY', KEYS[2], 'o', 1))
+local env = ARGV[2]
+redis.call('LPUSH', KEYS[1], off .. ' ' .. ARGV[5] .. ' ' .. string.sub(env, tonumber(ARGV[3]), tonumber(ARGV[4])))
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[6]) - 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+redis.call('PEXPIRE', KEYS[2], ARGV[8])
+local pos = epoch .. ' ' .. off
+if KEYS[3] then redis.call('SET', KEYS[3], pos, 'PX', ARGV[9]) end
+local payload = '\4' .. pos .. ' ' .. env
+if ARGV[11] == '1' then
+  redis.call('SPUBLISH', ARGV[1], payload)
+else
+  redis.call('PUBLISH', ARGV[1], payload)
+end
+return {pos, 0}
+`)
+
+// readScript: KEYS list, meta; ARGV after, limit, new epoch, ttl ms of a
+// position it creates,
+// newest "1"|"0". Returns {epoch, last, items newest first}.
+var readScript = redis.NewScript(`
+local epoch = redis.call('HGET', KEYS[2], 'e')
+if not epoch then
+  epoch = ARGV[3]
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'e', epoch, 'o', 0)
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  return {epoch, 0, {}}
+end
+local last = tonumber(redis.call('HGET', KEYS[2], 'o'))
+local limit = tonumber(ARGV[2])
+local after = tonumber(ARGV[1])
+if ARGV[5] == '1' then after = math.max(0, last - limit) end
+if after >= last or limit <= 0 then return {epoch, string.format('%d', last), {}} end
+local n = last - after
+return {epoch, string.format('%d', last), redis.call('LRANGE', KEYS[1], math.max(0, n - limit), n - 1)}
+`)
+
+// pubReq is one publish waiting for the writer.
+type pubReq struct {
+	keys []string
+	args []any
+	pos  Position
+	dup  bool
+	err  error
+	done chan struct{}
+}
+
+// Publish runs the publish script for p, pipelined with other publishes,
+// and returns the message's position once Redis has stored it.
+func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) {
+	env, channel, sharded, at, err := r.bus.HistoryEnvelope(p.Topic, p.Data)
+	if err != nil {
+		return Position{}, false, err
+	}
+	list, meta := r.keys(p.Topic)
+	keys := []string{list, meta}
+	if p.IdempotencyKey != "" {
+		keys = append(keys, bus.KeyTag(r.prefix, p.Topic, r.parts)+"h:i:"+p.Topic+"\x00"+p.IdempotencyKey)
+	}
+	sh := "0"
+	if sharded {
+		sh = "1"
+	}
+	req := &pubReq{keys: keys, done: make(chan struct{}), args: []any{
+		channel, env, at + 1, at + len(p.Data), r.now().UnixMilli(), p.Policy.Size,
+		p.Policy.TTL.Milliseconds(), (r.cfg.MetaTTL + p.Policy.TTL).Milliseconds(),
+		r.cfg.IdempotencyTTL.Milliseconds(), newEpoch(), sh,
+	}}
+	r.started.Do(func() {
+		r.done.Add(1)
+		go r.writer()
+	})
+	select {
+	case <-r.stop:
+		return Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable)
+	default:
+	}
+	select {
+	case r.queue <- req:
+	case <-r.stop:
+		return Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable)
+	default:
+		r.count(r.errPub)
+		return Position{}, false, fmt.Errorf("%w: publish queue full", ErrUnavailable)
+	}
+	select {
+	case <-req.done:
+		return req.pos, req.dup, req.err
+	case <-ctx.Done():
+		// The script may still run: the message may be stored and
+		// delivered. The caller answers unavailable; a retry with the
+		// same idempotency key is safe.
+		return Position{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// opTimeout bounds one pipelined round trip.
+const opTimeout = 3 * time.Second
+
+func (r *Redis) writer() {
+	defer r.done.Done()
+	batch := make([]*pubReq, 0, r.batch)
+	for {
+		select {
+		case q := <-r.queue:
+			batch = append(batch[:0], q)
+		fill:
+			for len(batch) < r.batch {
+				select {
+				case q := <-r.queue:
+					batch = append(batch, q)
+				default:
+					break fill
+				}
+			}
+			r.send(batch)
+			clear(batch)
+		case <-r.stop:
+			for {
+				select {
+				case q := <-r.queue:
+					q.err = fmt.Errorf("%w: store closed", ErrUnavailable)
+					close(q.done)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// send runs one batch of publish scripts in one pipeline (EVALSHA), and
+// the ones Redis did not know the script for again with EVAL.
+func (r *Redis) send(batch []*pubReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(batch))
+	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range batch {
+			cmds[i] = publishScript.EvalSha(ctx, p, q.keys, q.args...)
+		}
+		return nil
+	})
+	var retry []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range retry {
+				cmds[i] = publishScript.Eval(ctx, p, batch[i].keys, batch[i].args...)
+			}
+			return nil
+		})
+	}
+	for i, q := range batch {
+		q.pos, q.dup, q.err = publishResult(cmds[i])
+		if q.err != nil {
+			r.count(r.errPub)
+			r.log.Warn("history: publish failed", "err", q.err)
+		}
+		close(q.done)
+	}
+}
+
+func publishResult(c *redis.Cmd) (Position, bool, error) {
+	v, err := c.Slice()
+	if err != nil {
+		return Position{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if len(v) != 2 {
+		return Position{}, false, fmt.Errorf("%w: unexpected script reply", ErrUnavailable)
+	}
+	s, _ := v[0].(string)
+	dup, _ := v[1].(int64)
+	pos, ok := parsePosition(s)
+	if !ok {
+		return Position{}, false, fmt.Errorf("%w: unexpected script reply %q", ErrUnavailable, s)
+	}
+	return pos, dup == 1, nil
+}
+
+// parsePosition parses "epoch offset".
+func parsePosition(s string) (Position, bool) {
+	e, o, ok := strings.Cut(s, " ")
+	off, err := strconv.ParseUint(o, 10, 64)
+	if !ok || e == "" || err != nil {
+		return Position{}, false
+	}
+	return Position{Epoch: e, Offset: off}, true
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// Newest, as Read's after, asks for the newest limit messages.
+const Newest = ^uint64(0)
+
+// Read returns topic's position and up to limit messages after after
+// (Newest: the newest limit), oldest first, without those older than
+// policy.TTL or that do not decode (logged).
+func (r *Redis) Read(ctx context.Context, topic string, after uint64, limit int, policy Policy) (Position, []Message, error) {
+	list, meta := r.keys(topic)
+	newest, a := "0", strconv.FormatUint(after, 10)
+	if after == Newest {
+		newest, a = "1", "0"
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	// A position created by a read (an empty topic's) lives 2 ttl, at
+	// least a minute: reads of made-up topics must not fill Redis for
+	// metaTtl. The first publish extends it to metaTtl.
+	v, err := readScript.Run(ctx, r.client, []string{list, meta}, a, limit, newEpoch(),
+		max(2*policy.TTL, time.Minute).Milliseconds(), newest).Slice()
+	if err != nil {
+		r.count(r.errRead)
+		return Position{}, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if len(v) != 3 {
+		r.count(r.errRead)
+		return Position{}, nil, fmt.Errorf("%w: unexpected read reply", ErrUnavailable)
+	}
+	epoch, _ := v[0].(string)
+	var last uint64
+	switch x := v[1].(type) {
+	case int64:
+		last = uint64(max(x, 0))
+	case string:
+		last, _ = strconv.ParseUint(x, 10, 64)
+	}
+	pos := Position{Epoch: epoch, Offset: last}
+	items, _ := v[2].([]any)
+	if len(items) == 0 {
+		return pos, nil, nil
+	}
+	oldest := int64(0)
+	if policy.TTL > 0 {
+		oldest = r.now().Add(-policy.TTL).UnixMilli()
+	}
+	out := make([]Message, 0, len(items))
+	for i := len(items) - 1; i >= 0; i-- {
+		s, _ := items[i].(string)
+		m, err := DecodeStored(s)
+		if err != nil {
+			r.count(r.errRead)
+			r.log.Warn("history: dropped a stored message that does not decode", "topic", topic)
+			continue
+		}
+		if m.Time < oldest || m.Offset > last || (len(out) > 0 && m.Offset <= out[len(out)-1].Offset) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return pos, out, nil
+}
+
+func (r *Redis) count(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
+}

@@ -1,0 +1,851 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rtserver/rtserver/history"
+	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// History topics (docs/history.md). A topic whose policy keeps history is
+// served differently from a plain one at three points:
+//
+//   - publish goes to the store, which assigns the offset where it stores
+//     the message and hands it to every instance (this one included)
+//     through DeliverAt, in offset order; the publisher gets the position;
+//   - every local subscriber of the topic is served by the topic's
+//     sequencer (topicSeq), not by the hub's fan-out: the sequencer
+//     delivers the topic's offsets in order, once each, fills a gap it
+//     sees from the store (once, for all its subscribers), and checks
+//     each idle topic's position periodically so that a lost last message
+//     is noticed too;
+//   - each subscription keeps a history.Cursor: subscribe registers it
+//     holding live messages back, reads the store (after the bus has
+//     confirmed the subscription), answers, replays from the store paced
+//     by the send queue, then releases what was held.
+//
+// Lock order: historyState.mu, then topicSeq.mu, then hsub.mu, then
+// conn.mu. No lock is held while the store is called.
+
+// historyState is the server's part of history.
+type historyState struct {
+	s      *Server
+	store  history.Store
+	cfg    history.Config
+	policy func(topic string) history.Policy
+	scope  string // this server's idempotency scope for anonymous connections
+	every  time.Duration
+
+	mu     sync.Mutex
+	topics map[string]*topicSeq
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// topicSeq is a history topic with local subscribers.
+type topicSeq struct {
+	h      *historyState
+	topic  string
+	policy history.Policy
+	refs   int // under historyState.mu
+
+	mu      sync.Mutex
+	dead    bool // released: a late fill stops
+	ready   bool // epoch and last known
+	epoch   string
+	last    uint64            // the last offset delivered to subscribers
+	target  uint64            // the periodic check found the store at least here
+	checked uint64            // last at the previous periodic check
+	pending []history.Message // received past a gap (or before ready), ascending; Data is the frame
+	filling bool
+	subs    map[*conn]*hsub
+}
+
+// hsub is one connection's subscription to a history topic.
+type hsub struct {
+	mu  sync.Mutex
+	cur history.Cursor
+}
+
+// Bounds of what history holds in memory per topic and per subscription.
+const (
+	maxPending  = 4096 // messages a sequencer holds past a gap
+	maxHeld     = 8192 // live messages a recovering subscription holds
+	replayPage  = 100  // messages per store read of a replay or a fill
+	fillBackoff = time.Second
+	// maxHistoryResultBytes bounds the history method's result: a client
+	// asking for more pages with since.
+	maxHistoryResultBytes = 1 << 20
+)
+
+func newHistoryState(s *Server, o Options) *historyState {
+	if o.History == nil || o.HistoryPolicy == nil {
+		return nil
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	h := &historyState{
+		s: s, store: o.History, cfg: o.HistoryConfig.WithDefaults(), policy: o.HistoryPolicy,
+		scope: hex.EncodeToString(b[:]), topics: map[string]*topicSeq{}, stop: make(chan struct{}),
+	}
+	if m, ok := o.History.(*history.Memory); ok && m.Deliver == nil {
+		m.Deliver = func(topic, epoch string, msg history.Message) { h.deliverAt(topic, msg.Data, epoch, msg.Offset) }
+	}
+	h.every = o.HistoryCheckInterval
+	if h.every <= 0 {
+		h.every = 5 * time.Second
+	}
+	return h
+}
+
+// start starts the periodic position check (Server.Start).
+func (h *historyState) start() {
+	if h == nil {
+		return
+	}
+	h.wg.Add(1)
+	go h.checker(h.every)
+}
+
+// policyOf is topic's history policy; the zero policy when history is off.
+func (h *historyState) policyOf(topic string) history.Policy {
+	if h == nil {
+		return history.Policy{}
+	}
+	return h.policy(topic)
+}
+
+func (h *historyState) close() {
+	if h == nil {
+		return
+	}
+	h.stopOnce.Do(func() { close(h.stop) })
+	h.wg.Wait()
+}
+
+// stopped reports whether close has begun.
+func (h *historyState) stopped() bool {
+	select {
+	case <-h.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// unavailable is the answer when the store cannot be reached.
+func (s *Server) historyUnavailable() *protocol.Error {
+	return protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{
+		Reason: protocol.ReasonHistoryUnavailable, RetryAfterMs: hintMillis(time.Second),
+	})
+}
+
+// --- publish ---
+
+// publishHistory stores a client's publish on a history topic; the store
+// delivers it (to this instance too, through DeliverAt).
+func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol history.Policy) (json.RawMessage, *protocol.Error) {
+	hp, perr := protocol.DecodeHistoryParams(params)
+	if perr != nil {
+		return nil, perr
+	}
+	key := ""
+	if hp.IdempotencyKey != "" {
+		if c.ticket.User != "" {
+			key = "u:" + c.ticket.User + "\x00" + hp.IdempotencyKey
+		} else {
+			key = "c:" + c.s.hist.scope + ":" + strconv.FormatUint(c.id, 10) + "\x00" + hp.IdempotencyKey
+		}
+	}
+	pos, err := c.s.hist.publish(&c.ctx, topic, data, pol, key)
+	if err != nil {
+		return nil, c.s.historyUnavailable()
+	}
+	return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
+}
+
+func (h *historyState) publish(ctx context.Context, topic string, data []byte, pol history.Policy, key string) (history.Position, error) {
+	pos, _, err := h.store.Publish(ctx, history.Publish{Topic: topic, Data: data, Policy: pol, IdempotencyKey: key})
+	if err != nil {
+		h.s.log.Debug("history publish failed", "topic", topic, "err", err)
+		return pos, err
+	}
+	if h.s.pressure != nil {
+		h.s.pressure.RecordPublished(1)
+	}
+	return pos, nil
+}
+
+// PublishHistory publishes data on a history topic for the server API:
+// like Publish, but through the store, returning the position. key, when
+// not empty, is an idempotency key in the server API's own scope.
+func (s *Server) PublishHistory(ctx context.Context, topic string, data json.RawMessage, key string) (history.Position, bool, error) {
+	pol := s.hist.policyOf(topic)
+	if !pol.Enabled() {
+		return history.Position{}, false, s.Publish(topic, data)
+	}
+	if key != "" {
+		key = "api\x00" + key
+	}
+	pos, err := s.hist.publish(ctx, topic, compactData(data), pol, key)
+	return pos, true, err
+}
+
+// --- delivery ---
+
+// deliverAt takes a history topic's message from the store or the bus.
+func (h *historyState) deliverAt(topic string, data []byte, epoch string, offset uint64) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	q := h.topics[topic]
+	h.mu.Unlock()
+	if q == nil {
+		return
+	}
+	frame := frameMessageAt(topic, offset, data)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.offer(epoch, history.Message{Offset: offset, Data: frame})
+}
+
+// DeliverAt is the bus's hand-over of a history topic's message.
+func (r *busReceiver) DeliverAt(topic string, data []byte, epoch string, offset uint64) {
+	s := (*Server)(r)
+	if s.pressure != nil {
+		s.pressure.RecordPublished(1)
+	}
+	s.hist.deliverAt(topic, data, epoch, offset)
+}
+
+// frameMessageAt is frameMessage with the offset.
+func frameMessageAt(topic string, offset uint64, data []byte) []byte {
+	b := make([]byte, maxHeader, maxHeader+protocol.MessageAtOverhead+len(topic)+len(data))
+	b = protocol.AppendMessageAt(b, topic, offset, data)
+	var hdr [maxHeader]byte
+	h := appendTextHeader(hdr[:0], len(b)-maxHeader)
+	start := maxHeader - len(h)
+	copy(b[start:], h)
+	return b[start:]
+}
+
+// offer delivers m in order, or holds it past a gap and starts a fill.
+// Caller holds q.mu.
+func (q *topicSeq) offer(epoch string, m history.Message) {
+	if !q.ready {
+		q.hold(m)
+		return
+	}
+	if epoch != q.epoch {
+		q.newEpoch(epoch, m.Offset-1)
+	}
+	if m.Offset <= q.last {
+		return
+	}
+	if m.Offset == q.last+1 && len(q.pending) == 0 {
+		q.fanout(m)
+		return
+	}
+	q.hold(m)
+	q.startFill()
+}
+
+// hold keeps m (ascending, no duplicates) until the gap before it is
+// filled. Past maxPending, the gap is given up: the sequencer moves on
+// and the subscribers see it (resync).
+func (q *topicSeq) hold(m history.Message) {
+	i := sort.Search(len(q.pending), func(i int) bool { return q.pending[i].Offset >= m.Offset })
+	if i < len(q.pending) && q.pending[i].Offset == m.Offset {
+		return
+	}
+	q.pending = append(q.pending, history.Message{})
+	copy(q.pending[i+1:], q.pending[i:])
+	q.pending[i] = m
+	if len(q.pending) > maxPending && q.ready {
+		q.h.s.m.HistoryGapFills.WithLabelValues(metrics.GapResync).Inc()
+		q.last = q.pending[0].Offset - 1
+		q.drain()
+	} else if len(q.pending) > maxPending {
+		q.pending = q.pending[1:]
+	}
+}
+
+// drain delivers the held messages that follow on from last.
+func (q *topicSeq) drain() {
+	i := 0
+	for i < len(q.pending) && q.pending[i].Offset <= q.last+1 {
+		if q.pending[i].Offset == q.last+1 {
+			q.fanout(q.pending[i])
+		}
+		i++
+	}
+	clear(q.pending[:i])
+	q.pending = q.pending[i:]
+	if len(q.pending) == 0 {
+		q.pending = nil
+	}
+}
+
+// newEpoch follows the topic into a new epoch: the old stream is gone,
+// so every subscriber is told to resync and continues from last.
+func (q *topicSeq) newEpoch(epoch string, last uint64) {
+	q.epoch, q.last, q.target, q.pending = epoch, last, 0, nil
+	resync := frameText(protocol.AppendResync(nil, q.topic))
+	for c, hs := range q.subs {
+		hs.mu.Lock()
+		hs.cur.Reset(last)
+		hs.mu.Unlock()
+		c.sendResync(resync)
+	}
+}
+
+// fanout delivers m (its Data is the frame) to every subscriber whose
+// cursor takes it. Caller holds q.mu, so deliveries are in offset order.
+func (q *topicSeq) fanout(m history.Message) {
+	q.last = m.Offset
+	direct := len(q.subs) < queuedFanout
+	sent := 0
+	var resync []byte
+	for c, hs := range q.subs {
+		hs.mu.Lock()
+		ok, gap := hs.cur.Live(m)
+		if ok && c.enqueueFrame(m.Data, direct) {
+			sent++
+		}
+		hs.mu.Unlock()
+		if gap {
+			if resync == nil {
+				resync = frameText(protocol.AppendResync(nil, q.topic))
+			}
+			c.sendResync(resync)
+		}
+	}
+	q.h.s.m.MessagesSent.Add(float64(sent))
+}
+
+func (c *conn) sendResync(frame []byte) {
+	if c.enqueueFrame(frame, true) {
+		c.s.m.MessagesSent.Inc()
+		c.s.m.HistoryResyncs.Inc()
+	}
+}
+
+// startFill starts the goroutine that fills the gap before the held
+// messages (or up to target) from the store. Caller holds q.mu.
+func (q *topicSeq) startFill() {
+	if q.filling || q.dead || q.h.stopped() {
+		return
+	}
+	q.filling = true
+	q.h.wg.Add(1)
+	go q.fill()
+}
+
+// fill reads what is missing from the store until the gap is closed,
+// given up (the store no longer has it), or the topic has no subscriber.
+// A store that cannot be read is retried every fillBackoff: the held
+// messages wait (bounded by maxPending).
+func (q *topicSeq) fill() {
+	defer q.h.wg.Done()
+	h := q.h
+	for {
+		q.mu.Lock()
+		want := q.target
+		if len(q.pending) > 0 {
+			want = q.pending[0].Offset - 1
+		}
+		if q.dead || want <= q.last {
+			q.filling = false
+			q.mu.Unlock()
+			return
+		}
+		after, n := q.last, int(min(want-q.last, replayPage))
+		q.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		pos, msgs, err := h.store.Read(ctx, q.topic, after, n, q.policy)
+		cancel()
+		if err != nil {
+			h.s.m.HistoryGapFills.WithLabelValues(metrics.GapError).Inc()
+			t := time.NewTimer(fillBackoff)
+			select {
+			case <-t.C:
+			case <-h.stop:
+				t.Stop()
+				q.mu.Lock()
+				q.filling = false
+				q.mu.Unlock()
+				return
+			}
+			continue
+		}
+		q.mu.Lock()
+		switch {
+		case q.dead:
+		case pos.Epoch != q.epoch:
+			q.newEpoch(pos.Epoch, pos.Offset)
+		case q.last != after:
+			// Delivered meanwhile (the pending drained): read again.
+		case len(msgs) == 0 || msgs[0].Offset != after+1:
+			// Gone from the store: the subscribers resync.
+			h.s.m.HistoryGapFills.WithLabelValues(metrics.GapResync).Inc()
+			q.last = min(want, pos.Offset)
+			if len(msgs) > 0 {
+				q.last = msgs[0].Offset - 1
+			}
+			q.deliverRead(msgs)
+		default:
+			h.s.m.HistoryGapFills.WithLabelValues(metrics.GapFilled).Inc()
+			q.deliverRead(msgs)
+		}
+		q.mu.Unlock()
+	}
+}
+
+// deliverRead delivers messages read from the store, then what was held
+// behind them. Caller holds q.mu.
+func (q *topicSeq) deliverRead(msgs []history.Message) {
+	// q.last may have been moved past a gap: the cursors see the skip.
+	for _, m := range msgs {
+		if m.Offset <= q.last {
+			continue
+		}
+		if m.Offset != q.last+1 {
+			break
+		}
+		m.Data = frameMessageAt(q.topic, m.Offset, m.Data)
+		q.fanout(m)
+	}
+	q.drain()
+}
+
+// checker checks every idle tracked topic's position every interval: a
+// lost pub/sub message that no later message reveals is found here.
+func (h *historyState) checker(every time.Duration) {
+	defer h.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-h.stop:
+			return
+		}
+		h.mu.Lock()
+		qs := make([]*topicSeq, 0, len(h.topics))
+		for _, q := range h.topics {
+			qs = append(qs, q)
+		}
+		h.mu.Unlock()
+		for _, q := range qs {
+			q.mu.Lock()
+			idle := q.ready && !q.filling && q.last == q.checked
+			q.checked = q.last
+			q.mu.Unlock()
+			if idle {
+				q.check()
+			}
+		}
+	}
+}
+
+// check reads the topic's position from the store and fills up to it if
+// this instance is behind.
+func (q *topicSeq) check() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	pos, _, err := q.h.store.Read(ctx, q.topic, history.Newest, 0, q.policy)
+	cancel()
+	if err != nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.ready || q.dead {
+		return
+	}
+	if pos.Epoch != q.epoch {
+		// The stream was replaced (Redis lost it) and its first messages
+		// passed while this instance was not listening: start over.
+		q.newEpoch(pos.Epoch, 0)
+	}
+	if pos.Offset > q.last {
+		q.target = max(q.target, pos.Offset)
+		q.startFill()
+	}
+}
+
+// checkAll checks every tracked topic now, in the background: after the
+// bus was down, messages may have passed this instance by.
+func (h *historyState) checkAll() {
+	if h == nil || h.stopped() {
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		h.mu.Lock()
+		qs := make([]*topicSeq, 0, len(h.topics))
+		for _, q := range h.topics {
+			qs = append(qs, q)
+		}
+		h.mu.Unlock()
+		for _, q := range qs {
+			q.check()
+		}
+	}()
+}
+
+// gap is the bus's word that it dropped messages of topic (its receive
+// queue was full): a history topic repairs that from the store at once,
+// instead of telling its subscribers. It reports whether topic is one.
+func (h *historyState) gap(topic string) bool {
+	if !h.policyOf(topic).Enabled() {
+		return false
+	}
+	h.mu.Lock()
+	q := h.topics[topic]
+	h.mu.Unlock()
+	if q != nil && !h.stopped() {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			q.check()
+		}()
+	}
+	return true
+}
+
+// --- subscribe ---
+
+// acquire returns topic's sequencer, counting one more subscription.
+func (h *historyState) acquire(topic string, pol history.Policy) *topicSeq {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.topics[topic]
+	if q == nil {
+		q = &topicSeq{h: h, topic: topic, policy: pol, subs: map[*conn]*hsub{}}
+		h.topics[topic] = q
+	}
+	q.refs++
+	return q
+}
+
+// leave takes c off topic's sequencer, if it was on it.
+func (h *historyState) leave(c *conn, topic string) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.topics[topic]
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	if _, ok := q.subs[c]; !ok {
+		q.mu.Unlock()
+		return
+	}
+	delete(q.subs, c)
+	q.refs--
+	if q.refs == 0 {
+		q.dead = true
+		delete(h.topics, topic)
+	}
+	q.mu.Unlock()
+}
+
+// ready sets the sequencer's position from a store read, the first time,
+// and delivers what it held meanwhile.
+func (q *topicSeq) setReady(pos history.Position) {
+	if q.ready {
+		return
+	}
+	q.ready, q.epoch, q.last = true, pos.Epoch, pos.Offset
+	q.drain()
+	if len(q.pending) > 0 {
+		q.startFill()
+	}
+}
+
+// replay is what a subscribe leaves to do once its result is queued: a
+// recovery's pages, or (live) only going live from end, so that no
+// message reaches the client before the result that positions it.
+type replay struct {
+	q     *topicSeq
+	hs    *hsub
+	first []history.Message
+	end   uint64
+	live  bool
+}
+
+// subscribeHistory subscribes c to a history topic: plain (the result is
+// the position; live from there) or with recover (the result says
+// whether the missed messages follow).
+func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol history.Policy) (json.RawMessage, *protocol.Error) {
+	s, h := c.s, c.s.hist
+	hp, perr := protocol.DecodeHistoryParams(params)
+	if perr != nil {
+		return nil, perr
+	}
+	if hp.Recover && hp.Since == nil {
+		return nil, protocol.NewError(protocol.CodeInvalidParams, "recover needs since", nil)
+	}
+	c.subsMu.Lock()
+	_, already := c.subs[topic]
+	c.subsMu.Unlock()
+	if !already {
+		if perr := c.addSub(topic); perr != nil {
+			return nil, perr
+		}
+	}
+	// Registered, holding live messages back, before the store is read:
+	// what is published after the read arrives live and is held.
+	q := h.acquireFor(c, topic, pol, already)
+	q.mu.Lock()
+	hs := q.subs[c]
+	q.mu.Unlock()
+	since := uint64(0)
+	if hp.Recover {
+		since = hp.Since.Offset
+	}
+	hs.mu.Lock()
+	hs.cur.Reset(since)
+	hs.cur.StartReplay(maxHeld)
+	hs.mu.Unlock()
+
+	after, limit := since, replayPage
+	if !hp.Recover {
+		after, limit = history.Newest, 0
+	}
+	ctx, cancel := context.WithTimeout(&c.ctx, 5*time.Second)
+	pos, msgs, err := h.store.Read(ctx, topic, after, limit, pol)
+	cancel()
+	if err != nil {
+		c.removeSub(topic)
+		if hp.Recover {
+			s.m.HistoryRecoveries.WithLabelValues(metrics.RecoveryUnavailable).Inc()
+		}
+		return nil, s.historyUnavailable()
+	}
+	q.mu.Lock()
+	q.setReady(pos)
+	q.mu.Unlock()
+
+	if !hp.Recover {
+		c.addReplay(replay{q: q, hs: hs, end: pos.Offset, live: true})
+		return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
+	}
+	reason := ""
+	switch {
+	case hp.Since.Epoch != pos.Epoch || since > pos.Offset:
+		reason = protocol.RecoverEpoch
+	case pos.Offset-since > uint64(h.cfg.MaxReplay):
+		reason = protocol.RecoverTooMany
+	case pos.Offset > since && (len(msgs) == 0 || msgs[0].Offset != since+1):
+		reason = protocol.RecoverTrimmed
+	}
+	if reason != "" {
+		s.m.HistoryRecoveries.WithLabelValues(reason).Inc()
+		c.addReplay(replay{q: q, hs: hs, end: pos.Offset, live: true})
+		return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, false, reason), nil
+	}
+	s.m.HistoryRecoveries.WithLabelValues(metrics.RecoveryRecovered).Inc()
+	c.addReplay(replay{q: q, hs: hs, first: msgs, end: pos.Offset})
+	return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, true, ""), nil
+}
+
+// acquireFor registers c's cursor on topic's sequencer (counting it once
+// per subscription).
+func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool) *topicSeq {
+	h.mu.Lock()
+	q := h.topics[topic]
+	h.mu.Unlock()
+	if q == nil || !already {
+		q = h.acquire(topic, pol)
+	}
+	q.mu.Lock()
+	if q.subs[c] == nil {
+		q.subs[c] = &hsub{}
+	}
+	q.mu.Unlock()
+	return q
+}
+
+// goLive skips the cursor to last and releases what it held.
+func (c *conn) goLive(q *topicSeq, hs *hsub, last uint64) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hs.cur.Skip(last)
+	held, _ := hs.cur.EndReplay()
+	c.enqueueReleased(q, held)
+}
+
+// enqueueReleased queues held live messages (their Data is the frame).
+// Caller holds the subscription's lock.
+func (c *conn) enqueueReleased(q *topicSeq, held []history.Message) {
+	for _, m := range held {
+		if c.enqueueFrame(m.Data, true) {
+			c.s.m.MessagesSent.Inc()
+		}
+	}
+}
+
+// runReplays runs the recoveries the frame's subscribes decided, after
+// their results were queued: pages from the store, each message queued
+// only while the send queue has room (so the replay never makes the
+// client a slow consumer, and never builds one giant frame), then the
+// held live messages.
+func (c *conn) runReplays() {
+	rs := *c.replays
+	c.replays = nil
+	for _, r := range rs {
+		c.runReplay(r)
+	}
+}
+
+// addReplay leaves r to run once the frame's responses are queued.
+func (c *conn) addReplay(r replay) {
+	if c.replays == nil {
+		c.replays = new([]replay)
+	}
+	*c.replays = append(*c.replays, r)
+}
+
+func (c *conn) runReplay(r replay) {
+	if r.live {
+		c.goLive(r.q, r.hs, r.end)
+		return
+	}
+	s, h := c.s, c.s.hist
+	room := s.cfg.SendQueueBytes / 4
+	page := r.first
+	gap := false
+	for {
+		r.hs.mu.Lock()
+		out, g := r.hs.cur.Page(page)
+		last := r.hs.cur.Last()
+		r.hs.mu.Unlock()
+		gap = gap || g
+		for _, m := range out {
+			if !c.awaitRoom(room) {
+				return
+			}
+			if c.enqueueFrame(frameMessageAt(r.q.topic, m.Offset, m.Data), true) {
+				s.m.MessagesSent.Inc()
+				s.m.HistoryReplayed.Inc()
+			}
+		}
+		if last >= r.end || len(page) == 0 {
+			break
+		}
+		ctx, cancel := context.WithTimeout(&c.ctx, 5*time.Second)
+		var err error
+		_, page, err = h.store.Read(ctx, r.q.topic, last, replayPage, r.q.policy)
+		cancel()
+		if err != nil {
+			// The store went away mid-replay: what was replayed stands;
+			// the client is told to resync for the rest.
+			gap = true
+			break
+		}
+	}
+	r.hs.mu.Lock()
+	held, g := r.hs.cur.EndReplay()
+	c.enqueueReleased(r.q, held)
+	r.hs.mu.Unlock()
+	if gap || g {
+		c.sendResync(frameText(protocol.AppendResync(nil, r.q.topic)))
+	}
+}
+
+// awaitRoom waits, while the send queue holds more than limit bytes, for
+// its writer to empty it; false when the connection closed meanwhile.
+// (Waiting for the writer to finish, not for room, keeps the connection
+// free of a second wake-up channel: a replay then goes in bursts of at
+// most limit bytes.)
+func (c *conn) awaitRoom(limit int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.closed && c.queued > limit && c.writing {
+		c.awaitWriter()
+	}
+	return !c.closed
+}
+
+// --- the history method ---
+
+// historyCall answers the history method: the topic's position and its
+// messages after since (or the newest), at most limit and about
+// maxHistoryResultBytes.
+func (c *conn) historyCall(topic string, params json.RawMessage, pol history.Policy) (json.RawMessage, *protocol.Error) {
+	hp, perr := protocol.DecodeHistoryParams(params)
+	if perr != nil {
+		return nil, perr
+	}
+	if !pol.Enabled() {
+		return nil, protocol.NewError(protocol.CodeInvalidParams, "topic keeps no history", protocol.TopicData{Topic: topic})
+	}
+	res, err := c.s.History(&c.ctx, topic, hp.Since, hp.Limit)
+	if err != nil {
+		return nil, c.s.historyUnavailable()
+	}
+	return res, nil
+}
+
+// ErrNoHistory is History's error for a topic that keeps no history.
+var ErrNoHistory = errors.New("server: topic keeps no history")
+
+// History answers the history method (for clients and the server API):
+// {"epoch","offset","messages":[{"offset","data"}...]}. since nil: the
+// newest limit messages; since of another epoch: none. limit 0: 100.
+func (s *Server) History(ctx context.Context, topic string, since *protocol.Since, limit int) (json.RawMessage, error) {
+	pol := s.hist.policyOf(topic)
+	if !pol.Enabled() {
+		return nil, ErrNoHistory
+	}
+	if limit <= 0 {
+		limit = protocol.DefaultHistoryLimit
+	}
+	after := history.Newest
+	if since != nil {
+		after = since.Offset
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pos, msgs, err := s.hist.store.Read(ctx, topic, after, limit, pol)
+	if err != nil {
+		return nil, err
+	}
+	if since != nil && (since.Epoch != pos.Epoch || since.Offset > pos.Offset) {
+		msgs = nil
+	}
+	b := protocol.AppendPosition(nil, pos.Epoch, pos.Offset)
+	b = append(b[:len(b)-1], `,"messages":[`...)
+	for i, m := range msgs {
+		if len(b) > maxHistoryResultBytes {
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"offset":`...)
+		b = strconv.AppendUint(b, m.Offset, 10)
+		b = append(b, `,"data":`...)
+		b = append(b, m.Data...)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...), nil
+}
