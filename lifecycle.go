@@ -104,6 +104,9 @@ func (n *Node) Serve(ln net.Listener) error {
 		g.Go(func() error { return serveHTTP(admin, aln) })
 	}
 	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)
+	if s := len(n.cfg.Auth.JWT.HMACSecret); s > 0 && s < minHMACSecret {
+		n.log.Warn("auth.jwt.hmacSecret is shorter than 32 bytes: a short HS256 secret can be guessed offline from one token; use 32 or more random bytes (docs/authentication.md)", "bytes", s)
+	}
 	if n.access.PublishableByAny() && !loopback(ln.Addr().String()) {
 		n.log.Warn("anyone, anonymous clients included, may publish on some topics while the server listens beyond loopback; restrict topics.default.publish and topics.namespaces (docs/access-control.md)", "addr", ln.Addr().String())
 	}
@@ -221,3 +224,7 @@ func serveHTTP(srv *http.Server, ln net.Listener) error {
 	}
 	return nil
 }
+
+// minHMACSecret is the shortest auth.jwt.hmacSecret that starts without a
+// warning: HS256's own output size (docs/authentication.md).
+const minHMACSecret = 32

@@ -107,10 +107,12 @@ type grant struct {
 type rule [2][]grant
 
 type namespace struct {
-	pat  pattern
-	rule rule
-	keep keeps
-	hist history.Policy // (history.go)
+	pat    pattern
+	rule   rule
+	keep   keeps
+	hist   history.Policy     // (history.go)
+	label  string             // the pattern as configured: the namespace label of topic_denied_namespace_total
+	denied prometheus.Counter // topic_denied_namespace_total{namespace=label}
 }
 
 // keeps is what a rule's topics keep beside their grants.
@@ -128,8 +130,10 @@ type Checker struct {
 	keepAny     bool   // some rule keeps presence or joinLeave
 	proxy       *proxy // nil unless a rule lists the proxy grant
 	denied      [2]prometheus.Counter
-	log         *slog.Logger
-	anyPub      bool
+
+	deniedDefault, deniedReserved prometheus.Counter
+	log                           *slog.Logger
+	anyPub                        bool
 }
 
 // New validates cfg (every problem at once, as *ConfigError values joined)
@@ -148,6 +152,8 @@ func New(cfg Config, deps Deps) (*Checker, error) {
 	c := &Checker{log: log}
 	c.denied[Subscribe] = m.TopicDenied.WithLabelValues(metrics.ActionSubscribe)
 	c.denied[Publish] = m.TopicDenied.WithLabelValues(metrics.ActionPublish)
+	c.deniedDefault = m.TopicDeniedNS.WithLabelValues(metrics.DeniedByDefault)
+	c.deniedReserved = m.TopicDeniedNS.WithLabelValues(metrics.DeniedByReserved)
 	usesProxy := false
 	compile := func(r Rule) rule {
 		var out rule
@@ -180,7 +186,8 @@ func New(cfg Config, deps Deps) (*Checker, error) {
 	for _, n := range cfg.Namespaces {
 		p, _ := compilePattern(n.Pattern) // validated above
 		k := keeps{n.Presence, n.JoinLeave}
-		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k, hist: n.History})
+		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k, hist: n.History,
+			label: n.Pattern, denied: m.TopicDeniedNS.WithLabelValues(n.Pattern)})
 		c.keepHistory = c.keepHistory || n.History.Enabled()
 		c.keepAny = c.keepAny || k != keeps{}
 	}
@@ -226,25 +233,74 @@ func (c *Checker) Presence(topic string) (presence, joinLeave bool) {
 func (c *Checker) PublishableByAny() bool { return c.anyPub }
 
 // Check answers q. A Deny is counted in topic_denied_total{action}.
+// It is also counted in topic_denied_namespace_total by the rule that
+// decided, and logged at debug level with that rule and the grants it
+// tried: how an operator finds out why a call was refused.
 func (c *Checker) Check(ctx context.Context, q Question) Decision {
-	d := c.decide(ctx, q)
+	d, ns := c.decide(ctx, q)
 	if d == Deny {
 		c.denied[q.Action&1].Inc()
+		c.deniedBy(ns, q)
 	}
 	return d
 }
 
-func (c *Checker) decide(ctx context.Context, q Question) Decision {
-	if protocol.Reserved(q.Topic) || q.Action > Publish {
-		return Deny
+// Rule indices of decide beside the namespaces' own (0..len(ns)-1).
+const (
+	byDefault  = -1
+	byReserved = -2
+)
+
+// deniedBy counts and logs a Deny decided by namespace ns (an index of
+// c.ns, byDefault or byReserved).
+func (c *Checker) deniedBy(ns int, q Question) {
+	var grants []grant
+	switch ns {
+	case byReserved:
+		c.deniedReserved.Inc()
+		c.log.Debug("topic call refused", "action", q.Action.String(), "topic", q.Topic, "user", q.User,
+			"namespace", metrics.DeniedByReserved, "why", "topics starting with __ are reserved for the server")
+		return
+	case byDefault:
+		c.deniedDefault.Inc()
+		grants = c.def[q.Action&1]
+	default:
+		c.ns[ns].denied.Inc()
+		grants = c.ns[ns].rule[q.Action&1]
 	}
-	r, pat := &c.def, (*pattern)(nil)
+	if !c.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	names := make([]string, len(grants))
+	for i, g := range grants {
+		names[i] = g.name
+	}
+	label := metrics.DeniedByDefault
+	if ns >= 0 {
+		label = c.ns[ns].label
+	}
+	c.log.Debug("topic call refused", "action", q.Action.String(), "topic", q.Topic, "user", q.User,
+		"namespace", label, "grants", names, "why", "no grant of the deciding rule allowed")
+}
+
+// decide answers q and says which rule decided: an index of c.ns,
+// byDefault or byReserved.
+func (c *Checker) decide(ctx context.Context, q Question) (Decision, int) {
+	if protocol.Reserved(q.Topic) || q.Action > Publish {
+		return Deny, byReserved
+	}
+	r, pat, by := &c.def, (*pattern)(nil), byDefault
 	for i := range c.ns {
 		if c.ns[i].pat.match(q.Topic) {
-			r, pat = &c.ns[i].rule, &c.ns[i].pat
+			r, pat, by = &c.ns[i].rule, &c.ns[i].pat, i
 			break
 		}
 	}
+	d := c.decideBy(ctx, q, r, pat)
+	return d, by
+}
+
+func (c *Checker) decideBy(ctx context.Context, q Question, r *rule, pat *pattern) Decision {
 	failed := false
 	for _, g := range r[q.Action] {
 		switch g.kind {

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/history"
@@ -221,6 +223,25 @@ func TestBuiltinGrants(t *testing.T) {
 		if got := testutil.ToFloat64(m.TopicDenied.WithLabelValues(Action(a).String())); got != float64(n) {
 			t.Errorf("topic_denied_total{action=%q} = %v, want %d", Action(a), got, n)
 		}
+	}
+	// The same denials by the rule that decided: each one counted once,
+	// the reserved topics under their own label.
+	byNS := make(chan prometheus.Metric, 64)
+	m.TopicDeniedNS.Collect(byNS)
+	close(byNS)
+	sum := 0.0
+	for metric := range byNS {
+		var pb dto.Metric
+		if err := metric.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		sum += pb.GetCounter().GetValue()
+	}
+	if want := float64(denied[0] + denied[1]); sum != want {
+		t.Errorf("topic_denied_namespace_total sums to %v, want %v", sum, want)
+	}
+	if got := testutil.ToFloat64(m.TopicDeniedNS.WithLabelValues(metrics.DeniedByReserved)); got != 2 {
+		t.Errorf(`topic_denied_namespace_total{namespace="(reserved)"} = %v, want 2`, got)
 	}
 	if c.PublishableByAny() != true {
 		t.Error("open:* is publishable by any")

@@ -27,6 +27,12 @@ type pattern struct {
 	prefix, suffix glob
 	sepBefore      byte
 	sepAfter       byte
+
+	// bySplit: the shape holds a character class, which (unlike * and ?)
+	// may match '/'. path.Match places each chunk at its leftmost fit,
+	// which is only exact when no chunk can match '/', so such a shape is
+	// matched by trying each place {user}'s run may take instead.
+	bySplit bool
 }
 
 // glob is a path.Match pattern with its literal head split off: most
@@ -113,6 +119,7 @@ func compilePattern(s string) (pattern, error) {
 		hasUser: true,
 		prefix:  newGlob(before),
 		suffix:  newGlob(after),
+		bySplit: strings.Contains(before+after, "["),
 	}
 	var ok bool
 	if before != "" {
@@ -184,7 +191,22 @@ func classEnd(g string, i int) int {
 
 // match reports whether the pattern decides topic (for a {user} pattern:
 // whether topic has its shape, whoever asks).
-func (p *pattern) match(topic string) bool { return p.glob.match(topic) }
+func (p *pattern) match(topic string) bool {
+	if !p.bySplit {
+		return p.glob.match(topic)
+	}
+	for i := 0; i < len(topic); i++ {
+		if !p.prefix.match(topic[:i]) {
+			continue
+		}
+		for j := i + 1; j <= len(topic) && topic[j-1] != '/'; j++ {
+			if p.suffix.match(topic[j:]) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // owner returns the user a topic of this {user} pattern's shape belongs
 // to: the one run of the topic in {user}'s place that holds neither '/'

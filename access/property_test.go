@@ -267,3 +267,18 @@ func TestGlobMatchesPathMatch(t *testing.T) {
 		}
 	})
 }
+
+// A character class may match '/', where * and ? never do; path.Match
+// places each chunk at its leftmost fit, which then misses "aaba/" (run
+// "aab", then "a", then "/" for [^a]). The shape must still decide it.
+func TestUserShapeWithClassMatchingSlash(t *testing.T) {
+	p, err := compilePattern("{user}a[^a]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]bool{"aaba/": true, "xab": true, "a/ab": false, "aa": false} {
+		if got := p.match(topic); got != want {
+			t.Errorf("match(%q) = %v, want %v", topic, got, want)
+		}
+	}
+}

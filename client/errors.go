@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rtserver/rtserver/internal/retryhint"
 )
@@ -40,6 +42,14 @@ type HandshakeError struct {
 
 func (e *HandshakeError) Error() string {
 	s := "rtclient: handshake rejected: HTTP " + strconv.Itoa(e.Status)
+	if e.Status == 401 || e.Status == 403 {
+		// rtserver's refusals are one plain-text line saying why
+		// (docs/authentication.md): worth showing the user.
+		line, _, _ := strings.Cut(string(e.Body), "\n")
+		if line = strings.TrimSpace(line); line != "" && len(line) <= 200 && utf8.ValidString(line) {
+			s += " (" + line + ")"
+		}
+	}
 	if e.RetryAfter > 0 {
 		s += ", retry after " + e.RetryAfter.String()
 	}

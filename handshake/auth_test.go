@@ -13,10 +13,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/rtserver/rtserver/metrics"
 )
 
 func pemOf(t testing.TB, pub any) []byte {
@@ -111,8 +114,10 @@ func TestAuth(t *testing.T) {
 				if admitted || w.Code != http.StatusUnauthorized || rejected(m, "auth") != 1 {
 					t.Fatalf("admitted=%v status %d auth rejections %v; want 401", admitted, w.Code, rejected(m, "auth"))
 				}
-				if w.Header().Get("WWW-Authenticate") != "Bearer" {
-					t.Errorf("401 without WWW-Authenticate: Bearer")
+				challenge := w.Header().Get("WWW-Authenticate")
+				if tt.token == "" && challenge != "Bearer" ||
+					tt.token != "" && !strings.HasPrefix(challenge, `Bearer error="invalid_token", error_description="token `) {
+					t.Errorf("401 with WWW-Authenticate %q", challenge)
 				}
 			} else {
 				if !admitted || tk.User != tt.wantUser {
@@ -305,4 +310,29 @@ func signRaw(t testing.TB, secret []byte, payload string) string {
 		t.Fatal(err)
 	}
 	return unsigned + "." + enc.EncodeToString(sig)
+}
+
+// Every refusal reason has a description that fits an RFC 6750
+// error_description (printable ASCII, no '"' or '\'), and every error the
+// check returns maps to a listed reason.
+func TestRefusalDescriptionsFitTheChallenge(t *testing.T) {
+	for _, r := range metrics.AuthRefusalReasons {
+		d := refusals[r]
+		if d == "" {
+			t.Errorf("reason %s has no description", r)
+		}
+		for _, b := range []byte(d) {
+			if b < 0x20 || b > 0x7e || b == '"' || b == '\\' {
+				t.Errorf("reason %s: description %q has byte %q", r, d, b)
+			}
+		}
+	}
+	if len(refusals) != len(metrics.AuthRefusalReasons) {
+		t.Errorf("%d descriptions for %d reasons", len(refusals), len(metrics.AuthRefusalReasons))
+	}
+	for err, want := range map[error]string{errNoToken: "missing", errBigToken: "too_large", errNoSubject: "no_subject", errAlg: "unverifiable", errors.New("x"): "invalid"} {
+		if got := RefusalOf(err).Reason; got != want {
+			t.Errorf("RefusalOf(%v) = %s, want %s", err, got, want)
+		}
+	}
 }

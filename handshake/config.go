@@ -106,9 +106,10 @@ type JWT struct {
 // Deps are what a Gate uses beside its configuration.
 type Deps struct {
 	Metrics *metrics.Metrics // nil: metrics.NewDiscard()
-	// Logger receives the warning for a validly signed token whose topics
-	// claim has the wrong shape (a backend bug), and panics while serving
-	// an upgrade; nil = discard.
+	// Logger receives each refused token's reason at debug level, the
+	// warning for a validly signed token whose topics claim has the wrong
+	// shape (a backend bug), and panics while serving an upgrade; nil =
+	// discard.
 	Logger *slog.Logger
 	// JWKSClient fetches JWT.JWKSURL; nil = a client with a 10 s timeout.
 	JWKSClient *http.Client

@@ -40,6 +40,13 @@
 // JWKSMinRefetch, one fetch at a time (callers with an unknown kid wait
 // for the fetch under way, bounded by their request's context).
 //
+// A refused token (refusal.go) answers 401 with the RFC 6750 challenge
+// naming the check that failed (never key material), is counted in
+// handshake_auth_refused_total{reason} and logged at debug level;
+// RefusalOf gives the same reason for any error of the check. JWT.SignHMAC
+// and JWT.Check (token.go) sign and check tokens outside a gate, for
+// backends and the binary's token and checktoken subcommands.
+//
 // It must never import the server or know about JSON-RPC; it sees an
 // http.Request and a caller-owned Ticket, nothing more.
 //

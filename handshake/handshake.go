@@ -2,7 +2,6 @@ package handshake
 
 import (
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -155,6 +154,7 @@ type Gate struct {
 	capacity      float64 // upgrades per second, for the hint
 	shed          shedCounter
 	rejected      [nReasons]prometheus.Counter
+	authRefused   map[string]prometheus.Counter // by metrics.AuthRefusalReasons
 }
 
 // New validates cfg and returns a gate. m nil means metrics.NewDiscard().
@@ -201,6 +201,10 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	for i := range g.rejected {
 		g.rejected[i] = m.HandshakeRejected.WithLabelValues(reasonLabel[i])
+	}
+	g.authRefused = make(map[string]prometheus.Counter, len(metrics.AuthRefusalReasons))
+	for _, r := range metrics.AuthRefusalReasons {
+		g.authRefused[r] = m.HandshakeAuthRefused.WithLabelValues(r)
 	}
 	// The gauges read the slot word when scraped: admit and release touch
 	// one atomic word and no gauge. Open connections are the slots held
@@ -262,12 +266,8 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 	// 4. Authentication: always plain 401.
 	if g.auth != nil {
 		if err := g.auth.verify(r, &t.Identity); err != nil {
-			if errors.Is(err, errTopicsClaim) {
-				g.log.Warn("token refused: its topics claim has the wrong shape", "err", err)
-			}
 			t.Close()
-			g.rejected[rAuth].Inc()
-			plainError(w, http.StatusUnauthorized, "unauthorized\n")
+			g.refuseToken(w, err, t.IPKey)
 			return false
 		}
 	}

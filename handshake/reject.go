@@ -69,15 +69,12 @@ func closeShed(w http.ResponseWriter, r *http.Request, ms int64) {
 	_ = c.Close(websocket.StatusTryAgainLater, retryhint.Reason(ms))
 }
 
-// plainError answers origin and auth failures, which are never subject
-// to the reject mode.
+// plainError answers origin failures, which are never subject to the
+// reject mode (auth failures: refuseToken).
 func plainError(w http.ResponseWriter, status int, msg string) {
 	h := w.Header()
 	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
 	h["X-Content-Type-Options"] = []string{"nosniff"}
-	if status == http.StatusUnauthorized {
-		h["Www-Authenticate"] = []string{"Bearer"}
-	}
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(msg))
 }

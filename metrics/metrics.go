@@ -26,6 +26,40 @@ var HandshakeRejectReasons = []string{
 	RejectPerIP, RejectOrigin, RejectAuth, RejectDraining,
 }
 
+// Token refusal reasons (the reason label of handshake_auth_refused_total
+// and the error_description of the 401's WWW-Authenticate header;
+// docs/authentication.md). The first check that failed decides.
+const (
+	AuthMissing      = "missing"       // no token in the request
+	AuthTooLarge     = "too_large"     // over 8 KiB
+	AuthMalformed    = "malformed"     // not three base64url segments of JSON
+	AuthUnverifiable = "unverifiable"  // alg or kid matches no configured key, or crit extensions
+	AuthSignature    = "signature"     // signed with another key
+	AuthExpired      = "expired"       // exp in the past
+	AuthNotYetValid  = "not_yet_valid" // nbf or iat in the future
+	AuthAudience     = "audience"      // aud lacks auth.jwt.audience
+	AuthIssuer       = "issuer"        // iss is not auth.jwt.issuer
+	AuthNoSubject    = "no_subject"    // no sub claim
+	AuthTopicsClaim  = "topics_claim"  // the topics claim has the wrong shape
+	AuthCrit         = "crit"          // the header lists crit extensions
+	AuthInvalid      = "invalid"       // anything else
+)
+
+// AuthRefusalReasons lists every reason label of
+// handshake_auth_refused_total, pre-created at zero.
+var AuthRefusalReasons = []string{
+	AuthMissing, AuthTooLarge, AuthMalformed, AuthUnverifiable, AuthSignature,
+	AuthExpired, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject,
+	AuthTopicsClaim, AuthCrit, AuthInvalid,
+}
+
+// Labels of topic_denied_namespace_total beside the configured namespace
+// patterns: the default rule, and the reserved "__" topics.
+const (
+	DeniedByDefault  = "(default)"
+	DeniedByReserved = "(reserved)"
+)
+
 // Topic grant labels: the action label of topic_denied_total and the
 // reason label of topic_proxy_errors_total (docs/access-control.md).
 const (
@@ -50,11 +84,12 @@ type Metrics struct {
 	AdmissionErrors    *prometheus.CounterVec // class: rules that errored or panicked (decided by failPolicy)
 	AdmissionConcLimit *prometheus.GaugeVec   // class: the current limit of an adaptiveConcurrency part
 
-	HandshakeAccepted   prometheus.Counter
-	HandshakeRejected   *prometheus.CounterVec // reason
-	HandshakeInflight   *FuncGauge             // read from the gate at scrape time
-	HandshakeQueueDepth prometheus.Gauge
-	ConnectionsOpen     *FuncGauge // read from the gate at scrape time
+	HandshakeAccepted    prometheus.Counter
+	HandshakeRejected    *prometheus.CounterVec // reason
+	HandshakeAuthRefused *prometheus.CounterVec // reason: why a token was refused (the auth rejections, split)
+	HandshakeInflight    *FuncGauge             // read from the gate at scrape time
+	HandshakeQueueDepth  prometheus.Gauge
+	ConnectionsOpen      *FuncGauge // read from the gate at scrape time
 
 	PressureReason      *prometheus.GaugeVec // reason
 	PressurePublishRate prometheus.Gauge
@@ -82,6 +117,7 @@ type Metrics struct {
 	ProtocolErrors          *prometheus.CounterVec // code: bad input answered with an error or close code
 
 	TopicDenied      *prometheus.CounterVec // action: subscribe and publish calls no grant allowed (-32003)
+	TopicDeniedNS    *prometheus.CounterVec // namespace: the rule that decided a -32003 (pattern, "(default)" or "(reserved)")
 	TopicProxyErrors *prometheus.CounterVec // reason: proxy grant questions that failed (decided by topics.proxy.fail)
 
 	APIRequests *prometheus.CounterVec // method, code: server API calls (docs/server-api.md)
@@ -149,11 +185,12 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 		AdmissionErrors:    f.counterVec("admission_rule_errors_total", "Rule parts that errored or panicked (a predicate, a cluster-scoped check whose Redis failed, an unreadable cost param) and were decided by failPolicy, by class.", "class"),
 		AdmissionConcLimit: f.gaugeVec("admission_concurrency_limit", "The current in-flight limit of each class with an adaptiveConcurrency part.", "class"),
 
-		HandshakeAccepted:   f.counter("handshake_accepted_total", "WebSocket upgrades admitted by the handshake tier."),
-		HandshakeRejected:   f.counterVec("handshake_rejected_total", "WebSocket upgrades rejected by the handshake tier, by reason.", "reason"),
-		HandshakeInflight:   f.funcGauge("handshake_inflight", "Upgrades in flight (arrived, handshake not finished)."),
-		HandshakeQueueDepth: f.gauge("handshake_queue_depth", "Upgrades waiting for a pacing tick."),
-		ConnectionsOpen:     f.funcGauge("connections_open", "Open WebSocket connections on this instance."),
+		HandshakeAccepted:    f.counter("handshake_accepted_total", "WebSocket upgrades admitted by the handshake tier."),
+		HandshakeRejected:    f.counterVec("handshake_rejected_total", "WebSocket upgrades rejected by the handshake tier, by reason.", "reason"),
+		HandshakeAuthRefused: f.counterVec("handshake_auth_refused_total", "WebSocket upgrades refused with 401, by the token check that failed.", "reason"),
+		HandshakeInflight:    f.funcGauge("handshake_inflight", "Upgrades in flight (arrived, handshake not finished)."),
+		HandshakeQueueDepth:  f.gauge("handshake_queue_depth", "Upgrades waiting for a pacing tick."),
+		ConnectionsOpen:      f.funcGauge("connections_open", "Open WebSocket connections on this instance."),
 
 		PressureReason:      f.gaugeVec("pressure_reason", "1 for the active pressure reason, 0 for the others.", "reason"),
 		PressurePublishRate: f.gauge("pressure_publish_rate", "Messages published per second on this instance, over the last sample interval."),
@@ -179,6 +216,7 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 		ProtocolErrors:          f.counterVec("protocol_errors_total", "Bad client input answered with an error or close code, by code.", "code"),
 
 		TopicDenied:      f.counterVec("topic_denied_total", "Subscribe and publish calls refused by the topic grants (-32003), by action.", "action"),
+		TopicDeniedNS:    f.counterVec("topic_denied_namespace_total", "Subscribe and publish calls refused by the topic grants (-32003), by the namespace pattern that decided (\"(default)\" for the default rule, \"(reserved)\" for __ topics).", "namespace"),
 		TopicProxyErrors: f.counterVec("topic_proxy_errors_total", "Questions to the topic grant proxy that failed and were decided by topics.proxy.fail, by reason.", "reason"),
 
 		APIRequests: f.counterVec("api_requests_total", "Server API calls, by method (unknown methods as \"unknown\") and HTTP status code.", "method", "code"),
@@ -209,6 +247,11 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 	for _, r := range HandshakeRejectReasons {
 		m.HandshakeRejected.WithLabelValues(r)
 	}
+	for _, r := range AuthRefusalReasons {
+		m.HandshakeAuthRefused.WithLabelValues(r)
+	}
+	m.TopicDeniedNS.WithLabelValues(DeniedByDefault)
+	m.TopicDeniedNS.WithLabelValues(DeniedByReserved)
 	return m, nil
 }
 

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"runtime"
 	"strconv"
 	"sync"
@@ -65,7 +67,9 @@ func (c *conn) start(ws *websocket.Conn) {
 	c.ws = ws
 	c.id = s.nextID.Add(1)
 	c.batch = ws.Subprotocol() == protocol.BatchSubprotocol
-	ws.SetReadLimit(s.cfg.MaxMessageBytes)
+	// One byte of slack for the library: the limit is enforced by
+	// readLoop, which closes with a reason in rtserver's words.
+	ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
 	c.builtin = message.Call{User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
 	if !s.addConn(c) {
 		ws.Close(websocket.StatusGoingAway, "")
@@ -120,9 +124,16 @@ func (c *conn) readLoop() {
 			return
 		}
 		buf := bufpool.Get()
-		if _, err := buf.ReadFrom(r); err != nil {
+		tooBig, err := c.readLimited(buf, r)
+		if err != nil {
 			bufpool.Put(buf)
 			c.readFailed(err)
+			return
+		}
+		if tooBig {
+			bufpool.Put(buf)
+			s.m.ProtocolErrors.WithLabelValues("1009").Inc()
+			c.closeWith(websocket.StatusMessageTooBig, s.tooBigReason, false)
 			return
 		}
 		if !utf8.Valid(buf.Bytes()) {
@@ -148,8 +159,26 @@ func (c *conn) holder() *holdSet {
 	return nil
 }
 
-// readFailed counts a read that ended on a message over the read limit
-// (the library has closed with 1009); other ends need no count.
+// limitedReaders hold readLoop's io.LimitedReader between frames: one
+// per conn would push conn over its size class, one per frame would
+// allocate on every read.
+var limitedReaders = sync.Pool{New: func() any { return new(io.LimitedReader) }}
+
+// readLimited reads r into buf, at most one byte past
+// limits.maxMessageBytes, and reports whether the message was over it:
+// readLoop then closes without reading the rest.
+func (c *conn) readLimited(buf *bytes.Buffer, r io.Reader) (tooBig bool, err error) {
+	lr := limitedReaders.Get().(*io.LimitedReader)
+	lr.R, lr.N = r, c.s.cfg.MaxMessageBytes+1
+	_, err = buf.ReadFrom(lr)
+	lr.R = nil
+	limitedReaders.Put(lr)
+	return int64(buf.Len()) > c.s.cfg.MaxMessageBytes, err
+}
+
+// readFailed counts a read that ended on a message over the library's
+// read limit (it has closed with 1009; readLoop's own, tighter check
+// normally closes first); other ends need no count.
 func (c *conn) readFailed(err error) {
 	if errors.Is(err, websocket.ErrMessageTooBig) {
 		c.s.m.ProtocolErrors.WithLabelValues("1009").Inc()

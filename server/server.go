@@ -112,6 +112,8 @@ type Server struct {
 	fallback  Handler
 	drainHint time.Duration
 
+	tooBigReason string // the 1009 close reason, naming the limit
+
 	handlers sync.Map // method -> Handler
 	hub      hub
 	hist     *historyState // nil: no history topics
@@ -135,18 +137,19 @@ func New(opts Options) *Server {
 	cfg := opts.Config
 	cfg.setDefaults()
 	s := &Server{
-		cfg:       cfg,
-		gate:      opts.Gate,
-		router:    opts.Router,
-		access:    opts.Access,
-		pressure:  opts.Pressure,
-		bus:       opts.Bus,
-		m:         opts.Metrics,
-		log:       opts.Logger,
-		fallback:  opts.Fallback,
-		drainHint: opts.DrainRetryAfter,
-		conns:     map[*conn]struct{}{},
-		users:     map[string][]*conn{},
+		cfg:          cfg,
+		tooBigReason: fmt.Sprintf("message larger than limits.maxMessageBytes (%d)", cfg.MaxMessageBytes),
+		gate:         opts.Gate,
+		router:       opts.Router,
+		access:       opts.Access,
+		pressure:     opts.Pressure,
+		bus:          opts.Bus,
+		m:            opts.Metrics,
+		log:          opts.Logger,
+		fallback:     opts.Fallback,
+		drainHint:    opts.DrainRetryAfter,
+		conns:        map[*conn]struct{}{},
+		users:        map[string][]*conn{},
 	}
 	if s.m == nil {
 		s.m = metrics.NewDiscard()

@@ -431,13 +431,13 @@ func TestUnknownKeys(t *testing.T) {
 		env     []string
 		wantErr string
 	}{
-		{"file", "handshake:\n  maxConcurent: 5\n", nil, "handshake.maxConcurent: unknown key (FILE:2)"},
-		{"file top level", "listn: x\n", nil, "listn: unknown key (FILE:1)"},
+		{"file", "handshake:\n  maxConcurent: 5\n", nil, `handshake.maxConcurent: unknown key (did you mean "maxConcurrent"?) (FILE:2)`},
+		{"file top level", "listn: x\n", nil, `listn: unknown key (did you mean "listen"?) (FILE:1)`},
 		{"file inside a class rule", "admission: {classes: {a: {rate: {limit: 1, per: 1s, bye: user}}}}\n", nil,
-			"admission.classes.a.rate.bye: unknown key (FILE:1)"},
+			`admission.classes.a.rate.bye: unknown key (did you mean "by"?) (FILE:1)`},
 		{"env", "", []string{"RTSERVER_HANDSHAKE_MAXCONCURENT=5"}, "RTSERVER_HANDSHAKE_MAXCONCURENT: unknown environment variable"},
 		{"env map value", "", []string{"RTSERVER_ADMISSION_CLASSES={a: {reason: [MEMORY]}}"},
-			"admission.classes.a.reason: unknown key (RTSERVER_ADMISSION_CLASSES)"},
+			`admission.classes.a.reason: unknown key (did you mean "reasons"?) (RTSERVER_ADMISSION_CLASSES)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

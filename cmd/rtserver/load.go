@@ -58,7 +58,7 @@ func newConfigFlags() *configFlags {
 }
 
 func (f *configFlags) usage(w io.Writer) {
-	fmt.Fprintf(w, "Usage: rtserver [flags]\n\nConfiguration precedence: defaults < --config file < %s* environment < flags.\nSee docs/configuration.md or run rtserver --config-reference.\n\nFlags:\n", envPrefix)
+	fmt.Fprintf(w, "Usage: rtserver [flags]\n       rtserver SUBCOMMAND [flags] [args]\n\n%s\nConfiguration precedence: defaults < --config file < %s* environment < flags.\nSee docs/configuration.md or run rtserver --config-reference.\n\nFlags:\n", toolsUsage, envPrefix)
 	f.fs.SetOutput(w)
 	f.fs.PrintDefaults()
 	f.fs.SetOutput(io.Discard)

@@ -5,6 +5,10 @@
 //	rtserver                      # single instance, in-memory bus, 127.0.0.1:8080
 //	rtserver --config rt.yaml     # see docs/configuration.md
 //	rtserver --print-config       # the effective configuration
+//	rtserver token --user alice   # a token signed with auth.jwt.hmacSecret
+//	rtserver checktoken TOKEN     # which check a token fails
+//	rtserver sub room:1           # each message of a topic, as JSON lines
+//	rtserver pub room:1 '{"a":1}' # publish
 //
 // SIGTERM or SIGINT drains (readiness 503, clients told and closed with
 // 1012 spread over drain.duration) and exits 0; a second signal closes the
@@ -41,6 +45,11 @@ func main() {
 }
 
 func run(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if code, ok := runTool(args[0], args[1:], environ, stdout, stderr); ok {
+			return code
+		}
+	}
 	cfg, action, err := Load(args, environ)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -191,8 +191,39 @@ func TestDecodeYAMLErrors(t *testing.T) {
 	}
 	v := defaults()
 	err := DecodeYAML(&v, []byte("section:\n  cuont: 1\n"), "f.yaml")
-	if err == nil || err.Error() != "section.cuont: unknown key (f.yaml:2)" {
+	if err == nil || err.Error() != `section.cuont: unknown key (did you mean "count"?) (f.yaml:2)` {
 		t.Errorf("error = %v", err)
+	}
+}
+
+// An unknown key close to exactly one known key (case, or up to two
+// edits) is offered that key; a far or ambiguous one gets no guess.
+func TestUnknownKeyDidYouMean(t *testing.T) {
+	t.Parallel()
+	for give, want := range map[string]string{
+		"section: {Count: 1}\n":  `section.Count: unknown key (did you mean "count"?)`,
+		"section: {ratoi: 1}\n":  `section.ratoi: unknown key (did you mean "ratio"?)`,
+		"lisetn: x\n":            `lisetn: unknown key (did you mean "listen"?)`,
+		"section: {zzzzzz: 1}\n": `section.zzzzzz: unknown key (f.yaml:1)`,
+		"section: {o: 1}\n":      `section.o: unknown key (did you mean "on"?)`,
+	} {
+		v := defaults()
+		err := DecodeYAML(&v, []byte(give), "f.yaml")
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: %v, want %s", give, err, want)
+		}
+	}
+}
+
+// A tab in the indentation is named, with its line, in place of the
+// parser's "found character that cannot start any token".
+func TestTabIndentationIsNamed(t *testing.T) {
+	t.Parallel()
+	v := defaults()
+	err := DecodeYAML(&v, []byte("section:\n  count: 1\n\twait: 1s\n"), "f.yaml")
+	var ke *KeyError
+	if !errors.As(err, &ke) || !strings.Contains(ke.Msg, "line 3 is indented with a tab") || ke.Source != "f.yaml:3" {
+		t.Fatalf("error = %v", err)
 	}
 }
 

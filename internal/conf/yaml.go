@@ -190,7 +190,14 @@ func DecodeYAML(dst any, data []byte, name string) error {
 		if errors.Is(err, io.EOF) {
 			return nil // empty file: defaults
 		}
-		return &KeyError{Key: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if line := tabIndentedLine(data); line > 0 {
+			// The parser's own words ("found character that cannot
+			// start any token") do not say what is wrong.
+			return &KeyError{Key: name, Source: name + ":" + strconv.Itoa(line),
+				Msg: "line " + strconv.Itoa(line) + " is indented with a tab; YAML indents with spaces only (" + msg + ")"}
+		}
+		return &KeyError{Key: name, Msg: msg}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -255,7 +262,11 @@ func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 		return d.mapping(n, key, func(k string, kn, vn *yaml.Node) error {
 			i := slices.IndexFunc(fields, func(f Field) bool { return f.Name == k })
 			if i < 0 {
-				d.fail(join(key, k), kn, "unknown key")
+				msg := "unknown key"
+				if near := nearestName(k, fields); near != "" {
+					msg += fmt.Sprintf(" (did you mean %q?)", near)
+				}
+				d.fail(join(key, k), kn, msg)
 				return nil
 			}
 			return d.decode(vn, v.FieldByIndex(fields[i].Index), join(key, k))
@@ -450,4 +461,63 @@ func (d *nodeDecoder) merge(vn *yaml.Node, key string, set func(k string, kn, vn
 	}
 	d.fail(whole(key), vn, "<< wants a mapping or a list of mappings")
 	return nil
+}
+
+// tabIndentedLine is the first line (1-based) whose indentation holds a
+// tab, or 0.
+func tabIndentedLine(data []byte) int {
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		indent := line[:len(line)-len(bytes.TrimLeft(line, " \t"))]
+		if bytes.IndexByte(indent, '\t') >= 0 && len(bytes.TrimSpace(line)) > 0 {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// nearestName is the one field name close to k (the same but for case,
+// or at most two edits away when k is longer than four characters), or
+// "" when none is, or when two are equally close.
+func nearestName(k string, fields []Field) string {
+	if len(k) > 64 {
+		return "" // no field name is this long
+	}
+	best, bestDist, tie := "", 3, false
+	if len(k) <= 4 {
+		bestDist = 2
+	}
+	for _, f := range fields {
+		d := editDistance(strings.ToLower(k), strings.ToLower(f.Name))
+		switch {
+		case d < bestDist:
+			best, bestDist, tie = f.Name, d, false
+		case d == bestDist && best != "":
+			tie = true
+		}
+	}
+	if tie {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -6,7 +6,9 @@
 // carries suppressed=N, the number dropped since. Messages are constant
 // strings in rtserver's code (client data goes in attributes), so the
 // number of keys is bounded by the code; a hard cap guards it anyway.
-// Records below Warn pass through untouched.
+// Debug records are limited the same way: they are the per-request
+// diagnostics (why a token or a call was refused) that a client can
+// trigger at will. Info records pass through untouched.
 package logx
 
 import (
@@ -39,8 +41,8 @@ type handler struct {
 	s     *state
 }
 
-// Limit returns h with repeated warnings limited to one per every. now is
-// the clock (nil: time.Now).
+// Limit returns h with repeated warnings (and debug records) limited to
+// one per every. now is the clock (nil: time.Now).
 func Limit(h slog.Handler, every time.Duration, now func() time.Time) slog.Handler {
 	if now == nil {
 		now = time.Now
@@ -51,7 +53,7 @@ func Limit(h slog.Handler, every time.Duration, now func() time.Time) slog.Handl
 func (h *handler) Enabled(ctx context.Context, l slog.Level) bool { return h.inner.Enabled(ctx, l) }
 
 func (h *handler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level < slog.LevelWarn {
+	if r.Level < slog.LevelWarn && r.Level > slog.LevelDebug {
 		return h.inner.Handle(ctx, r)
 	}
 	s := h.s

@@ -66,3 +66,24 @@ func TestPrintfLinesAreLimited(t *testing.T) {
 		t.Fatalf("got:\n%s", out.String())
 	}
 }
+
+func TestRepeatedDebugRecordsAreLimitedInfoIsNot(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Unix(0, 0)
+	log := slog.New(Limit(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}), 10*time.Second, func() time.Time { return now }))
+	for range 100 {
+		log.Debug("token refused: expired")
+	}
+	log.Debug("token refused: audience")
+	log.Info("info passes")
+	log.Info("info passes")
+	if n := strings.Count(out.String(), "\n"); n != 4 {
+		t.Fatalf("got %d lines, want 4:\n%s", n, out.String())
+	}
+	out.Reset()
+	now = now.Add(10 * time.Second)
+	log.Debug("token refused: expired")
+	if !strings.Contains(out.String(), "suppressed=99") {
+		t.Fatalf("after the interval: %q", out.String())
+	}
+}
