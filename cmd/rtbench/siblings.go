@@ -245,12 +245,23 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 	}
 	res.EnvelopeBytes = float64(bytes) / float64(res.Envelopes)
 	res.FleetEgressMBps = float64(cfg.N) * float64(cfg.N) * res.EnvelopeBytes / cfg.Interval.Seconds() / 1e6
-	if res.ViewSiblings, err = scrapeMetric(ctx, cfg.MetricsURL, "cluster_publish_rate_instances"); err != nil {
-		return nil, err
+	// The topic gauges follow the merged sums at each pressure sample, so
+	// the view is read until it is right or a sample interval has surely
+	// passed (viewWait), not once right after the last envelope.
+	for viewDeadline := time.Now().Add(viewWait); ; {
+		if res.ViewSiblings, err = scrapeMetric(ctx, cfg.MetricsURL, "cluster_publish_rate_instances"); err != nil {
+			return nil, err
+		}
+		// The hot topic is the fleet's hottest, so it is in the merged top-N.
+		res.ViewHotRate, _ = scrapeMetric(ctx, cfg.MetricsURL, `cluster_topic_publish_rate{topic="`+hotTopic+`"}`)
+		res.ViewCorrect = res.ViewSiblings == float64(cfg.N) && math.Abs(res.ViewHotRate-cfg.HotRate) <= 1e-6*cfg.HotRate
+		if res.ViewCorrect || time.Now().After(viewDeadline) {
+			break
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return nil, ctx.Err()
+		}
 	}
-	// The hot topic is the fleet's hottest, so it is in the merged top-N.
-	res.ViewHotRate, _ = scrapeMetric(ctx, cfg.MetricsURL, `cluster_topic_publish_rate{topic="`+hotTopic+`"}`)
-	res.ViewCorrect = res.ViewSiblings == float64(cfg.N) && math.Abs(res.ViewHotRate-cfg.HotRate) <= 1e-6*cfg.HotRate
 
 	if cfg.Stale {
 		for {
@@ -269,6 +280,10 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 	}
 	return res, nil
 }
+
+// viewWait bounds how long the view may trail the last envelope: the
+// pressure sample interval (1s by default) plus scheduling slack.
+const viewWait = 1500 * time.Millisecond
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

@@ -23,6 +23,8 @@ func TestSiblingsAgainstRealNode(t *testing.T) {
 		// simulator cannot make a sibling stale before the view is read.
 		c.PublishRate.StaleAfter = 2 * time.Second
 		c.PublishRate.HMACSecret = []byte(secret)
+		// The topic gauges the view is read from follow each sample.
+		c.Pressure.SampleInterval = 50 * time.Millisecond
 	})
 	res, err := runSiblings(testCtx(t), siblingsConfig{
 		RedisURL: srv.URL(), Channel: "rt:pressure:rates", N: 7, Interval: 100 * time.Millisecond, Duration: 400 * time.Millisecond,
