@@ -26,6 +26,24 @@ type Receiver interface {
 	BusState(degraded bool)
 }
 
+// A HoldingReceiver lets each receive worker of a Redis bus hold its
+// deliveries while it has more messages in hand and write them once it has
+// none: under load one socket write per subscriber per burst instead of one
+// per message, and no added latency when messages are sparse. Each worker
+// gets its own Holder and uses it from its goroutine only.
+type HoldingReceiver interface {
+	Receiver
+	Holder() Holder
+}
+
+// A Holder is one receive worker's way in: Deliver as Receiver.Deliver,
+// with what it delivers possibly held until Flush, which the worker calls
+// whenever its queue is empty.
+type Holder interface {
+	Deliver(topic string, data []byte)
+	Flush()
+}
+
 // Bus delivers messages across instances.
 type Bus interface {
 	// Start connects and begins handing received messages to r. It returns

@@ -193,19 +193,29 @@ func workerOf(topic string, n int) int {
 }
 
 // worker checks and delivers what q brings, in order, until q is closed.
+// With a HoldingReceiver its deliveries are held while q has more and
+// flushed whenever q is empty, so nothing waits on a message to come.
 func (e *engine) worker(q chan inMsg, r Receiver) {
 	defer e.bg.Done()
+	var h Holder
+	if hr, ok := r.(HoldingReceiver); ok {
+		h = hr.Holder()
+	}
 	for m := range q {
 		if m.gap {
 			r.Gap(m.topic)
-			continue
+		} else {
+			e.receive(m, r, h)
 		}
-		e.receive(m, r)
+		if h != nil && len(q) == 0 {
+			h.Flush()
+		}
 	}
 }
 
-// receive checks one received payload and hands it to r.
-func (e *engine) receive(m inMsg, r Receiver) {
+// receive checks one received payload and hands it to r (through h, when
+// the worker has one).
+func (e *engine) receive(m inMsg, r Receiver, h Holder) {
 	p := m.payload
 	var stamp int64
 	if e.signer != nil {
@@ -266,6 +276,10 @@ func (e *engine) receive(m inMsg, r Receiver) {
 	}
 	// The topic is cloned so the Receiver may keep it without pinning the
 	// whole payload.
+	if h != nil {
+		h.Deliver(strings.Clone(topic), buf)
+		return
+	}
 	r.Deliver(strings.Clone(topic), buf)
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -684,4 +685,90 @@ type blockingRecorder struct {
 func (r *blockingRecorder) Deliver(topic string, data []byte) {
 	r.recorder.Deliver(topic, data)
 	r.once.Do(func() { <-r.release })
+}
+
+// holdingRecorder is a HoldingReceiver whose holders keep what they are
+// given until Flush, and only then record it.
+type holdingRecorder struct {
+	*recorder
+	plain atomic.Int64 // deliveries that bypassed the holders
+}
+
+func (r *holdingRecorder) Deliver(topic string, data []byte) {
+	r.plain.Add(1)
+	r.recorder.Deliver(topic, data)
+}
+
+func (r *holdingRecorder) Holder() Holder { return &heldBatch{r: r.recorder} }
+
+type heldBatch struct {
+	r    *recorder
+	held []got
+}
+
+func (h *heldBatch) Deliver(topic string, data []byte) {
+	h.held = append(h.held, got{topic, string(data)})
+}
+
+func (h *heldBatch) Flush() {
+	h.r.mu.Lock()
+	h.r.msgs = append(h.r.msgs, h.held...)
+	h.r.mu.Unlock()
+	h.held = h.held[:0]
+	h.r.poke()
+}
+
+// A holding receiver's workers flush whenever their queues run dry: every
+// message arrives although the holders record nothing until a Flush, and
+// each topic's messages stay in order.
+func TestRedisHoldingReceiverFlushesEveryBurst(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	a, _ := startRedis(t, testOptions(c, "a"))
+	rb := &holdingRecorder{recorder: newRecorder()}
+	b, err := NewRedis(testOptions(c, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Start(ctx, rb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+
+	const topics, n = 8, 2000
+	for i := range n {
+		for {
+			err := a.Publish(fmt.Sprintf("room%d", i%topics), fmt.Appendf(nil, `{"n":%d}`, i))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrQueueFull) {
+				t.Fatal(err)
+			}
+			runtime.Gosched()
+		}
+	}
+	msgs := rb.awaitMsgs(t, n)
+	last := map[string]int{}
+	for _, m := range msgs {
+		var v struct{ N int }
+		if err := json.Unmarshal([]byte(m.data), &v); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("room%d", v.N%topics); m.topic != want {
+			t.Fatalf("message %d on %s, want %s", v.N, m.topic, want)
+		}
+		if prev, ok := last[m.topic]; ok && v.N <= prev {
+			t.Fatalf("%s: message %d after %d", m.topic, v.N, prev)
+		}
+		last[m.topic] = v.N
+	}
+	if p := rb.plain.Load(); p != 0 {
+		t.Errorf("%d deliveries bypassed the holders", p)
+	}
+	a.Close()
+	b.Close()
+	noBusGoroutines(t)
 }

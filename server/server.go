@@ -304,7 +304,27 @@ var connPool = sync.Pool{New: func() any { return new(conn) }}
 // busReceiver adapts the server to bus.Receiver.
 type busReceiver Server
 
-func (r *busReceiver) Deliver(topic string, data []byte) {
+func (r *busReceiver) Deliver(topic string, data []byte) { r.deliver(topic, data, nil) }
+
+// Holder gives one bus receive worker its own holdSet (write.go): its
+// deliveries are held while it has more messages in hand and written, one
+// write per subscriber, when its queue is empty (bus.HoldingReceiver).
+func (r *busReceiver) Holder() bus.Holder { return &busHolder{r: r, held: new(holdSet)} }
+
+type busHolder struct {
+	r    *busReceiver
+	held *holdSet
+}
+
+func (h *busHolder) Deliver(topic string, data []byte) { h.r.deliver(topic, data, h.held) }
+
+func (h *busHolder) Flush() {
+	if h.held.pending() {
+		h.held.flush()
+	}
+}
+
+func (r *busReceiver) deliver(topic string, data []byte, held *holdSet) {
 	s := (*Server)(r)
 	if s.hist.policyOf(topic).Enabled() {
 		// A history topic never delivers a message without an offset
@@ -315,12 +335,11 @@ func (r *busReceiver) Deliver(topic string, data []byte) {
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
-	// Whether more publishes follow is unknown here (a handler in a
-	// loop, the bus draining a backlog) and nothing would flush held
-	// frames: a small topic's deliveries are written at once, a large
-	// topic's go to writers on every core, never all through this one
-	// goroutine.
-	s.hub.publish(topic, data, nil)
+	// Without a holder (the memory bus) nothing would flush held frames:
+	// a small topic's deliveries are written at once, a large topic's go
+	// to writers on every core. A Redis receive worker's holder flushes
+	// whenever the worker's queue is empty.
+	s.hub.publish(topic, data, held)
 }
 
 func (r *busReceiver) BusState(degraded bool) {
