@@ -68,6 +68,7 @@ type Tracker struct {
 	timers  map[string]*time.Timer // armed diff timers, by topic
 	entries int                    // local entries of Presence topics
 	closed  bool
+	started bool // Start ran: Close waits for the writer only then
 
 	kick chan struct{}
 	stop chan struct{}
@@ -114,7 +115,15 @@ func (t *Tracker) Mode(topic string) Mode {
 
 // Start starts the writer goroutine: queued writes, and a refresh of every
 // entry each TTL/3.
-func (t *Tracker) Start() { go t.run() }
+func (t *Tracker) Start() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.started || t.closed {
+		return
+	}
+	t.started = true
+	go t.run()
+}
 
 // Close sends what is pending (store writes, this instance's own diffs)
 // and stops. Call it after every connection has left: their leaves are
@@ -131,9 +140,12 @@ func (t *Tracker) Close() {
 		tm.Stop()
 		topics = append(topics, topic)
 	}
+	started := t.started
 	t.mu.Unlock()
 	close(t.stop)
-	<-t.done
+	if started {
+		<-t.done
+	}
 	// The other instances must hear of the leaves now: this instance will
 	// not be here to send them later.
 	for _, topic := range topics {

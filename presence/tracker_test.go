@@ -351,3 +351,18 @@ func TestRedisRoundTrips(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// A tracker that was never started closes at once: a server shut down
+// before it started must not hang on a writer that never ran.
+func TestCloseWithoutStart(t *testing.T) {
+	tr := NewTracker(Options{Store: NewMemoryStore(), Mode: func(string) Mode { return Mode{Presence: true} }})
+	done := make(chan struct{})
+	go func() { tr.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second): // only stops a broken test from hanging
+		t.Fatal("Close of a tracker never started did not return")
+	}
+	tr.Start() // after Close: a no-op, not a writer nobody stops
+	tr.Close()
+}
