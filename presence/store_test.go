@@ -22,20 +22,15 @@ func stores(t *testing.T, f func(t *testing.T, s Store)) {
 }
 
 func newRedisStore(t testing.TB, opts RedisOptions) *RedisStore {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { c.Close() })
-	opts.Client = c
-	s, err := NewRedisStore(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return storeOn(t, redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr}), opts)
 }
 
 func newClusterStore(t testing.TB, opts RedisOptions) *RedisStore {
-	cl := redistest.StartCluster(t)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	return storeOn(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.StartCluster(t).Addrs}), opts)
+}
+
+// storeOn builds a Redis store on c, closed when the test ends.
+func storeOn(t testing.TB, c redis.UniversalClient, opts RedisOptions) *RedisStore {
 	t.Cleanup(func() { c.Close() })
 	opts.Client = c
 	s, err := NewRedisStore(opts)
