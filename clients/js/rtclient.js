@@ -304,14 +304,20 @@ class Client {
    * rejected (and the subscription dropped) when it refused it; and
    * `position()`: the last {epoch, offset} of a history topic, null
    * otherwise.
+   *
+   * opts.since ({epoch, offset}, e.g. from a history result) starts a new
+   * subscription there: the server replays what came after it, and
+   * onRecovery reports whether it could. Ignored when topic is already
+   * subscribed.
    */
-  subscribe(topic, handler) {
+  subscribe(topic, handler, opts = {}) {
     let t = this._subs.get(topic);
     if (this._stopped) {
       t = new Topic();
       t.fail(new RPCError("CLOSED", "rtclient: closed"));
     } else if (!t) {
       t = new Topic();
+      if (opts.since) t.pos = { epoch: opts.since.epoch, offset: opts.since.offset };
       this._subs.set(topic, t);
       if (this._wsOpen) this._sendSubscribe(topic, t);
     }

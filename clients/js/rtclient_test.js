@@ -745,6 +745,26 @@ test("a resubscription shed with -32001 is re-sent after the hint, then given up
   c.close();
 });
 
+test("subscribe with since starts from that position and reports the recovery", async () => {
+  const h = harness();
+  const recoveries = [];
+  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const got = [];
+  const off = c.subscribe("room:1", (data, topic, offset) => got.push(offset), { since: { epoch: "e1", offset: 10 } });
+  eq(off.position(), { epoch: "e1", offset: 10 }, "position before the answer");
+  const sub = ws.sent[0];
+  eq(sub.params, { topic: "room:1", recover: true, since: { epoch: "e1", offset: 10 } }, "sent with since");
+  ws.recv({ jsonrpc: "2.0", id: sub.id, result: { epoch: "e1", offset: 11, recovered: true } });
+  ws.recv(msg("room:1", 10));
+  ws.recv(msg("room:1", 11));
+  eq(got, [11], "only what came after since");
+  eq(recoveries, [["room:1", true, ""]], "reported");
+  c.close();
+});
+
 test("publishAt retries a shed or cut-off publish with the same idempotencyKey", async () => {
   const h = harness();
   const c = connect("ws://x/ws", h.opts());

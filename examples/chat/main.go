@@ -68,6 +68,10 @@ type options struct {
 	// RefreshNotice (0 = 30s) before it expires.
 	TokenTTL      time.Duration
 	RefreshNotice time.Duration
+	// Redis is redis.url: instances sharing it are one fleet, and rooms'
+	// history lives there, so it survives a restart; "" = one instance
+	// with the in-memory bus, whose history a restart loses.
+	Redis string
 }
 
 func defaultOptions() options {
@@ -90,6 +94,7 @@ func main() {
 	flag.StringVar(&o.DemoAuth, "demo-auth", o.DemoAuth, "HS256 secret: require tokens and mint them at GET /token?user=NAME (demo only)")
 	flag.DurationVar(&o.TokenTTL, "token-ttl", o.TokenTTL, "lifetime of a /token token (0 = 1h); pages refresh it before it expires")
 	flag.DurationVar(&o.RefreshNotice, "refresh-notice", o.RefreshNotice, "how long before a token expires the server says so (0 = 30s)")
+	flag.StringVar(&o.Redis, "redis", o.Redis, "redis:// URL: run several instances as one fleet, history kept in Redis (\"\" = one instance, history in memory)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -138,6 +143,7 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	}
 	cfg.Admission.Methods = map[string]string{"chat.say": "chat"}
 	cfg.Topics = topicGrants()
+	cfg.Redis.URL = o.Redis
 	cfg.API.Key = o.APIKey
 	if o.DemoAuth != "" {
 		cfg.Auth.JWT.HMACSecret = []byte(o.DemoAuth)
