@@ -1,14 +1,21 @@
-// Unit tests of rtclient.js, run in a browser (no Node, no npm): import
-// this module and await run(); it resolves with {passed, failures}. The
-// examples/chat browser tests run it in headless Chromium.
+// Tests of rtclient.js. They run in a browser and in Node.js (20 with
+// --experimental-websocket, or later): import this module and await
+// run(); it resolves with {passed, failures}. The examples/chat tests run
+// it in headless Chromium and in Node (test_node.js).
 //
-// The client is driven through a fake WebSocket and a fake clock, so every
-// delay it chooses is seen exactly and nothing here waits on real time.
+// The unit tests drive the client through a fake WebSocket and a fake
+// clock, so every delay it chooses is seen exactly and nothing waits on
+// real time. With run({url}), the URL of a running chat example
+// (examples/chat), the live tests also run against it over a real
+// WebSocket.
 
+import * as rtclient from "./rtclient.js";
 import { backoff, connect, parseRetryAfterMs, RPCError } from "./rtclient.js";
 
 const tests = [];
 const test = (name, fn) => tests.push({ name, fn });
+const liveTests = [];
+const live = (name, fn) => liveTests.push({ name, fn });
 
 function assert(cond, msg) {
   if (!cond) throw new Error(msg);
@@ -830,15 +837,103 @@ test("history asks for a topic's messages", async () => {
   const res = { epoch: "e1", offset: 5, messages: [{ offset: 4, data: "a" }, { offset: 5, data: "b" }] };
   ws.recv({ jsonrpc: "2.0", id: req.id, result: res });
   eq(await p, res, "result");
-  c.history("room:1");
+  c.history("room:1").catch(() => {}); // rejected by close
   eq(ws.sent[1].params, { topic: "room:1" }, "defaults");
   c.close();
 });
 
-export async function run() {
+// --- the public surface: what rtclient.d.ts declares ---
+
+test("the module exports and the client's methods are the declared ones", () => {
+  eq(Object.keys(rtclient).sort(), ["RPCError", "backoff", "connect", "parseRetryAfterMs"], "exports");
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  const proto = Object.getPrototypeOf(c);
+  const methods = Object.getOwnPropertyNames(proto).filter((k) => !k.startsWith("_") && k !== "constructor");
+  eq(methods.sort(), ["call", "close", "history", "notify", "presence", "presenceAll", "presenceStats", "publish", "publishAt", "state", "subscribe"], "client");
+  const off = c.subscribe("t", () => {});
+  eq([typeof off, typeof off.position, off.ready instanceof Promise], ["function", "function", true], "subscription");
+  c.close();
+});
+
+// --- live: against a running chat example (examples/chat) ---
+
+// waitFor polls pred on the real clock until it is truthy.
+async function waitFor(pred, what, ms = 20000) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = pred();
+    if (v) return v;
+    if (Date.now() - t0 > ms) throw new Error("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+const liveRoom = () => "live" + Math.floor(Math.random() * 1e9);
+
+live("a room's messages carry offsets; history returns them", async (url) => {
+  const room = liveRoom();
+  const c = connect(url, { onError: () => {} });
+  try {
+    const got = [];
+    const off = c.subscribe("room:" + room, (data, topic, offset) => got.push({ text: data.text, offset }));
+    await off.ready;
+    const start = off.position();
+    assert(start && start.epoch && start.offset === 0, `a new room's position ${JSON.stringify(start)}`);
+    await c.call("chat.say", { room, text: "one", name: "js" });
+    await waitFor(() => got.length === 1, "the message");
+    eq(got, [{ text: "one", offset: 1 }], "delivered with its offset");
+    eq(off.position(), { epoch: start.epoch, offset: 1 }, "position");
+    const h = await c.history("room:" + room);
+    eq([h.epoch, h.offset, h.messages.map((m) => [m.offset, m.data.text])], [start.epoch, 1, [[1, "one"]]], "history");
+    eq((await c.publishAt("room:" + room, "x").catch((e) => e)).code, -32003, "a refused publishAt is not retried");
+  } finally {
+    c.close();
+  }
+});
+
+live("a dropped connection recovers what was said meanwhile, each once, in order", async (url) => {
+  const room = liveRoom();
+  const topic = "room:" + room;
+  const states = [];
+  const recoveries = [];
+  // random 1 and minBackoffMs 300: the reconnect waits 300 ms, time for
+  // the other client's messages to be said while this one is away.
+  const a = connect(url, {
+    random: () => 1,
+    minBackoffMs: 300,
+    maxBackoffMs: 300,
+    onState: (s) => states.push(s),
+    onRecovery: (...r) => recoveries.push(r),
+    onError: () => {},
+  });
+  const b = connect(url, { onError: () => {} });
+  try {
+    const got = [];
+    const off = a.subscribe(topic, (data, t, offset) => got.push(offset));
+    await off.ready;
+    await b.call("chat.say", { room, text: "before", name: "b" });
+    await waitFor(() => got.length === 1, "the first message");
+    a._ws.close(); // as a network drop would
+    await waitFor(() => states.includes("disconnected"), "the drop");
+    for (const text of ["while", "away", "again"]) await b.call("chat.say", { room, text, name: "b" });
+    await waitFor(() => got.length >= 4 && a.state === "open", "the recovered messages");
+    await b.call("chat.say", { room, text: "after", name: "b" });
+    await waitFor(() => got.length >= 5, "the live message");
+    eq(got, [1, 2, 3, 4, 5], "each offset once, in order");
+    eq(recoveries, [[topic, true, ""]], "recovered");
+  } finally {
+    a.close();
+    b.close();
+  }
+});
+
+export async function run(opts = {}) {
   const failures = [];
   let passed = 0;
-  for (const t of tests) {
+  const all = [...tests];
+  if (opts.url) all.push(...liveTests.map((t) => ({ name: "live: " + t.name, fn: () => t.fn(opts.url) })));
+  for (const t of all) {
     try {
       await t.fn();
       passed++;
