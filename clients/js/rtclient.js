@@ -1,4 +1,4 @@
-// rtclient.js: a dependency-free browser client for rtserver (the wire
+// rtclient.js: a dependency-free client for rtserver, in browsers and Node.js
 // protocol of docs/protocol.md). JSON-RPC 2.0 over one WebSocket, id-matched calls, topic
 // subscriptions that survive reconnects, and reconnection with full-jitter
 // exponential backoff that never returns sooner than the server asked.

@@ -16,8 +16,15 @@
 // user:<their user> only; they publish nothing themselves (chat.say and
 // the server API publish from the server's side). With -api-key the
 // server API is on (announcements and private messages from a backend, or
-// curl); with -demo-auth the page signs in as ?user=NAME with a token
-// from GET /token (a demo: anyone may take any name).
+// curl); with -demo-auth the page signs in as ?user=NAME, or the guest
+// name it shows, with a token from GET /token (a demo: anyone may take any
+// name).
+//
+// Rooms and announcements keep history (docs/history.md): a page shows a
+// room's recent messages when it joins and recovers what it missed after
+// a reconnect. With -redis the instances sharing that Redis are one fleet
+// and the history survives a restart; without it a restart loses it, and
+// the page says so and reloads.
 package main
 
 import (
