@@ -1,6 +1,7 @@
-// rtclient.js: a dependency-free client for rtserver, in browsers and Node.js
-// protocol of docs/protocol.md). JSON-RPC 2.0 over one WebSocket, id-matched calls, topic
-// subscriptions that survive reconnects, and reconnection with full-jitter
+// rtclient.js: a dependency-free client for rtserver (the wire protocol of
+// docs/protocol.md), in browsers and Node.js. JSON-RPC 2.0 over one
+// WebSocket, id-matched calls, topic subscriptions that survive reconnects
+// (recovering what history topics missed), and reconnection with full-jitter
 // exponential backoff that never returns sooner than the server asked.
 //
 // Rules it keeps (the same as the Go client in package client):
