@@ -291,6 +291,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.raw = uw.conn
+	if br := c.raw.br; br.Size() == readBufferSize && br.Buffered() == 0 {
+		// Accept wrapped the reader Hijack made in an io.MultiReader of
+		// what it held (nothing: it is fresh) and the socket; reading the
+		// socket directly spares every connection those two readers.
+		br.Reset(c.raw)
+	}
 	c.ctx.values = r.Context()
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
