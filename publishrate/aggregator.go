@@ -72,8 +72,9 @@ type Aggregator struct {
 	ignored map[string]time.Time
 	// Merged mode: the view held in mg (viewID) came from epoch viewEpoch
 	// at viewTS (its merging instance's clock) and sums viewInstances
-	// instances. fleet holds the fleet's slices while this instance is
-	// the merging instance (nil otherwise).
+	// instances. fleet holds the fleet's slices once this instance has
+	// been the merging instance (nil before); it drains after it steps
+	// down.
 	viewEpoch, viewTS int64
 	viewInstances     int
 	fleet             *merger
@@ -240,6 +241,7 @@ func (a *Aggregator) Deactivate() {
 	a.active = false
 	a.mg.dropAll()
 	a.viewEpoch, a.viewTS, a.viewInstances = 0, 0, 0
+	a.fleet = nil
 	clear(a.ignored)
 	a.m.ClusterInstancesIgnored.Set(0)
 	a.mg.setLocalSubs(nil)
