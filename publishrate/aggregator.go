@@ -164,6 +164,13 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 	return a, nil
 }
 
+// gather is how long the subscriptions let envelopes gather before
+// reading them (bus.SubscriptionConfig.Gather): a hundredth of the
+// interval (50ms by default), nothing next to how late a slice may
+// arrive, and at 1,000 siblings about ten envelopes per wake-up instead
+// of one.
+func (a *Aggregator) gather() time.Duration { return a.opts.PublishInterval / 100 }
+
 // InstanceID is the id this instance tags its envelopes with.
 func (a *Aggregator) InstanceID() string { return a.id }
 
@@ -194,6 +201,7 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
 		MaxBackoff: retryMax,
 		Logger:     a.log,
+		Gather:     a.gather(),
 	})
 	select {
 	case <-sub.Ready():

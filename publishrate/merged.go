@@ -157,6 +157,7 @@ func (a *Aggregator) becomeMerger(epoch int64, now time.Time) {
 		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
 		MaxBackoff: retryMax,
 		Logger:     a.log,
+		Gather:     a.gather(),
 	})
 	a.log.Info("this instance is now the merging instance", "epoch", epoch)
 }
