@@ -11,6 +11,8 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v curl >/dev/null 2>&1 || need+=(curl)   # the docs' examples, run as written
 [ -x /usr/bin/chromium ] || need+=(chromium)   # the browser tests of examples/chat
+command -v node >/dev/null 2>&1 || need+=(nodejs)  # the JS client's tests in Node.js
+command -v npm >/dev/null 2>&1 || need+=(npm)      # TypeScript, for the JS client's type check
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} from Debian's packages"
   sudo=""
@@ -46,6 +48,21 @@ go vet ./...
 # staticcheck is a tool dependency of the module (go.mod's tool line), so
 # the module proxy supplies it at the pinned version; nothing to install.
 go tool staticcheck ./...
+
+# The JS client's TypeScript declarations: clients/js/typecheck/usage.ts,
+# compiled with tsc --strict by the TypeScript that package-lock.json pins
+# (npm ci fetches it into clients/js/node_modules, which git ignores).
+# Without the npm registry this is skipped, saying so, unless the caller
+# set RTSERVER_REQUIRE_INTEGRATION=1.
+if npm ping --fetch-timeout=15000 --fetch-retries=1 >/dev/null 2>&1; then
+  npm ci --prefix clients/js --no-audit --no-fund --loglevel=error >/dev/null
+  npm run --prefix clients/js --silent typecheck
+elif [ "${RTSERVER_REQUIRE_INTEGRATION:-}" = 1 ]; then
+  echo "npm cannot reach its registry: the JS client's type check needs TypeScript from it" >&2
+  exit 1
+else
+  echo "npm cannot reach its registry: skipping the JS client's type check (RTSERVER_REQUIRE_INTEGRATION=1 makes this a failure)" >&2
+fi
 
 # A test that needs redis-server, redis-cli, promtool or Chromium skips,
 # naming the missing program, when run by hand without it; here it fails
