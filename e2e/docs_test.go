@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
 	"github.com/rtserver/rtserver/internal/testkit"
 )
@@ -316,6 +317,7 @@ func (s *session) finish() {
 // docs/server-api.md and docs/access-control.md against the built binary
 // and compares what they print with what the docs show.
 func TestDocsRunAsWritten(t *testing.T) {
+	leakcheck.Check(t)
 	testkit.Program(t, "curl", "apt-get install curl; scripts/test.sh does")
 	var order []string
 	sessions := map[string][]docBlock{}
