@@ -20,9 +20,10 @@ import (
 	"github.com/rtserver/rtserver/internal/testkit"
 )
 
-// The command blocks of these files run in the test suite, so a doc that
-// drifts from the binary fails CI. Each fenced sh, bash or console block
-// in them carries a marker comment on the line before it:
+// The command blocks of these files (the README, the server API, the
+// access-control recipes and the embedding guide) run in the test suite,
+// so a doc that drifts from the binary fails CI. Each fenced sh, bash or
+// console block in them carries a marker comment on the line before it:
 //
 //	<!-- doctest: SESSION -->             run the block in SESSION
 //	<!-- doctest: SESSION background -->  run its one command in the background
@@ -46,7 +47,7 @@ import (
 // output is compared at the end, once it printed as many lines as shown.
 // A line ending in "&" that starts rtserver is waited for until the
 // server is ready, as a reader would.
-var docsThatRun = []string{"../README.md", "../docs/server-api.md", "../docs/access-control.md"}
+var docsThatRun = []string{"../README.md", "../docs/server-api.md", "../docs/access-control.md", "../docs/embedding.md"}
 
 // docPorts are the ports the docs use. Each session maps them to free
 // ports, in commands, files and expected output alike, and its listen
@@ -313,9 +314,9 @@ func (s *session) finish() {
 	fmt.Fprintf(w, "echo '%send'\n", stepMark)
 }
 
-// TestDocsRunAsWritten runs the marked command blocks of README.md,
-// docs/server-api.md and docs/access-control.md against the built binary
-// and compares what they print with what the docs show.
+// TestDocsRunAsWritten runs the marked command blocks of docsThatRun
+// against the built binary and compares what they print with what the
+// docs show.
 func TestDocsRunAsWritten(t *testing.T) {
 	leakcheck.Check(t)
 	testkit.Program(t, "curl", "apt-get install curl; scripts/test.sh does")
