@@ -45,7 +45,7 @@ type conn struct {
 	heldBy  *holdSet    // the last holdSet this queue was added to
 
 	// (writing, closed, batch, young and closing share one word: conn
-	// stays in the 512-byte size class, which every idle connection pays.)
+	// stays in the 384-byte size class, which every idle connection pays.)
 
 	pingAt deadlines.Handle // the next keepalive step, in the server's ping heap (keepalive)
 	expiry *tokenExpiry     // nil while the token has no exp; owned by the read goroutine
@@ -54,7 +54,6 @@ type conn struct {
 	invalid int                 // invalid requests since the last frame without one (maxInvalid)
 	subsMu  sync.Mutex          // guards subs: the server API's Unsubscribe edits them too
 	subs    map[string]struct{} // topics subscribed (control.go)
-	builtin message.Call        // reused for built-ins, which run inline
 	calls   atomic.Int32        // application RPC goroutines in flight
 	holding atomic.Bool         // the read goroutine runs a publish in hand: what it queues is held (write.go, holdSet)
 	replays *[]replay           // recoveries to run once the frame's responses are queued (history.go); a pointer keeps conn in its size class
@@ -71,7 +70,6 @@ func (c *conn) start(ws *websocket.Conn) {
 	// One byte of slack for the library: the limit is enforced by
 	// readLoop, which closes with a reason in rtserver's words.
 	ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
-	c.builtin = message.Call{User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
 	if !s.addConn(c) {
 		ws.Close(websocket.StatusGoingAway, "")
 		c.ctx.end()
@@ -158,6 +156,30 @@ func (c *conn) holder() *holdSet {
 		return c.raw.hold.Load()
 	}
 	return nil
+}
+
+// builtinCalls hold the message.Calls built-in methods are admitted
+// with. A built-in runs inline on the read goroutine and releases its
+// call before it returns, so a call is needed only while one runs: one
+// kept inside each conn cost every connection 152 bytes, and its size
+// class 128 more.
+var builtinCalls = sync.Pool{New: func() any { return new(message.Call) }}
+
+// builtinCallOf gives a call for a built-in method on c, from the pool:
+// give it back with endBuiltinCall once it is released.
+func (c *conn) builtinCallOf(method, topic string) *message.Call {
+	call := builtinCalls.Get().(*message.Call)
+	call.Method, call.Topic = method, topic
+	call.User, call.IP, call.ConnID = c.ticket.User, c.ticket.IPKey, c.id
+	call.Bytes, call.Subscribers, call.Params = 0, 0, nil
+	return call
+}
+
+// endBuiltinCall returns a released call to the pool, holding no
+// connection's strings.
+func endBuiltinCall(call *message.Call) {
+	call.User, call.IP, call.Topic, call.Params = "", "", "", nil
+	builtinCalls.Put(call)
 }
 
 // limitedReaders hold readLoop's io.LimitedReader between frames: one

@@ -140,8 +140,8 @@ func (c *conn) refresh(r *protocol.Request) (json.RawMessage, *protocol.Error) {
 	if len(r.Params) == 0 || json.Unmarshal(r.Params, &p) != nil || p.Token == "" {
 		return nil, protocol.NewError(protocol.CodeInvalidParams, `params must be {"token": T}`, nil)
 	}
-	call := &c.builtin
-	call.Method, call.Topic = r.Method, ""
+	call := c.builtinCallOf(r.Method, "")
+	defer endBuiltinCall(call)
 	if perr := c.admit(call); perr != nil {
 		return nil, perr
 	}
