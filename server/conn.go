@@ -45,13 +45,13 @@ type conn struct {
 	heldBy  *holdSet    // the last holdSet this queue was added to
 
 	// (writing, closed, batch, young and closing share one word: conn
-	// stays in the 384-byte size class, which every idle connection pays.)
+	// stays in the 352-byte size class, which every idle connection pays.)
 
-	pingAt deadlines.Handle // the next keepalive step, in the server's ping heap (keepalive)
-	expiry *tokenExpiry     // nil while the token has no exp; owned by the read goroutine
+	pingAt  deadlines.Handle // the next keepalive step, in the server's ping heap (keepalive)
+	invalid int32            // invalid requests since the last frame without one, up to maxInvalid (read goroutine)
+	expiry  *tokenExpiry     // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
-	invalid int                 // invalid requests since the last frame without one (maxInvalid)
 	subsMu  sync.Mutex          // guards subs: the server API's Unsubscribe edits them too
 	subs    map[string]struct{} // topics subscribed (control.go)
 	calls   atomic.Int32        // application RPC goroutines in flight
@@ -296,7 +296,7 @@ func (c *conn) countInvalid(n int) bool {
 		c.invalid = 0
 		return false
 	}
-	c.invalid += n
+	c.invalid = int32(min(int(c.invalid)+n, maxInvalid))
 	return c.invalid >= maxInvalid
 }
 
