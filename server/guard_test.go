@@ -27,10 +27,11 @@ func serverGoroutines() int {
 }
 
 // An idle connection costs at most one goroutine: the read loop. The
-// writer exists only while something is queued, pings run on a timer.
+// writer exists only while something is queued; its keepalive is one
+// entry in the server's ping heap, not a timer of its own.
 func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	s, url := startServer(t, Options{})
 	const n = 50
 	for range n {
 		c := wstest.Dial(t, url)
@@ -43,6 +44,9 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	}, func() bool { return serverGoroutines() <= n })
 	if g := serverGoroutines(); g != n {
 		t.Fatalf("%d server goroutines for %d idle connections, want exactly one each", g, n)
+	}
+	if p := s.pings.Len(); p != n {
+		t.Fatalf("%d keepalive steps pending for %d idle connections, want one each", p, n)
 	}
 	// Each comes to wait in awaitInput, not inside the WebSocket library:
 	// that keeps its stack at the minimum.
