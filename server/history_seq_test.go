@@ -76,8 +76,21 @@ func TestHistoryPublishDoesNotWaitForAStuckFanout(t *testing.T) {
 	resultPos(t, b.Call("subscribe", `{"topic":"h:stuck"}`))
 	q := seqOf(t, s, "h:stuck")
 	q.mu.Lock()
-	stuck := q.audience[0].c
+	audience := q.audience
 	q.mu.Unlock()
+	// The subscribes' results are out; wait for both to go live after them.
+	testkit.Eventually(t, 10*time.Second, "both subscriptions to go live", func() bool {
+		for _, sb := range audience {
+			sb.hs.mu.Lock()
+			replaying := sb.hs.cur.Replaying()
+			sb.hs.mu.Unlock()
+			if replaying {
+				return false
+			}
+		}
+		return true
+	})
+	stuck := audience[0].c
 
 	pol := history.Policy{Size: 1000, TTL: time.Minute}
 	publish := func(i int) {
