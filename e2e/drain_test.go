@@ -79,16 +79,37 @@ func TestDrainSpreadsClosesAndExitsZero(t *testing.T) {
 	}
 }
 
-// A second signal during a drain closes what is left at once.
+// A second signal during a drain closes what is left at once, each client
+// with 1001 (going away), and the process exits 0.
 func TestSecondSignalStopsAtOnce(t *testing.T) {
 	leakcheck.Check(t)
+	// An hour's window: the first close of the schedule comes at once, the
+	// others only after the second signal.
 	p := start(t, "drain: {duration: 1h}\n")
-	a, b := wstest.Dial(t, p.WS()), wstest.Dial(t, p.WS())
-	wstest.MustOK(t, a.Call("subscribe", `{"topic":"t"}`))
-	wstest.MustOK(t, b.Call("subscribe", `{"topic":"t"}`))
+	const n = 4
+	type result struct {
+		code   websocket.StatusCode
+		reason string
+	}
+	results := make(chan result, n)
+	for range n {
+		c := wstest.Dial(t, p.WS())
+		wstest.MustOK(t, c.Call("subscribe", `{"topic":"t"}`))
+		go func() {
+			code, reason := c.CloseStatus()
+			results <- result{code, reason}
+		}()
+	}
 	p.signal(syscall.SIGTERM)
-	testkit.Eventually(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	if r := <-results; r.code != websocket.StatusServiceRestart {
+		t.Fatalf("the drain's first close: %d %q, want 1012", r.code, r.reason)
+	}
 	p.signal(syscall.SIGTERM)
+	for range n - 1 {
+		if r := <-results; r.code != websocket.StatusGoingAway {
+			t.Fatalf("close after the second signal: %d %q, want 1001", r.code, r.reason)
+		}
+	}
 	if code := p.exitCode(30 * time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
 	}

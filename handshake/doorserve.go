@@ -233,6 +233,10 @@ func (w *doorResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *doorResponse) finish() {
 	w.ctx.stop()
 	if w.hijacked {
+		// The request's context lives in w and may outlive the handler (a
+		// WebSocket server keeps it for its values): it must not keep the
+		// response head (~0.5 KiB per connection) alive with it.
+		w.header, w.body = nil, nil
 		return
 	}
 	if w.status == 0 {

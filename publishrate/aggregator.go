@@ -37,6 +37,9 @@ type Aggregator struct {
 	m       *metrics.Metrics
 	log     *slog.Logger
 	maxList int // bound on each list of a received envelope
+	// signer checks received envelopes (nil: no secret); its keyed MACs
+	// are pooled, so it is made once.
+	signer *envsign.Signer
 
 	// The merged view's top-N and sibling count; the per-topic and
 	// per-user sums are read from mg, which publishes them itself.
@@ -107,6 +110,7 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		m:       opts.Metrics,
 		log:     opts.Logger.With("component", "publishrate", "instanceId", opts.InstanceID),
 		maxList: max(2*opts.TopN, 64),
+		signer:  envsign.New(opts.HMACSecret),
 		mg:      newMerger(),
 		seen:    map[string]int64{},
 		ignored: map[string]time.Time{},
@@ -144,7 +148,7 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	sub := bus.Subscribe(bus.SubscriptionConfig{
 		Client:  a.client,
 		Channel: a.opts.Channel,
-		Handle:  func(p string) { a.receive([]byte(p)) },
+		Handle:  a.receive,
 		// We hear our own broadcast every PublishInterval, so a channel
 		// silent this long means a dead connection: ping it.
 		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
@@ -301,10 +305,12 @@ func (a *Aggregator) refreshTopLocked() {
 	a.m.ClusterTopicBytes.Set(bytes)
 }
 
-// receive handles one payload from the channel.
-func (a *Aggregator) receive(payload []byte) {
+// receive handles one payload from the channel. The envelope's strings
+// stay views of payload (not copies) for as long as the sibling's slice
+// is held.
+func (a *Aggregator) receive(payload string) {
 	now := a.opts.Now()
-	e, err := decodeEnvelope(payload, a.opts.HMACSecret, a.opts.MaxEnvelopeBytes, a.maxList)
+	e, err := decodeEnvelope(payload, a.signer, a.opts.MaxEnvelopeBytes, a.maxList)
 	if err != nil {
 		a.parseErrors.Add(1)
 		a.m.ClusterParseErrors.Inc()

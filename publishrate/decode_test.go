@@ -37,6 +37,12 @@ func FuzzParseEnvelope(f *testing.F) {
 		var want, got envelope
 		errWant := json.Unmarshal(b, &want)
 		errGot := parseEnvelope(b, &got)
+		// The receive path's strings are views of the input: the same
+		// envelope, or the same refusal.
+		var shared envelope
+		if errShared := parseEnvelopeShared(bytes.Clone(b), &shared, true); (errShared == nil) != (errGot == nil) || !reflect.DeepEqual(shared, got) {
+			t.Fatalf("%q: shared parse %+v (%v), copying parse %+v (%v)", b, shared, errShared, got, errGot)
+		}
 		switch {
 		case errWant == nil && errGot == nil:
 			if !reflect.DeepEqual(got, want) && !foldedMemberName(b) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/protocol"
@@ -92,7 +93,7 @@ func sign(secret, body []byte) []byte {
 
 // verify checks that wire ends with the sig member over the rest, and
 // returns the signed body (wire without the sig member).
-func verify(secret, wire []byte) ([]byte, error) {
+func verify(signer *envsign.Signer, wire []byte) ([]byte, error) {
 	if len(wire) < sigTailLen+2 {
 		return nil, errUnsigned
 	}
@@ -108,27 +109,31 @@ func verify(secret, wire []byte) ([]byte, error) {
 	body := make([]byte, cut+1)
 	copy(body, wire[:cut])
 	body[cut] = '}'
-	if !envsign.Equal(envsign.New(secret).MAC(envsign.RateSlice, string(body)), string(got[:])) {
+	if !envsign.Equal(signer.MAC(envsign.RateSlice, string(body)), string(got[:])) {
 		return nil, errForged
 	}
 	return body, nil
 }
 
 // decodeEnvelope checks size and signature, parses and validates. maxList
-// bounds each of slice, users and subs.
-func decodeEnvelope(wire []byte, secret []byte, maxBytes, maxList int) (*envelope, error) {
-	if len(wire) > maxBytes {
+// bounds each of slice, users and subs. The strings of the envelope
+// returned are views of the payload (or of the signed body verify copied
+// out of it), which no one changes: see parseEnvelopeShared.
+// A nil signer takes envelopes as they are, signed or not.
+func decodeEnvelope(payload string, signer *envsign.Signer, maxBytes, maxList int) (*envelope, error) {
+	if len(payload) > maxBytes {
 		return nil, errOversize
 	}
-	body := wire
-	if len(secret) > 0 {
+	// Read only, as the string it is.
+	body := unsafe.Slice(unsafe.StringData(payload), len(payload))
+	if signer != nil {
 		var err error
-		if body, err = verify(secret, wire); err != nil {
+		if body, err = verify(signer, body); err != nil {
 			return nil, err
 		}
 	}
 	var e envelope
-	if err := parseEnvelope(body, &e); err != nil {
+	if err := parseEnvelopeShared(body, &e, true); err != nil {
 		return nil, fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	if err := e.validate(maxList); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -24,7 +25,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := decodeEnvelope(b, key, DefaultMaxEnvelopeBytes, 64)
+		got, err := decodeEnvelope(string(b), envsign.New(key), DefaultMaxEnvelopeBytes, 64)
 		if err != nil {
 			t.Fatalf("key %q: %v\n%s", key, err, b)
 		}
@@ -84,11 +85,11 @@ func TestSignedEnvelopes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
 			a := newOffline(t, newFakeLocal(), Options{HMACSecret: secret, Metrics: m})
-			_, err := decodeEnvelope(tt.give, secret, DefaultMaxEnvelopeBytes, 64)
+			_, err := decodeEnvelope(string(tt.give), envsign.New(secret), DefaultMaxEnvelopeBytes, 64)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("decode: err = %v, want %v", err, tt.wantErr)
 			}
-			a.receive(tt.give)
+			a.receive(string(tt.give))
 			wantRate, wantErrs := 600.0, 0.0
 			if tt.wantErr != nil {
 				wantRate, wantErrs = 0, 1
@@ -101,7 +102,7 @@ func TestSignedEnvelopes(t *testing.T) {
 
 	// A receiver without a secret takes signed envelopes too (sig ignored).
 	b := newOffline(t, newFakeLocal(), Options{})
-	b.receive(good)
+	b.receive(string(good))
 	if b.RateOf("hot") != 600 {
 		t.Errorf("receiver without secret: RateOf = %v, want 600", b.RateOf("hot"))
 	}
@@ -160,7 +161,7 @@ func TestHostileEnvelopes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
 			a := newOffline(t, newFakeLocal(), Options{Metrics: m})
-			a.receive([]byte(tt.give))
+			a.receive(string([]byte(tt.give)))
 			if value(m.ClusterParseErrors) != 1 || value(m.ClusterReceived) != 0 || a.Stats().Instances != 0 ||
 				a.RateOf("hot") != 0 || a.RateOfUser("u") != 0 || a.SubscribersOf("hot") != 0 {
 				t.Errorf("not dropped: parseErrors %v received %v stats %+v", value(m.ClusterParseErrors), value(m.ClusterReceived), a.Stats())
@@ -185,7 +186,7 @@ func TestTolerantEnvelopes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
 			a := newOffline(t, newFakeLocal(), Options{Metrics: m})
-			a.receive([]byte(tt.give))
+			a.receive(string([]byte(tt.give)))
 			if value(m.ClusterParseErrors) != 0 || value(m.ClusterReceived) != 1 || a.Stats().Instances != 1 || a.RateOf("hot") != tt.wantRate {
 				t.Errorf("parseErrors %v received %v RateOf %v", value(m.ClusterParseErrors), value(m.ClusterReceived), a.RateOf("hot"))
 			}
@@ -205,7 +206,7 @@ func FuzzEnvelope(f *testing.F) {
 		if withSecret {
 			key = secret
 		}
-		e, err := decodeEnvelope(b, key, 4096, 64)
+		e, err := decodeEnvelope(string(b), envsign.New(key), 4096, 64)
 		if err != nil {
 			return
 		}
@@ -217,7 +218,7 @@ func FuzzEnvelope(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e2, err := decodeEnvelope(again, key, 1<<20, 64)
+		e2, err := decodeEnvelope(string(again), envsign.New(key), 1<<20, 64)
 		if err != nil {
 			t.Fatalf("re-encoded envelope rejected: %v\n%s", err, again)
 		}
@@ -226,7 +227,7 @@ func FuzzEnvelope(f *testing.F) {
 		}
 		// And the aggregator takes it without panicking.
 		a := newOffline(t, newFakeLocal(), Options{HMACSecret: key, MaxEnvelopeBytes: 4096})
-		a.receive(b)
+		a.receive(string(b))
 		_ = a.TopPublishers()
 	})
 }

@@ -3,6 +3,7 @@ package publishrate
 import (
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 // key is one topic or one user of the merged view.
 type key struct {
 	name string
+	hash uint64 // of name in the table's seed: most probes that miss compare no bytes
 
 	// Published copies, read by lookups without a lock.
 	pubMsgs, pubBytes atomic.Uint64 // float64 bits
@@ -61,22 +63,28 @@ type table struct {
 	slots []atomic.Pointer[key]
 }
 
-func newTable(size int) *table {
-	return &table{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]atomic.Pointer[key], size)}
+func newTable(seed maphash.Seed, size int) *table {
+	return &table{seed: seed, mask: uint64(size - 1), slots: make([]atomic.Pointer[key], size)}
 }
 
 // find returns name's key, or nil. Safe without the merge lock.
 func (t *table) find(name string) *key {
-	for i := maphash.String(t.seed, name) & t.mask; ; i = (i + 1) & t.mask {
-		if k := t.slots[i].Load(); k == nil || k.name == name {
+	h := t.hash(name)
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		if k := t.slots[i].Load(); k == nil || k.hash == h && k.name == name {
 			return k
 		}
 	}
 }
 
-// insert adds k, whose name is not in t, to a table with a free slot.
+// hash is name's hash in this table. Every table of a keyset shares one
+// seed, so a key's hash stays valid when it moves to a larger table.
+func (t *table) hash(name string) uint64 { return maphash.String(t.seed, name) }
+
+// insert adds k, whose name is not in t and whose hash is set, to a table
+// with a free slot.
 func (t *table) insert(k *key) {
-	for i := maphash.String(t.seed, k.name) & t.mask; ; i = (i + 1) & t.mask {
+	for i := k.hash & t.mask; ; i = (i + 1) & t.mask {
 		if t.slots[i].Load() == nil {
 			t.slots[i].Store(k)
 			return
@@ -106,7 +114,9 @@ func (s *keyset) acquire(name string) *key {
 		if 4*(s.used+1) > 3*len(t.slots) {
 			t = s.grow()
 		}
-		k = &key{name: name, id: -1}
+		// A copy: name may be a view of a received payload, which a
+		// dormant key must not keep alive.
+		k = &key{name: strings.Clone(name), hash: t.hash(name), id: -1}
 		t.insert(k)
 		s.used++
 	}
@@ -140,7 +150,7 @@ func (s *keyset) grow() *table {
 	for size < 2*(live+1) {
 		size *= 2
 	}
-	t := newTable(size)
+	t := newTable(s.tab.Load().seed, size)
 	for _, k := range s.byID {
 		if k != nil {
 			t.insert(k)
@@ -186,8 +196,8 @@ type merger struct {
 
 func newMerger() *merger {
 	m := &merger{remotes: map[string]*remote{}, batch: 1}
-	m.topics.tab.Store(newTable(minTableSize))
-	m.users.tab.Store(newTable(minTableSize))
+	m.topics.tab.Store(newTable(maphash.MakeSeed(), minTableSize))
+	m.users.tab.Store(newTable(maphash.MakeSeed(), minTableSize))
 	return m
 }
 

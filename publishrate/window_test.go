@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -137,7 +138,7 @@ func TestBroadcastFitsMaxEnvelopeBytes(t *testing.T) {
 	if len(b) > 1500 {
 		t.Fatalf("sent %d bytes, over 1500", len(b))
 	}
-	e, err := decodeEnvelope(b, []byte("k"), 1500, 64)
+	e, err := decodeEnvelope(string(b), envsign.New([]byte("k")), 1500, 64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -410,6 +410,23 @@ func (c *conn) abort() {
 	_ = c.ws.CloseNow()
 }
 
+// goAway is the hard stop's close: a 1001 close frame, if the socket
+// takes it within a short bound, then the socket closed at once, without
+// the close handshake. Queued frames are dropped.
+func (c *conn) goAway() {
+	c.mu.Lock()
+	c.closed = true
+	c.queue = nil
+	c.mu.Unlock()
+	if c.raw != nil {
+		c.raw.goAway(goingAwayFrame)
+	}
+	_ = c.ws.CloseNow()
+}
+
+// goingAwayFrame is the hard stop's close frame: 1001, no reason.
+var goingAwayFrame = closeFrame(uint16(websocket.StatusGoingAway), "")
+
 // ping checks the peer every PingInterval: a ping, then a check
 // PingInterval/2+WriteTimeout later that its pong came. A peer that did
 // not answer in time is dead and its connection is closed. The ping is

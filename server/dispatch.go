@@ -53,7 +53,7 @@ func requestBytes(r *protocol.Request, raw []byte) int64 {
 
 func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *protocol.Error) {
 	s := c.s
-	p, perr := protocol.DecodeTopicParams(r.Params, r.Method == MethodPublish)
+	p, perr := r.TopicParams(r.Method == MethodPublish)
 	if perr != nil {
 		return nil, perr
 	}

@@ -65,10 +65,11 @@ type rawConn struct {
 	net.Conn
 	sc syscall.RawConn // nil: no descriptor, plain blocking writes
 
-	mu     sync.Mutex
-	sealed bool        // a close frame is on its way: no more data frames
-	tail   []byte      // the unsent rest of a frame tryWrite began: written before anything else
-	rest   atomic.Bool // len(tail) > 0, read without mu
+	mu        sync.Mutex
+	sealed    bool        // a close frame is on its way: no more data frames
+	closeSent bool        // a close frame went to the socket (ours or the library's): nothing may follow it
+	tail      []byte      // the unsent rest of a frame tryWrite began: written before anything else
+	rest      atomic.Bool // len(tail) > 0, read without mu
 
 	// The write(2) callback's arguments and results, under mu (one
 	// callback per connection, made once: a write allocates nothing).
@@ -79,6 +80,10 @@ type rawConn struct {
 	block bool // wait for the socket to drain (send), or not (tryWrite)
 
 	stalled atomic.Bool // send is waiting for the socket to drain
+
+	// A hard stop is under way (goAway): every write gives up, and a
+	// write already waiting on the socket ends by goAway's deadline.
+	stopping atomic.Bool
 
 	// Frames held while the read goroutine runs the input it has in hand
 	// (write.go, holdSet): flushed before a read waits for the client
@@ -114,17 +119,32 @@ func newRawConn(nc net.Conn) *rawConn {
 // errSealed reports a batch dropped because the connection is closing.
 var errSealed = errors.New("server: connection is closing")
 
-// Write is the WebSocket library's path (control frames). A frame must
-// not start inside another: the rest of a data frame goes first.
+// Write is the WebSocket library's path (control frames, each in one
+// Write). A frame must not start inside another: the rest of a data frame
+// goes first. Nothing follows a close frame: when ours went first
+// (writeClose), the library's own is taken and dropped, so its close
+// handshake goes on as if it had sent it.
 func (c *rawConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stopping.Load() {
+		return 0, net.ErrClosed
+	}
+	if c.closeSent {
+		if len(p) > 0 && p[0] == closeFrameHead {
+			return len(p), nil
+		}
+		return 0, net.ErrClosed
+	}
 	if len(c.tail) > 0 {
 		_, err := c.Conn.Write(c.tail)
 		c.setTail(nil)
 		if err != nil {
 			return 0, err
 		}
+	}
+	if len(p) > 0 && p[0] == closeFrameHead {
+		c.closeSent = true
 	}
 	return c.Conn.Write(p)
 }
@@ -180,7 +200,9 @@ func (c *rawConn) send(b []byte, timeout time.Duration) error {
 	if c.sealed && len(c.tail) == 0 {
 		return errSealed
 	}
-	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	if !c.setDeadline(timeout) {
+		return errSealed
+	}
 	defer c.Conn.SetWriteDeadline(time.Time{})
 	if err := c.finishTail(); err != nil {
 		return err
@@ -381,7 +403,9 @@ func (c *rawConn) ping(timeout time.Duration) error {
 	if c.sealed {
 		return errSealed
 	}
-	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	if !c.setDeadline(timeout) {
+		return errSealed
+	}
 	defer c.Conn.SetWriteDeadline(time.Time{})
 	if err := c.finishTail(); err != nil {
 		return err
@@ -512,12 +536,81 @@ func (c *rawConn) holdSet() *holdSet {
 	return h
 }
 
+// setDeadline bounds the writes that follow by timeout, and reports false
+// when a hard stop has begun: the caller then writes nothing. It checks
+// after setting, so that either the caller sees the stop or goAway's
+// shorter deadline is set after this one and wins. c.mu held.
+func (c *rawConn) setDeadline(timeout time.Duration) bool {
+	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	return !c.stopping.Load()
+}
+
+// goAwayWait bounds what a hard stop waits for one socket: a write under
+// way that holds the socket, then the close frame itself. A client whose
+// socket will not take a close frame by then gets none.
+const goAwayWait = 250 * time.Millisecond
+
+// goAway is a hard stop: it writes frame (a close frame) after the rest
+// of a data frame begun, unless a close frame went already, and closes
+// the socket at once, without waiting for the client's answer. Queued
+// data frames are not sent. It waits at most about twice goAwayWait.
+func (c *rawConn) goAway(frame []byte) {
+	c.stopping.Store(true)
+	// A writer waiting on a full socket gives up by then, and lets go of mu.
+	c.Conn.SetWriteDeadline(time.Now().Add(goAwayWait))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closeSent {
+		c.closeSent, c.sealed = true, true
+		c.Conn.SetWriteDeadline(time.Now().Add(goAwayWait))
+		if c.finishTail() == nil {
+			_ = c.write(frame)
+		}
+	}
+	_ = c.Conn.Close()
+}
+
+// writeClose seals the connection and writes frame (a close frame) after
+// the rest of a data frame begun, waiting for the socket as long as wait:
+// a client that stopped reading gets it once it reads again, if it does
+// so in time. The library's own close frame, written next, is dropped
+// (Write). It reports whether the frame went to the socket.
+func (c *rawConn) writeClose(frame []byte, wait time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sealed = true
+	if c.closeSent {
+		return nil
+	}
+	if !c.setDeadline(wait) {
+		return errSealed
+	}
+	defer c.Conn.SetWriteDeadline(time.Time{})
+	c.closeSent = true
+	if err := c.finishTail(); err != nil {
+		return err
+	}
+	return c.write(frame)
+}
+
 // seal stops data frames before the close frame is written: nothing may
 // follow a close frame.
 func (c *rawConn) seal() {
 	c.mu.Lock()
 	c.sealed = true
 	c.mu.Unlock()
+}
+
+// closeFrameHead is the first byte of a close frame: FIN, opcode 8.
+const closeFrameHead = 0x88
+
+// closeFrame is an unmasked close frame with code and reason (at most 123
+// bytes: a control frame's payload is at most 125; longer is cut).
+func closeFrame(code uint16, reason string) []byte {
+	reason = reason[:min(len(reason), 123)]
+	b := make([]byte, 0, 4+len(reason))
+	b = append(b, closeFrameHead, byte(2+len(reason)), byte(code>>8), byte(code))
+	return append(b, reason...)
 }
 
 // appendTextHeader appends the header of an unmasked, final text frame

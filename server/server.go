@@ -291,6 +291,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.raw = uw.conn
+	if br := c.raw.br; br.Size() == readBufferSize && br.Buffered() == 0 {
+		// Accept wrapped the reader Hijack made in an io.MultiReader of
+		// what it held (nothing: it is fresh) and the socket; reading the
+		// socket directly spares every connection those two readers.
+		br.Reset(c.raw)
+	}
 	c.ctx.values = r.Context()
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
@@ -407,7 +413,7 @@ func (s *Server) removeConn(c *conn) {
 // Drain refuses new upgrades, tells every client it is draining, and closes
 // the connections with 1012 spread evenly over d, so a restart does not turn
 // into a reconnect storm. It returns when every connection is closed or ctx
-// ends (then the rest are closed at once).
+// ends (then the rest are closed at once, with 1001).
 func (s *Server) Drain(ctx context.Context, d time.Duration) {
 	s.draining.Store(true)
 	if s.gate != nil {
@@ -436,11 +442,9 @@ func (s *Server) Drain(ctx context.Context, d time.Duration) {
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
-				// Hard stop: close the rest now, without waiting for
-				// their close handshakes.
-				for _, rest := range conns[i:] {
-					s.drainClose(rest, nil)
-				}
+				// Hard stop: close the rest now (1001), without waiting
+				// for their close handshakes.
+				s.goAway(conns[i:])
 				return
 			}
 		}
@@ -471,15 +475,13 @@ func (s *Server) drainClose(c *conn, done *sync.WaitGroup) {
 	c.closeLater(websocket.StatusServiceRestart, retryhint.Reason(hintMillis(s.drainHint)), true, done)
 }
 
-// Shutdown closes every connection at once and waits for their goroutines,
-// then stops the bus.
+// Shutdown closes every connection at once (1001, going away) and waits
+// for their goroutines, then stops the bus.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed.Store(true)
 	s.mu.Unlock()
-	for _, c := range s.snapshotConns() {
-		c.abort()
-	}
+	s.goAway(s.snapshotConns())
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	var err error
@@ -497,6 +499,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// After the bus: nothing delivers to the sequencers any more.
 	s.hist.close()
 	return err
+}
+
+// goAway closes conns at once with 1001, each bounded by a short wait for
+// its socket, all at the same time: a stalled client never holds up the
+// others. A close already under way (a drain's 1012) keeps its frame; the
+// socket is closed under it.
+func (s *Server) goAway(conns []*conn) {
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(c.goAway)
+	}
+	wg.Wait()
 }
 
 // hintMillis is a retry hint around base: uniform over [base/2, 3*base/2)
