@@ -56,7 +56,7 @@ type conn struct {
 	subs    map[string]struct{} // topics subscribed (control.go)
 	calls   atomic.Int32        // application RPC goroutines in flight
 	holding atomic.Bool         // the read goroutine runs a publish in hand: what it queues is held (write.go, holdSet)
-	replays *[]replay           // recoveries to run once the frame's responses are queued (history.go); a pointer keeps conn in its size class
+	hist    *connHistory        // history calls' state (history.go): made at the first; a pointer keeps conn in its size class
 
 	callsMu  sync.Mutex
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
@@ -346,7 +346,7 @@ func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 		}
 		c.enqueue(out)
 	}
-	if c.replays != nil {
+	if c.hist != nil {
 		c.runReplays()
 	}
 }
@@ -358,7 +358,7 @@ func (c *conn) handle(r *protocol.Request, raw []byte) []byte {
 		return protocol.AppendError(nil, r.ID, r.Err)
 	}
 	result, perr := c.dispatch(r, raw)
-	if r.IsNotification() {
+	if r.IsNotification() || (perr == nil && isAnsweredLater(result)) {
 		return nil
 	}
 	if perr != nil {
