@@ -184,9 +184,78 @@ func (s *Server) historyUnavailable() *protocol.Error {
 
 // --- publish ---
 
+// pipelinedStore is a store whose publishes may be answered later
+// (history.Redis): a connection then has several in flight, instead of
+// waiting on its read goroutine for each round trip.
+type pipelinedStore interface {
+	PublishAsync(p history.Publish, done func(pos history.Position, dup bool, err error))
+}
+
+// maxPublishesInFlight is the most history publishes one connection has
+// waiting for the store: past it, its read goroutine waits for the
+// oldest answer (the client is read no further until then).
+const maxPublishesInFlight = 64
+
+// answeredLater is the result of a call whose response is queued later,
+// by whatever completes it (handle then answers nothing now).
+var answeredLater = json.RawMessage(`"later"`)
+
+func isAnsweredLater(r json.RawMessage) bool {
+	return len(r) == len(answeredLater) && &r[0] == &answeredLater[0]
+}
+
+// connHistory is a connection's history state, made at its first
+// history call (a pointer keeps conn in its size class).
+type connHistory struct {
+	replays []replay // read goroutine only
+
+	mu       sync.Mutex
+	inflight int           // publishes handed to the store and not yet answered
+	room     chan struct{} // made by the read goroutine waiting for room, closed by the next answer
+}
+
+func (c *conn) histState() *connHistory {
+	if c.hist == nil {
+		c.hist = &connHistory{}
+	}
+	return c.hist
+}
+
+// take counts one more publish in flight, first waiting while the
+// connection has maxPublishesInFlight.
+func (ch *connHistory) take() {
+	ch.mu.Lock()
+	for ch.inflight >= maxPublishesInFlight {
+		if ch.room == nil {
+			ch.room = make(chan struct{})
+		}
+		room := ch.room
+		ch.mu.Unlock()
+		<-room
+		ch.mu.Lock()
+	}
+	ch.inflight++
+	ch.mu.Unlock()
+}
+
+// give counts one publish answered.
+func (ch *connHistory) give() {
+	ch.mu.Lock()
+	ch.inflight--
+	if ch.room != nil {
+		close(ch.room)
+		ch.room = nil
+	}
+	ch.mu.Unlock()
+}
+
 // publishHistory stores a client's publish on a history topic; the store
-// delivers it (to this instance too, through DeliverAt).
-func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol history.Policy) (json.RawMessage, *protocol.Error) {
+// delivers it (to this instance too, through DeliverAt). With a pipelined
+// store and id set to the request's id (a single request: the answer
+// needs no batch around it), it answers later, once the store has the
+// message, and the read goroutine goes on reading meanwhile; the store
+// answers a topic's publishes in offset order.
+func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol history.Policy, later bool, id json.RawMessage) (json.RawMessage, *protocol.Error) {
 	hp, perr := protocol.DecodeHistoryParams(params)
 	if perr != nil {
 		return nil, perr
@@ -199,11 +268,41 @@ func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol hi
 			key = "c:" + c.s.hist.scope + ":" + strconv.FormatUint(c.id, 10) + "\x00" + hp.IdempotencyKey
 		}
 	}
+	if ps, ok := c.s.hist.store.(pipelinedStore); ok && later {
+		c.publishPipelined(ps, history.Publish{Topic: topic, Data: data, Policy: pol, IdempotencyKey: key}, id)
+		return answeredLater, nil
+	}
 	pos, err := c.s.hist.publish(&c.ctx, topic, data, pol, key)
 	if err != nil {
 		return nil, c.s.historyUnavailable()
 	}
 	return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
+}
+
+// publishPipelined hands p to the store and answers id (nil: a
+// notification, answered with nothing) when the store is done.
+func (c *conn) publishPipelined(ps pipelinedStore, p history.Publish, id json.RawMessage) {
+	s, ch := c.s, c.histState()
+	if id != nil {
+		id = append(json.RawMessage(nil), id...) // the frame's buffer is reused
+	}
+	ch.take()
+	ps.PublishAsync(p, func(pos history.Position, _ bool, err error) {
+		defer ch.give()
+		var resp []byte
+		if err != nil {
+			s.log.Debug("history publish failed", "topic", p.Topic, "err", err)
+			resp = protocol.AppendError(nil, id, s.historyUnavailable())
+		} else {
+			if s.pressure != nil {
+				s.pressure.RecordPublished(1)
+			}
+			resp = protocol.AppendResult(nil, id, protocol.AppendPosition(nil, pos.Epoch, pos.Offset))
+		}
+		if id != nil && c.enqueueFrame(frameText(resp), true) {
+			s.m.MessagesSent.Inc()
+		}
+	})
 }
 
 func (h *historyState) publish(ctx context.Context, topic string, data []byte, pol history.Policy, key string) (history.Position, error) {
@@ -816,8 +915,12 @@ func (c *conn) enqueueReleased(q *topicSeq, held []history.Message) {
 // client a slow consumer, and never builds one giant frame), then the
 // held live messages.
 func (c *conn) runReplays() {
-	rs := *c.replays
-	c.replays = nil
+	ch := c.hist
+	if ch == nil || len(ch.replays) == 0 {
+		return
+	}
+	rs := ch.replays
+	ch.replays = nil
 	for _, r := range rs {
 		c.runReplay(r)
 	}
@@ -825,10 +928,8 @@ func (c *conn) runReplays() {
 
 // addReplay leaves r to run once the frame's responses are queued.
 func (c *conn) addReplay(r replay) {
-	if c.replays == nil {
-		c.replays = new([]replay)
-	}
-	*c.replays = append(*c.replays, r)
+	ch := c.histState()
+	ch.replays = append(ch.replays, r)
 }
 
 func (c *conn) runReplay(r replay) {
