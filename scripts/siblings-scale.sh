@@ -46,7 +46,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 catch = "%.1f s" % r["catchSeconds"] if r["caught"] else "NOT within 3 intervals"
 if r.get("userCatchSeconds"):
-    catch += " (user in a view: %.1f s)" % r["userCatchSeconds"]
+    catch += " (user in a view: %.1f s; views of %.1f KB)" % (r["userCatchSeconds"], r.get("viewBytesMean", 0) / 1e3)
 print("| %d | %.2f (idle %.2f) | %.1f µs | %.1f MiB | %.1f MB/s | %s | %.1f s | %s |" % (r["siblings"], r.get("serverCpuPercentOfCore", 0), r.get("serverIdleCpuPercentOfCore", 0),
       r.get("serverCpuPerEnvelopeUs", 0), r.get("serverRssBytes", 0) / 2**20, r["fleetEgressMBps"], "yes" if r["viewCorrect"] else "NO", r.get("staleSeconds", 0), catch))' "$tmp/r.json"
 done
