@@ -284,6 +284,7 @@ func (a *Aggregator) receiveView(payload string) {
 	a.mg.stage(&remote{id: viewID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
 	a.mg.stageLocal(nil)
 	a.mg.commit()
+	a.viewHeld.Store(true)
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)
