@@ -606,6 +606,17 @@ test("a throwing handler does not stop delivery to the others", async () => {
 
 // --- history topics: positions, recovery, resync, publishAt ---
 
+// opened connects a client over the fake socket with h.opts(extra) and
+// opens its first socket.
+async function opened(extra) {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts(extra));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  return { h, c, ws };
+}
+
 // reconnect drops ws and opens the next socket once the backoff passed.
 async function reconnect(h, ws) {
   ws.drop(1006, "");
@@ -619,12 +630,8 @@ async function reconnect(h, ws) {
 const msg = (topic, offset, data = offset) => ({ jsonrpc: "2.0", method: "message", params: { topic, offset, data } });
 
 test("a history subscription recovers after a reconnect: every offset once, in order", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ batch: true, onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened({ batch: true, onRecovery: (...a) => recoveries.push(a) });
   const got = [];
   const off = c.subscribe("room:1", (data, topic, offset) => got.push([offset, data]));
   const sub = ws.sent.find((m) => m.method === "subscribe");
@@ -655,12 +662,8 @@ test("a history subscription recovers after a reconnect: every offset once, in o
 });
 
 test("recovered false: the new epoch's position, the reason reported, live from there", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
   const got = [];
   const off = c.subscribe("room:1", (data, topic, offset) => got.push(offset));
   answerAll(ws, 0, { epoch: "e1", offset: 50 });
@@ -678,12 +681,8 @@ test("recovered false: the new epoch's position, the reason reported, live from 
 });
 
 test("a topic without history keeps no position and resubscribes plainly", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
   const off = c.subscribe("plain", () => {});
   answerAll(ws);
   await off.ready;
@@ -697,12 +696,8 @@ test("a topic without history keeps no position and resubscribes plainly", async
 });
 
 test("resync: subscribe again from the position on the same connection", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  const ws = h.last();
-  ws.open();
+  const { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
   const got = [];
   c.subscribe("room:1", (data, topic, offset) => got.push(offset));
   answerAll(ws, 0, { epoch: "e1", offset: 0 });
@@ -722,11 +717,7 @@ test("resync: subscribe again from the position on the same connection", async (
 });
 
 test("a resubscription shed with -32001 is re-sent after the hint, then given up", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened();
   const off = c.subscribe("room:1", () => {});
   answerAll(ws, 0, { epoch: "e1", offset: 4 });
   await off.ready;
@@ -753,12 +744,8 @@ test("a resubscription shed with -32001 is re-sent after the hint, then given up
 });
 
 test("subscribe with since starts from that position and reports the recovery", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  const ws = h.last();
-  ws.open();
+  const { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
   const got = [];
   const off = c.subscribe("room:1", (data, topic, offset) => got.push(offset), { since: { epoch: "e1", offset: 10 } });
   eq(off.position(), { epoch: "e1", offset: 10 }, "position before the answer");
@@ -773,11 +760,7 @@ test("subscribe with since starts from that position and reports the recovery", 
 });
 
 test("publishAt retries a shed or cut-off publish with the same idempotencyKey", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened();
   const done = c.publishAt("room:1", { text: "hi" });
   await tick();
   const first = ws.sent[ws.sent.length - 1];
@@ -807,11 +790,7 @@ test("publishAt retries a shed or cut-off publish with the same idempotencyKey",
 });
 
 test("publishAt stops when its signal aborts or the client closes", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  const ws = h.last();
-  ws.open();
+  const { h, c, ws } = await opened();
   const ctl = new AbortController();
   const p = c.publishAt("t", 1, { signal: ctl.signal });
   await tick();
@@ -826,11 +805,7 @@ test("publishAt stops when its signal aborts or the client closes", async () => 
 });
 
 test("history asks for a topic's messages", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  const ws = h.last();
-  ws.open();
+  const { h, c, ws } = await opened();
   const p = c.history("room:1", { limit: 2, since: { epoch: "e1", offset: 3, extra: 1 } });
   const req = ws.sent[0];
   eq([req.method, req.params], ["history", { topic: "room:1", since: { epoch: "e1", offset: 3 }, limit: 2 }], "params");
