@@ -716,6 +716,22 @@ test("resync: subscribe again from the position on the same connection", async (
   c.close();
 });
 
+test("a resync the server refuses keeps the subscription", async () => {
+  const { h, c, ws } = await opened();
+  const got = [];
+  c.subscribe("room:1", (data, topic, offset) => got.push(offset));
+  answerAll(ws, 0, { epoch: "e1", offset: 0 });
+  ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "resync", topic: "room:1" } });
+  const again = ws.sent[ws.sent.length - 1];
+  ws.recv({ jsonrpc: "2.0", id: again.id, error: { code: -32003, message: "forbidden" } });
+  await tick();
+  await tick();
+  ws.recv(msg("room:1", 1));
+  eq(got, [1], "still delivered");
+  eq(h.errors.map((e) => e.code), [-32003], "reported");
+  c.close();
+});
+
 test("a resubscription shed with -32001 is re-sent after the hint, then given up", async () => {
   let { h, c, ws } = await opened();
   const off = c.subscribe("room:1", () => {});
