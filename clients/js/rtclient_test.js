@@ -661,6 +661,61 @@ test("a history subscription recovers after a reconnect: every offset once, in o
   c.close();
 });
 
+test("property: across drops, resyncs, replays and duplicates each offset is delivered once, in order", async () => {
+  const rnd = prng(7);
+  for (let run = 0; run < 40; run++) {
+    const { h, c, ws: first } = await opened({ batch: rnd() < 0.5 });
+    let ws = first;
+    const got = [];
+    c.subscribe("t", (data, topic, offset) => got.push(offset));
+    let last = 0; // the server's last offset
+    // serve answers the newest subscribe on ws: the position now, then
+    // (with recover) the replay since.offset+1..last, after stale
+    // duplicates at or below since, as the contract allows to arrive.
+    const serve = () => {
+      const sub = ws.sent.filter((m) => m.method === "subscribe").pop();
+      const frames = [];
+      if (sub.params.recover) {
+        const since = sub.params.since.offset;
+        for (let o = Math.max(1, since - 2); o <= since; o++) if (rnd() < 0.3) frames.push(msg("t", o));
+        frames.push({ jsonrpc: "2.0", id: sub.id, result: { epoch: "e1", offset: last, recovered: true } });
+        for (let o = since + 1; o <= last; o++) frames.push(msg("t", o));
+      } else {
+        frames.push({ jsonrpc: "2.0", id: sub.id, result: { epoch: "e1", offset: last } });
+      }
+      for (const f of frames) ws.recv(f);
+    };
+    serve();
+    for (let step = 0; step < 60; step++) {
+      const r = rnd();
+      if (r < 0.6) {
+        last++;
+        ws.recv(msg("t", last));
+        if (rnd() < 0.1) ws.recv(msg("t", last)); // a duplicate
+      } else if (r < 0.75) {
+        const missed = Math.floor(rnd() * 4); // published while away
+        ws.drop(1006, "");
+        last += missed;
+        await h.advance(60000);
+        ws = h.last();
+        ws.open();
+        serve();
+      } else if (r < 0.9) {
+        ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "resync", topic: "t" } });
+        const live = Math.floor(rnd() * 3); // live while the resubscribe is in flight
+        for (let i = 0; i < live; i++) ws.recv(msg("t", ++last));
+        serve();
+      } else {
+        last++; // lost on the way: the next replay brings it
+        ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "resync", topic: "t" } });
+        serve();
+      }
+    }
+    eq(got, Array.from({ length: last }, (_, i) => i + 1), `run ${run}: offsets delivered`);
+    c.close();
+  }
+});
+
 test("recovered false: the new epoch's position, the reason reported, live from there", async () => {
   const recoveries = [];
   let { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
