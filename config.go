@@ -34,8 +34,8 @@ import (
 // DefaultConfig for the defaults of docs/configuration.md. Validate (New
 // calls it) reports every invalid key at once.
 type Config struct {
-	Listen      string              `yaml:"listen" help:"address of the HTTP listener serving /ws, /healthz, /readyz (and /metrics unless adminListen is set); empty: 127.0.0.1:8080"`
-	AdminListen string              `yaml:"adminListen" help:"separate address for /metrics; empty: /metrics on the main listener"`
+	Listen      string              `yaml:"listen" help:"address of the HTTP listener serving /ws, /healthz, /readyz (and /metrics and the server API unless adminListen is set); empty: 127.0.0.1:8080"`
+	AdminListen string              `yaml:"adminListen" help:"separate address for /metrics and the server API (/api/..., when api.key is set), kept off the clients' network; empty: both on the main listener"`
 	HTTP        HTTPTimeouts        `yaml:"http"`
 	Redis       bus.Config          `yaml:"redis"`
 	Handshake   handshake.Config    `yaml:"handshake"`
@@ -100,8 +100,8 @@ type MetricsConfig struct {
 // Log is the process log of the standalone binary (log.*); a Node logs to
 // Config.Logger. NewLogger builds the logger it describes.
 type Log struct {
-	Format string `yaml:"format" help:"text | json (rtserver addition); empty: text"`
-	Level  string `yaml:"level" help:"debug | info | warn | error (rtserver addition); empty: info"`
+	Format string `yaml:"format" help:"text | json; empty: text"`
+	Level  string `yaml:"level" help:"debug | info | warn | error; empty: info"`
 }
 
 // NewLogger is a slog logger writing to w in l's format, at l's level.

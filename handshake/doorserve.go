@@ -146,7 +146,7 @@ const bodyBufferLimit = 16 << 10
 // doorResponse is the http.ResponseWriter of a request the door serves.
 type doorResponse struct {
 	c        net.Conn
-	ctx      goneContext
+	ctx      *goneContext // the request's context: its own allocation, as it may outlive w
 	header   http.Header
 	status   int
 	body     []byte

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,18 +183,41 @@ return {epoch, string.format('%d', last), redis.call('LRANGE', KEYS[1], math.max
 type pubReq struct {
 	keys []string
 	args []any
-	pos  Position
-	dup  bool
-	err  error
-	done chan struct{}
+	done func(Position, bool, error)
 }
 
 // Publish runs the publish script for p, pipelined with other publishes,
 // and returns the message's position once Redis has stored it.
 func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) {
+	type result struct {
+		pos Position
+		dup bool
+		err error
+	}
+	ch := make(chan result, 1)
+	r.PublishAsync(p, func(pos Position, dup bool, err error) { ch <- result{pos, dup, err} })
+	select {
+	case res := <-ch:
+		return res.pos, res.dup, res.err
+	case <-ctx.Done():
+		// The script may still run: the message may be stored and
+		// delivered. The caller answers unavailable; a retry with the
+		// same idempotency key is safe.
+		return Position{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// PublishAsync is Publish without waiting: it queues the publish (p.Data
+// is copied before it returns) and done runs once with the outcome, on
+// the store's writer goroutine, or at once when the publish cannot be
+// queued. done must not block. The writer runs the scripts in the order
+// they were queued and calls each done in the order Redis ran them, so a
+// topic's publishes are acknowledged in offset order.
+func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err error)) {
 	env, channel, sharded, at, err := r.bus.HistoryEnvelope(p.Topic, p.Data)
 	if err != nil {
-		return Position{}, false, err
+		done(Position{}, false, err)
+		return
 	}
 	list, meta := r.keys(p.Topic)
 	keys := []string{list, meta}
@@ -204,7 +228,7 @@ func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) 
 	if sharded {
 		sh = "1"
 	}
-	req := &pubReq{keys: keys, done: make(chan struct{}), args: []any{
+	req := &pubReq{keys: keys, done: done, args: []any{
 		channel, env, at + 1, at + len(p.Data), r.now().UnixMilli(), p.Policy.Size,
 		p.Policy.TTL.Milliseconds(), (r.cfg.MetaTTL + p.Policy.TTL).Milliseconds(),
 		r.cfg.IdempotencyTTL.Milliseconds(), newEpoch(), sh,
@@ -215,25 +239,17 @@ func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) 
 	})
 	select {
 	case <-r.stop:
-		return Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable)
+		done(Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable))
+		return
 	default:
 	}
 	select {
 	case r.queue <- req:
 	case <-r.stop:
-		return Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable)
+		done(Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable))
 	default:
 		r.count(r.errPub)
-		return Position{}, false, fmt.Errorf("%w: publish queue full", ErrUnavailable)
-	}
-	select {
-	case <-req.done:
-		return req.pos, req.dup, req.err
-	case <-ctx.Done():
-		// The script may still run: the message may be stored and
-		// delivered. The caller answers unavailable; a retry with the
-		// same idempotency key is safe.
-		return Position{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		done(Position{}, false, fmt.Errorf("%w: publish queue full", ErrUnavailable))
 	}
 }
 
@@ -262,8 +278,7 @@ func (r *Redis) writer() {
 			for {
 				select {
 				case q := <-r.queue:
-					q.err = fmt.Errorf("%w: store closed", ErrUnavailable)
-					close(q.done)
+					q.done(Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable))
 				default:
 					return
 				}
@@ -273,7 +288,9 @@ func (r *Redis) writer() {
 }
 
 // send runs one batch of publish scripts in one pipeline (EVALSHA), and
-// the ones Redis did not know the script for again with EVAL.
+// the ones Redis did not know the script for again with EVAL, then calls
+// every done in the order Redis ran the scripts: the first pipeline's,
+// then the retried ones'.
 func (r *Redis) send(batch []*pubReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -298,13 +315,21 @@ func (r *Redis) send(batch []*pubReq) {
 			return nil
 		})
 	}
-	for i, q := range batch {
-		q.pos, q.dup, q.err = publishResult(cmds[i])
-		if q.err != nil {
+	finish := func(i int) {
+		pos, dup, err := publishResult(cmds[i])
+		if err != nil {
 			r.count(r.errPub)
-			r.log.Warn("history: publish failed", "err", q.err)
+			r.log.Warn("history: publish failed", "err", err)
 		}
-		close(q.done)
+		batch[i].done(pos, dup, err)
+	}
+	for i := range batch {
+		if len(retry) == 0 || !slices.Contains(retry, i) {
+			finish(i)
+		}
+	}
+	for _, i := range retry {
+		finish(i)
 	}
 }
 

@@ -579,7 +579,8 @@ func TestRegisterValidation(t *testing.T) {
 }
 
 // Register pre-creates exactly the counter children the rule can move, so
-// series exist at zero and Check never creates one.
+// series exist at zero and Check never creates one; and one rule-error
+// series per class, so that family exists wherever classes do.
 func TestMetricSeriesResolvedAtRegister(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, "")
@@ -601,8 +602,8 @@ func TestMetricSeriesResolvedAtRegister(t *testing.T) {
 	if got := testutil.CollectAndCount(m.AdmissionRejected); got != 6 {
 		t.Errorf("rejected series = %d, want 6", got)
 	}
-	if got := testutil.CollectAndCount(m.AdmissionErrors); got != 1 {
-		t.Errorf("error series = %d, want 1", got)
+	if got := testutil.CollectAndCount(m.AdmissionErrors); got != 3 {
+		t.Errorf("error series = %d, want 3", got)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP admission_rejected_total Message-tier calls shed, by class and binding reason.

@@ -356,9 +356,10 @@ func (c *Class) resolveMetrics(m *metrics.Metrics) {
 	if c.hasConc {
 		rej(codeConcurrency)
 	}
-	if c.predicate != nil || c.shared != nil || (c.cost != nil && c.cost.of == costParam) {
-		c.errors = m.AdmissionErrors.WithLabelValues(c.name)
-	}
+	// Every class exports its rule-error series at 0, even one whose rule
+	// has no part that can fail: a dashboard or alert summing the family
+	// then finds it on every instance with classes.
+	c.errors = m.AdmissionErrors.WithLabelValues(c.name)
 }
 
 // Class returns a registered class.

@@ -76,6 +76,18 @@ const (
 // pre-created at zero.
 var ProxyErrorReasons = []string{ProxyErrorStatus, ProxyErrorBadResponse, ProxyErrorTimeout, ProxyErrorTransport}
 
+// BusDropReasons lists every reason label of bus_messages_dropped_total
+// (the bus package's Drop* constants), pre-created at zero: an instance
+// without Redis exports them too, so one dashboard fits every instance.
+var BusDropReasons = []string{"degraded", "queue_full", "slow_receiver", "oversize", "malformed", "bad_topic"}
+
+// ProtocolErrorCodes lists the code labels of protocol_errors_total that
+// bad client input can produce, pre-created at zero: the JSON-RPC errors
+// of a frame that does not decode (-32700, -32600, -32602) and the close
+// codes of a frame the server will not read (1003 binary, 1007 not UTF-8,
+// 1008 repeated invalid requests, 1009 over limits.maxMessageBytes).
+var ProtocolErrorCodes = []string{"-32700", "-32600", "-32602", "1003", "1007", "1008", "1009"}
+
 // Metrics holds every collector. A nil *Metrics is not valid; use
 // NewDiscard in tests that do not look at metrics.
 type Metrics struct {
@@ -252,6 +264,12 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 	}
 	m.TopicDeniedNS.WithLabelValues(DeniedByDefault)
 	m.TopicDeniedNS.WithLabelValues(DeniedByReserved)
+	for _, r := range BusDropReasons {
+		m.BusDropped.WithLabelValues(r)
+	}
+	for _, code := range ProtocolErrorCodes {
+		m.ProtocolErrors.WithLabelValues(code)
+	}
 	return m, nil
 }
 

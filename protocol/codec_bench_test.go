@@ -13,7 +13,7 @@ func BenchmarkDecodeTypical(b *testing.B) {
 	b.SetBytes(int64(len(typical)))
 	for b.Loop() {
 		f, _ := Decode(typical)
-		if _, err := DecodeTopicParams(f.Requests[0].Params, true); err != nil {
+		if _, err := f.Requests[0].TopicParams(true); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -26,6 +26,9 @@ type Request struct {
 	// they are; any other object must be re-encoded from the decoded
 	// members, or a backend could run another method than the one admitted.
 	Plain bool
+	// validParams is true when Params was sliced out of a frame Decode
+	// checked: TopicParams need not check it again.
+	validParams bool
 }
 
 // IsNotification reports whether the request carries no id.
@@ -61,14 +64,17 @@ func Decode(frame []byte) (Frame, *Error) { return DecodeDepth(frame, DefaultMax
 // than MaxBatch requests); otherwise per-element problems are in
 // Request.Err.
 func DecodeDepth(frame []byte, maxDepth int) (Frame, *Error) {
-	data := bytes.TrimLeft(frame, " \t\r\n")
-	if len(data) == 0 || !json.Valid(data) {
-		return Frame{}, NewError(CodeParseError, "", nil)
-	}
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxDepth
 	}
-	if jsonexact.DeeperThan(data, maxDepth) {
+	// The one pass over the whole frame: what json.Valid accepts, and how
+	// deep it nests. Everything after it only slices the valid bytes.
+	data := bytes.TrimLeft(frame, " \t\r\n")
+	valid, deep := jsonexact.Check(data, maxDepth)
+	if len(data) == 0 || !valid {
+		return Frame{}, NewError(CodeParseError, "", nil)
+	}
+	if deep {
 		return Frame{}, tooDeep(maxDepth)
 	}
 	switch data[0] {
@@ -122,6 +128,7 @@ func decodeRequest(data []byte) Request {
 	}
 	r := w.request()
 	r.Plain = !other && r.Err == nil
+	r.validParams = r.Params != nil
 	return r
 }
 
@@ -198,12 +205,24 @@ type TopicParams struct {
 // returns -32602 with a precise message on any problem. withData requires
 // the data member (publish).
 func DecodeTopicParams(params json.RawMessage, withData bool) (TopicParams, *Error) {
+	return decodeTopicParamsOf(params, withData, false)
+}
+
+// TopicParams is DecodeTopicParams of r.Params, without checking again
+// what Decode has checked.
+func (r *Request) TopicParams(withData bool) (TopicParams, *Error) {
+	return decodeTopicParamsOf(r.Params, withData, r.validParams)
+}
+
+func decodeTopicParamsOf(params json.RawMessage, withData, valid bool) (TopicParams, *Error) {
 	var p TopicParams
 	if len(params) == 0 || params[0] != '{' {
 		return p, NewError(CodeInvalidParams, "params must be an object", nil)
 	}
-	if !json.Valid(params) {
-		return p, NewError(CodeInvalidParams, "params are not valid JSON", nil)
+	if !valid {
+		if ok, _ := jsonexact.Check(params, 0); !ok {
+			return p, NewError(CodeInvalidParams, "params are not valid JSON", nil)
+		}
 	}
 	if perr := decodeTopicParams(params, &p); perr != nil {
 		return p, perr

@@ -9,7 +9,7 @@ import (
 )
 
 // knownMembers are the member names parseEnvelope decodes.
-var knownMembers = []string{"v", "instanceId", "ts", "slice", "users", "subs", "topic", "messagesPerSec", "bytesPerSec", "user", "count"}
+var knownMembers = []string{"v", "instanceId", "ts", "slice", "users", "subs", "topic", "messagesPerSec", "bytesPerSec", "user", "count", "epoch", "instances"}
 
 // FuzzParseEnvelope holds parseEnvelope to json.Unmarshal: the same bytes
 // give the same envelope, or both an error. The one difference allowed is
@@ -37,6 +37,12 @@ func FuzzParseEnvelope(f *testing.F) {
 		var want, got envelope
 		errWant := json.Unmarshal(b, &want)
 		errGot := parseEnvelope(b, &got)
+		// The receive path's strings are views of the input: the same
+		// envelope, or the same refusal.
+		var shared envelope
+		if errShared := parseEnvelopeShared(bytes.Clone(b), &shared, true); (errShared == nil) != (errGot == nil) || !reflect.DeepEqual(shared, got) {
+			t.Fatalf("%q: shared parse %+v (%v), copying parse %+v (%v)", b, shared, errShared, got, errGot)
+		}
 		switch {
 		case errWant == nil && errGot == nil:
 			if !reflect.DeepEqual(got, want) && !foldedMemberName(b) {

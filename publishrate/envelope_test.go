@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -15,7 +16,7 @@ var secret = []byte("s3cret")
 
 func TestEnvelopeRoundTrip(t *testing.T) {
 	give := &envelope{V: 1, InstanceID: "A", TS: 1700000000000,
-		Slice: []wireTopic{{"chat:room-7", 12.5, 900}},
+		Slice: []wireTopic{{"chat:room-7", 12.5, 900, 0}},
 		Users: []wireUser{{"ünïcode user", 3}},
 		Subs:  []wireSub{{"chat:room-7", 7}},
 	}
@@ -24,7 +25,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := decodeEnvelope(b, key, DefaultMaxEnvelopeBytes, 64)
+		got, err := decodeEnvelope(string(b), envsign.New(key), DefaultMaxEnvelopeBytes, 64)
 		if err != nil {
 			t.Fatalf("key %q: %v\n%s", key, err, b)
 		}
@@ -56,9 +57,9 @@ func TestSignatureCoversBody(t *testing.T) {
 }
 
 func TestSignedEnvelopes(t *testing.T) {
-	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, secret)
-	unsigned, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, nil)
-	forged, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, []byte("other"))
+	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1, 0}}}, secret)
+	unsigned, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1, 0}}}, nil)
+	forged, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1, 0}}}, []byte("other"))
 	tampered := bytes.Replace(good, []byte("600"), []byte("900"), 1)
 	cut := len(good) - sigTailLen
 	sigFirst := []byte(`{"sig":"` + string(good[cut+len(sigPrefix):len(good)-2]) + `",` + string(unsigned[1:]))
@@ -84,11 +85,11 @@ func TestSignedEnvelopes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
 			a := newOffline(t, newFakeLocal(), Options{HMACSecret: secret, Metrics: m})
-			_, err := decodeEnvelope(tt.give, secret, DefaultMaxEnvelopeBytes, 64)
+			_, err := decodeEnvelope(string(tt.give), envsign.New(secret), DefaultMaxEnvelopeBytes, 64)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("decode: err = %v, want %v", err, tt.wantErr)
 			}
-			a.receive(tt.give)
+			a.receive(string(tt.give))
 			wantRate, wantErrs := 600.0, 0.0
 			if tt.wantErr != nil {
 				wantRate, wantErrs = 0, 1
@@ -101,7 +102,7 @@ func TestSignedEnvelopes(t *testing.T) {
 
 	// A receiver without a secret takes signed envelopes too (sig ignored).
 	b := newOffline(t, newFakeLocal(), Options{})
-	b.receive(good)
+	b.receive(string(good))
 	if b.RateOf("hot") != 600 {
 		t.Errorf("receiver without secret: RateOf = %v, want 600", b.RateOf("hot"))
 	}
@@ -160,7 +161,7 @@ func TestHostileEnvelopes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
 			a := newOffline(t, newFakeLocal(), Options{Metrics: m})
-			a.receive([]byte(tt.give))
+			a.receive(string([]byte(tt.give)))
 			if value(m.ClusterParseErrors) != 1 || value(m.ClusterReceived) != 0 || a.Stats().Instances != 0 ||
 				a.RateOf("hot") != 0 || a.RateOfUser("u") != 0 || a.SubscribersOf("hot") != 0 {
 				t.Errorf("not dropped: parseErrors %v received %v stats %+v", value(m.ClusterParseErrors), value(m.ClusterReceived), a.Stats())
@@ -185,7 +186,7 @@ func TestTolerantEnvelopes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
 			a := newOffline(t, newFakeLocal(), Options{Metrics: m})
-			a.receive([]byte(tt.give))
+			a.receive(string([]byte(tt.give)))
 			if value(m.ClusterParseErrors) != 0 || value(m.ClusterReceived) != 1 || a.Stats().Instances != 1 || a.RateOf("hot") != tt.wantRate {
 				t.Errorf("parseErrors %v received %v RateOf %v", value(m.ClusterParseErrors), value(m.ClusterReceived), a.RateOf("hot"))
 			}
@@ -194,8 +195,8 @@ func TestTolerantEnvelopes(t *testing.T) {
 }
 
 func FuzzEnvelope(f *testing.F) {
-	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2}}, Users: []wireUser{{"u", 1}}, Subs: []wireSub{{"hot", 3}}}, nil)
-	signed, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2}}}, secret)
+	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2, 0}}, Users: []wireUser{{"u", 1}}, Subs: []wireSub{{"hot", 3}}}, nil)
+	signed, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2, 0}}}, secret)
 	for _, s := range [][]byte{good, signed, []byte(`{}`), []byte(`{"v":1}`), []byte(`{,"sig":"` + strings.Repeat("0", 64) + `"}`), []byte("\xff")} {
 		f.Add(s, false)
 		f.Add(s, true)
@@ -205,11 +206,11 @@ func FuzzEnvelope(f *testing.F) {
 		if withSecret {
 			key = secret
 		}
-		e, err := decodeEnvelope(b, key, 4096, 64)
+		e, err := decodeEnvelope(string(b), envsign.New(key), 4096, 64)
 		if err != nil {
 			return
 		}
-		if err := e.validate(64); err != nil {
+		if err := e.validate(envelopeVersion, 64); err != nil {
 			t.Fatalf("accepted an invalid envelope: %v", err)
 		}
 		// What was accepted re-encodes and decodes to the same thing.
@@ -217,7 +218,7 @@ func FuzzEnvelope(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e2, err := decodeEnvelope(again, key, 1<<20, 64)
+		e2, err := decodeEnvelope(string(again), envsign.New(key), 1<<20, 64)
 		if err != nil {
 			t.Fatalf("re-encoded envelope rejected: %v\n%s", err, again)
 		}
@@ -226,7 +227,7 @@ func FuzzEnvelope(f *testing.F) {
 		}
 		// And the aggregator takes it without panicking.
 		a := newOffline(t, newFakeLocal(), Options{HMACSecret: key, MaxEnvelopeBytes: 4096})
-		a.receive(b)
+		a.receive(string(b))
 		_ = a.TopPublishers()
 	})
 }

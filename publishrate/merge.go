@@ -3,6 +3,7 @@ package publishrate
 import (
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 // key is one topic or one user of the merged view.
 type key struct {
 	name string
+	hash uint64 // of name in the table's seed: most probes that miss compare no bytes
 
 	// Published copies, read by lookups without a lock.
 	pubMsgs, pubBytes atomic.Uint64 // float64 bits
@@ -40,7 +42,8 @@ type key struct {
 	// The merge lock guards the rest.
 	msgs, bytes float64 // running sums
 	subs        int64
-	n           int32  // rate entries naming it: contributing instances
+	n           int32  // rate entries naming it
+	inst        int64  // contributing instances: 1 per slice entry, a merged view's own count per view entry
 	ns          int32  // subs entries naming it (topics)
 	id          int32  // dense id while named by a contribution; -1 while dormant
 	mark        uint64 // the batch that last touched it
@@ -61,22 +64,28 @@ type table struct {
 	slots []atomic.Pointer[key]
 }
 
-func newTable(size int) *table {
-	return &table{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]atomic.Pointer[key], size)}
+func newTable(seed maphash.Seed, size int) *table {
+	return &table{seed: seed, mask: uint64(size - 1), slots: make([]atomic.Pointer[key], size)}
 }
 
 // find returns name's key, or nil. Safe without the merge lock.
 func (t *table) find(name string) *key {
-	for i := maphash.String(t.seed, name) & t.mask; ; i = (i + 1) & t.mask {
-		if k := t.slots[i].Load(); k == nil || k.name == name {
+	h := t.hash(name)
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		if k := t.slots[i].Load(); k == nil || k.hash == h && k.name == name {
 			return k
 		}
 	}
 }
 
-// insert adds k, whose name is not in t, to a table with a free slot.
+// hash is name's hash in this table. Every table of a keyset shares one
+// seed, so a key's hash stays valid when it moves to a larger table.
+func (t *table) hash(name string) uint64 { return maphash.String(t.seed, name) }
+
+// insert adds k, whose name is not in t and whose hash is set, to a table
+// with a free slot.
 func (t *table) insert(k *key) {
-	for i := maphash.String(t.seed, k.name) & t.mask; ; i = (i + 1) & t.mask {
+	for i := k.hash & t.mask; ; i = (i + 1) & t.mask {
 		if t.slots[i].Load() == nil {
 			t.slots[i].Store(k)
 			return
@@ -106,7 +115,9 @@ func (s *keyset) acquire(name string) *key {
 		if 4*(s.used+1) > 3*len(t.slots) {
 			t = s.grow()
 		}
-		k = &key{name: name, id: -1}
+		// A copy: name may be a view of a received payload, which a
+		// dormant key must not keep alive.
+		k = &key{name: strings.Clone(name), hash: t.hash(name), id: -1}
 		t.insert(k)
 		s.used++
 	}
@@ -140,7 +151,7 @@ func (s *keyset) grow() *table {
 	for size < 2*(live+1) {
 		size *= 2
 	}
-	t := newTable(size)
+	t := newTable(s.tab.Load().seed, size)
 	for _, k := range s.byID {
 		if k != nil {
 			t.insert(k)
@@ -186,8 +197,8 @@ type merger struct {
 
 func newMerger() *merger {
 	m := &merger{remotes: map[string]*remote{}, batch: 1}
-	m.topics.tab.Store(newTable(minTableSize))
-	m.users.tab.Store(newTable(minTableSize))
+	m.topics.tab.Store(newTable(maphash.MakeSeed(), minTableSize))
+	m.users.tab.Store(newTable(maphash.MakeSeed(), minTableSize))
 	return m
 }
 
@@ -220,14 +231,16 @@ func (m *merger) touch(k *key, list *[]*key) {
 	}
 }
 
-func (m *merger) addRate(k *key, msgs, bytes float64, list *[]*key) {
+func (m *merger) addRate(k *key, msgs, bytes float64, inst int, list *[]*key) {
 	k.n++
+	k.inst += int64(inst)
 	k.msgs += msgs
 	k.bytes += bytes
 	m.touch(k, list)
 }
 
-func (m *merger) subRate(k *key, msgs, bytes float64, list *[]*key) {
+func (m *merger) subRate(k *key, msgs, bytes float64, inst int, list *[]*key) {
+	k.inst -= int64(inst)
 	if k.n--; k.n == 0 {
 		k.msgs, k.bytes = 0, 0 // no rounding left behind
 	} else {
@@ -279,31 +292,36 @@ func (m *merger) commit() {
 	m.batch++
 }
 
-// setLocal makes s this instance's own contribution.
+// setLocal makes s this instance's own contribution (nil: none).
 func (m *merger) setLocal(s *pressure.Snapshot) {
+	m.stageLocal(s)
+	m.commit()
+}
+
+// stageLocal is setLocal without the commit.
+func (m *merger) stageLocal(s *pressure.Snapshot) {
 	oldS, oldT, oldU := m.local, m.lt, m.lu
 	m.local, m.lt, m.lu = s, nil, nil
 	if s != nil {
 		m.lt = make([]*key, len(s.TopTopics))
 		for i, t := range s.TopTopics {
 			m.lt[i] = m.topics.acquire(t.Topic)
-			m.addRate(m.lt[i], t.MessagesPerSec, t.BytesPerSec, &m.touchT)
+			m.addRate(m.lt[i], t.MessagesPerSec, t.BytesPerSec, 1, &m.touchT)
 		}
 		m.lu = make([]*key, len(s.TopUsers))
 		for i, u := range s.TopUsers {
 			m.lu[i] = m.users.acquire(u.User)
-			m.addRate(m.lu[i], u.MessagesPerSec, 0, &m.touchU)
+			m.addRate(m.lu[i], u.MessagesPerSec, 0, 1, &m.touchU)
 		}
 	}
 	if oldS != nil {
 		for i, t := range oldS.TopTopics {
-			m.subRate(oldT[i], t.MessagesPerSec, t.BytesPerSec, &m.touchT)
+			m.subRate(oldT[i], t.MessagesPerSec, t.BytesPerSec, 1, &m.touchT)
 		}
 		for i, u := range oldS.TopUsers {
-			m.subRate(oldU[i], u.MessagesPerSec, 0, &m.touchU)
+			m.subRate(oldU[i], u.MessagesPerSec, 0, 1, &m.touchU)
 		}
 	}
-	m.commit()
 }
 
 // setLocalSubs makes subs (entries with a positive count) this instance's
@@ -327,6 +345,12 @@ func (m *merger) setLocalSubs(subs []SubjectCount) {
 
 // put makes r the contribution of sibling r.id, replacing any earlier one.
 func (m *merger) put(r *remote) {
+	m.stage(r)
+	m.commit()
+}
+
+// stage is put without the commit.
+func (m *merger) stage(r *remote) {
 	m.add(r)
 	old := m.remotes[r.id]
 	if old != nil {
@@ -335,7 +359,6 @@ func (m *merger) put(r *remote) {
 	}
 	m.remotes[r.id] = r
 	m.link(r)
-	m.commit()
 }
 
 // drop forgets sibling id.
@@ -376,7 +399,7 @@ func (m *merger) add(r *remote) {
 	r.tkeys = make([]*key, len(r.slice))
 	for i, t := range r.slice {
 		r.tkeys[i] = m.topics.acquire(t.Topic)
-		m.addRate(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, &m.touchT)
+		m.addRate(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, t.instances(), &m.touchT)
 	}
 	r.skeys = make([]*key, len(r.subs))
 	for i, s := range r.subs {
@@ -386,19 +409,19 @@ func (m *merger) add(r *remote) {
 	r.ukeys = make([]*key, len(r.users))
 	for i, u := range r.users {
 		r.ukeys[i] = m.users.acquire(u.User)
-		m.addRate(r.ukeys[i], u.MessagesPerSec, 0, &m.touchU)
+		m.addRate(r.ukeys[i], u.MessagesPerSec, 0, 1, &m.touchU)
 	}
 }
 
 func (m *merger) subtract(r *remote) {
 	for i, t := range r.slice {
-		m.subRate(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, &m.touchT)
+		m.subRate(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, t.instances(), &m.touchT)
 	}
 	for i, s := range r.subs {
 		m.subSubs(r.skeys[i], s.Count)
 	}
 	for i, u := range r.users {
-		m.subRate(r.ukeys[i], u.MessagesPerSec, 0, &m.touchU)
+		m.subRate(r.ukeys[i], u.MessagesPerSec, 0, 1, &m.touchU)
 	}
 }
 
@@ -442,7 +465,7 @@ func (m *merger) unlink(r *remote) {
 func (m *merger) resum() {
 	for _, k := range m.topics.byID {
 		if k != nil {
-			k.msgs, k.bytes, k.subs = 0, 0, 0
+			k.msgs, k.bytes, k.subs, k.inst = 0, 0, 0, 0
 			m.touch(k, &m.touchT)
 		}
 	}
@@ -452,13 +475,13 @@ func (m *merger) resum() {
 			m.touch(k, &m.touchU)
 		}
 	}
-	sumRates := func(k *key, msgs, bytes float64) { k.msgs += msgs; k.bytes += bytes }
+	sumRates := func(k *key, msgs, bytes float64, inst int) { k.msgs += msgs; k.bytes += bytes; k.inst += int64(inst) }
 	if s := m.local; s != nil {
 		for i, t := range s.TopTopics {
-			sumRates(m.lt[i], t.MessagesPerSec, t.BytesPerSec)
+			sumRates(m.lt[i], t.MessagesPerSec, t.BytesPerSec, 1)
 		}
 		for i, u := range s.TopUsers {
-			sumRates(m.lu[i], u.MessagesPerSec, 0)
+			sumRates(m.lu[i], u.MessagesPerSec, 0, 1)
 		}
 	}
 	for i, s := range m.lsubs {
@@ -466,13 +489,13 @@ func (m *merger) resum() {
 	}
 	for r := m.oldest; r != nil; r = r.newer {
 		for i, t := range r.slice {
-			sumRates(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec)
+			sumRates(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, t.instances())
 		}
 		for i, s := range r.subs {
 			r.skeys[i].subs += int64(s.Count)
 		}
 		for i, u := range r.users {
-			sumRates(r.ukeys[i], u.MessagesPerSec, 0)
+			sumRates(r.ukeys[i], u.MessagesPerSec, 0, 1)
 		}
 	}
 	m.leaves = 0 // one rebuild of the tree rather than a path per topic
@@ -553,7 +576,7 @@ func (m *merger) top(n int) []Entry {
 		node, h = m.popNode(h)
 		if int(node) >= m.leaves {
 			k := m.topics.byID[m.win[node]]
-			out = append(out, Entry{Topic: k.name, MessagesPerSec: k.msgs, BytesPerSec: k.bytes, ContributingInstances: int(k.n)})
+			out = append(out, Entry{Topic: k.name, MessagesPerSec: k.msgs, BytesPerSec: k.bytes, ContributingInstances: int(k.inst)})
 			continue
 		}
 		for _, c := range [2]int32{2 * node, 2*node + 1} {

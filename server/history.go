@@ -34,7 +34,8 @@ import (
 //     by the send queue, then releases what was held.
 //
 // Lock order: historyState.mu, then topicSeq.mu, then hsub.mu, then
-// conn.mu. No lock is held while the store is called.
+// conn.mu. No lock is held while the store is called, and topicSeq.mu is
+// not held while a topic's messages are fanned out (topicSeq.unlock).
 
 // historyState is the server's part of history.
 type historyState struct {
@@ -70,12 +71,37 @@ type topicSeq struct {
 	pending []history.Message // received past a gap (or before ready), ascending; Data is the frame
 	filling bool
 	subs    map[*conn]*hsub
+
+	// Fan-out runs outside mu. What the sequencer decides under mu (the
+	// next offset, a new epoch) is put in line in out; the one goroutine
+	// that finds delivering unset takes the line out and delivers it to
+	// audience, line after line, until it is empty (unlock). A topic's
+	// offsets so reach every subscriber in order, while publishers, the
+	// bus and fills hold mu only for an append.
+	out        []seqItem
+	spare      []seqItem // out's previous array, reused
+	delivering bool
+	audience   []subscriber // subs as a list, replaced (never changed) when subs changes
+}
+
+// seqItem is one step of a topic's delivery.
+type seqItem struct {
+	m history.Message // Data is the frame
+	// reset: a new epoch; every cursor goes live from m.Offset and its
+	// subscriber is told to resync (m is not a message).
+	reset bool
+}
+
+type subscriber struct {
+	c  *conn
+	hs *hsub
 }
 
 // hsub is one connection's subscription to a history topic.
 type hsub struct {
-	mu  sync.Mutex
-	cur history.Cursor
+	mu   sync.Mutex
+	cur  history.Cursor
+	gone bool // unsubscribed: a delivery already under way skips it
 }
 
 // Bounds of what history holds in memory per topic and per subscription.
@@ -100,7 +126,12 @@ func newHistoryState(s *Server, o Options) *historyState {
 		scope: hex.EncodeToString(b[:]), topics: map[string]*topicSeq{}, stop: make(chan struct{}),
 	}
 	if m, ok := o.History.(*history.Memory); ok && m.Deliver == nil {
-		m.Deliver = func(topic, epoch string, msg history.Message) { h.deliverAt(topic, msg.Data, epoch, msg.Offset) }
+		m.Deliver = func(topic, epoch string, msg history.Message) func() {
+			if q := h.offer(topic, msg.Data, epoch, msg.Offset); q != nil {
+				return q.flush
+			}
+			return nil
+		}
 	}
 	h.every = o.HistoryCheckInterval
 	if h.every <= 0 {
@@ -153,9 +184,78 @@ func (s *Server) historyUnavailable() *protocol.Error {
 
 // --- publish ---
 
+// pipelinedStore is a store whose publishes may be answered later
+// (history.Redis): a connection then has several in flight, instead of
+// waiting on its read goroutine for each round trip.
+type pipelinedStore interface {
+	PublishAsync(p history.Publish, done func(pos history.Position, dup bool, err error))
+}
+
+// maxPublishesInFlight is the most history publishes one connection has
+// waiting for the store: past it, its read goroutine waits for the
+// oldest answer (the client is read no further until then).
+const maxPublishesInFlight = 64
+
+// answeredLater is the result of a call whose response is queued later,
+// by whatever completes it (handle then answers nothing now).
+var answeredLater = json.RawMessage(`"later"`)
+
+func isAnsweredLater(r json.RawMessage) bool {
+	return len(r) == len(answeredLater) && &r[0] == &answeredLater[0]
+}
+
+// connHistory is a connection's history state, made at its first
+// history call (a pointer keeps conn in its size class).
+type connHistory struct {
+	replays []replay // read goroutine only
+
+	mu       sync.Mutex
+	inflight int           // publishes handed to the store and not yet answered
+	room     chan struct{} // made by the read goroutine waiting for room, closed by the next answer
+}
+
+func (c *conn) histState() *connHistory {
+	if c.hist == nil {
+		c.hist = &connHistory{}
+	}
+	return c.hist
+}
+
+// take counts one more publish in flight, first waiting while the
+// connection has maxPublishesInFlight.
+func (ch *connHistory) take() {
+	ch.mu.Lock()
+	for ch.inflight >= maxPublishesInFlight {
+		if ch.room == nil {
+			ch.room = make(chan struct{})
+		}
+		room := ch.room
+		ch.mu.Unlock()
+		<-room
+		ch.mu.Lock()
+	}
+	ch.inflight++
+	ch.mu.Unlock()
+}
+
+// give counts one publish answered.
+func (ch *connHistory) give() {
+	ch.mu.Lock()
+	ch.inflight--
+	if ch.room != nil {
+		close(ch.room)
+		ch.room = nil
+	}
+	ch.mu.Unlock()
+}
+
 // publishHistory stores a client's publish on a history topic; the store
-// delivers it (to this instance too, through DeliverAt).
-func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol history.Policy) (json.RawMessage, *protocol.Error) {
+// delivers it (to this instance too, through DeliverAt). With a pipelined
+// store and id set to the request's id (a single request: the answer
+// needs no batch around it), it answers later, once the store has the
+// message, and the read goroutine goes on reading meanwhile; the store
+// answers a topic's publishes in offset order.
+func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol history.Policy, later bool, id json.RawMessage) (json.RawMessage, *protocol.Error) {
 	hp, perr := protocol.DecodeHistoryParams(params)
 	if perr != nil {
 		return nil, perr
@@ -168,11 +268,41 @@ func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol hi
 			key = "c:" + c.s.hist.scope + ":" + strconv.FormatUint(c.id, 10) + "\x00" + hp.IdempotencyKey
 		}
 	}
+	if ps, ok := c.s.hist.store.(pipelinedStore); ok && later {
+		c.publishPipelined(ps, history.Publish{Topic: topic, Data: data, Policy: pol, IdempotencyKey: key}, id)
+		return answeredLater, nil
+	}
 	pos, err := c.s.hist.publish(&c.ctx, topic, data, pol, key)
 	if err != nil {
 		return nil, c.s.historyUnavailable()
 	}
 	return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
+}
+
+// publishPipelined hands p to the store and answers id (nil: a
+// notification, answered with nothing) when the store is done.
+func (c *conn) publishPipelined(ps pipelinedStore, p history.Publish, id json.RawMessage) {
+	s, ch := c.s, c.histState()
+	if id != nil {
+		id = append(json.RawMessage(nil), id...) // the frame's buffer is reused
+	}
+	ch.take()
+	ps.PublishAsync(p, func(pos history.Position, _ bool, err error) {
+		defer ch.give()
+		var resp []byte
+		if err != nil {
+			s.log.Debug("history publish failed", "topic", p.Topic, "err", err)
+			resp = protocol.AppendError(nil, id, s.historyUnavailable())
+		} else {
+			if s.pressure != nil {
+				s.pressure.RecordPublished(1)
+			}
+			resp = protocol.AppendResult(nil, id, protocol.AppendPosition(nil, pos.Epoch, pos.Offset))
+		}
+		if id != nil && c.enqueueFrame(frameText(resp), true) {
+			s.m.MessagesSent.Inc()
+		}
+	})
 }
 
 func (h *historyState) publish(ctx context.Context, topic string, data []byte, pol history.Policy, key string) (history.Position, error) {
@@ -204,21 +334,39 @@ func (s *Server) PublishHistory(ctx context.Context, topic string, data json.Raw
 
 // --- delivery ---
 
-// deliverAt takes a history topic's message from the store or the bus.
+// deliverAt takes a history topic's message from the store or the bus
+// and delivers it (and whatever it releases) in order.
 func (h *historyState) deliverAt(topic string, data []byte, epoch string, offset uint64) {
+	if q := h.offer(topic, data, epoch, offset); q != nil {
+		q.flush()
+	}
+}
+
+// offer puts a history topic's message in its sequencer's line, and
+// returns the sequencer (nil: the topic has no local subscriber), whose
+// flush delivers it.
+func (h *historyState) offer(topic string, data []byte, epoch string, offset uint64) *topicSeq {
 	if h == nil {
-		return
+		return nil
 	}
 	h.mu.Lock()
 	q := h.topics[topic]
 	h.mu.Unlock()
 	if q == nil {
-		return
+		return nil
 	}
 	frame := frameMessageAt(topic, offset, data)
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.offer(epoch, history.Message{Offset: offset, Data: frame})
+	q.mu.Unlock()
+	return q
+}
+
+// flush delivers what is in line, unless another goroutine is already
+// doing so (it then delivers this too).
+func (q *topicSeq) flush() {
+	q.mu.Lock()
+	q.unlock()
 }
 
 // DeliverAt is the bus's hand-over of a history topic's message.
@@ -299,40 +447,91 @@ func (q *topicSeq) drain() {
 }
 
 // newEpoch follows the topic into a new epoch: the old stream is gone,
-// so every subscriber is told to resync and continues from last.
+// so every subscriber is told to resync and continues from last. Caller
+// holds q.mu.
 func (q *topicSeq) newEpoch(epoch string, last uint64) {
 	q.epoch, q.last, q.target, q.pending = epoch, last, 0, nil
-	resync := frameText(protocol.AppendResync(nil, q.topic))
-	for c, hs := range q.subs {
-		hs.mu.Lock()
-		hs.cur.Reset(last)
-		hs.mu.Unlock()
+	q.out = append(q.out, seqItem{m: history.Message{Offset: last}, reset: true})
+}
+
+// fanout puts m (its Data is the frame) in line for every subscriber
+// whose cursor takes it. Caller holds q.mu, so the line is in offset
+// order; unlock delivers it.
+func (q *topicSeq) fanout(m history.Message) {
+	q.last = m.Offset
+	q.out = append(q.out, seqItem{m: m})
+}
+
+// unlock releases q.mu. If something is in line and nobody is delivering,
+// the caller becomes the deliverer: it delivers the line without q.mu,
+// then any line that formed meanwhile, until none is left. Only one
+// goroutine delivers at a time, so every subscriber sees the line's order.
+func (q *topicSeq) unlock() {
+	if q.delivering || len(q.out) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	q.delivering = true
+	for len(q.out) > 0 {
+		items, audience := q.out, q.audience
+		q.out, q.spare = q.spare[:0], nil
+		q.mu.Unlock()
+		q.deliver(items, audience)
+		clear(items)
+		q.mu.Lock()
+		if cap(items) <= maxPending {
+			q.spare = items[:0]
+		}
+	}
+	q.delivering = false
+	q.mu.Unlock()
+}
+
+// deliver hands items, in order, to every subscriber of audience whose
+// cursor takes them. Only the deliverer calls it (unlock).
+func (q *topicSeq) deliver(items []seqItem, audience []subscriber) {
+	var resync []byte
+	sendResync := func(c *conn) {
+		if resync == nil {
+			resync = frameText(protocol.AppendResync(nil, q.topic))
+		}
 		c.sendResync(resync)
+	}
+	direct := len(audience) < queuedFanout
+	for _, it := range items {
+		sent := 0
+		for _, sb := range audience {
+			sb.hs.mu.Lock()
+			if sb.hs.gone {
+				sb.hs.mu.Unlock()
+				continue
+			}
+			if it.reset {
+				sb.hs.cur.Reset(it.m.Offset)
+				sb.hs.mu.Unlock()
+				sendResync(sb.c)
+				continue
+			}
+			ok, gap := sb.hs.cur.Live(it.m)
+			if ok && sb.c.enqueueFrame(it.m.Data, direct) {
+				sent++
+			}
+			sb.hs.mu.Unlock()
+			if gap {
+				sendResync(sb.c)
+			}
+		}
+		q.h.s.m.MessagesSent.Add(float64(sent))
 	}
 }
 
-// fanout delivers m (its Data is the frame) to every subscriber whose
-// cursor takes it. Caller holds q.mu, so deliveries are in offset order.
-func (q *topicSeq) fanout(m history.Message) {
-	q.last = m.Offset
-	direct := len(q.subs) < queuedFanout
-	sent := 0
-	var resync []byte
+// listen replaces the audience after subs changed. Caller holds q.mu.
+func (q *topicSeq) listen() {
+	a := make([]subscriber, 0, len(q.subs))
 	for c, hs := range q.subs {
-		hs.mu.Lock()
-		ok, gap := hs.cur.Live(m)
-		if ok && c.enqueueFrame(m.Data, direct) {
-			sent++
-		}
-		hs.mu.Unlock()
-		if gap {
-			if resync == nil {
-				resync = frameText(protocol.AppendResync(nil, q.topic))
-			}
-			c.sendResync(resync)
-		}
+		a = append(a, subscriber{c: c, hs: hs})
 	}
-	q.h.s.m.MessagesSent.Add(float64(sent))
+	q.audience = a
 }
 
 func (c *conn) sendResync(frame []byte) {
@@ -410,7 +609,7 @@ func (q *topicSeq) fill() {
 			h.s.m.HistoryGapFills.WithLabelValues(metrics.GapFilled).Inc()
 			q.deliverRead(msgs)
 		}
-		q.mu.Unlock()
+		q.unlock()
 	}
 }
 
@@ -471,7 +670,7 @@ func (q *topicSeq) check() {
 		return
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	if !q.ready || q.dead {
 		return
 	}
@@ -558,7 +757,12 @@ func (h *historyState) leave(c *conn, topic string) {
 		q.mu.Unlock()
 		return
 	}
+	hs := q.subs[c]
 	delete(q.subs, c)
+	q.listen()
+	hs.mu.Lock()
+	hs.gone = true
+	hs.mu.Unlock()
 	q.refs--
 	if q.refs == 0 {
 		q.dead = true
@@ -611,20 +815,13 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 			return nil, perr
 		}
 	}
-	// Registered, holding live messages back, before the store is read:
-	// what is published after the read arrives live and is held.
-	q := h.acquireFor(c, topic, pol, already)
-	q.mu.Lock()
-	hs := q.subs[c]
-	q.mu.Unlock()
 	since := uint64(0)
 	if hp.Recover {
 		since = hp.Since.Offset
 	}
-	hs.mu.Lock()
-	hs.cur.Reset(since)
-	hs.cur.StartReplay(maxHeld)
-	hs.mu.Unlock()
+	// Registered, holding live messages back, before the store is read:
+	// what is published after the read arrives live and is held.
+	q, hs := h.acquireFor(c, topic, pol, already, since)
 
 	after, limit := since, replayPage
 	if !hp.Recover {
@@ -642,7 +839,7 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 	}
 	q.mu.Lock()
 	q.setReady(pos)
-	q.mu.Unlock()
+	q.unlock()
 
 	if !hp.Recover {
 		c.addReplay(replay{q: q, hs: hs, end: pos.Offset, live: true})
@@ -668,8 +865,10 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 }
 
 // acquireFor registers c's cursor on topic's sequencer (counting it once
-// per subscription).
-func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool) *topicSeq {
+// per subscription), from since and holding live messages back: from the
+// moment it is on the sequencer's audience, nothing reaches the client
+// before the subscribe result.
+func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool, since uint64) (*topicSeq, *hsub) {
 	h.mu.Lock()
 	q := h.topics[topic]
 	h.mu.Unlock()
@@ -677,11 +876,18 @@ func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, alr
 		q = h.acquire(topic, pol)
 	}
 	q.mu.Lock()
-	if q.subs[c] == nil {
-		q.subs[c] = &hsub{}
+	defer q.mu.Unlock()
+	hs := q.subs[c]
+	if hs == nil {
+		hs = &hsub{}
+		q.subs[c] = hs
+		q.listen()
 	}
-	q.mu.Unlock()
-	return q
+	hs.mu.Lock()
+	hs.cur.Reset(since)
+	hs.cur.StartReplay(maxHeld)
+	hs.mu.Unlock()
+	return q, hs
 }
 
 // goLive skips the cursor to last and releases what it held.
@@ -709,8 +915,12 @@ func (c *conn) enqueueReleased(q *topicSeq, held []history.Message) {
 // client a slow consumer, and never builds one giant frame), then the
 // held live messages.
 func (c *conn) runReplays() {
-	rs := *c.replays
-	c.replays = nil
+	ch := c.hist
+	if ch == nil || len(ch.replays) == 0 {
+		return
+	}
+	rs := ch.replays
+	ch.replays = nil
 	for _, r := range rs {
 		c.runReplay(r)
 	}
@@ -718,10 +928,8 @@ func (c *conn) runReplays() {
 
 // addReplay leaves r to run once the frame's responses are queued.
 func (c *conn) addReplay(r replay) {
-	if c.replays == nil {
-		c.replays = new([]replay)
-	}
-	*c.replays = append(*c.replays, r)
+	ch := c.histState()
+	ch.replays = append(ch.replays, r)
 }
 
 func (c *conn) runReplay(r replay) {

@@ -236,11 +236,14 @@ func TestHistoryFillsGapsFromTheStore(t *testing.T) {
 	leakcheck.Check(t)
 	store := history.NewMemory(history.MemoryOptions{})
 	var srv *Server
-	store.Deliver = func(topic, epoch string, m history.Message) {
+	store.Deliver = func(topic, epoch string, m history.Message) func() {
 		if m.Offset == 3 || m.Offset == 6 {
-			return // lost on the way
+			return nil // lost on the way
 		}
-		srv.hist.deliverAt(topic, m.Data, epoch, m.Offset)
+		if q := srv.hist.offer(topic, m.Data, epoch, m.Offset); q != nil {
+			return q.flush
+		}
+		return nil
 	}
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 	opts.HistoryCheckInterval = 20 * time.Millisecond

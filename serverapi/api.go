@@ -148,7 +148,24 @@ func New(o Options) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
+	precreateRequestSeries(h.m)
 	return h, nil
+}
+
+// precreateRequestSeries exports every method and status pair a call can
+// be counted with at 0, so dashboards and error-ratio alerts see the
+// series before the first call. The statuses are those of the checks in
+// serve, in their order: a path that names no method is answered 401,
+// 503 or 404 before its body is read.
+func precreateRequestSeries(m *metrics.Metrics) {
+	for _, method := range []string{MethodPublish, MethodBroadcast, MethodHistory, MethodDisconnect, MethodUnsubscribe, MethodInfo, MethodPresence, MethodPresenceStats} {
+		for _, status := range []string{"200", "400", "401", "413", "503"} {
+			m.APIRequests.WithLabelValues(method, status)
+		}
+	}
+	for _, status := range []string{"401", "404", "503"} {
+		m.APIRequests.WithLabelValues(unknownMethod, status)
+	}
 }
 
 // apiError is an error answer: the HTTP status and the JSON-RPC error.
@@ -377,7 +394,13 @@ func (h *Handler) publish(ctx context.Context, body []byte) ([]byte, *apiError) 
 	if pos == nil {
 		return okResult, nil
 	}
-	return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
+	return asResult(protocol.AppendPosition(nil, pos.Epoch, pos.Offset)), nil
+}
+
+// asResult wraps an encoded result as every successful call answers it:
+// {"result":...}.
+func asResult(res []byte) []byte {
+	return append(append([]byte(`{"result":`), res...), '}')
 }
 
 // publishAt publishes through the history backend when there is one.
@@ -428,7 +451,7 @@ func (h *Handler) history(ctx context.Context, body []byte) ([]byte, *apiError) 
 	case err != nil:
 		return nil, h.unavailable(err)
 	}
-	return res, nil
+	return asResult(res), nil
 }
 
 func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError) {
@@ -479,7 +502,7 @@ func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError
 	if out == nil {
 		return okResult, nil
 	}
-	return append(out, "]}"...), nil
+	return asResult(append(out, "]}"...)), nil
 }
 
 func (h *Handler) disconnect(body []byte) ([]byte, *apiError) {

@@ -1,6 +1,7 @@
-// rtclient.js: a dependency-free browser client for rtserver (the wire
-// protocol of docs/protocol.md). JSON-RPC 2.0 over one WebSocket, id-matched calls, topic
-// subscriptions that survive reconnects, and reconnection with full-jitter
+// rtclient.js: a dependency-free client for rtserver (the wire protocol of
+// docs/protocol.md), in browsers and Node.js. JSON-RPC 2.0 over one
+// WebSocket, id-matched calls, topic subscriptions that survive reconnects
+// (recovering what history topics missed), and reconnection with full-jitter
 // exponential backoff that never returns sooner than the server asked.
 //
 // Rules it keeps (the same as the Go client in package client):
@@ -23,6 +24,15 @@
 //     A "draining" system event's reconnectAfterMs is the fallback hint.
 //   - A browser cannot read the HTTP status of a refused upgrade (503, 429,
 //     401 all look like close 1006), so those are retried with plain backoff.
+//   - History topics (docs/history.md): a subscription keeps its position
+//     (epoch, offset), set by the subscribe result and advanced by every
+//     message's offset in frame order; after every reconnect and on the
+//     server's "resync" event it subscribes with recover and since, drops
+//     any message at or below its position, and reports each recovery to
+//     onRecovery. A resubscription the server sheds (-32001, -32002) is
+//     re-sent after the hint, a few times. publishAt retries a publish that
+//     was shed or cut off by a reconnect with the same idempotencyKey: the
+//     one retry the client makes, because the server makes it safe.
 
 const PERMANENT_CLOSE = new Set([1002, 1003, 1007, 1008, 1009]);
 
@@ -40,6 +50,14 @@ const STABLE_MS = 1000;
 
 // Calls and notifications queued while disconnected, at most.
 const MAX_QUEUED = 1024;
+
+// How often one connection re-sends a subscription the server shed
+// (OVERLOADED, RATE_LIMITED) before giving it up (as the Go client).
+const RESUBSCRIBE_ROUNDS = 3;
+
+// JSON-RPC codes the client retries after the server's hint.
+const OVERLOADED = -32001;
+const RATE_LIMITED = -32002;
 
 /**
  * The wait before reconnect attempt number `attempt` (0 for the first after
@@ -78,6 +96,18 @@ function hintMs(v) {
   return Math.min(Math.floor(v), MAX_HINT_MS);
 }
 
+// The retryAfterMs of a -32001/-32002 error's data, capped; 0 when absent.
+function errorHintMs(err) {
+  return hintMs(err && err.data ? Number(err.data.retryAfterMs) : 0);
+}
+
+// A fresh idempotency key: 24 hex digits from the platform's CSPRNG.
+function newIdempotencyKey() {
+  const b = new Uint8Array(12);
+  globalThis.crypto.getRandomValues(b);
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
 /** An error answer from the server, or a client-side failure of a call. */
 export class RPCError extends Error {
   constructor(code, message, data) {
@@ -101,6 +131,11 @@ export class RPCError extends Error {
  *   onSystem(params)        server "system" notifications (degraded, recovered,
  *                  draining, tokenExpiring, unsubscribed), after the client
  *                  acted on them
+ *   onRecovery(topic, recovered, reason)  after every resubscription of a
+ *                  history topic (a reconnect, a resync): recovered true when
+ *                  every missed message came (they follow, each once, in
+ *                  order); false with reason "epoch" | "trimmed" | "tooMany"
+ *                  when they are gone: reload the topic's state
  *   onPresence(diff)        server "presence" notifications: {topic, joins,
  *                  leaves}, each entry {client, user}; the coalesced joins
  *                  and leaves of a subscribed topic with joinLeave
@@ -126,6 +161,7 @@ class Client {
     this._max = opts.maxBackoffMs ?? 20000;
     this._onSystem = opts.onSystem || (() => {});
     this._onPresence = opts.onPresence || (() => {});
+    this._onRecovery = opts.onRecovery || (() => {});
     this._onState = opts.onState || (() => {});
     this._onError = opts.onError || ((e) => console.error("rtclient:", e));
     this._WS = opts.WebSocket || globalThis.WebSocket;
@@ -159,13 +195,19 @@ class Client {
    * RPCError whose code and data are the server's.
    */
   call(method, params) {
+    return this._call(method, params, null);
+  }
+
+  // _call is call with a hook run on the result as it is read, before the
+  // frames that follow it (a promise's then would run after them).
+  _call(method, params, hook) {
     if (this._stopped) return Promise.reject(new RPCError("CLOSED", "rtclient: closed"));
     const id = this._nextId++;
     const req = { jsonrpc: "2.0", id, method };
     if (params !== undefined) req.params = params;
     const text = JSON.stringify(req);
     return new Promise((resolve, reject) => {
-      const p = { resolve, reject, ws: null };
+      const p = { resolve, reject, ws: null, hook };
       this._pending.set(id, p);
       this._sendOrQueue(text, id);
     });
@@ -179,9 +221,53 @@ class Client {
     this._sendOrQueue(JSON.stringify(req), 0);
   }
 
-  /** Publishes data (any JSON value) to topic. */
+  /**
+   * Publishes data (any JSON value) to topic, once: a publish cut off by a
+   * reconnect rejects with "DISCONNECTED" and may or may not have been
+   * delivered. Resolves with the server's result ({epoch, offset} on a
+   * history topic).
+   */
   publish(topic, data) {
     return this.call("publish", { topic, data });
+  }
+
+  /**
+   * Publishes data on topic with an idempotency key of its own and retries
+   * with the same key when the connection drops before the answer or the
+   * server sheds the call (-32001, after its retry hint), until it is
+   * answered, the client is closed or opts.signal aborts: on a history
+   * topic the message is stored and delivered once however often it is
+   * sent. Resolves with its position {epoch, offset} ({} on a topic
+   * without history, where a retry after a lost answer may deliver twice).
+   */
+  async publishAt(topic, data, opts = {}) {
+    const params = { topic, data, idempotencyKey: newIdempotencyKey() };
+    const signal = opts.signal;
+    for (let attempt = 0; ; attempt++) {
+      if (signal && signal.aborted) throw signal.reason;
+      let wait = 0;
+      try {
+        return await this.call("publish", params);
+      } catch (err) {
+        if (err.code === OVERLOADED) wait = errorHintMs(err);
+        else if (err.code !== "DISCONNECTED") throw err;
+      }
+      await this._sleep(backoff(attempt, this._min, this._max, wait, this._random()), signal);
+    }
+  }
+
+  /**
+   * The messages of a history topic: the newest `limit` (1 to 1000,
+   * default 100), or with `since` ({epoch, offset}) the ones after it,
+   * oldest first. Resolves with {epoch, offset, messages: [{offset,
+   * data}]}. Needs the subscribe grant (-32003); a topic without history
+   * answers -32602.
+   */
+  history(topic, opts = {}) {
+    const params = { topic };
+    if (opts.since) params.since = { epoch: opts.since.epoch, offset: opts.since.offset };
+    if (opts.limit !== undefined) params.limit = opts.limit;
+    return this.call("history", params);
   }
 
   /**
@@ -211,19 +297,28 @@ class Client {
   }
 
   /**
-   * Calls handler(data, topic) for every message on topic, until the
+   * Calls handler(data, topic, offset) for every message on topic (offset:
+   * the message's place in a history topic, else undefined), until the
    * returned function is called. The subscription is re-sent after every
-   * reconnect. The returned function has a `ready` Promise: resolved when the
-   * server confirmed the subscription, rejected (and the subscription
-   * dropped) when it refused it.
+   * reconnect, with recover on a history topic. The returned function has a
+   * `ready` Promise: resolved when the server confirmed the subscription,
+   * rejected (and the subscription dropped) when it refused it; and
+   * `position()`: the last {epoch, offset} of a history topic, null
+   * otherwise.
+   *
+   * opts.since ({epoch, offset}, e.g. from a history result) starts a new
+   * subscription there: the server replays what came after it, and
+   * onRecovery reports whether it could. Ignored when topic is already
+   * subscribed.
    */
-  subscribe(topic, handler) {
+  subscribe(topic, handler, opts = {}) {
     let t = this._subs.get(topic);
     if (this._stopped) {
       t = new Topic();
       t.fail(new RPCError("CLOSED", "rtclient: closed"));
     } else if (!t) {
       t = new Topic();
+      if (opts.since) t.pos = { epoch: opts.since.epoch, offset: opts.since.offset };
       this._subs.set(topic, t);
       if (this._wsOpen) this._sendSubscribe(topic, t);
     }
@@ -237,6 +332,7 @@ class Client {
       if (this._wsOpen) this.call("unsubscribe", { topic }).catch(() => {});
     };
     off.ready = t.ready;
+    off.position = () => (t.pos ? { epoch: t.pos.epoch, offset: t.pos.offset } : null);
     return off;
   }
 
@@ -315,16 +411,71 @@ class Client {
     });
   }
 
-  _sendSubscribe(topic, t) {
-    return this.call("subscribe", { topic }).then(
+  // _sendSubscribe subscribes to topic: with recover from its position
+  // when it has one. A resubscription the server sheds is re-sent after
+  // the hint on the same connection, up to RESUBSCRIBE_ROUNDS times; any
+  // other refusal is final. It resolves once settled.
+  _sendSubscribe(topic, t, round = 0) {
+    const recovering = t.pos !== null;
+    const params = recovering ? { topic, recover: true, since: { epoch: t.pos.epoch, offset: t.pos.offset } } : { topic };
+    const ws = this._ws;
+    return this._call("subscribe", params, (r) => this._subscribed(topic, t, r, recovering)).then(
       () => t.confirm(),
-      (err) => {
+      async (err) => {
         if (err.code === "DISCONNECTED" || err.code === "CLOSED") return; // re-sent on the next connection
-        if (this._subs.get(topic) === t) this._subs.delete(topic);
+        if (this._subs.get(topic) !== t) return;
+        const shed = err.code === OVERLOADED || err.code === RATE_LIMITED;
+        if (shed && t.confirmed && round + 1 < RESUBSCRIBE_ROUNDS) {
+          await this._sleep(backoff(round, this._min, this._max, errorHintMs(err), this._random()));
+          if (ws === this._ws && this._wsOpen && this._subs.get(topic) === t) return this._sendSubscribe(topic, t, round + 1);
+          return; // a new connection re-sends it
+        }
+        this._subs.delete(topic);
         t.fail(err);
         this._onError(err);
       },
     );
+  }
+
+  // _subscribed runs on a subscribe result as it is read: it sets the
+  // position (a recovered subscription keeps its own, the replay follows),
+  // and after a recovery attempt tells the application how it went.
+  _subscribed(topic, t, r, recovering) {
+    if (this._subs.get(topic) !== t || !r || typeof r.epoch !== "string" || r.epoch === "") return;
+    const recovered = r.recovered === true;
+    if (!recovered || t.pos === null || t.pos.epoch !== r.epoch) t.pos = { epoch: r.epoch, offset: r.offset };
+    if (recovering && typeof r.recovered === "boolean") {
+      try {
+        this._onRecovery(topic, recovered, r.reason || "");
+      } catch (err) {
+        this._onError(err);
+      }
+    }
+  }
+
+  // _resync answers the server's resync event: subscribe again from the
+  // position, so the server replays what this subscription missed.
+  _resync(topic) {
+    const t = this._subs.get(topic);
+    if (t && this._wsOpen) this._sendSubscribe(topic, t);
+  }
+
+  // _sleep resolves after ms on the client's clock; it rejects at once when
+  // signal aborts, and with "CLOSED" when the client is closed meanwhile.
+  _sleep(ms, signal) {
+    return new Promise((resolve, reject) => {
+      let timer = null;
+      const onAbort = () => {
+        this._clearTimeout(timer);
+        reject(signal.reason);
+      };
+      timer = this._setTimeout(() => {
+        if (signal) signal.removeEventListener("abort", onAbort);
+        if (this._stopped) reject(new RPCError("CLOSED", "rtclient: closed"));
+        else resolve();
+      }, Math.ceil(ms));
+      if (signal) signal.addEventListener("abort", onAbort, { once: true });
+    });
   }
 
   _dropped(ws, code, reason) {
@@ -425,9 +576,14 @@ class Client {
       if (m.method === "message") {
         const t = this._subs.get(params.topic);
         if (!t) return;
+        const offset = typeof params.offset === "number" ? params.offset : undefined;
+        if (offset !== undefined && t.pos !== null) {
+          if (offset <= t.pos.offset) return; // a duplicate of what this subscription already had
+          t.pos.offset = offset;
+        }
         for (const e of [...t.handlers]) {
           try {
-            e.handler(params.data, params.topic);
+            e.handler(params.data, params.topic, offset);
           } catch (err) {
             this._onError(err);
           }
@@ -436,6 +592,7 @@ class Client {
         if (params.event === "draining") this._drainHint = hintMs(params.reconnectAfterMs);
         else if (params.event === "tokenExpiring") this._refresh();
         else if (params.event === "unsubscribed") this._subs.delete(params.topic);
+        else if (params.event === "resync") this._resync(params.topic);
         try {
           this._onSystem(params);
         } catch (err) {
@@ -477,8 +634,12 @@ class Client {
     const p = this._pending.get(id);
     if (!p) return;
     this._pending.delete(id);
-    if (err) p.reject(err);
-    else p.resolve(result);
+    if (err) {
+      p.reject(err);
+      return;
+    }
+    if (p.hook) p.hook(result);
+    p.resolve(result);
   }
 
   _failPending(match, err) {
@@ -512,6 +673,8 @@ class Client {
 class Topic {
   constructor() {
     this.handlers = new Set();
+    this.pos = null; // {epoch, offset} on a history topic, once known
+    this.confirmed = false; // the server confirmed it once
     this.ready = new Promise((resolve, reject) => {
       this._resolve = resolve;
       this._reject = reject;
@@ -519,6 +682,7 @@ class Topic {
     this.ready.catch(() => {}); // nobody has to look
   }
   confirm() {
+    this.confirmed = true;
     this._resolve();
   }
   fail(err) {

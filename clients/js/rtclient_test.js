@@ -1,14 +1,21 @@
-// Unit tests of rtclient.js, run in a browser (no Node, no npm): import
-// this module and await run(); it resolves with {passed, failures}. The
-// examples/chat browser tests run it in headless Chromium.
+// Tests of rtclient.js. They run in a browser and in Node.js (20 with
+// --experimental-websocket, or later): import this module and await
+// run(); it resolves with {passed, failures}. The examples/chat tests run
+// it in headless Chromium and in Node (test_node.js).
 //
-// The client is driven through a fake WebSocket and a fake clock, so every
-// delay it chooses is seen exactly and nothing here waits on real time.
+// The unit tests drive the client through a fake WebSocket and a fake
+// clock, so every delay it chooses is seen exactly and nothing waits on
+// real time. With run({url}), the URL of a running chat example
+// (examples/chat), the live tests also run against it over a real
+// WebSocket.
 
+import * as rtclient from "./rtclient.js";
 import { backoff, connect, parseRetryAfterMs, RPCError } from "./rtclient.js";
 
 const tests = [];
 const test = (name, fn) => tests.push({ name, fn });
+const liveTests = [];
+const live = (name, fn) => liveTests.push({ name, fn });
 
 function assert(cond, msg) {
   if (!cond) throw new Error(msg);
@@ -597,10 +604,336 @@ test("a throwing handler does not stop delivery to the others", async () => {
   c.close();
 });
 
-export async function run() {
+// --- history topics: positions, recovery, resync, publishAt ---
+
+// reconnect drops ws and opens the next socket once the backoff passed.
+async function reconnect(h, ws) {
+  ws.drop(1006, "");
+  await h.advance(60000);
+  const next = h.last();
+  assert(next !== ws, "a new socket");
+  next.open();
+  return next;
+}
+
+const msg = (topic, offset, data = offset) => ({ jsonrpc: "2.0", method: "message", params: { topic, offset, data } });
+
+test("a history subscription recovers after a reconnect: every offset once, in order", async () => {
+  const h = harness();
+  const recoveries = [];
+  const c = connect("ws://x/ws", h.opts({ batch: true, onRecovery: (...a) => recoveries.push(a) }));
+  await tick();
+  let ws = h.last();
+  ws.open();
+  const got = [];
+  const off = c.subscribe("room:1", (data, topic, offset) => got.push([offset, data]));
+  const sub = ws.sent.find((m) => m.method === "subscribe");
+  eq(sub.params, { topic: "room:1" }, "the first subscribe has no since");
+  // The result and the first messages in one frame: the position is set
+  // before the messages that follow it are read.
+  ws.recv([{ jsonrpc: "2.0", id: sub.id, result: { epoch: "e1", offset: 3 } }, msg("room:1", 4), msg("room:1", 5)]);
+  await off.ready;
+  eq(off.position(), { epoch: "e1", offset: 5 }, "position after two messages");
+  eq(recoveries, [], "the first subscribe is not a recovery");
+
+  ws = await reconnect(h, ws);
+  const again = ws.sent.find((m) => m.method === "subscribe");
+  eq(again.params, { topic: "room:1", recover: true, since: { epoch: "e1", offset: 5 } }, "resubscribed from the position");
+  ws.recv([
+    { jsonrpc: "2.0", id: again.id, result: { epoch: "e1", offset: 7, recovered: true } },
+    msg("room:1", 5), // already had it
+    msg("room:1", 6),
+    msg("room:1", 7),
+    msg("room:1", 7), // a duplicate of the replay
+    msg("room:1", 8),
+  ]);
+  await tick();
+  eq(got.map((g) => g[0]), [4, 5, 6, 7, 8], "each offset once, in order");
+  eq(recoveries, [["room:1", true, ""]], "recovered reported once");
+  eq(off.position(), { epoch: "e1", offset: 8 }, "position");
+  c.close();
+});
+
+test("recovered false: the new epoch's position, the reason reported, live from there", async () => {
+  const h = harness();
+  const recoveries = [];
+  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
+  await tick();
+  let ws = h.last();
+  ws.open();
+  const got = [];
+  const off = c.subscribe("room:1", (data, topic, offset) => got.push(offset));
+  answerAll(ws, 0, { epoch: "e1", offset: 50 });
+  ws.recv(msg("room:1", 51));
+  ws = await reconnect(h, ws);
+  const again = ws.sent.find((m) => m.method === "subscribe");
+  eq(again.params.since, { epoch: "e1", offset: 51 }, "since");
+  ws.recv({ jsonrpc: "2.0", id: again.id, result: { epoch: "e2", offset: 2, recovered: false, reason: "epoch" } });
+  // Lower offsets of the new epoch are not duplicates of the old one.
+  ws.recv(msg("room:1", 3));
+  eq(got, [51, 3], "delivered");
+  eq(recoveries, [["room:1", false, "epoch"]], "reported");
+  eq(off.position(), { epoch: "e2", offset: 3 }, "position in the new epoch");
+  c.close();
+});
+
+test("a topic without history keeps no position and resubscribes plainly", async () => {
+  const h = harness();
+  const recoveries = [];
+  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
+  await tick();
+  let ws = h.last();
+  ws.open();
+  const off = c.subscribe("plain", () => {});
+  answerAll(ws);
+  await off.ready;
+  eq(off.position(), null, "no position");
+  ws = await reconnect(h, ws);
+  eq(ws.sent.find((m) => m.method === "subscribe").params, { topic: "plain" }, "no recover");
+  answerAll(ws);
+  await tick();
+  eq(recoveries, [], "nothing to report");
+  c.close();
+});
+
+test("resync: subscribe again from the position on the same connection", async () => {
+  const h = harness();
+  const recoveries = [];
+  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const got = [];
+  c.subscribe("room:1", (data, topic, offset) => got.push(offset));
+  answerAll(ws, 0, { epoch: "e1", offset: 0 });
+  ws.recv(msg("room:1", 1));
+  ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "resync", topic: "room:1" } });
+  const again = ws.sent[ws.sent.length - 1];
+  eq([again.method, again.params], ["subscribe", { topic: "room:1", recover: true, since: { epoch: "e1", offset: 1 } }], "resubscribed");
+  ws.recv(msg("room:1", 3)); // live, while the resubscribe is answered
+  ws.recv({ jsonrpc: "2.0", id: again.id, result: { epoch: "e1", offset: 3, recovered: true } });
+  ws.recv(msg("room:1", 2));
+  ws.recv(msg("room:1", 3));
+  ws.recv(msg("room:1", 4));
+  eq(got, [1, 3, 4], "at or below the position is dropped");
+  eq(recoveries, [["room:1", true, ""]], "reported");
+  eq(h.system.map((e) => e.event), ["resync"], "onSystem told");
+  c.close();
+});
+
+test("a resubscription shed with -32001 is re-sent after the hint, then given up", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  let ws = h.last();
+  ws.open();
+  const off = c.subscribe("room:1", () => {});
+  answerAll(ws, 0, { epoch: "e1", offset: 4 });
+  await off.ready;
+  ws = await reconnect(h, ws);
+  const shed = { code: -32001, message: "overloaded", data: { reason: "HISTORY_UNAVAILABLE", retryAfterMs: 700 } };
+  for (let round = 0; round < 3; round++) {
+    const subs = ws.sent.filter((m) => m.method === "subscribe");
+    eq(subs.length, round + 1, `round ${round}: subscribes sent`);
+    ws.recv({ jsonrpc: "2.0", id: subs[round].id, error: shed });
+    await tick();
+    await tick();
+    if (round < 2) {
+      const before = h.time;
+      await h.advance(699);
+      eq(ws.sent.filter((m) => m.method === "subscribe").length, round + 1, "not before the hint");
+      await h.advance(1000);
+      assert(h.time - before >= 700, "waited the hint");
+    }
+  }
+  await tick();
+  eq(h.errors.map((e) => e.code), [-32001], "given up after three rounds, reported");
+  eq(c.state, "open", "the connection stays");
+  c.close();
+});
+
+test("subscribe with since starts from that position and reports the recovery", async () => {
+  const h = harness();
+  const recoveries = [];
+  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const got = [];
+  const off = c.subscribe("room:1", (data, topic, offset) => got.push(offset), { since: { epoch: "e1", offset: 10 } });
+  eq(off.position(), { epoch: "e1", offset: 10 }, "position before the answer");
+  const sub = ws.sent[0];
+  eq(sub.params, { topic: "room:1", recover: true, since: { epoch: "e1", offset: 10 } }, "sent with since");
+  ws.recv({ jsonrpc: "2.0", id: sub.id, result: { epoch: "e1", offset: 11, recovered: true } });
+  ws.recv(msg("room:1", 10));
+  ws.recv(msg("room:1", 11));
+  eq(got, [11], "only what came after since");
+  eq(recoveries, [["room:1", true, ""]], "reported");
+  c.close();
+});
+
+test("publishAt retries a shed or cut-off publish with the same idempotencyKey", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  let ws = h.last();
+  ws.open();
+  const done = c.publishAt("room:1", { text: "hi" });
+  await tick();
+  const first = ws.sent[ws.sent.length - 1];
+  eq(first.method, "publish", "published");
+  const key = first.params.idempotencyKey;
+  assert(/^[0-9a-f]{24}$/.test(key), `key ${key}`);
+  ws.recv({ jsonrpc: "2.0", id: first.id, error: { code: -32001, message: "overloaded", data: { reason: "BUS", retryAfterMs: 400 } } });
+  await tick();
+  await h.advance(399);
+  eq(ws.sent.filter((m) => m.method === "publish").length, 1, "not before the hint");
+  await h.advance(1000);
+  const second = ws.sent[ws.sent.length - 1];
+  eq([second.method, second.params], ["publish", first.params], "the same params and key");
+  ws = await reconnect(h, ws); // the answer is lost
+  await h.advance(1000);
+  const third = ws.sent.find((m) => m.method === "publish");
+  eq(third && third.params.idempotencyKey, key, "the same key after the reconnect");
+  ws.recv({ jsonrpc: "2.0", id: third.id, result: { epoch: "e1", offset: 9 } });
+  eq(await done, { epoch: "e1", offset: 9 }, "the position");
+  // Other errors are the caller's.
+  const refused = c.publishAt("room:1", 1);
+  await tick();
+  const req = ws.sent[ws.sent.length - 1];
+  ws.recv({ jsonrpc: "2.0", id: req.id, error: { code: -32003, message: "forbidden" } });
+  eq((await refused.catch((e) => e)).code, -32003, "not retried");
+  c.close();
+});
+
+test("publishAt stops when its signal aborts or the client closes", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const ctl = new AbortController();
+  const p = c.publishAt("t", 1, { signal: ctl.signal });
+  await tick();
+  ws.recv({ jsonrpc: "2.0", id: ws.sent[0].id, error: { code: -32001, message: "overloaded", data: { retryAfterMs: 5000 } } });
+  await tick();
+  ctl.abort(new Error("gave up"));
+  eq((await p.catch((e) => e)).message, "gave up", "aborted while waiting");
+  const q = c.publishAt("t", 2);
+  await tick();
+  c.close();
+  eq((await q.catch((e) => e)).code, "CLOSED", "closed");
+});
+
+test("history asks for a topic's messages", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const p = c.history("room:1", { limit: 2, since: { epoch: "e1", offset: 3, extra: 1 } });
+  const req = ws.sent[0];
+  eq([req.method, req.params], ["history", { topic: "room:1", since: { epoch: "e1", offset: 3 }, limit: 2 }], "params");
+  const res = { epoch: "e1", offset: 5, messages: [{ offset: 4, data: "a" }, { offset: 5, data: "b" }] };
+  ws.recv({ jsonrpc: "2.0", id: req.id, result: res });
+  eq(await p, res, "result");
+  c.history("room:1").catch(() => {}); // rejected by close
+  eq(ws.sent[1].params, { topic: "room:1" }, "defaults");
+  c.close();
+});
+
+// --- the public surface: what rtclient.d.ts declares ---
+
+test("the module exports and the client's methods are the declared ones", () => {
+  eq(Object.keys(rtclient).sort(), ["RPCError", "backoff", "connect", "parseRetryAfterMs"], "exports");
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  const proto = Object.getPrototypeOf(c);
+  const methods = Object.getOwnPropertyNames(proto).filter((k) => !k.startsWith("_") && k !== "constructor");
+  eq(methods.sort(), ["call", "close", "history", "notify", "presence", "presenceAll", "presenceStats", "publish", "publishAt", "state", "subscribe"], "client");
+  const off = c.subscribe("t", () => {});
+  eq([typeof off, typeof off.position, off.ready instanceof Promise], ["function", "function", true], "subscription");
+  c.close();
+});
+
+// --- live: against a running chat example (examples/chat) ---
+
+// waitFor polls pred on the real clock until it is truthy.
+async function waitFor(pred, what, ms = 20000) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = pred();
+    if (v) return v;
+    if (Date.now() - t0 > ms) throw new Error("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+const liveRoom = () => "live" + Math.floor(Math.random() * 1e9);
+
+live("a room's messages carry offsets; history returns them", async (url) => {
+  const room = liveRoom();
+  const c = connect(url, { onError: () => {} });
+  try {
+    const got = [];
+    const off = c.subscribe("room:" + room, (data, topic, offset) => got.push({ text: data.text, offset }));
+    await off.ready;
+    const start = off.position();
+    assert(start && start.epoch && start.offset === 0, `a new room's position ${JSON.stringify(start)}`);
+    await c.call("chat.say", { room, text: "one", name: "js" });
+    await waitFor(() => got.length === 1, "the message");
+    eq(got, [{ text: "one", offset: 1 }], "delivered with its offset");
+    eq(off.position(), { epoch: start.epoch, offset: 1 }, "position");
+    const h = await c.history("room:" + room);
+    eq([h.epoch, h.offset, h.messages.map((m) => [m.offset, m.data.text])], [start.epoch, 1, [[1, "one"]]], "history");
+    eq((await c.publishAt("room:" + room, "x").catch((e) => e)).code, -32003, "a refused publishAt is not retried");
+  } finally {
+    c.close();
+  }
+});
+
+live("a dropped connection recovers what was said meanwhile, each once, in order", async (url) => {
+  const room = liveRoom();
+  const topic = "room:" + room;
+  const states = [];
+  const recoveries = [];
+  // random 1 and minBackoffMs 300: the reconnect waits 300 ms, time for
+  // the other client's messages to be said while this one is away.
+  const a = connect(url, {
+    random: () => 1,
+    minBackoffMs: 300,
+    maxBackoffMs: 300,
+    onState: (s) => states.push(s),
+    onRecovery: (...r) => recoveries.push(r),
+    onError: () => {},
+  });
+  const b = connect(url, { onError: () => {} });
+  try {
+    const got = [];
+    const off = a.subscribe(topic, (data, t, offset) => got.push(offset));
+    await off.ready;
+    await b.call("chat.say", { room, text: "before", name: "b" });
+    await waitFor(() => got.length === 1, "the first message");
+    a._ws.close(); // as a network drop would
+    await waitFor(() => states.includes("disconnected"), "the drop");
+    for (const text of ["while", "away", "again"]) await b.call("chat.say", { room, text, name: "b" });
+    await waitFor(() => got.length >= 4 && a.state === "open", "the recovered messages");
+    await b.call("chat.say", { room, text: "after", name: "b" });
+    await waitFor(() => got.length >= 5, "the live message");
+    eq(got, [1, 2, 3, 4, 5], "each offset once, in order");
+    eq(recoveries, [[topic, true, ""]], "recovered");
+  } finally {
+    a.close();
+    b.close();
+  }
+});
+
+export async function run(opts = {}) {
   const failures = [];
   let passed = 0;
-  for (const t of tests) {
+  const all = [...tests];
+  if (opts.url) all.push(...liveTests.map((t) => ({ name: "live: " + t.name, fn: () => t.fn(opts.url) })));
+  for (const t of all) {
     try {
       await t.fn();
       passed++;

@@ -48,7 +48,7 @@ func newConfigFlags() *configFlags {
 	fs.SetOutput(io.Discard) // errors are returned, usage is printed on -h only
 	fs.StringVar(&f.config, "config", "", "YAML configuration `file`")
 	fs.StringVar(&f.listen, "listen", "", "listen `address` (overrides listen)")
-	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen `address` for /metrics (overrides adminListen)")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen `address` for /metrics and the server API (overrides adminListen)")
 	fs.StringVar(&f.redisURL, "redis-url", "", "Redis `URL` (overrides redis.url)")
 	fs.StringVar(&f.logFormat, "log-format", "", "log `format`: text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log `level`: debug | info | warn | error (overrides log.level)")

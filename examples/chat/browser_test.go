@@ -60,8 +60,8 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// The client's own unit tests (clients/js/rtclient_test.js) pass in the
-// browser.
+// The client's own tests (clients/js/rtclient_test.js) pass in the
+// browser, live ones included, against the example serving the page.
 func TestClientUnitTestsInBrowser(t *testing.T) {
 	b := needBrowser(t)
 	leakcheck.Check(t)
@@ -72,7 +72,7 @@ func TestClientUnitTestsInBrowser(t *testing.T) {
 		Passed   int
 		Failures []string
 	}
-	p.mustEval(t, ctx, `import(location.origin + "/clients/js/rtclient_test.js").then(m => m.run())`, &res)
+	p.mustEval(t, ctx, `import(location.origin + "/clients/js/rtclient_test.js").then(m => m.run({url: location.origin.replace(/^http/, "ws") + "/ws"}))`, &res)
 	for _, f := range res.Failures {
 		t.Error(f)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/rtserver/rtserver/access"
+	"github.com/rtserver/rtserver/history"
 )
 
 // topicGrants: everyone may read rooms and announcements, a user may read
@@ -24,15 +25,28 @@ func topicGrants() access.Config {
 			// anonymous connection, is refused here, never passed on to
 			// the default.
 			{Pattern: "user:{user}", Rule: access.Rule{Subscribe: []string{access.GrantOwner}}},
-			{Pattern: "announce:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}}},
+			// Announcements keep a short history, so a page opened after
+			// one was published still shows it.
+			{Pattern: "announce:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}, History: announceHistory}},
 			// Rooms keep their presence, and their readers hear who comes
-			// and goes: the page's list of who is in the room.
-			{Pattern: "room:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}, Presence: true, JoinLeave: true}},
+			// and goes: the page's list of who is in the room. They keep
+			// history too: a page shows the recent messages when it joins,
+			// and misses nothing across a reconnect.
+			{Pattern: "room:*", Rule: access.Rule{Subscribe: []string{access.GrantAny}, Presence: true, JoinLeave: true, History: roomHistory}},
 		},
 		// Anything else: read by anyone, published by nobody.
 		Default: &access.Rule{Subscribe: []string{access.GrantAny}},
 	}
 }
+
+// roomHistory: ttl covers a drain, the page's reconnect backoff and a
+// retry hint with room to spare, and size a room's peak rate times ttl
+// for rooms up to about 30 messages a second (docs/history.md, Sizing);
+// announceHistory keeps the last few for a day.
+var (
+	roomHistory     = history.Policy{Size: 10000, TTL: 5 * time.Minute}
+	announceHistory = history.Policy{Size: 10, TTL: 24 * time.Hour}
+)
 
 // demoUser is what /token accepts as a user name: no '/' or ':' (the
 // pattern's separator), so every name owns exactly its user:<name> topic.

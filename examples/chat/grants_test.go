@@ -153,3 +153,35 @@ func TestPagesShowAnnouncementsAndPrivateMessages(t *testing.T) {
 		t.Fatalf("bob's page shows %d private messages of someone else", bobPrivate)
 	}
 }
+
+// With -demo-auth, the page at the plain URL the server logs signs in
+// under the guest name it shows and connects; it shows the announcement
+// published before it opened. A name /token refuses is shown as the
+// reason the page is not connected, not retried in silence.
+func TestDemoAuthPageWithoutUserConnects(t *testing.T) {
+	b := needBrowser(t)
+	leakcheck.Check(t)
+	a := startApp(t, options{APIKey: "k3y", DemoAuth: "s3cret"}, "")
+	ctx := testContext(t, 30*time.Second)
+	if code := apiPublish(t, a, "k3y", "announce:all", `{"text":"maintenance at 22:00"}`); code != 200 {
+		t.Fatalf("API publish: %d", code)
+	}
+	p := openPage(t, ctx, b, a.url("/"))
+	var got struct {
+		User, Name string
+		Shown      bool
+	}
+	p.mustEval(t, ctx, fmt.Sprintf(`%s.then(() => ({user: chat.user, name: document.getElementById("name").value,
+		shown: document.getElementById("log").textContent.includes("maintenance at 22:00")}))`,
+		until(`chat.client.state === "open" && chat.joined && chat.announcements.length > 0`)), &got)
+	if !strings.HasPrefix(got.User, "guest") || got.Name != got.User || !got.Shown {
+		t.Fatalf("page without ?user=: %+v, want signed in as the guest name it shows, announcement shown", got)
+	}
+
+	bad := openPage(t, ctx, b, a.url("/?user=not%20a%20name&minBackoffMs=50&maxBackoffMs=200"))
+	var shown struct{ State, Error string }
+	bad.mustEval(t, ctx, until(`document.getElementById("state").textContent.includes("cannot sign in") && {state: document.getElementById("state").textContent, error: document.getElementById("error").textContent}`), &shown)
+	if !strings.Contains(shown.State, "cannot sign in as not a name") || !strings.Contains(shown.Error, "user must be") {
+		t.Fatalf("a refused name shows state %q, error %q: want the reason", shown.State, shown.Error)
+	}
+}

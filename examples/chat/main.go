@@ -16,8 +16,15 @@
 // user:<their user> only; they publish nothing themselves (chat.say and
 // the server API publish from the server's side). With -api-key the
 // server API is on (announcements and private messages from a backend, or
-// curl); with -demo-auth the page signs in as ?user=NAME with a token
-// from GET /token (a demo: anyone may take any name).
+// curl); with -demo-auth the page signs in as ?user=NAME, or the guest
+// name it shows, with a token from GET /token (a demo: anyone may take any
+// name).
+//
+// Rooms and announcements keep history (docs/history.md): a page shows a
+// room's recent messages when it joins and recovers what it missed after
+// a reconnect. With -redis the instances sharing that Redis are one fleet
+// and the history survives a restart; without it a restart loses it, and
+// the page says so and reloads.
 package main
 
 import (
@@ -68,6 +75,10 @@ type options struct {
 	// RefreshNotice (0 = 30s) before it expires.
 	TokenTTL      time.Duration
 	RefreshNotice time.Duration
+	// Redis is redis.url: instances sharing it are one fleet, and rooms'
+	// history lives there, so it survives a restart; "" = one instance
+	// with the in-memory bus, whose history a restart loses.
+	Redis string
 }
 
 func defaultOptions() options {
@@ -90,6 +101,7 @@ func main() {
 	flag.StringVar(&o.DemoAuth, "demo-auth", o.DemoAuth, "HS256 secret: require tokens and mint them at GET /token?user=NAME (demo only)")
 	flag.DurationVar(&o.TokenTTL, "token-ttl", o.TokenTTL, "lifetime of a /token token (0 = 1h); pages refresh it before it expires")
 	flag.DurationVar(&o.RefreshNotice, "refresh-notice", o.RefreshNotice, "how long before a token expires the server says so (0 = 30s)")
+	flag.StringVar(&o.Redis, "redis", o.Redis, "redis:// URL: run several instances as one fleet, history kept in Redis (\"\" = one instance, history in memory)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -138,6 +150,7 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	}
 	cfg.Admission.Methods = map[string]string{"chat.say": "chat"}
 	cfg.Topics = topicGrants()
+	cfg.Redis.URL = o.Redis
 	cfg.API.Key = o.APIKey
 	if o.DemoAuth != "" {
 		cfg.Auth.JWT.HMACSecret = []byte(o.DemoAuth)
