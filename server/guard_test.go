@@ -53,6 +53,21 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d of %d idle read loops wait in awaitInput", inAwaitInput(), n)
 	}, func() bool { return inAwaitInput() == n })
+	// And while it waits, its read buffer is lent out (readpark.go).
+	parked := func() int {
+		k := 0
+		for _, c := range s.snapshotConns() {
+			c.raw.brMu.Lock()
+			if c.raw.br.Size() == 0 {
+				k++
+			}
+			c.raw.brMu.Unlock()
+		}
+		return k
+	}
+	testkit.Eventually(t, time.Until(deadline), func() string {
+		return fmt.Sprintf("%d of %d idle connections hold a read buffer while they wait", n-parked(), n)
+	}, func() bool { return parked() == n })
 }
 
 // A publish encodes its frame once, whatever the number of subscribers:

@@ -279,7 +279,9 @@ func (c *rawConn) awaitInput() (closeNext bool) {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
-			if c.sc.Read(c.awaitFn) != nil {
+			err := c.sc.Read(c.awaitFn)
+			c.unparkReader() // awaitFD lent the buffer out while it waited
+			if err != nil {
 				return false // the read that follows reports it
 			}
 		}
@@ -370,6 +372,7 @@ func (c *rawConn) closeRead() {
 		return
 	}
 	c.brMu.Lock()
+	c.unparkReaderLocked() // the library reads br from here on
 	c.readClosed = true
 	c.brMu.Unlock()
 }
