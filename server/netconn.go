@@ -279,8 +279,12 @@ func (c *rawConn) awaitInput() (closeNext bool) {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
+			// The read buffer is lent out while the wait lasts
+			// (readpark.go): here, not in awaitFD, where the stack
+			// is deepest.
+			c.parkReader()
 			err := c.sc.Read(c.awaitFn)
-			c.unparkReader() // awaitFD lent the buffer out while it waited
+			c.unparkReader()
 			if err != nil {
 				return false // the read that follows reports it
 			}

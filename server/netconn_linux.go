@@ -71,8 +71,6 @@ func (c *rawConn) awaitFD(fd uintptr) bool {
 		case syscall.EAGAIN:
 			c.flushBeforeWait()
 			c.shrinkReader()
-			// Its buffer is lent out while it waits (readpark.go).
-			c.parkReader()
 			return false // nothing yet: wait
 		}
 		c.peeked = max(n, 0)

@@ -1,9 +1,6 @@
 package server
 
-import (
-	"bufio"
-	"sync"
-)
+import "bufio"
 
 // An idle connection's read buffer is lent out while its read goroutine
 // waits for the client: the buffer is needed only while bytes are read,
@@ -13,42 +10,59 @@ import (
 // close takes one before the WebSocket library reads br for the close
 // handshake (closeRead). Saves readBufferSize bytes per idle connection.
 //
-// Invariant: br is parked only while the read goroutine waits in awaitFD,
-// and only under brMu with readClosed false; every reader of br unparks
-// it first under brMu. A publisher's large reader during a burst is not
-// parked (shrinkReader gives it back first); a reader of another size
-// (net/http's 4 KiB one, kept for bytes a client sent ahead of the 101) is
-// dropped once empty, and the connection borrows small ones from then on.
+// Invariant: br is parked only while the read goroutine waits in
+// awaitInput, and only under brMu with readClosed false; every reader of br unparks
+// it first under brMu. Only the small reader is lent, which reads the
+// socket itself: a publisher's large reader during a burst is not
+// (shrinkReader gives the small one back first), nor net/http's 4 KiB one,
+// kept when a client's bytes came ahead of the 101, which reads them from
+// Accept's io.MultiReader (empty as the bufio.Reader may look, it can
+// still hold some).
+
+// spareReaders is how many lent buffers are kept for connections that
+// wake; past it a parked connection's buffer is simply dropped (a pool
+// would keep every idle connection's buffer until the next two GCs, and
+// an idle server allocates nothing that would start one).
+const spareReaders = 256
 
 var (
-	// lentReadBuffers hold lent buffers, each in a bufio.Reader of
+	// spareReadBufs hold lent buffers, each in a bufio.Reader of
 	// readBufferSize reading nothing.
-	lentReadBuffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferSize) }}
-	// emptyReaders are the bufio.Readers a lent buffer travels in, once
-	// it is back in a connection's br.
-	emptyReaders = sync.Pool{New: func() any { return new(bufio.Reader) }}
+	spareReadBufs = make(chan *bufio.Reader, spareReaders)
+	// spareBoxes are empty bufio.Readers for a parked buffer to travel in.
+	spareBoxes = make(chan *bufio.Reader, spareReaders)
 )
 
 // parkReader lends br's buffer out when nothing is buffered: the read
-// goroutine is about to wait for the client (awaitFD). Read goroutine only.
+// goroutine is about to wait for the client (awaitInput). Read goroutine
+// only.
 func (c *rawConn) parkReader() {
+	if c == nil || c.br == nil {
+		return
+	}
 	c.brMu.Lock()
 	defer c.brMu.Unlock()
-	if c.readClosed || c.br.Size() == 0 || c.br.Buffered() != 0 {
+	if c.readClosed || c.br.Size() != readBufferSize || c.br.Buffered() != 0 {
 		return
 	}
 	if h := c.hold.Load(); h != nil && h.big != nil {
 		return
 	}
-	if c.br.Size() != readBufferSize {
-		*c.br = bufio.Reader{}
-		return
+	if len(spareReadBufs) < spareReaders {
+		var box *bufio.Reader
+		select {
+		case box = <-spareBoxes:
+		default:
+			box = new(bufio.Reader)
+		}
+		*box = *c.br
+		box.Reset(nil) // keeps the buffer, drops the socket
+		select {
+		case spareReadBufs <- box:
+		default: // filled up meanwhile: the buffer goes with the box
+		}
 	}
-	box := emptyReaders.Get().(*bufio.Reader)
-	*box = *c.br
-	box.Reset(nil) // keeps the buffer, drops the socket
 	*c.br = bufio.Reader{}
-	lentReadBuffers.Put(box)
 }
 
 // unparkReader gives br a buffer again if it was lent out.
@@ -66,9 +80,16 @@ func (c *rawConn) unparkReaderLocked() {
 	if c.br == nil || c.br.Size() != 0 {
 		return
 	}
-	box := lentReadBuffers.Get().(*bufio.Reader)
-	box.Reset(c)
-	*c.br = *box
-	*box = bufio.Reader{}
-	emptyReaders.Put(box)
+	select {
+	case box := <-spareReadBufs:
+		box.Reset(c)
+		*c.br = *box
+		*box = bufio.Reader{}
+		select {
+		case spareBoxes <- box:
+		default:
+		}
+	default:
+		*c.br = *bufio.NewReaderSize(c, readBufferSize)
+	}
 }
