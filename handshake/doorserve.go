@@ -146,7 +146,7 @@ const bodyBufferLimit = 16 << 10
 // doorResponse is the http.ResponseWriter of a request the door serves.
 type doorResponse struct {
 	c        net.Conn
-	ctx      goneContext
+	ctx      *goneContext // the request's context: its own allocation, as it may outlive w
 	header   http.Header
 	status   int
 	body     []byte
@@ -233,10 +233,6 @@ func (w *doorResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *doorResponse) finish() {
 	w.ctx.stop()
 	if w.hijacked {
-		// The request's context lives in w and may outlive the handler (a
-		// WebSocket server keeps it for its values): it must not keep the
-		// response head (~0.5 KiB per connection) alive with it.
-		w.header, w.body = nil, nil
 		return
 	}
 	if w.status == 0 {

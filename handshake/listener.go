@@ -304,9 +304,8 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 			// Parsing, the handler and the WebSocket accept go deep:
 			// grow the stack once, while it is shallow.
 			stack.Grow()
-			w := &doorResponse{c: c}
-			w.ctx.c = c
-			if req := parseHead(&w.ctx, buf[:n]); req != nil {
+			w := &doorResponse{c: c, ctx: &goneContext{c: c}}
+			if req := parseHead(w.ctx, buf[:n]); req != nil {
 				if !d.take(c) {
 					return
 				}

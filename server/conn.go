@@ -16,6 +16,7 @@ import (
 
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/bufpool"
+	"github.com/rtserver/rtserver/internal/deadlines"
 	"github.com/rtserver/rtserver/internal/stack"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
@@ -44,16 +45,15 @@ type conn struct {
 	heldBy  *holdSet    // the last holdSet this queue was added to
 
 	// (writing, closed, batch, young and closing share one word: conn
-	// stays in the 512-byte size class, which every idle connection pays.)
+	// stays in the 352-byte size class, which every idle connection pays.)
 
-	pingTimer *time.Timer
-	expiry    *tokenExpiry // nil while the token has no exp; owned by the read goroutine
+	pingAt  deadlines.Handle // the next keepalive step, in the server's ping heap (keepalive)
+	invalid int32            // invalid requests since the last frame without one, up to maxInvalid (read goroutine)
+	expiry  *tokenExpiry     // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
-	invalid int                 // invalid requests since the last frame without one (maxInvalid)
 	subsMu  sync.Mutex          // guards subs: the server API's Unsubscribe edits them too
 	subs    map[string]struct{} // topics subscribed (control.go)
-	builtin message.Call        // reused for built-ins, which run inline
 	calls   atomic.Int32        // application RPC goroutines in flight
 	holding atomic.Bool         // the read goroutine runs a publish in hand: what it queues is held (write.go, holdSet)
 	hist    *connHistory        // history calls' state (history.go): made at the first; a pointer keeps conn in its size class
@@ -70,7 +70,6 @@ func (c *conn) start(ws *websocket.Conn) {
 	// One byte of slack for the library: the limit is enforced by
 	// readLoop, which closes with a reason in rtserver's words.
 	ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
-	c.builtin = message.Call{User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
 	if !s.addConn(c) {
 		ws.Close(websocket.StatusGoingAway, "")
 		c.ctx.end()
@@ -78,7 +77,7 @@ func (c *conn) start(ws *websocket.Conn) {
 		return
 	}
 	s.wg.Add(1)
-	c.pingTimer = time.AfterFunc(s.cfg.PingInterval, c.ping)
+	s.pings.After(c, s.cfg.PingInterval)
 	if !c.ticket.Expires.IsZero() {
 		c.watchExpiry(c.ticket.Expires)
 	}
@@ -157,6 +156,30 @@ func (c *conn) holder() *holdSet {
 		return c.raw.hold.Load()
 	}
 	return nil
+}
+
+// builtinCalls hold the message.Calls built-in methods are admitted
+// with. A built-in runs inline on the read goroutine and releases its
+// call before it returns, so a call is needed only while one runs: one
+// kept inside each conn cost every connection 152 bytes, and its size
+// class 128 more.
+var builtinCalls = sync.Pool{New: func() any { return new(message.Call) }}
+
+// builtinCallOf gives a call for a built-in method on c, from the pool:
+// give it back with endBuiltinCall once it is released.
+func (c *conn) builtinCallOf(method, topic string) *message.Call {
+	call := builtinCalls.Get().(*message.Call)
+	call.Method, call.Topic = method, topic
+	call.User, call.IP, call.ConnID = c.ticket.User, c.ticket.IPKey, c.id
+	call.Bytes, call.Subscribers, call.Params = 0, 0, nil
+	return call
+}
+
+// endBuiltinCall returns a released call to the pool, holding no
+// connection's strings.
+func endBuiltinCall(call *message.Call) {
+	call.User, call.IP, call.Topic, call.Params = "", "", "", nil
+	builtinCalls.Put(call)
 }
 
 // limitedReaders hold readLoop's io.LimitedReader between frames: one
@@ -273,7 +296,7 @@ func (c *conn) countInvalid(n int) bool {
 		c.invalid = 0
 		return false
 	}
-	c.invalid += n
+	c.invalid = int32(min(int(c.invalid)+n, maxInvalid))
 	return c.invalid >= maxInvalid
 }
 
@@ -427,41 +450,71 @@ func (c *conn) goAway() {
 // goingAwayFrame is the hard stop's close frame: 1001, no reason.
 var goingAwayFrame = closeFrame(uint16(websocket.StatusGoingAway), "")
 
-// ping checks the peer every PingInterval: a ping, then a check
+// keepalive checks the peer every PingInterval: a ping, then a check
 // PingInterval/2+WriteTimeout later that its pong came. A peer that did
-// not answer in time is dead and its connection is closed. The ping is
-// written here and its pong taken by the read loop (awaitInput) or the
-// WebSocket library: no goroutine waits for it.
-func (c *conn) ping() {
+// not answer in time is dead and its connection is closed. The pong is
+// taken by the read loop (awaitInput) or the WebSocket library: nothing
+// waits for it.
+//
+// It is the server's ping heap's callback, one call per due connection on
+// the heap's goroutine, so it never blocks: the ping is written only if
+// the socket takes it at once, and a socket in use or full gets a
+// goroutine that waits for it (bounded by the write timeout). A timer per
+// connection cost every idle connection ~0.13 KiB; the heap costs it one
+// entry.
+func (c *conn) keepalive() {
 	s := c.s
-	answer := s.cfg.PingInterval/2 + s.cfg.WriteTimeout
 	switch c.raw.pingState.Load() {
 	case pingSent:
-		c.abort()
+		go c.abort() // its close may wait: not on the heap's goroutine
 		return
 	case pingAnswered:
 		c.raw.pingState.Store(pingIdle)
-		if rest := s.cfg.PingInterval - answer; rest > 0 {
-			c.rearmPing(rest)
+		if rest := s.cfg.PingInterval - c.pongWait(); rest > 0 {
+			c.schedulePing(rest)
 			return
 		}
 	}
-	if err := c.raw.ping(s.cfg.WriteTimeout); err != nil {
+	c.raw.pingState.Store(pingSent) // before the write: the pong may come at once
+	sent, rest, err := c.raw.tryWrite(pingFrame, false)
+	switch {
+	case err != nil:
+		c.pinged(err)
+	case !sent:
+		go c.pinged(c.raw.ping(s.cfg.WriteTimeout))
+	case rest: // the socket took one byte of two: the writer path sends the other
+		go c.pinged(c.raw.send(nil, s.cfg.WriteTimeout))
+	default:
+		c.pinged(nil)
+	}
+}
+
+// pongWait is how long a ping's pong may take.
+func (c *conn) pongWait() time.Duration {
+	return c.s.cfg.PingInterval/2 + c.s.cfg.WriteTimeout
+}
+
+// pinged schedules the pong check of a ping written (err nil), or ends a
+// connection whose socket failed.
+func (c *conn) pinged(err error) {
+	if err != nil {
 		if !errors.Is(err, errSealed) { // a close is under way: let it finish
-			c.abort()
+			go c.abort()
 		}
 		return
 	}
-	c.rearmPing(answer)
+	c.schedulePing(c.pongWait())
 }
 
-func (c *conn) rearmPing(d time.Duration) {
+// schedulePing sets the next keepalive step d from now, unless the
+// connection is closing: under c.mu, so that cleanup, which cancels after
+// setting closed, leaves nothing in the heap.
+func (c *conn) schedulePing(d time.Duration) {
 	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if !closed {
-		c.pingTimer.Reset(d)
+	if !c.closed {
+		c.s.pings.After(c, d)
 	}
+	c.mu.Unlock()
 }
 
 // cleanup runs once when the read loop ends.
@@ -470,7 +523,6 @@ func (c *conn) cleanup() {
 	if c.raw != nil {
 		c.raw.flushBeforeWait() // deliveries held for other clients still go
 	}
-	c.pingTimer.Stop()
 	if c.expiry != nil {
 		c.expiry.stop()
 	}
@@ -478,6 +530,7 @@ func (c *conn) cleanup() {
 	c.closed = true
 	c.queue = nil
 	c.mu.Unlock()
+	s.pings.Cancel(c) // after closed: schedulePing adds nothing more
 	c.ctx.end()
 	c.dropSubs()
 	c.callsMu.Lock()

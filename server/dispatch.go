@@ -64,9 +64,9 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 			return nil, perr
 		}
 	}
-	call := &c.builtin
-	call.Method, call.Topic, call.Params = r.Method, p.Topic, r.Params
-	call.Bytes, call.Subscribers = requestBytes(r, raw), 0
+	call := c.builtinCallOf(r.Method, p.Topic)
+	defer endBuiltinCall(call)
+	call.Params, call.Bytes = r.Params, requestBytes(r, raw)
 	if r.Method == MethodPublish {
 		// What a fan-out cost part charges: this instance's subscribers.
 		call.Subscribers = int64(s.hub.count(p.Topic))
@@ -77,8 +77,8 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 		s.pressure.RecordAttempt(p.Topic, c.ticket.User, len(p.Data))
 	}
 	perr = c.admit(call)
-	// The reused Call must not pin this frame's buffer while the
-	// connection idles: only Check reads Params.
+	// Only Check reads Params: the pooled call must not pin this
+	// frame's buffer.
 	call.Params = nil
 	if perr != nil {
 		return nil, perr

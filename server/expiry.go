@@ -8,6 +8,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rtserver/rtserver/internal/deadlines"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -18,18 +19,27 @@ const MethodRefresh = protocol.MethodRefresh
 // notice at least the refresh notice before exp, then a close with 1008
 // at exp unless a refresh moved exp first. It exists only for
 // connections whose token has an exp (a connection without one carries a
-// nil pointer and no timer), and it runs one timer, not a goroutine.
+// nil pointer and nothing scheduled). Its next step waits in the
+// server's expiry heap, one timer for every connection, not a timer (nor
+// a goroutine) of its own.
 type tokenExpiry struct {
 	notice time.Duration
 	now    func() time.Time
 	warn   func(left time.Duration) // sends the tokenExpiring notice
 	expire func()                   // closes the connection
+	heap   *deadlines.Heap[*tokenExpiry]
 
 	mu      sync.Mutex
 	expires time.Time // zero: no exp (after a refresh with a token without one)
 	noticed bool      // the notice for this expires was sent
 	stopped bool
-	timer   *time.Timer
+	next    deadlines.Handle // under heap's lock
+}
+
+// newExpiryHeap is the heap a server's token expiries wait in. Exact (no
+// rounding): a connection closes at its exp, not after it.
+func newExpiryHeap() *deadlines.Heap[*tokenExpiry] {
+	return deadlines.New(0, func(e *tokenExpiry) *deadlines.Handle { return &e.next }, (*tokenExpiry).fire)
 }
 
 // noticeSlack is how much earlier than exp - notice the notice is sent,
@@ -38,11 +48,11 @@ func noticeSlack(notice time.Duration) time.Duration {
 	return min(notice/10, time.Second)
 }
 
-// newTokenExpiry starts watching expires.
-func newTokenExpiry(expires time.Time, notice time.Duration, now func() time.Time, warn func(time.Duration), expire func()) *tokenExpiry {
-	e := &tokenExpiry{notice: notice, now: now, warn: warn, expire: expire, expires: expires}
+// newTokenExpiry starts watching expires, in h.
+func newTokenExpiry(h *deadlines.Heap[*tokenExpiry], expires time.Time, notice time.Duration, now func() time.Time, warn func(time.Duration), expire func()) *tokenExpiry {
+	e := &tokenExpiry{notice: notice, now: now, warn: warn, expire: expire, heap: h, expires: expires}
 	e.mu.Lock()
-	e.timer = time.AfterFunc(e.nextLocked(), e.fire)
+	h.After(e, e.nextLocked())
 	e.mu.Unlock()
 	return e
 }
@@ -56,11 +66,12 @@ func (e *tokenExpiry) nextLocked() time.Duration {
 	return max(at.Sub(e.now()), 0)
 }
 
-// fire runs on the timer: it decides from the current state, so a refresh
-// that moved exp just before is honoured. warn and expire run under e.mu,
-// so once stop has returned neither runs again (the connection's cleanup
-// relies on it: expire starts a close owned by the server's WaitGroup).
-// Both only queue work; lock order: e.mu before the connection's mu.
+// fire runs on the heap's goroutine: it decides from the current state,
+// so a refresh that moved exp just before is honoured. warn and expire
+// run under e.mu, so once stop has returned neither runs again (the
+// connection's cleanup relies on it: expire starts a close owned by the
+// server's WaitGroup). Both only queue work, as the heap requires; lock
+// order: e.mu before the connection's mu and before the heap's.
 func (e *tokenExpiry) fire() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -77,7 +88,7 @@ func (e *tokenExpiry) fire() {
 		e.noticed = true
 		e.warn(left)
 	}
-	e.timer.Reset(e.nextLocked())
+	e.heap.After(e, e.nextLocked())
 }
 
 // extend moves exp to expires (zero: the connection no longer expires)
@@ -91,10 +102,10 @@ func (e *tokenExpiry) extend(expires time.Time) bool {
 	}
 	e.expires, e.noticed = expires, false
 	if expires.IsZero() {
-		e.timer.Stop()
+		e.heap.Cancel(e)
 		return true
 	}
-	e.timer.Reset(e.nextLocked())
+	e.heap.After(e, e.nextLocked())
 	return true
 }
 
@@ -102,7 +113,7 @@ func (e *tokenExpiry) extend(expires time.Time) bool {
 func (e *tokenExpiry) stop() {
 	e.mu.Lock()
 	e.stopped = true
-	e.timer.Stop()
+	e.heap.Cancel(e)
 	e.mu.Unlock()
 }
 
@@ -110,7 +121,7 @@ func (e *tokenExpiry) stop() {
 // It runs on the read goroutine (start, or a refresh), which owns
 // c.expiry.
 func (c *conn) watchExpiry(expires time.Time) {
-	c.expiry = newTokenExpiry(expires, c.s.cfg.RefreshNotice, time.Now,
+	c.expiry = newTokenExpiry(c.s.expiries, expires, c.s.cfg.RefreshNotice, time.Now,
 		func(left time.Duration) {
 			c.enqueue(protocol.AppendTokenExpiring(nil, max(left.Milliseconds(), 1)))
 		},
@@ -129,8 +140,8 @@ func (c *conn) refresh(r *protocol.Request) (json.RawMessage, *protocol.Error) {
 	if len(r.Params) == 0 || json.Unmarshal(r.Params, &p) != nil || p.Token == "" {
 		return nil, protocol.NewError(protocol.CodeInvalidParams, `params must be {"token": T}`, nil)
 	}
-	call := &c.builtin
-	call.Method, call.Topic = r.Method, ""
+	call := c.builtinCallOf(r.Method, "")
+	defer endBuiltinCall(call)
 	if perr := c.admit(call); perr != nil {
 		return nil, perr
 	}

@@ -38,7 +38,7 @@ func (p *expiryProbe) snapshot() (notices, lefts, expired []time.Duration) {
 func TestTokenExpiryNoticeThenClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &expiryProbe{start: time.Now()}
-		e := newTokenExpiry(p.start.Add(time.Minute), 30*time.Second, time.Now, p.warn, p.expire)
+		e := newTokenExpiry(newExpiryHeap(), p.start.Add(time.Minute), 30*time.Second, time.Now, p.warn, p.expire)
 		defer e.stop()
 		time.Sleep(time.Hour) // fake time: everything due has run
 		notices, lefts, expired := p.snapshot()
@@ -60,7 +60,7 @@ func TestTokenExpiryNoticeThenClose(t *testing.T) {
 func TestTokenExpiryRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &expiryProbe{start: time.Now()}
-		e := newTokenExpiry(p.start.Add(time.Minute), 30*time.Second, time.Now, p.warn, p.expire)
+		e := newTokenExpiry(newExpiryHeap(), p.start.Add(time.Minute), 30*time.Second, time.Now, p.warn, p.expire)
 		defer e.stop()
 		time.Sleep(45 * time.Second) // past the notice
 		if n, _, _ := p.snapshot(); len(n) != 1 {
@@ -94,7 +94,7 @@ func TestTokenExpiryRefresh(t *testing.T) {
 func TestTokenExpiryShortToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &expiryProbe{start: time.Now()}
-		e := newTokenExpiry(p.start.Add(10*time.Second), 30*time.Second, time.Now, p.warn, p.expire)
+		e := newTokenExpiry(newExpiryHeap(), p.start.Add(10*time.Second), 30*time.Second, time.Now, p.warn, p.expire)
 		defer e.stop()
 		synctest.Wait()
 		notices, lefts, _ := p.snapshot()
@@ -119,7 +119,7 @@ func TestTokenExpiryShortToken(t *testing.T) {
 func TestTokenExpiryStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &expiryProbe{start: time.Now()}
-		e := newTokenExpiry(p.start.Add(time.Minute), 30*time.Second, time.Now, p.warn, p.expire)
+		e := newTokenExpiry(newExpiryHeap(), p.start.Add(time.Minute), 30*time.Second, time.Now, p.warn, p.expire)
 		e.stop()
 		time.Sleep(time.Hour)
 		if n, _, ex := p.snapshot(); len(n) != 0 || len(ex) != 0 {

@@ -298,6 +298,10 @@ func (h *holdSet) published() {
 	}
 }
 
+// maxSpareHeld bounds the list of held connections kept for the next
+// burst: one huge burst must not pin its list forever.
+const maxSpareHeld = 1 << 14
+
 // pending reports whether frames wait for a flush.
 func (h *holdSet) pending() bool { return h != nil && h.held.Load() }
 
@@ -313,7 +317,7 @@ func (h *holdSet) flush() {
 		c.flushHeld(h)
 	}
 	clear(conns)
-	if cap(conns) > maxPooledDelivery {
+	if cap(conns) > maxSpareHeld {
 		conns = nil
 	}
 	h.mu.Lock()
@@ -474,7 +478,3 @@ func arrayElems(f []byte) []byte {
 	}
 	return f
 }
-
-// deliveryPool holds the subscriber lists a publish copies out of the hub,
-// so the socket writes happen without the hub's lock held.
-var deliveryPool = sync.Pool{New: func() any { s := make([]*conn, 0, 64); return &s }}
