@@ -110,7 +110,7 @@ func TestBrowserRecoversEveryMessageAcrossRestart(t *testing.T) {
 	if shown != n {
 		t.Fatalf("%d messages in the log, want %d", shown, n)
 	}
-	t.Logf("%d messages, 1 restart (drained at message %d, page had %d), %d recoveries, all on the page in order after %v",
+	t.Logf("%d messages, 1 restart (drained at message %d; the page had %d when its instance stopped), %d recoveries (the join's and the reconnect's), all on the page in order after %v",
 		n, n/4, missedFrom, len(got.Recoveries), elapsed.Round(time.Millisecond))
 }
 
