@@ -94,11 +94,11 @@ func TestAPIOnHistoryTopics(t *testing.T) {
 		want       int
 		contains   string
 	}{
-		{"/api/publish", `{"topic":"room:1","data":1,"idempotencyKey":"a"}`, 200, `"offset":1}`},
-		{"/api/publish", `{"topic":"room:1","data":1,"idempotencyKey":"a"}`, 200, `"offset":1}`},
+		{"/api/publish", `{"topic":"room:1","data":1,"idempotencyKey":"a"}`, 200, `{"result":{"epoch":`},
+		{"/api/publish", `{"topic":"room:1","data":1,"idempotencyKey":"a"}`, 200, `"offset":1}}`},
 		{"/api/publish", `{"topic":"plain","data":1}`, 200, `"result":{}`},
-		{"/api/broadcast", `{"topics":["plain","room:1","room:2"],"data":2}`, 200, `{"positions":[{"topic":"room:1","epoch":`},
-		{"/api/history", `{"topic":"room:1"}`, 200, `"offset":2,"messages":[{"offset":1,"data":1},{"offset":2,"data":2}]`},
+		{"/api/broadcast", `{"topics":["plain","room:1","room:2"],"data":2}`, 200, `{"result":{"positions":[{"topic":"room:1","epoch":`},
+		{"/api/history", `{"topic":"room:1"}`, 200, `"offset":2,"messages":[{"offset":1,"data":1},{"offset":2,"data":2}]}}`},
 		{"/api/history", `{"topic":"plain"}`, 400, `no history`},
 		{"/api/publish", `{"topic":"room:1","data":1,"idempotencyKey":"` + strings.Repeat("k", 65) + `"}`, 400, `idempotencyKey`},
 	} {

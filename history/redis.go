@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,18 +183,41 @@ return {epoch, string.format('%d', last), redis.call('LRANGE', KEYS[1], math.max
 type pubReq struct {
 	keys []string
 	args []any
-	pos  Position
-	dup  bool
-	err  error
-	done chan struct{}
+	done func(Position, bool, error)
 }
 
 // Publish runs the publish script for p, pipelined with other publishes,
 // and returns the message's position once Redis has stored it.
 func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) {
+	type result struct {
+		pos Position
+		dup bool
+		err error
+	}
+	ch := make(chan result, 1)
+	r.PublishAsync(p, func(pos Position, dup bool, err error) { ch <- result{pos, dup, err} })
+	select {
+	case res := <-ch:
+		return res.pos, res.dup, res.err
+	case <-ctx.Done():
+		// The script may still run: the message may be stored and
+		// delivered. The caller answers unavailable; a retry with the
+		// same idempotency key is safe.
+		return Position{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// PublishAsync is Publish without waiting: it queues the publish (p.Data
+// is copied before it returns) and done runs once with the outcome, on
+// the store's answering goroutine, or at once when the publish cannot be
+// queued. done must not block. The writer runs the scripts in the order
+// they were queued and calls each done in the order Redis ran them, so a
+// topic's publishes are acknowledged in offset order.
+func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err error)) {
 	env, channel, sharded, at, err := r.bus.HistoryEnvelope(p.Topic, p.Data)
 	if err != nil {
-		return Position{}, false, err
+		done(Position{}, false, err)
+		return
 	}
 	list, meta := r.keys(p.Topic)
 	keys := []string{list, meta}
@@ -204,7 +228,7 @@ func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) 
 	if sharded {
 		sh = "1"
 	}
-	req := &pubReq{keys: keys, done: make(chan struct{}), args: []any{
+	req := &pubReq{keys: keys, done: done, args: []any{
 		channel, env, at + 1, at + len(p.Data), r.now().UnixMilli(), p.Policy.Size,
 		p.Policy.TTL.Milliseconds(), (r.cfg.MetaTTL + p.Policy.TTL).Milliseconds(),
 		r.cfg.IdempotencyTTL.Milliseconds(), newEpoch(), sh,
@@ -215,33 +239,51 @@ func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) 
 	})
 	select {
 	case <-r.stop:
-		return Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable)
+		done(Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable))
+		return
 	default:
 	}
 	select {
 	case r.queue <- req:
 	case <-r.stop:
-		return Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable)
+		done(Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable))
 	default:
 		r.count(r.errPub)
-		return Position{}, false, fmt.Errorf("%w: publish queue full", ErrUnavailable)
-	}
-	select {
-	case <-req.done:
-		return req.pos, req.dup, req.err
-	case <-ctx.Done():
-		// The script may still run: the message may be stored and
-		// delivered. The caller answers unavailable; a retry with the
-		// same idempotency key is safe.
-		return Position{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		done(Position{}, false, fmt.Errorf("%w: publish queue full", ErrUnavailable))
 	}
 }
 
 // opTimeout bounds one pipelined round trip.
 const opTimeout = 3 * time.Second
 
+// answer is a publish's outcome, for its done.
+type answer struct {
+	q   *pubReq
+	pos Position
+	dup bool
+	err error
+}
+
 func (r *Redis) writer() {
 	defer r.done.Done()
+	// The answers of one batch (each done writes to a client's socket)
+	// run on a goroutine of their own, in batch order, while the next
+	// batch is in Redis: batches still run one after the other, so a
+	// topic's offsets follow the order of its publishes, and its answers
+	// too.
+	answers := make(chan []answer, 2)
+	var answering sync.WaitGroup
+	answering.Go(func() {
+		for as := range answers {
+			for _, a := range as {
+				a.q.done(a.pos, a.dup, a.err)
+			}
+		}
+	})
+	defer func() {
+		close(answers)
+		answering.Wait()
+	}()
 	batch := make([]*pubReq, 0, r.batch)
 	for {
 		select {
@@ -256,14 +298,13 @@ func (r *Redis) writer() {
 					break fill
 				}
 			}
-			r.send(batch)
+			answers <- r.send(batch)
 			clear(batch)
 		case <-r.stop:
 			for {
 				select {
 				case q := <-r.queue:
-					q.err = fmt.Errorf("%w: store closed", ErrUnavailable)
-					close(q.done)
+					q.done(Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable))
 				default:
 					return
 				}
@@ -273,8 +314,10 @@ func (r *Redis) writer() {
 }
 
 // send runs one batch of publish scripts in one pipeline (EVALSHA), and
-// the ones Redis did not know the script for again with EVAL.
-func (r *Redis) send(batch []*pubReq) {
+// the ones Redis did not know the script for again with EVAL, and returns
+// their outcomes in the order Redis ran them: the first pipeline's, then
+// the retried ones'.
+func (r *Redis) send(batch []*pubReq) []answer {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(batch))
@@ -298,14 +341,24 @@ func (r *Redis) send(batch []*pubReq) {
 			return nil
 		})
 	}
-	for i, q := range batch {
-		q.pos, q.dup, q.err = publishResult(cmds[i])
-		if q.err != nil {
+	out := make([]answer, 0, len(batch))
+	finish := func(i int) {
+		pos, dup, err := publishResult(cmds[i])
+		if err != nil {
 			r.count(r.errPub)
-			r.log.Warn("history: publish failed", "err", q.err)
+			r.log.Warn("history: publish failed", "err", err)
 		}
-		close(q.done)
+		out = append(out, answer{q: batch[i], pos: pos, dup: dup, err: err})
 	}
+	for i := range batch {
+		if len(retry) == 0 || !slices.Contains(retry, i) {
+			finish(i)
+		}
+	}
+	for _, i := range retry {
+		finish(i)
+	}
+	return out
 }
 
 func publishResult(c *redis.Cmd) (Position, bool, error) {

@@ -40,6 +40,12 @@ type Aggregator struct {
 	// signer checks received envelopes (nil: no secret); its keyed MACs
 	// are pooled, so it is made once.
 	signer *envsign.Signer
+	// Merged mode (Options.Mode): where slices and views go, and the
+	// merging instance's lease.
+	merged                    bool
+	sliceChannel, viewChannel string
+	leaseKey, epochKey        string
+	leaseTTL                  time.Duration
 
 	// The merged view's top-N and sibling count; the per-topic and
 	// per-user sums are read from mg, which publishes them itself.
@@ -64,17 +70,36 @@ type Aggregator struct {
 	// heard from, for cluster_publish_rate_instances_ignored: at most
 	// MaxInstances entries, forgotten after StaleAfter like siblings.
 	ignored map[string]time.Time
+	// Merged mode: the view held in mg (viewID) came from epoch viewEpoch
+	// at viewTS (its merging instance's clock) and sums viewInstances
+	// instances. fleet holds the fleet's slices once this instance has
+	// been the merging instance (nil before); it drains after it steps
+	// down.
+	viewEpoch, viewTS int64
+	viewInstances     int
+	fleet             *merger
 
 	// life serialises Activate and Deactivate.
 	life   sync.Mutex
 	cancel context.CancelFunc
 	sub    *bus.Subscription
 	wg     sync.WaitGroup
+	// lead is the merging role, owned by the lead loop's goroutine.
+	lead leadState
+	// epochSeen is the highest epoch of a view accepted, merging is
+	// whether this instance is the merging instance.
+	epochSeen atomic.Int64
+	merging   atomic.Bool
+	// Merged mode, for lookups without the lock: whether a merged view is
+	// held, and this instance's latest sample.
+	viewHeld  atomic.Bool
+	localSnap atomic.Pointer[pressure.Snapshot]
 
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
 	received, parseErrors, outdated, instIgnored atomic.Uint64
+	viewsPublished                               atomic.Uint64
 
-	logParse, logPublish, logSkip, logInstances, logClock logLimit
+	logParse, logPublish, logSkip, logInstances, logClock, logLease logLimit
 }
 
 // Stats are counters kept beside the Prometheus metrics, for things
@@ -88,6 +113,10 @@ type Stats struct {
 	Outdated         uint64 // sibling envelopes dropped: ts not newer than the last accepted from the sender, or too far from this clock (a replay)
 	InstancesIgnored uint64 // envelopes from new instances past MaxInstances (cluster_publish_rate_ignored_total)
 	Instances        int    // fresh siblings in the current view
+	// Merged mode.
+	Merging        bool   // this instance is the merging instance
+	ViewsPublished uint64 // merged views it published
+	ViewEpoch      int64  // epoch of the view held (0: none)
 }
 
 // New returns an inactive aggregator. It registers an OnSample listener on
@@ -103,21 +132,33 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 	}
 	now := opts.Now()
 	a := &Aggregator{
-		opts:    opts,
-		id:      opts.InstanceID,
-		client:  client,
-		local:   local,
-		m:       opts.Metrics,
-		log:     opts.Logger.With("component", "publishrate", "instanceId", opts.InstanceID),
-		maxList: max(2*opts.TopN, 64),
-		signer:  envsign.New(opts.HMACSecret),
-		mg:      newMerger(),
-		seen:    map[string]int64{},
-		ignored: map[string]time.Time{},
-		latest:  local.Snapshot(),
-		win:     newWindow(max(8*opts.TopN, 256), now),
+		opts:         opts,
+		id:           opts.InstanceID,
+		client:       client,
+		local:        local,
+		m:            opts.Metrics,
+		log:          opts.Logger.With("component", "publishrate", "instanceId", opts.InstanceID),
+		maxList:      max(2*opts.TopN, 64),
+		signer:       envsign.New(opts.HMACSecret),
+		merged:       opts.Mode == ModeMerged,
+		sliceChannel: opts.Channel,
+		viewChannel:  opts.Channel,
+		// One hash tag: both keys in one Redis Cluster slot, for the
+		// scripts that touch both.
+		leaseKey: "{" + opts.Channel + "}:merger",
+		epochKey: "{" + opts.Channel + "}:merger:epoch",
+		leaseTTL: 3 * opts.PublishInterval / 2,
+		mg:       newMerger(),
+		seen:     map[string]int64{},
+		ignored:  map[string]time.Time{},
+		latest:   local.Snapshot(),
+		win:      newWindow(max(8*opts.TopN, 256), now),
+	}
+	if a.merged {
+		a.sliceChannel, a.viewChannel = opts.Channel+":in", opts.Channel+":view"
 	}
 	a.top.Store(&[]Entry{})
+	a.localSnap.Store(a.latest)
 	a.src.Store(&Sources{})
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
@@ -127,6 +168,13 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 	local.OnSample(a.onSample)
 	return a, nil
 }
+
+// gather is how long the subscriptions let envelopes gather before
+// reading them (bus.SubscriptionConfig.Gather): a hundredth of the
+// interval (50ms by default), nothing next to how late a slice may
+// arrive, and at 1,000 siblings about ten envelopes per wake-up instead
+// of one.
+func (a *Aggregator) gather() time.Duration { return a.opts.PublishInterval / 100 }
 
 // InstanceID is the id this instance tags its envelopes with.
 func (a *Aggregator) InstanceID() string { return a.id }
@@ -145,21 +193,26 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 		return nil
 	}
 	a.src.Store(&src)
+	handle := a.receive
+	if a.merged {
+		handle = a.receiveView
+	}
 	sub := bus.Subscribe(bus.SubscriptionConfig{
 		Client:  a.client,
-		Channel: a.opts.Channel,
-		Handle:  a.receive,
+		Channel: a.viewChannel,
+		Handle:  handle,
 		// We hear our own broadcast every PublishInterval, so a channel
 		// silent this long means a dead connection: ping it.
 		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
 		MaxBackoff: retryMax,
 		Logger:     a.log,
+		Gather:     a.gather(),
 	})
 	select {
 	case <-sub.Ready():
 	case <-ctx.Done():
 		sub.Close()
-		return fmt.Errorf("publishrate: subscribe %q: %w", a.opts.Channel, ctx.Err())
+		return fmt.Errorf("publishrate: subscribe %q: %w", a.viewChannel, ctx.Err())
 	}
 	subs := a.subjects()
 	now := a.opts.Now()
@@ -175,6 +228,10 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	a.cancel, a.sub = cancel, sub
 	a.wg.Add(1)
 	go a.tickLoop(lctx)
+	if a.merged {
+		a.wg.Add(1)
+		go a.leadLoop(lctx)
+	}
 	return nil
 }
 
@@ -196,6 +253,8 @@ func (a *Aggregator) Deactivate() {
 	a.mu.Lock()
 	a.active = false
 	a.mg.dropAll()
+	a.viewEpoch, a.viewTS, a.viewInstances = 0, 0, 0
+	a.fleet = nil
 	clear(a.ignored)
 	a.m.ClusterInstancesIgnored.Set(0)
 	a.mg.setLocalSubs(nil)
@@ -219,17 +278,41 @@ func (a *Aggregator) TopPublishers() []Entry {
 // this instance's latest sample and every fresh sibling slice that carries
 // it, whether or not it made the merged top-N; 0 when none does. A map
 // read, no allocation: safe on the admission path.
-func (a *Aggregator) RateOf(topic string) float64 { return a.mg.rateOf(topic) }
+//
+// In merged mode it is the merged view's rate, or this instance's own
+// latest rate if that is higher: the view carries the fleet's top topics
+// only, and a topic hot here alone keeps at least its local rate (a scan
+// of this instance's top-N, still without allocation).
+func (a *Aggregator) RateOf(topic string) float64 {
+	r := a.mg.rateOf(topic)
+	if a.merged {
+		r = max(r, a.localSnap.Load().RateOf(topic))
+	}
+	return r
+}
 
 // RateOfUser is RateOf for a user's publish attempts.
-func (a *Aggregator) RateOfUser(user string) float64 { return a.mg.rateOfUser(user) }
+func (a *Aggregator) RateOfUser(user string) float64 {
+	r := a.mg.rateOfUser(user)
+	if a.merged {
+		r = max(r, a.localSnap.Load().RateOfUser(user))
+	}
+	return r
+}
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
 // count (LocalSubscribers live when set, else the list Subjects returned on
 // the last tick) plus the "subs" of every fresh sibling.
+//
+// In merged mode, while a merged view is held, it is the view's count, or
+// the live local count if that is higher: the view has this instance's
+// count of its last slice in it already.
 func (a *Aggregator) SubscribersOf(topic string) int {
 	n := a.mg.subscribersOf(topic)
 	if f := a.src.Load().LocalSubscribers; f != nil {
+		if a.merged && a.viewHeld.Load() {
+			return max(n, f(topic))
+		}
 		n += f(topic)
 	}
 	return n
@@ -246,6 +329,9 @@ func (a *Aggregator) Stats() Stats {
 		Outdated:         a.outdated.Load(),
 		InstancesIgnored: a.instIgnored.Load(),
 		Instances:        int(a.siblings.Load()),
+		Merging:          a.merging.Load(),
+		ViewsPublished:   a.viewsPublished.Load(),
+		ViewEpoch:        a.epochSeen.Load(),
 	}
 }
 
@@ -257,7 +343,8 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 	now := a.opts.Now()
 	a.mu.Lock()
 	a.latest = s
-	a.mg.setLocal(s)
+	a.localSnap.Store(s)
+	a.syncLocalLocked()
 	if a.active {
 		a.win.add(s, now)
 	}
@@ -274,6 +361,15 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 func (a *Aggregator) mergeLocked(now time.Time) {
 	a.mg.expire(now, a.opts.StaleAfter)
 	siblings := len(a.mg.remotes)
+	if a.merged {
+		a.syncLocalLocked()
+		siblings = 0
+		held := a.viewHeldLocked()
+		if held {
+			siblings = max(a.viewInstances-1, 0)
+		}
+		a.viewHeld.Store(held)
+	}
 	a.siblings.Store(int64(siblings))
 	a.m.ClusterInstances.Set(float64(siblings))
 	a.topStale = true
@@ -305,18 +401,14 @@ func (a *Aggregator) refreshTopLocked() {
 	a.m.ClusterTopicBytes.Set(bytes)
 }
 
-// receive handles one payload from the channel. The envelope's strings
-// stay views of payload (not copies) for as long as the sibling's slice
-// is held.
+// receive handles one payload from the channel (broadcast mode). The
+// envelope's strings stay views of payload (not copies) for as long as
+// the sibling's slice is held.
 func (a *Aggregator) receive(payload string) {
 	now := a.opts.Now()
 	e, err := decodeEnvelope(payload, a.signer, a.opts.MaxEnvelopeBytes, a.maxList)
 	if err != nil {
-		a.parseErrors.Add(1)
-		a.m.ClusterParseErrors.Inc()
-		if a.logParse.allow(now) {
-			a.log.Warn("dropped cluster rate envelope", "err", err, "bytes", len(payload))
-		}
+		a.dropped(err, payload, now)
 		return
 	}
 	if e.InstanceID == a.id {
@@ -324,29 +416,54 @@ func (a *Aggregator) receive(payload string) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.active {
-		return
+	if a.active {
+		a.takeLocked(a.mg, e, now)
 	}
+}
+
+// dropped counts and logs an envelope that did not decode.
+func (a *Aggregator) dropped(err error, payload string, now time.Time) {
+	a.parseErrors.Add(1)
+	a.m.ClusterParseErrors.Inc()
+	if a.logParse.allow(now) {
+		a.log.Warn("dropped cluster rate envelope", "err", err, "bytes", len(payload))
+	}
+}
+
+// takeLocked merges sibling slice e into mg (the cluster view in
+// broadcast mode, the fleet's slices on the merging instance), unless it
+// is outdated or mg holds MaxInstances others. a.mu is held.
+func (a *Aggregator) takeLocked(mg *merger, e *envelope, now time.Time) {
 	if !a.fresh(e, now) {
 		a.outdated.Add(1)
 		return
 	}
-	if _, ok := a.mg.remotes[e.InstanceID]; !ok && len(a.mg.remotes) >= a.opts.MaxInstances {
-		a.mergeLocked(now) // forgets stale siblings, freeing room
-		if len(a.mg.remotes) >= a.opts.MaxInstances {
+	if _, ok := mg.remotes[e.InstanceID]; !ok && len(mg.remotes) >= a.opts.MaxInstances {
+		a.expireLocked(mg, now) // forgets stale siblings, freeing room
+		if len(mg.remotes) >= a.opts.MaxInstances {
 			a.ignoreLocked(e.InstanceID, now)
 			return
 		}
 	}
 	a.seen[e.InstanceID] = e.TS
-	a.mg.put(&remote{id: e.InstanceID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
+	mg.put(&remote{id: e.InstanceID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
 	if _, ok := a.ignored[e.InstanceID]; ok {
 		delete(a.ignored, e.InstanceID)
 		a.m.ClusterInstancesIgnored.Set(float64(len(a.ignored)))
 	}
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
-	a.mergeLocked(now)
+	a.expireLocked(mg, now)
+}
+
+// expireLocked forgets mg's stale slices; for the cluster view that is
+// mergeLocked. a.mu is held.
+func (a *Aggregator) expireLocked(mg *merger, now time.Time) {
+	if mg == a.mg {
+		a.mergeLocked(now)
+		return
+	}
+	mg.expire(now, a.opts.StaleAfter)
 }
 
 // ignoreLocked counts an envelope from instance id left out because
@@ -371,6 +488,17 @@ func (a *Aggregator) ignoreLocked(id string, now time.Time) {
 // replayed once its sender was forgotten, however old, and keep its
 // topics shed for as long as the replays go on. a.mu is held.
 func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
+	if !a.inClockWindow(e, now) {
+		return false
+	}
+	hw, ok := a.seen[e.InstanceID]
+	return !ok || e.TS > hw
+}
+
+// inClockWindow reports whether e's ts is within StaleAfter+MaxClockSkew
+// of this instance's clock (and, when signed, within the fleet's replay
+// window).
+func (a *Aggregator) inClockWindow(e *envelope, now time.Time) bool {
 	window := a.opts.StaleAfter + a.opts.MaxClockSkew
 	if len(a.opts.HMACSecret) > 0 {
 		// The fleet's replay rule for signed envelopes binds too; with
@@ -384,8 +512,7 @@ func (a *Aggregator) fresh(e *envelope, now time.Time) bool {
 		}
 		return false
 	}
-	hw, ok := a.seen[e.InstanceID]
-	return !ok || e.TS > hw
+	return true
 }
 
 // forgetSeen drops the high-water marks that the clock window alone now
@@ -441,7 +568,7 @@ func (a *Aggregator) broadcast(ctx context.Context) {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, a.opts.PublishInterval)
-	err = a.client.Publish(pctx, a.opts.Channel, payload).Err()
+	err = a.client.Publish(pctx, a.sliceChannel, payload).Err()
 	cancel()
 	if ctx.Err() != nil {
 		return // Deactivate: neither a success nor a failure of Redis
@@ -568,7 +695,7 @@ func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, use
 // until it fits MaxEnvelopeBytes.
 func (a *Aggregator) encode(e *envelope) ([]byte, error) {
 	for {
-		b, err := marshalEnvelope(e, a.opts.HMACSecret)
+		b, err := marshalSigned(e, a.signer)
 		if err != nil || len(b) <= a.opts.MaxEnvelopeBytes {
 			return b, err
 		}

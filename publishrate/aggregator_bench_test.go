@@ -21,14 +21,14 @@ var fleetSizes = []int{10, 100, 300, 1000}
 // every round.
 func siblingEnvelope(i, k, topN int, churn bool) *envelope {
 	e := &envelope{V: envelopeVersion, InstanceID: fmt.Sprint("sibling-", i), TS: testEpochMs + int64(k)}
-	e.Slice = append(e.Slice, wireTopic{"room:hot", 50, 5000})
+	e.Slice = append(e.Slice, wireTopic{"room:hot", 50, 5000, 0})
 	e.Users = append(e.Users, wireUser{"user:hot", 50})
 	for j := 1; j < topN; j++ {
 		topic := fmt.Sprintf("room:%d-%d", i, j)
 		if churn && j%5 == 0 {
 			topic = fmt.Sprintf("room:%d-%d-round-%d", i, j, k)
 		}
-		e.Slice = append(e.Slice, wireTopic{topic, float64(40 - j), float64(4000 - j)})
+		e.Slice = append(e.Slice, wireTopic{topic, float64(40 - j), float64(4000 - j), 0})
 		e.Users = append(e.Users, wireUser{fmt.Sprintf("user:%d-%d", i, j), float64(40 - j)})
 	}
 	for j := range topN {

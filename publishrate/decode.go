@@ -42,6 +42,10 @@ func parseEnvelopeShared(body []byte, e *envelope, shared bool) error {
 			return nil
 		case "ts":
 			return p.int64Into(&e.TS)
+		case "epoch":
+			return p.int64Into(&e.Epoch)
+		case "instances":
+			return p.intInto(&e.Instances)
 		case "slice":
 			return arrayInto(&p, &e.Slice, func(w *wireTopic) error {
 				return p.object(func(name []byte) error {
@@ -52,6 +56,8 @@ func parseEnvelopeShared(body []byte, e *envelope, shared bool) error {
 						return p.floatInto(&w.MessagesPerSec)
 					case "bytesPerSec":
 						return p.floatInto(&w.BytesPerSec)
+					case "instances":
+						return p.intInto(&w.Instances)
 					}
 					return p.skip(3)
 				})

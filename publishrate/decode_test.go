@@ -9,7 +9,7 @@ import (
 )
 
 // knownMembers are the member names parseEnvelope decodes.
-var knownMembers = []string{"v", "instanceId", "ts", "slice", "users", "subs", "topic", "messagesPerSec", "bytesPerSec", "user", "count"}
+var knownMembers = []string{"v", "instanceId", "ts", "slice", "users", "subs", "topic", "messagesPerSec", "bytesPerSec", "user", "count", "epoch", "instances"}
 
 // FuzzParseEnvelope holds parseEnvelope to json.Unmarshal: the same bytes
 // give the same envelope, or both an error. The one difference allowed is

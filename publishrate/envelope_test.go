@@ -16,7 +16,7 @@ var secret = []byte("s3cret")
 
 func TestEnvelopeRoundTrip(t *testing.T) {
 	give := &envelope{V: 1, InstanceID: "A", TS: 1700000000000,
-		Slice: []wireTopic{{"chat:room-7", 12.5, 900}},
+		Slice: []wireTopic{{"chat:room-7", 12.5, 900, 0}},
 		Users: []wireUser{{"ünïcode user", 3}},
 		Subs:  []wireSub{{"chat:room-7", 7}},
 	}
@@ -57,9 +57,9 @@ func TestSignatureCoversBody(t *testing.T) {
 }
 
 func TestSignedEnvelopes(t *testing.T) {
-	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, secret)
-	unsigned, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, nil)
-	forged, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1}}}, []byte("other"))
+	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1, 0}}}, secret)
+	unsigned, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1, 0}}}, nil)
+	forged, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 600, 1, 0}}}, []byte("other"))
 	tampered := bytes.Replace(good, []byte("600"), []byte("900"), 1)
 	cut := len(good) - sigTailLen
 	sigFirst := []byte(`{"sig":"` + string(good[cut+len(sigPrefix):len(good)-2]) + `",` + string(unsigned[1:]))
@@ -195,8 +195,8 @@ func TestTolerantEnvelopes(t *testing.T) {
 }
 
 func FuzzEnvelope(f *testing.F) {
-	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2}}, Users: []wireUser{{"u", 1}}, Subs: []wireSub{{"hot", 3}}}, nil)
-	signed, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2}}}, secret)
+	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2, 0}}, Users: []wireUser{{"u", 1}}, Subs: []wireSub{{"hot", 3}}}, nil)
+	signed, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2, 0}}}, secret)
 	for _, s := range [][]byte{good, signed, []byte(`{}`), []byte(`{"v":1}`), []byte(`{,"sig":"` + strings.Repeat("0", 64) + `"}`), []byte("\xff")} {
 		f.Add(s, false)
 		f.Add(s, true)
@@ -210,7 +210,7 @@ func FuzzEnvelope(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := e.validate(64); err != nil {
+		if err := e.validate(envelopeVersion, 64); err != nil {
 			t.Fatalf("accepted an invalid envelope: %v", err)
 		}
 		// What was accepted re-encodes and decodes to the same thing.

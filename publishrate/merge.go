@@ -42,7 +42,8 @@ type key struct {
 	// The merge lock guards the rest.
 	msgs, bytes float64 // running sums
 	subs        int64
-	n           int32  // rate entries naming it: contributing instances
+	n           int32  // rate entries naming it
+	inst        int64  // contributing instances: 1 per slice entry, a merged view's own count per view entry
 	ns          int32  // subs entries naming it (topics)
 	id          int32  // dense id while named by a contribution; -1 while dormant
 	mark        uint64 // the batch that last touched it
@@ -230,14 +231,16 @@ func (m *merger) touch(k *key, list *[]*key) {
 	}
 }
 
-func (m *merger) addRate(k *key, msgs, bytes float64, list *[]*key) {
+func (m *merger) addRate(k *key, msgs, bytes float64, inst int, list *[]*key) {
 	k.n++
+	k.inst += int64(inst)
 	k.msgs += msgs
 	k.bytes += bytes
 	m.touch(k, list)
 }
 
-func (m *merger) subRate(k *key, msgs, bytes float64, list *[]*key) {
+func (m *merger) subRate(k *key, msgs, bytes float64, inst int, list *[]*key) {
+	k.inst -= int64(inst)
 	if k.n--; k.n == 0 {
 		k.msgs, k.bytes = 0, 0 // no rounding left behind
 	} else {
@@ -289,31 +292,36 @@ func (m *merger) commit() {
 	m.batch++
 }
 
-// setLocal makes s this instance's own contribution.
+// setLocal makes s this instance's own contribution (nil: none).
 func (m *merger) setLocal(s *pressure.Snapshot) {
+	m.stageLocal(s)
+	m.commit()
+}
+
+// stageLocal is setLocal without the commit.
+func (m *merger) stageLocal(s *pressure.Snapshot) {
 	oldS, oldT, oldU := m.local, m.lt, m.lu
 	m.local, m.lt, m.lu = s, nil, nil
 	if s != nil {
 		m.lt = make([]*key, len(s.TopTopics))
 		for i, t := range s.TopTopics {
 			m.lt[i] = m.topics.acquire(t.Topic)
-			m.addRate(m.lt[i], t.MessagesPerSec, t.BytesPerSec, &m.touchT)
+			m.addRate(m.lt[i], t.MessagesPerSec, t.BytesPerSec, 1, &m.touchT)
 		}
 		m.lu = make([]*key, len(s.TopUsers))
 		for i, u := range s.TopUsers {
 			m.lu[i] = m.users.acquire(u.User)
-			m.addRate(m.lu[i], u.MessagesPerSec, 0, &m.touchU)
+			m.addRate(m.lu[i], u.MessagesPerSec, 0, 1, &m.touchU)
 		}
 	}
 	if oldS != nil {
 		for i, t := range oldS.TopTopics {
-			m.subRate(oldT[i], t.MessagesPerSec, t.BytesPerSec, &m.touchT)
+			m.subRate(oldT[i], t.MessagesPerSec, t.BytesPerSec, 1, &m.touchT)
 		}
 		for i, u := range oldS.TopUsers {
-			m.subRate(oldU[i], u.MessagesPerSec, 0, &m.touchU)
+			m.subRate(oldU[i], u.MessagesPerSec, 0, 1, &m.touchU)
 		}
 	}
-	m.commit()
 }
 
 // setLocalSubs makes subs (entries with a positive count) this instance's
@@ -337,6 +345,12 @@ func (m *merger) setLocalSubs(subs []SubjectCount) {
 
 // put makes r the contribution of sibling r.id, replacing any earlier one.
 func (m *merger) put(r *remote) {
+	m.stage(r)
+	m.commit()
+}
+
+// stage is put without the commit.
+func (m *merger) stage(r *remote) {
 	m.add(r)
 	old := m.remotes[r.id]
 	if old != nil {
@@ -345,7 +359,6 @@ func (m *merger) put(r *remote) {
 	}
 	m.remotes[r.id] = r
 	m.link(r)
-	m.commit()
 }
 
 // drop forgets sibling id.
@@ -386,7 +399,7 @@ func (m *merger) add(r *remote) {
 	r.tkeys = make([]*key, len(r.slice))
 	for i, t := range r.slice {
 		r.tkeys[i] = m.topics.acquire(t.Topic)
-		m.addRate(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, &m.touchT)
+		m.addRate(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, t.instances(), &m.touchT)
 	}
 	r.skeys = make([]*key, len(r.subs))
 	for i, s := range r.subs {
@@ -396,19 +409,19 @@ func (m *merger) add(r *remote) {
 	r.ukeys = make([]*key, len(r.users))
 	for i, u := range r.users {
 		r.ukeys[i] = m.users.acquire(u.User)
-		m.addRate(r.ukeys[i], u.MessagesPerSec, 0, &m.touchU)
+		m.addRate(r.ukeys[i], u.MessagesPerSec, 0, 1, &m.touchU)
 	}
 }
 
 func (m *merger) subtract(r *remote) {
 	for i, t := range r.slice {
-		m.subRate(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, &m.touchT)
+		m.subRate(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, t.instances(), &m.touchT)
 	}
 	for i, s := range r.subs {
 		m.subSubs(r.skeys[i], s.Count)
 	}
 	for i, u := range r.users {
-		m.subRate(r.ukeys[i], u.MessagesPerSec, 0, &m.touchU)
+		m.subRate(r.ukeys[i], u.MessagesPerSec, 0, 1, &m.touchU)
 	}
 }
 
@@ -452,7 +465,7 @@ func (m *merger) unlink(r *remote) {
 func (m *merger) resum() {
 	for _, k := range m.topics.byID {
 		if k != nil {
-			k.msgs, k.bytes, k.subs = 0, 0, 0
+			k.msgs, k.bytes, k.subs, k.inst = 0, 0, 0, 0
 			m.touch(k, &m.touchT)
 		}
 	}
@@ -462,13 +475,13 @@ func (m *merger) resum() {
 			m.touch(k, &m.touchU)
 		}
 	}
-	sumRates := func(k *key, msgs, bytes float64) { k.msgs += msgs; k.bytes += bytes }
+	sumRates := func(k *key, msgs, bytes float64, inst int) { k.msgs += msgs; k.bytes += bytes; k.inst += int64(inst) }
 	if s := m.local; s != nil {
 		for i, t := range s.TopTopics {
-			sumRates(m.lt[i], t.MessagesPerSec, t.BytesPerSec)
+			sumRates(m.lt[i], t.MessagesPerSec, t.BytesPerSec, 1)
 		}
 		for i, u := range s.TopUsers {
-			sumRates(m.lu[i], u.MessagesPerSec, 0)
+			sumRates(m.lu[i], u.MessagesPerSec, 0, 1)
 		}
 	}
 	for i, s := range m.lsubs {
@@ -476,13 +489,13 @@ func (m *merger) resum() {
 	}
 	for r := m.oldest; r != nil; r = r.newer {
 		for i, t := range r.slice {
-			sumRates(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec)
+			sumRates(r.tkeys[i], t.MessagesPerSec, t.BytesPerSec, t.instances())
 		}
 		for i, s := range r.subs {
 			r.skeys[i].subs += int64(s.Count)
 		}
 		for i, u := range r.users {
-			sumRates(r.ukeys[i], u.MessagesPerSec, 0)
+			sumRates(r.ukeys[i], u.MessagesPerSec, 0, 1)
 		}
 	}
 	m.leaves = 0 // one rebuild of the tree rather than a path per topic
@@ -563,7 +576,7 @@ func (m *merger) top(n int) []Entry {
 		node, h = m.popNode(h)
 		if int(node) >= m.leaves {
 			k := m.topics.byID[m.win[node]]
-			out = append(out, Entry{Topic: k.name, MessagesPerSec: k.msgs, BytesPerSec: k.bytes, ContributingInstances: int(k.n)})
+			out = append(out, Entry{Topic: k.name, MessagesPerSec: k.msgs, BytesPerSec: k.bytes, ContributingInstances: int(k.inst)})
 			continue
 		}
 		for _, c := range [2]int32{2 * node, 2*node + 1} {

@@ -22,8 +22,8 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 100, BytesPerSec: 1000})
 	a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, InstanceID: "self"})
 
-	a.receive(string(env(t, "A", 1, wireTopic{"hot", 600, 6000}, wireTopic{"cold", 1, 10})))
-	a.receive(string(env(t, "B", 1, wireTopic{"hot", 600, 6000}, wireTopic{"other", 5, 50})))
+	a.receive(string(env(t, "A", 1, wireTopic{"hot", 600, 6000, 0}, wireTopic{"cold", 1, 10, 0})))
+	a.receive(string(env(t, "B", 1, wireTopic{"hot", 600, 6000, 0}, wireTopic{"other", 5, 50, 0})))
 	a.receive(string(env(t, "C", 1))) // an empty sibling still counts as an instance
 
 	if got := a.RateOf("hot"); got != 1300 {
@@ -119,7 +119,7 @@ func TestStalenessByReceiverClock(t *testing.T) {
 			local := newFakeLocal()
 			a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, StaleAfter: stale, PublishInterval: 5 * time.Second})
 			ts := off.Milliseconds() // the sender's clock, as an offset from testEpoch
-			a.receive(string(env(t, "A", ts, wireTopic{"hot", 600, 1})))
+			a.receive(string(env(t, "A", ts, wireTopic{"hot", 600, 1, 0})))
 			if a.RateOf("hot") != 600 {
 				t.Fatalf("RateOf(hot) = %v after arrival, want 600", a.RateOf("hot"))
 			}
@@ -127,10 +127,10 @@ func TestStalenessByReceiverClock(t *testing.T) {
 			// A newer envelope (by sender ts) refreshes; an older or equal one does not.
 			clk.Advance(stale - time.Second)
 			last := ts + (stale - time.Second).Milliseconds()
-			a.receive(string(env(t, "A", last, wireTopic{"hot", 700, 1})))
+			a.receive(string(env(t, "A", last, wireTopic{"hot", 700, 1, 0})))
 			clk.Advance(stale - time.Millisecond)
-			a.receive(string(env(t, "A", last, wireTopic{"hot", 1, 1})))
-			a.receive(string(env(t, "A", last-5000, wireTopic{"hot", 1, 1})))
+			a.receive(string(env(t, "A", last, wireTopic{"hot", 1, 1, 0})))
+			a.receive(string(env(t, "A", last-5000, wireTopic{"hot", 1, 1, 0})))
 			if got := a.Stats().Outdated; got != 2 {
 				t.Errorf("Outdated = %d, want 2", got)
 			}
@@ -153,11 +153,11 @@ func TestStalenessByReceiverClock(t *testing.T) {
 
 			// Forgotten, its last envelope replayed is still old news; a
 			// newer one from the sibling brings it back.
-			a.receive(string(env(t, "A", last, wireTopic{"hot", 700, 1})))
+			a.receive(string(env(t, "A", last, wireTopic{"hot", 700, 1, 0})))
 			if got := a.RateOf("hot"); got != 0 {
 				t.Errorf("a replayed envelope of a forgotten sibling was accepted: RateOf = %v", got)
 			}
-			a.receive(string(env(t, "A", ts+(2*stale).Milliseconds(), wireTopic{"hot", 42, 1})))
+			a.receive(string(env(t, "A", ts+(2*stale).Milliseconds(), wireTopic{"hot", 42, 1, 0})))
 			if got := a.RateOf("hot"); got != 42 {
 				t.Errorf("after a stale sibling came back: RateOf = %v, want 42", got)
 			}
@@ -175,7 +175,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 	local := newFakeLocal()
 	a := newOffline(t, local, Options{Now: clk.Now, StaleAfter: stale, PublishInterval: 5 * time.Second, HMACSecret: secret})
 	signed := func(ts int64) []byte {
-		b, err := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testEpochMs + ts, Slice: []wireTopic{{"hot", 1e6, 1}}}, secret)
+		b, err := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testEpochMs + ts, Slice: []wireTopic{{"hot", 1e6, 1, 0}}}, secret)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +219,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 func TestBroadcastTickExpiresStale(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, StaleAfter: 3 * time.Second, PublishInterval: time.Second})
-	a.receive(string(env(t, "A", 1, wireTopic{"hot", 1, 1})))
+	a.receive(string(env(t, "A", 1, wireTopic{"hot", 1, 1, 0})))
 	clk.Advance(3 * time.Second)
 	if _, err := a.collect(clk.Now()); err != nil {
 		t.Fatal(err)
@@ -240,10 +240,10 @@ func TestTopNCapAndOrder(t *testing.T) {
 	a := newOffline(t, newFakeLocal(), Options{TopN: 5, Metrics: m})
 	var slice []wireTopic
 	for i := range 12 {
-		slice = append(slice, wireTopic{fmt.Sprintf("t%02d", i), float64(i), 0})
+		slice = append(slice, wireTopic{fmt.Sprintf("t%02d", i), float64(i), 0, 0})
 	}
 	// Equal rates: ordered by bytes, then by topic.
-	slice = append(slice, wireTopic{"tie-b", 11, 5}, wireTopic{"tie-a", 11, 5}, wireTopic{"tie-c", 11, 9})
+	slice = append(slice, wireTopic{"tie-b", 11, 5, 0}, wireTopic{"tie-a", 11, 5, 0}, wireTopic{"tie-c", 11, 9, 0})
 	a.receive(string(env(t, "A", 1, slice...)))
 
 	got := a.TopPublishers()
@@ -277,12 +277,12 @@ func TestMaxInstances(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	m := metrics.NewDiscard()
 	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, Metrics: m, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
-	a.receive(string(env(t, "A", 1, wireTopic{"x", 1, 0})))
+	a.receive(string(env(t, "A", 1, wireTopic{"x", 1, 0, 0})))
 	clk.Advance(5 * time.Second)
-	a.receive(string(env(t, "B", 1, wireTopic{"x", 1, 0})))
-	a.receive(string(env(t, "C", 1, wireTopic{"x", 1, 0})))
-	a.receive(string(env(t, "C", 2, wireTopic{"x", 1, 0})))
-	a.receive(string(env(t, "D", 1, wireTopic{"x", 1, 0})))
+	a.receive(string(env(t, "B", 1, wireTopic{"x", 1, 0, 0})))
+	a.receive(string(env(t, "C", 1, wireTopic{"x", 1, 0, 0})))
+	a.receive(string(env(t, "C", 2, wireTopic{"x", 1, 0, 0})))
+	a.receive(string(env(t, "D", 1, wireTopic{"x", 1, 0, 0})))
 	if st := a.Stats(); st.InstancesIgnored != 3 || st.Instances != 2 || a.RateOf("x") != 2 {
 		t.Fatalf("stats %+v, RateOf(x) = %v: want C and D ignored", st, a.RateOf("x"))
 	}
@@ -293,12 +293,12 @@ func TestMaxInstances(t *testing.T) {
 		t.Errorf("cluster_publish_rate_instances_ignored = %v, want 2 (C and D)", got)
 	}
 	// A known sibling still updates while the table is full.
-	a.receive(string(env(t, "B", 2, wireTopic{"x", 5, 0})))
+	a.receive(string(env(t, "B", 2, wireTopic{"x", 5, 0, 0})))
 	if a.RateOf("x") != 6 {
 		t.Errorf("RateOf(x) = %v, want 6", a.RateOf("x"))
 	}
 	clk.Advance(5 * time.Second) // A goes stale and frees its slot
-	a.receive(string(env(t, "C", 3, wireTopic{"x", 10, 0})))
+	a.receive(string(env(t, "C", 3, wireTopic{"x", 10, 0, 0})))
 	if st := a.Stats(); st.InstancesIgnored != 3 || st.Instances != 2 || a.RateOf("x") != 15 {
 		t.Errorf("stats %+v, RateOf(x) = %v: want B and C", st, a.RateOf("x"))
 	}
@@ -334,7 +334,7 @@ func TestMaxInstancesOption(t *testing.T) {
 func TestOwnEnvelopeIgnored(t *testing.T) {
 	m := metrics.NewDiscard()
 	a := newOffline(t, newFakeLocal(), Options{InstanceID: "me", Metrics: m})
-	a.receive(string(env(t, "me", 1, wireTopic{"x", 1, 0})))
+	a.receive(string(env(t, "me", 1, wireTopic{"x", 1, 0, 0})))
 	if a.RateOf("x") != 0 || value(m.ClusterReceived) != 0 || value(m.ClusterParseErrors) != 0 || a.Stats().Instances != 0 {
 		t.Errorf("own envelope counted: RateOf %v, received %v", a.RateOf("x"), value(m.ClusterReceived))
 	}
@@ -385,7 +385,7 @@ func TestIncrementalMergeMatchesFromScratch(t *testing.T) {
 				arrived := now.Add(-time.Duration(rapid.IntRange(0, 2).Draw(rt, "late")) * time.Second)
 				r := &remote{id: idGen.Draw(rt, "id"), arrived: arrived}
 				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "rt") {
-					r.slice = append(r.slice, wireTopic{tp, rateGen.Draw(rt, "r"), rateGen.Draw(rt, "b")})
+					r.slice = append(r.slice, wireTopic{tp, rateGen.Draw(rt, "r"), rateGen.Draw(rt, "b"), 0})
 				}
 				for _, tp := range rapid.SliceOfDistinct(topicGen, rapid.ID).Draw(rt, "rs") {
 					r.subs = append(r.subs, wireSub{tp, rapid.IntRange(0, 5).Draw(rt, "c")})
@@ -540,7 +540,7 @@ func checkMerged(rt *rapid.T, step int, m *merger, want merged, topics, users []
 func TestTableGrowsAndForgetsDormantKeys(t *testing.T) {
 	m := newMerger()
 	for i := range 10_000 {
-		r := &remote{id: "A", arrived: testEpoch, slice: []wireTopic{{fmt.Sprint("t", i), 1, 1}, {"steady", 1, 1}}}
+		r := &remote{id: "A", arrived: testEpoch, slice: []wireTopic{{fmt.Sprint("t", i), 1, 1, 0}, {"steady", 1, 1, 0}}}
 		m.put(r)
 		if got := m.rateOf("steady"); got != 1 {
 			t.Fatalf("after %d envelopes RateOf(steady) = %v", i, got)
@@ -558,7 +558,7 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{}, Sources{
 		LocalSubscribers: func(string) int { return 1 },
 	})
-	a.receive(string(env(t, "A", 1, wireTopic{"hot", 1, 1})))
+	a.receive(string(env(t, "A", 1, wireTopic{"hot", 1, 1, 0})))
 	var sink float64
 	for name, f := range map[string]func(){
 		"RateOf":        func() { sink += a.RateOf("hot") },
@@ -598,7 +598,7 @@ func TestWithPressureMonitor(t *testing.T) {
 		t.Errorf("RateOfUser(alice) = %v, want 50", got)
 	}
 	e := sent(t, a, clk.Now())
-	if len(e.Slice) != 1 || e.Slice[0] != (wireTopic{"chat", 50, 5000}) {
+	if len(e.Slice) != 1 || e.Slice[0] != (wireTopic{"chat", 50, 5000, 0}) {
 		t.Errorf("slice = %v", e.Slice)
 	}
 }
@@ -608,8 +608,8 @@ func TestWithPressureMonitor(t *testing.T) {
 // part taken out and the new one not yet in (or the other way round).
 func TestLookupsDuringMergeSeeWholeEnvelopes(t *testing.T) {
 	m := newMerger()
-	m.put(&remote{id: "B", arrived: testEpoch, slice: []wireTopic{{"hot", 10, 0}}})
-	m.put(&remote{id: "A", arrived: testEpoch, slice: []wireTopic{{"hot", 200, 0}}})
+	m.put(&remote{id: "B", arrived: testEpoch, slice: []wireTopic{{"hot", 10, 0, 0}}})
+	m.put(&remote{id: "A", arrived: testEpoch, slice: []wireTopic{{"hot", 200, 0, 0}}})
 	done := make(chan struct{})
 	bad := make(chan float64, 1)
 	go func() {
@@ -628,7 +628,7 @@ func TestLookupsDuringMergeSeeWholeEnvelopes(t *testing.T) {
 	}()
 	for i := range 20_000 {
 		// Fresh topics each time grow the table under the reader, too.
-		m.put(&remote{id: "A", arrived: testEpoch, slice: []wireTopic{{"hot", float64(100 * (1 + i%2)), 0}, {fmt.Sprint("churn-", i), 1, 0}}})
+		m.put(&remote{id: "A", arrived: testEpoch, slice: []wireTopic{{"hot", float64(100 * (1 + i%2)), 0, 0}, {fmt.Sprint("churn-", i), 1, 0, 0}}})
 	}
 	close(done)
 	if r, ok := <-bad; ok {

@@ -22,6 +22,10 @@ const (
 	DefaultMaxEnvelopeBytes = 64 << 10
 	DefaultMaxClockSkew     = 5 * time.Second
 
+	// The values of Options.Mode.
+	ModeBroadcast = "broadcast"
+	ModeMerged    = "merged"
+
 	// MaxInstanceIDLen bounds instance ids, ours and those read off the wire.
 	MaxInstanceIDLen = 128
 	// MaxUserLen bounds user ids read off the wire.
@@ -105,6 +109,16 @@ type Options struct {
 	// (cluster_publish_rate_instances_ignored). Memory and the periodic
 	// re-sum grow with it; an envelope's merge does not. Default 1024.
 	MaxInstances int `yaml:"maxInstances" help:"siblings held in the cluster view at most; envelopes of further instances are ignored and counted (cluster_publish_rate_ignored_total, cluster_publish_rate_instances_ignored); 0 = 1024"`
+	// Mode is how the fleet shares its slices (docs/cluster.md, "Merged
+	// mode"). "broadcast" (the default): every instance publishes its
+	// slice on Channel and merges every sibling's, so Redis delivers N²
+	// slices per interval. "merged": every instance publishes its slice on
+	// Channel+":in", one merging instance elected through Redis (a lease
+	// key, SET NX with a TTL) merges them and publishes the merged view
+	// on Channel+":view" twice per interval, and every instance takes
+	// that view as its cluster view: Redis delivers about 2N envelopes
+	// per interval. Every instance of a fleet uses the same mode.
+	Mode string `yaml:"mode" help:"broadcast (every instance merges every slice; Redis egress grows with the fleet squared) or merged (one merging instance elected through Redis publishes the merged view; for fleets of hundreds of instances); the same on every instance; empty: broadcast"`
 	// HMACSecret, when set, signs every envelope and makes receivers drop
 	// (and count) envelopes whose signature is missing or wrong.
 	HMACSecret []byte `yaml:"hmacSecret" help:"when set, rate envelopes and bus messages are signed (HMAC-SHA256) and unsigned or badly signed ones are dropped; the same on every instance"`
@@ -134,6 +148,7 @@ func DefaultOptions() Options {
 		TopN:            DefaultTopN,
 		MaxClockSkew:    DefaultMaxClockSkew,
 		MaxInstances:    DefaultMaxInstances,
+		Mode:            ModeBroadcast,
 	}
 }
 
@@ -162,6 +177,9 @@ func (o Options) Validate() error {
 	if o.StaleAfter > 0 && o.StaleAfter < interval {
 		p.Add("publishRate.staleAfter", "must be at least publishRate.publishInterval (%s), got %s", interval, o.StaleAfter)
 	}
+	if o.Mode != "" && o.Mode != ModeBroadcast && o.Mode != ModeMerged {
+		p.Add("publishRate.mode", "must be %s or %s, got %q", ModeBroadcast, ModeMerged, o.Mode)
+	}
 	if o.InstanceID != "" && !validInstanceID(o.InstanceID) {
 		p.Add("publishRate.instanceId", "must be 1 to %d bytes of [A-Za-z0-9_.:/@-], got %q", MaxInstanceIDLen, o.InstanceID)
 	}
@@ -178,6 +196,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PublishInterval == 0 {
 		o.PublishInterval = DefaultPublishInterval
+	}
+	if o.Mode == "" {
+		o.Mode = ModeBroadcast
 	}
 	if o.StaleAfter == 0 {
 		o.StaleAfter = max(DefaultStaleAfter, o.PublishInterval)

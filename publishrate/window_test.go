@@ -23,7 +23,7 @@ func sent(t *testing.T, a *Aggregator, now time.Time) *envelope {
 	if err := json.Unmarshal(b, &e); err != nil {
 		t.Fatalf("%v\n%s", err, b)
 	}
-	if err := e.validate(64); err != nil {
+	if err := e.validate(envelopeVersion, 64); err != nil {
 		t.Fatalf("sent envelope does not validate: %v\n%s", err, b)
 	}
 	return &e
@@ -49,7 +49,7 @@ func TestBroadcastAveragesOverInterval(t *testing.T) {
 	if e.V != 1 || e.InstanceID != "me" || e.TS != clk.Now().UnixMilli() {
 		t.Errorf("header v=%d id=%q ts=%d", e.V, e.InstanceID, e.TS)
 	}
-	wantSlice := []wireTopic{{"hot", 440, 880}, {"cold", 10, 1}}
+	wantSlice := []wireTopic{{"hot", 440, 880, 0}, {"cold", 10, 1, 0}}
 	if !slices.Equal(e.Slice, wantSlice) {
 		t.Errorf("slice = %v, want %v", e.Slice, wantSlice)
 	}
@@ -68,7 +68,7 @@ func TestBroadcastAveragesOverInterval(t *testing.T) {
 	// the latest sample as is.
 	clk.Advance(5 * time.Second)
 	e = sent(t, a, clk.Now())
-	if want := []wireTopic{{"hot", 600, 1200}}; !slices.Equal(e.Slice, want) {
+	if want := []wireTopic{{"hot", 600, 1200, 0}}; !slices.Equal(e.Slice, want) {
 		t.Errorf("empty window: slice = %v, want %v", e.Slice, want)
 	}
 
@@ -78,7 +78,7 @@ func TestBroadcastAveragesOverInterval(t *testing.T) {
 	sample(0, []pressure.TopicRate{{Topic: "hot", MessagesPerSec: 99999, BytesPerSec: 0}}, nil)
 	sample(2*time.Second, []pressure.TopicRate{{Topic: "hot", MessagesPerSec: 30, BytesPerSec: 0}}, nil)
 	e = sent(t, a, clk.Now())
-	if want := []wireTopic{{"hot", 20, 0}}; !slices.Equal(e.Slice, want) {
+	if want := []wireTopic{{"hot", 20, 0, 0}}; !slices.Equal(e.Slice, want) {
 		t.Errorf("second window: slice = %v, want %v", e.Slice, want)
 	}
 }
@@ -101,7 +101,7 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 	}})
 	clk.Advance(time.Second)
 	e := sent(t, a, clk.Now())
-	if want := []wireTopic{{"b", 3, 0}, {"c", 2, 0}}; !slices.Equal(e.Slice, want) {
+	if want := []wireTopic{{"b", 3, 0, 0}, {"c", 2, 0, 0}}; !slices.Equal(e.Slice, want) {
 		t.Errorf("slice = %v, want %v", e.Slice, want)
 	}
 	if want := []wireUser{{"u2", 5}, {"u3", 4}}; !slices.Equal(e.Users, want) {

@@ -9,6 +9,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v curl >/dev/null 2>&1 || need+=(curl)   # the docs' examples, run as written
 [ -x /usr/bin/chromium ] || need+=(chromium)   # the browser tests of examples/chat
 command -v node >/dev/null 2>&1 || need+=(nodejs)  # the JS client's tests in Node.js
 command -v npm >/dev/null 2>&1 || need+=(npm)      # TypeScript, for the JS client's type check

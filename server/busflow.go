@@ -41,13 +41,7 @@ func (r *busReceiver) Gap(topic string) {
 	if s.hist.gap(topic) {
 		return // a history topic fills the gap from its store (history.go)
 	}
-	sh := s.hub.shard(topic)
-	sh.mu.RLock()
-	subs := make([]*conn, 0, len(sh.topics[topic]))
-	for c := range sh.topics[topic] {
-		subs = append(subs, c)
-	}
-	sh.mu.RUnlock()
+	subs := s.hub.subscribers(topic)
 	if len(subs) == 0 {
 		return
 	}

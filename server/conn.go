@@ -56,7 +56,7 @@ type conn struct {
 	subs    map[string]struct{} // topics subscribed (control.go)
 	calls   atomic.Int32        // application RPC goroutines in flight
 	holding atomic.Bool         // the read goroutine runs a publish in hand: what it queues is held (write.go, holdSet)
-	replays *[]replay           // recoveries to run once the frame's responses are queued (history.go); a pointer keeps conn in its size class
+	hist    *connHistory        // history calls' state (history.go): made at the first; a pointer keeps conn in its size class
 
 	callsMu  sync.Mutex
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
@@ -346,7 +346,7 @@ func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 		}
 		c.enqueue(out)
 	}
-	if c.replays != nil {
+	if c.hist != nil {
 		c.runReplays()
 	}
 }
@@ -358,7 +358,7 @@ func (c *conn) handle(r *protocol.Request, raw []byte) []byte {
 		return protocol.AppendError(nil, r.ID, r.Err)
 	}
 	result, perr := c.dispatch(r, raw)
-	if r.IsNotification() {
+	if r.IsNotification() || (perr == nil && isAnsweredLater(result)) {
 		return nil
 	}
 	if perr != nil {
@@ -369,7 +369,11 @@ func (c *conn) handle(r *protocol.Request, raw []byte) []byte {
 
 // closeWith closes the connection with a status code. With flush, frames
 // already queued (a draining notice) are written first, bounded by the
-// write timeout.
+// write timeout. The close frame is written beneath the WebSocket library
+// (rawConn.writeClose), after the rest of a data frame begun, waiting for
+// the socket at most closeWait; then the library runs the close handshake.
+// A client whose socket does not take the close frame in time is dropped
+// without one.
 func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 	if !c.closing.CompareAndSwap(false, true) {
 		return
@@ -394,9 +398,26 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 		deadline.Stop()
 	}
 	c.mu.Unlock()
-	c.raw.seal()
 	c.raw.closeRead()
+	if err := c.raw.writeClose(closeFrame(uint16(code), reason), c.closeWait(code)); err != nil {
+		if !errors.Is(err, errSealed) { // sealed: a hard stop is closing it
+			c.abort()
+		}
+		return
+	}
 	_ = c.ws.Close(code, reason)
+}
+
+// closeWait is how long a close frame may wait for the client's socket to
+// take it. A client cut off because it stopped reading (1013) gets its
+// close frame after what its socket already holds, once it reads again:
+// it has limits.pingInterval to do so, as long as keepalive would give
+// it. Every other close frame waits at most limits.writeTimeout.
+func (c *conn) closeWait(code websocket.StatusCode) time.Duration {
+	if code == websocket.StatusTryAgainLater {
+		return c.s.cfg.PingInterval
+	}
+	return c.s.cfg.WriteTimeout
 }
 
 // closeLater runs closeWith in its own goroutine, owned by the server's
@@ -463,6 +484,9 @@ var goingAwayFrame = closeFrame(uint16(websocket.StatusGoingAway), "")
 // connection cost every idle connection ~0.13 KiB; the heap costs it one
 // entry.
 func (c *conn) keepalive() {
+	if c.closing.Load() {
+		return // the close ends the connection, within its own bound (closeWith)
+	}
 	s := c.s
 	switch c.raw.pingState.Load() {
 	case pingSent:

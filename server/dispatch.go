@@ -90,7 +90,9 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 			case MethodSubscribe:
 				return c.subscribeHistory(p.Topic, r.Params, pol)
 			case MethodPublish:
-				return c.publishHistory(p.Topic, compactData(p.Data), r.Params, pol)
+				// A single request may be answered later: its answer
+				// needs no batch around it.
+				return c.publishHistory(p.Topic, compactData(p.Data), r.Params, pol, raw != nil, r.ID)
 			default:
 				return c.historyCall(p.Topic, r.Params, pol)
 			}

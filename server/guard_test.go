@@ -134,10 +134,7 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 		return n
 	}
 	one, hundred := allocs(1), allocs(100)
-	// Under the race detector sync.Pool drops a quarter of what is put
-	// back, so the subscriber list is sometimes made anew: the count is
-	// checked without it (the writes are checked either way).
-	if (one != 1 || hundred != 1) && !raceEnabled {
+	if one != 1 || hundred != 1 {
 		t.Fatalf("publish allocates %v with 1 subscriber and %v with 100; want 1 (the shared frame) each", one, hundred)
 	}
 	if g := serverGoroutines(); g != 0 {

@@ -45,6 +45,9 @@ type historyState struct {
 	policy func(topic string) history.Policy
 	scope  string // this server's idempotency scope for anonymous connections
 	every  time.Duration
+	// inProcess: the store delivers in the publisher's call (the memory
+	// store), so publish flushes the topic's line itself.
+	inProcess bool
 
 	mu     sync.Mutex
 	topics map[string]*topicSeq
@@ -126,12 +129,10 @@ func newHistoryState(s *Server, o Options) *historyState {
 		scope: hex.EncodeToString(b[:]), topics: map[string]*topicSeq{}, stop: make(chan struct{}),
 	}
 	if m, ok := o.History.(*history.Memory); ok && m.Deliver == nil {
-		m.Deliver = func(topic, epoch string, msg history.Message) func() {
-			if q := h.offer(topic, msg.Data, epoch, msg.Offset); q != nil {
-				return q.flush
-			}
-			return nil
-		}
+		// Under the store's topic lock: only put in line (offset order);
+		// publish delivers once the store has returned.
+		m.Deliver = func(topic, epoch string, msg history.Message) { h.offer(topic, msg.Data, epoch, msg.Offset) }
+		h.inProcess = true
 	}
 	h.every = o.HistoryCheckInterval
 	if h.every <= 0 {
@@ -184,9 +185,78 @@ func (s *Server) historyUnavailable() *protocol.Error {
 
 // --- publish ---
 
+// pipelinedStore is a store whose publishes may be answered later
+// (history.Redis): a connection then has several in flight, instead of
+// waiting on its read goroutine for each round trip.
+type pipelinedStore interface {
+	PublishAsync(p history.Publish, done func(pos history.Position, dup bool, err error))
+}
+
+// maxPublishesInFlight is the most history publishes one connection has
+// waiting for the store: past it, its read goroutine waits for the
+// oldest answer (the client is read no further until then).
+const maxPublishesInFlight = 64
+
+// answeredLater is the result of a call whose response is queued later,
+// by whatever completes it (handle then answers nothing now).
+var answeredLater = json.RawMessage(`"later"`)
+
+func isAnsweredLater(r json.RawMessage) bool {
+	return len(r) == len(answeredLater) && &r[0] == &answeredLater[0]
+}
+
+// connHistory is a connection's history state, made at its first
+// history call (a pointer keeps conn in its size class).
+type connHistory struct {
+	replays []replay // read goroutine only
+
+	mu       sync.Mutex
+	inflight int           // publishes handed to the store and not yet answered
+	room     chan struct{} // made by the read goroutine waiting for room, closed by the next answer
+}
+
+func (c *conn) histState() *connHistory {
+	if c.hist == nil {
+		c.hist = &connHistory{}
+	}
+	return c.hist
+}
+
+// take counts one more publish in flight, first waiting while the
+// connection has maxPublishesInFlight.
+func (ch *connHistory) take() {
+	ch.mu.Lock()
+	for ch.inflight >= maxPublishesInFlight {
+		if ch.room == nil {
+			ch.room = make(chan struct{})
+		}
+		room := ch.room
+		ch.mu.Unlock()
+		<-room
+		ch.mu.Lock()
+	}
+	ch.inflight++
+	ch.mu.Unlock()
+}
+
+// give counts one publish answered.
+func (ch *connHistory) give() {
+	ch.mu.Lock()
+	ch.inflight--
+	if ch.room != nil {
+		close(ch.room)
+		ch.room = nil
+	}
+	ch.mu.Unlock()
+}
+
 // publishHistory stores a client's publish on a history topic; the store
-// delivers it (to this instance too, through DeliverAt).
-func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol history.Policy) (json.RawMessage, *protocol.Error) {
+// delivers it (to this instance too, through DeliverAt). With a pipelined
+// store and id set to the request's id (a single request: the answer
+// needs no batch around it), it answers later, once the store has the
+// message, and the read goroutine goes on reading meanwhile; the store
+// answers a topic's publishes in offset order.
+func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol history.Policy, later bool, id json.RawMessage) (json.RawMessage, *protocol.Error) {
 	hp, perr := protocol.DecodeHistoryParams(params)
 	if perr != nil {
 		return nil, perr
@@ -199,15 +269,56 @@ func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol hi
 			key = "c:" + c.s.hist.scope + ":" + strconv.FormatUint(c.id, 10) + "\x00" + hp.IdempotencyKey
 		}
 	}
-	pos, err := c.s.hist.publish(&c.ctx, topic, data, pol, key)
+	if ps, ok := c.s.hist.store.(pipelinedStore); ok && later {
+		c.publishPipelined(ps, history.Publish{Topic: topic, Data: data, Policy: pol, IdempotencyKey: key}, id)
+		return answeredLater, nil
+	}
+	pos, err := c.s.hist.publish(&c.ctx, topic, data, pol, key, c.holder())
 	if err != nil {
 		return nil, c.s.historyUnavailable()
 	}
 	return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
 }
 
-func (h *historyState) publish(ctx context.Context, topic string, data []byte, pol history.Policy, key string) (history.Position, error) {
+// publishPipelined hands p to the store and answers id (nil: a
+// notification, answered with nothing) when the store is done.
+func (c *conn) publishPipelined(ps pipelinedStore, p history.Publish, id json.RawMessage) {
+	s, ch := c.s, c.histState()
+	if id != nil {
+		id = append(json.RawMessage(nil), id...) // the frame's buffer is reused
+	}
+	ch.take()
+	ps.PublishAsync(p, func(pos history.Position, _ bool, err error) {
+		defer ch.give()
+		var resp []byte
+		if err != nil {
+			s.log.Debug("history publish failed", "topic", p.Topic, "err", err)
+			resp = protocol.AppendError(nil, id, s.historyUnavailable())
+		} else {
+			if s.pressure != nil {
+				s.pressure.RecordPublished(1)
+			}
+			resp = protocol.AppendResult(nil, id, protocol.AppendPosition(nil, pos.Epoch, pos.Offset))
+		}
+		if id != nil && c.enqueueFrame(frameText(resp), true) {
+			s.m.MessagesSent.Inc()
+		}
+	})
+}
+
+// publish stores a message through the store; with an in-process store
+// it then delivers the topic's line, held in held (the publisher's read
+// goroutine's holdSet, or nil: written at once).
+func (h *historyState) publish(ctx context.Context, topic string, data []byte, pol history.Policy, key string, held *holdSet) (history.Position, error) {
 	pos, _, err := h.store.Publish(ctx, history.Publish{Topic: topic, Data: data, Policy: pol, IdempotencyKey: key})
+	if h.inProcess {
+		h.mu.Lock()
+		q := h.topics[topic]
+		h.mu.Unlock()
+		if q != nil {
+			q.flush(held)
+		}
+	}
 	if err != nil {
 		h.s.log.Debug("history publish failed", "topic", topic, "err", err)
 		return pos, err
@@ -229,17 +340,18 @@ func (s *Server) PublishHistory(ctx context.Context, topic string, data json.Raw
 	if key != "" {
 		key = "api\x00" + key
 	}
-	pos, err := s.hist.publish(ctx, topic, compactData(data), pol, key)
+	pos, err := s.hist.publish(ctx, topic, compactData(data), pol, key, nil)
 	return pos, true, err
 }
 
 // --- delivery ---
 
 // deliverAt takes a history topic's message from the store or the bus
-// and delivers it (and whatever it releases) in order.
-func (h *historyState) deliverAt(topic string, data []byte, epoch string, offset uint64) {
+// and delivers it (and whatever it releases) in order, held in held
+// (nil: written at once).
+func (h *historyState) deliverAt(topic string, data []byte, epoch string, offset uint64, held *holdSet) {
 	if q := h.offer(topic, data, epoch, offset); q != nil {
-		q.flush()
+		q.flush(held)
 	}
 }
 
@@ -263,20 +375,31 @@ func (h *historyState) offer(topic string, data []byte, epoch string, offset uin
 	return q
 }
 
-// flush delivers what is in line, unless another goroutine is already
-// doing so (it then delivers this too).
-func (q *topicSeq) flush() {
+// flush delivers what is in line, held in held (nil: written at once),
+// unless another goroutine is already doing so (it then delivers this
+// too).
+func (q *topicSeq) flush(held *holdSet) {
 	q.mu.Lock()
-	q.unlock()
+	q.unlockWith(held)
 }
 
 // DeliverAt is the bus's hand-over of a history topic's message.
 func (r *busReceiver) DeliverAt(topic string, data []byte, epoch string, offset uint64) {
+	r.deliverAt(topic, data, epoch, offset, nil)
+}
+
+// DeliverAt is a bus receive worker's hand-over of a history topic's
+// message: held while the worker has more in hand, like Deliver.
+func (h *busHolder) DeliverAt(topic string, data []byte, epoch string, offset uint64) {
+	h.r.deliverAt(topic, data, epoch, offset, h.held)
+}
+
+func (r *busReceiver) deliverAt(topic string, data []byte, epoch string, offset uint64, held *holdSet) {
 	s := (*Server)(r)
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
-	s.hist.deliverAt(topic, data, epoch, offset)
+	s.hist.deliverAt(topic, data, epoch, offset, held)
 }
 
 // frameMessageAt is frameMessage with the offset.
@@ -363,11 +486,15 @@ func (q *topicSeq) fanout(m history.Message) {
 	q.out = append(q.out, seqItem{m: m})
 }
 
-// unlock releases q.mu. If something is in line and nobody is delivering,
-// the caller becomes the deliverer: it delivers the line without q.mu,
-// then any line that formed meanwhile, until none is left. Only one
+// unlock releases q.mu, delivering what is in line (unlockWith).
+func (q *topicSeq) unlock() { q.unlockWith(nil) }
+
+// unlockWith releases q.mu. If something is in line and nobody is
+// delivering, the caller becomes the deliverer: it delivers the line
+// without q.mu, then any line that formed meanwhile, until none is left;
+// held, when not nil, holds the frames for its owner's flush. Only one
 // goroutine delivers at a time, so every subscriber sees the line's order.
-func (q *topicSeq) unlock() {
+func (q *topicSeq) unlockWith(held *holdSet) {
 	if q.delivering || len(q.out) == 0 {
 		q.mu.Unlock()
 		return
@@ -377,7 +504,7 @@ func (q *topicSeq) unlock() {
 		items, audience := q.out, q.audience
 		q.out, q.spare = q.spare[:0], nil
 		q.mu.Unlock()
-		q.deliver(items, audience)
+		q.deliver(items, audience, held)
 		clear(items)
 		q.mu.Lock()
 		if cap(items) <= maxPending {
@@ -389,8 +516,9 @@ func (q *topicSeq) unlock() {
 }
 
 // deliver hands items, in order, to every subscriber of audience whose
-// cursor takes them. Only the deliverer calls it (unlock).
-func (q *topicSeq) deliver(items []seqItem, audience []subscriber) {
+// cursor takes them, held in held when not nil. Only the deliverer calls
+// it (unlockWith).
+func (q *topicSeq) deliver(items []seqItem, audience []subscriber, held *holdSet) {
 	var resync []byte
 	sendResync := func(c *conn) {
 		if resync == nil {
@@ -414,7 +542,14 @@ func (q *topicSeq) deliver(items []seqItem, audience []subscriber) {
 				continue
 			}
 			ok, gap := sb.hs.cur.Live(it.m)
-			if ok && sb.c.enqueueFrame(it.m.Data, direct) {
+			if ok {
+				if held != nil {
+					ok = sb.c.enqueueHeld(it.m.Data, held)
+				} else {
+					ok = sb.c.enqueueFrame(it.m.Data, direct)
+				}
+			}
+			if ok {
 				sent++
 			}
 			sb.hs.mu.Unlock()
@@ -423,6 +558,9 @@ func (q *topicSeq) deliver(items []seqItem, audience []subscriber) {
 			}
 		}
 		q.h.s.m.MessagesSent.Add(float64(sent))
+		if held != nil && !it.reset {
+			held.published()
+		}
 	}
 }
 
@@ -816,8 +954,12 @@ func (c *conn) enqueueReleased(q *topicSeq, held []history.Message) {
 // client a slow consumer, and never builds one giant frame), then the
 // held live messages.
 func (c *conn) runReplays() {
-	rs := *c.replays
-	c.replays = nil
+	ch := c.hist
+	if ch == nil || len(ch.replays) == 0 {
+		return
+	}
+	rs := ch.replays
+	ch.replays = nil
 	for _, r := range rs {
 		c.runReplay(r)
 	}
@@ -825,10 +967,8 @@ func (c *conn) runReplays() {
 
 // addReplay leaves r to run once the frame's responses are queued.
 func (c *conn) addReplay(r replay) {
-	if c.replays == nil {
-		c.replays = new([]replay)
-	}
-	*c.replays = append(*c.replays, r)
+	ch := c.histState()
+	ch.replays = append(ch.replays, r)
 }
 
 func (c *conn) runReplay(r replay) {
@@ -846,14 +986,21 @@ func (c *conn) runReplay(r replay) {
 		last := r.hs.cur.Last()
 		r.hs.mu.Unlock()
 		gap = gap || g
+		// Queued, not written one by one: the connection's writer sends
+		// what a page queued in few writes.
+		sent := 0
 		for _, m := range out {
 			if !c.awaitRoom(room) {
-				return
+				break
 			}
-			if c.enqueueFrame(frameMessageAt(r.q.topic, m.Offset, m.Data), true) {
-				s.m.MessagesSent.Inc()
-				s.m.HistoryReplayed.Inc()
+			if c.enqueueFrame(frameMessageAt(r.q.topic, m.Offset, m.Data), false) {
+				sent++
 			}
+		}
+		s.m.MessagesSent.Add(float64(sent))
+		s.m.HistoryReplayed.Add(float64(sent))
+		if sent < len(out) {
+			return // closed
 		}
 		if last >= r.end || len(page) == 0 {
 			break

@@ -2,8 +2,10 @@ package server
 
 import (
 	"hash/maphash"
+	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rtserver/rtserver/bus"
 )
@@ -21,14 +23,42 @@ type hub struct {
 
 type hubShard struct {
 	mu     sync.RWMutex
-	topics map[string]map[*conn]struct{}
+	topics map[string]*topicSubs
+}
+
+// topicSubs is one topic's local subscribers: the set, and a list of it
+// that deliveries share. The list is built by the first delivery after a
+// change and then read as it is, without copying or walking a map, by
+// every delivery until the next change: a topic's subscribers change far
+// less often than it is published to.
+type topicSubs struct {
+	conns map[*conn]struct{}
+	// list is nil after a change. It is stored only with the shard's
+	// lock held (read or write), so a list built under a read lock can
+	// never outlive the change that follows it; once stored it is never
+	// modified.
+	list atomic.Pointer[[]*conn]
+}
+
+// subscribers returns the topic's subscribers as a shared list that must
+// not be modified. sh.mu held (read or write).
+func (t *topicSubs) subscribers() []*conn {
+	if l := t.list.Load(); l != nil {
+		return *l
+	}
+	l := make([]*conn, 0, len(t.conns))
+	for c := range t.conns {
+		l = append(l, c)
+	}
+	t.list.Store(&l)
+	return l
 }
 
 func (h *hub) init(s *Server) {
 	h.s = s
 	h.seed = maphash.MakeSeed()
 	for i := range h.shards {
-		h.shards[i].topics = map[string]map[*conn]struct{}{}
+		h.shards[i].topics = map[string]*topicSubs{}
 	}
 }
 
@@ -48,10 +78,11 @@ func (h *hub) subscribe(c *conn, topic string) {
 	subs := sh.topics[topic]
 	first := subs == nil
 	if first {
-		subs = map[*conn]struct{}{}
+		subs = &topicSubs{conns: map[*conn]struct{}{}}
 		sh.topics[topic] = subs
 	}
-	subs[c] = struct{}{}
+	subs.conns[c] = struct{}{}
+	subs.list.Store(nil)
 	sh.mu.Unlock()
 	if first {
 		h.s.bus.Subscribe(topic)
@@ -68,8 +99,9 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 		sh.mu.Unlock()
 		return
 	}
-	delete(subs, c)
-	last := len(subs) == 0
+	delete(subs.conns, c)
+	subs.list.Store(nil)
+	last := len(subs.conns) == 0
 	if last {
 		delete(sh.topics, topic)
 	}
@@ -89,24 +121,35 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 // once gets it right away from this goroutine, except for a large topic:
 // its frames are queued for the subscribers' writers, which run on every
 // core, so this goroutine is not held for a write per subscriber. The
-// subscribers are copied out so the socket writes happen without the
-// shard's lock held (a subscribe to another topic of the shard does not
-// wait for a fan-out).
+// topic's shared subscriber list is walked without the shard's lock held
+// (a subscribe to another topic of the shard does not wait for a
+// fan-out), and without a copy per publish.
 func (h *hub) publish(topic string, data []byte, held *holdSet) {
-	sh := h.shard(topic)
-	sh.mu.RLock()
-	subs := sh.topics[topic]
-	if len(subs) == 0 {
-		sh.mu.RUnlock()
+	list := h.subscribers(topic)
+	if len(list) == 0 {
 		return
 	}
-	lp := deliveryPool.Get().(*[]*conn)
-	list := *lp
-	for c := range subs {
-		list = append(list, c)
-	}
-	sh.mu.RUnlock()
 	frame := frameMessage(topic, data)
+	// The shared list's order is fixed until the topic's subscribers
+	// change: each publish starts at a random place in it, so no
+	// subscriber is always the last one written to.
+	start := 0
+	if len(list) > 1 {
+		start = rand.IntN(len(list))
+	}
+	// Without a holdSet a large topic's frames are only queued (see above).
+	direct := len(list) < queuedFanout
+	sent := deliver(list[start:], frame, held, direct) + deliver(list[:start], frame, held, direct)
+	h.s.m.MessagesSent.Add(float64(sent))
+	if held != nil {
+		held.published()
+	}
+}
+
+// deliver gives frame to each of list: held for held when given, else
+// written at once where direct and the socket takes it, else queued. It
+// returns how many took it.
+func deliver(list []*conn, frame []byte, held *holdSet, direct bool) int {
 	sent := 0
 	if held != nil {
 		for _, c := range list {
@@ -114,32 +157,32 @@ func (h *hub) publish(topic string, data []byte, held *holdSet) {
 				sent++
 			}
 		}
-	} else {
-		direct := len(list) < queuedFanout
-		for _, c := range list {
-			if c.enqueueFrame(frame, direct) {
-				sent++
-			}
+		return sent
+	}
+	for _, c := range list {
+		if c.enqueueFrame(frame, direct) {
+			sent++
 		}
 	}
-	h.s.m.MessagesSent.Add(float64(sent))
-	if cap(list) <= maxPooledDelivery {
-		clear(list)
-		*lp = list[:0]
-		deliveryPool.Put(lp)
-	}
-	if held != nil {
-		held.published()
-	}
+	return sent
 }
 
 // queuedFanout is the smallest topic whose deliveries Server.Publish and
 // the bus only queue.
 const queuedFanout = 64
 
-// maxPooledDelivery bounds the subscriber lists kept for reuse: one huge
-// topic must not pin its list forever.
-const maxPooledDelivery = 1 << 14
+// subscribers returns topic's local subscribers as a list shared with
+// other deliveries (not to be modified), copied out of the shard's lock:
+// socket writes happen without it held.
+func (h *hub) subscribers(topic string) []*conn {
+	sh := h.shard(topic)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if subs := sh.topics[topic]; subs != nil {
+		return subs.subscribers()
+	}
+	return nil
+}
 
 // subjects lists topics with local subscribers, most subscribed first.
 func (h *hub) subjects() []bus.TopicCount {
@@ -148,7 +191,7 @@ func (h *hub) subjects() []bus.TopicCount {
 		sh := &h.shards[i]
 		sh.mu.RLock()
 		for t, subs := range sh.topics {
-			out = append(out, bus.TopicCount{Topic: t, Count: len(subs)})
+			out = append(out, bus.TopicCount{Topic: t, Count: len(subs.conns)})
 		}
 		sh.mu.RUnlock()
 	}
@@ -166,7 +209,10 @@ func (h *hub) count(topic string) int {
 	sh := h.shard(topic)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
-	return len(sh.topics[topic])
+	if subs := sh.topics[topic]; subs != nil {
+		return len(subs.conns)
+	}
+	return 0
 }
 
 // topics is the number of topics with local subscribers.

@@ -130,13 +130,7 @@ func (s *Server) awaitPresence(topic string) {
 // deliverPresence queues a presence notification to every local
 // subscriber of topic, framed once.
 func (s *Server) deliverPresence(topic string, payload []byte) int {
-	sh := s.hub.shard(topic)
-	sh.mu.RLock()
-	list := make([]*conn, 0, len(sh.topics[topic]))
-	for c := range sh.topics[topic] {
-		list = append(list, c)
-	}
-	sh.mu.RUnlock()
+	list := s.hub.subscribers(topic)
 	if len(list) == 0 {
 		return 0
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -158,13 +159,20 @@ func (c *conn) queueFrame(frame []byte) bool {
 	if n := c.queued + len(frame); n > s.cfg.SendQueueBytes && (c.raw.full() || n > queueSlack(s.cfg.SendQueueBytes)) {
 		c.closed = true
 		c.queue = nil
-		s.m.SlowConsumerDisconnects.Inc()
-		c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
+		c.cutSlow()
 		return false
 	}
 	c.queue = append(c.queue, frame)
 	c.queued += len(frame)
 	return true
+}
+
+// cutSlow closes a client too slow to read with 1013: what is queued for
+// it is dropped, and the close frame follows what its socket already
+// holds, once it reads again (closeWait).
+func (c *conn) cutSlow() {
+	c.s.m.SlowConsumerDisconnects.Inc()
+	c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
 }
 
 // enqueueHeld queues frame for the client and holds it for h's flush
@@ -298,6 +306,10 @@ func (h *holdSet) published() {
 	}
 }
 
+// maxSpareHeld bounds the list of held connections kept for the next
+// burst: one huge burst must not pin its list forever.
+const maxSpareHeld = 1 << 14
+
 // pending reports whether frames wait for a flush.
 func (h *holdSet) pending() bool { return h != nil && h.held.Load() }
 
@@ -313,7 +325,7 @@ func (h *holdSet) flush() {
 		c.flushHeld(h)
 	}
 	clear(conns)
-	if cap(conns) > maxPooledDelivery {
+	if cap(conns) > maxSpareHeld {
 		conns = nil
 	}
 	h.mu.Lock()
@@ -388,7 +400,14 @@ func (c *conn) writeLoop() {
 			c.queue = nil
 			c.writerExits()
 			c.mu.Unlock()
-			if !errors.Is(err, errSealed) { // a close is under way: let it finish
+			switch {
+			case errors.Is(err, errSealed): // a close is under way: let it finish
+			case errors.Is(err, os.ErrDeadlineExceeded) && !c.closing.Load():
+				// The socket took nothing for limits.writeTimeout: the
+				// client has stopped reading, as a queue past its limit
+				// would say.
+				c.cutSlow()
+			default:
 				c.abort()
 			}
 			return
@@ -474,7 +493,3 @@ func arrayElems(f []byte) []byte {
 	}
 	return f
 }
-
-// deliveryPool holds the subscriber lists a publish copies out of the hub,
-// so the socket writes happen without the hub's lock held.
-var deliveryPool = sync.Pool{New: func() any { s := make([]*conn, 0, 64); return &s }}

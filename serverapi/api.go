@@ -394,7 +394,13 @@ func (h *Handler) publish(ctx context.Context, body []byte) ([]byte, *apiError) 
 	if pos == nil {
 		return okResult, nil
 	}
-	return protocol.AppendPosition(nil, pos.Epoch, pos.Offset), nil
+	return asResult(protocol.AppendPosition(nil, pos.Epoch, pos.Offset)), nil
+}
+
+// asResult wraps an encoded result as every successful call answers it:
+// {"result":...}.
+func asResult(res []byte) []byte {
+	return append(append([]byte(`{"result":`), res...), '}')
 }
 
 // publishAt publishes through the history backend when there is one.
@@ -445,7 +451,7 @@ func (h *Handler) history(ctx context.Context, body []byte) ([]byte, *apiError) 
 	case err != nil:
 		return nil, h.unavailable(err)
 	}
-	return res, nil
+	return asResult(res), nil
 }
 
 func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError) {
@@ -496,7 +502,7 @@ func (h *Handler) broadcast(ctx context.Context, body []byte) ([]byte, *apiError
 	if out == nil {
 		return okResult, nil
 	}
-	return append(out, "]}"...), nil
+	return asResult(append(out, "]}"...)), nil
 }
 
 func (h *Handler) disconnect(body []byte) ([]byte, *apiError) {

@@ -156,7 +156,7 @@ export interface PresenceStats {
 
 export interface Client {
   /** The current state. */
-  readonly state: State | "";
+  readonly state: State;
   /** Calls method; resolves with its result, rejects with an RPCError. */
   call<R = any>(method: string, params?: JSONValue | object): Promise<R>;
   /** Sends a notification: no id, no answer. */

@@ -414,8 +414,10 @@ class Client {
   // _sendSubscribe subscribes to topic: with recover from its position
   // when it has one. A resubscription the server sheds is re-sent after
   // the hint on the same connection, up to RESUBSCRIBE_ROUNDS times; any
-  // other refusal is final. It resolves once settled.
-  _sendSubscribe(topic, t, round = 0) {
+  // other refusal is final, except after a resync: the subscription the
+  // server still has stays, and the next reconnect or resync recovers it.
+  // It resolves once settled.
+  _sendSubscribe(topic, t, round = 0, resync = false) {
     const recovering = t.pos !== null;
     const params = recovering ? { topic, recover: true, since: { epoch: t.pos.epoch, offset: t.pos.offset } } : { topic };
     const ws = this._ws;
@@ -427,8 +429,12 @@ class Client {
         const shed = err.code === OVERLOADED || err.code === RATE_LIMITED;
         if (shed && t.confirmed && round + 1 < RESUBSCRIBE_ROUNDS) {
           await this._sleep(backoff(round, this._min, this._max, errorHintMs(err), this._random()));
-          if (ws === this._ws && this._wsOpen && this._subs.get(topic) === t) return this._sendSubscribe(topic, t, round + 1);
+          if (ws === this._ws && this._wsOpen && this._subs.get(topic) === t) return this._sendSubscribe(topic, t, round + 1, resync);
           return; // a new connection re-sends it
+        }
+        if (resync) {
+          this._onError(err);
+          return;
         }
         this._subs.delete(topic);
         t.fail(err);
@@ -457,7 +463,7 @@ class Client {
   // position, so the server replays what this subscription missed.
   _resync(topic) {
     const t = this._subs.get(topic);
-    if (t && this._wsOpen) this._sendSubscribe(topic, t);
+    if (t && this._wsOpen) this._sendSubscribe(topic, t, 0, true);
   }
 
   // _sleep resolves after ms on the client's clock; it rejects at once when

@@ -606,6 +606,17 @@ test("a throwing handler does not stop delivery to the others", async () => {
 
 // --- history topics: positions, recovery, resync, publishAt ---
 
+// opened connects a client over the fake socket with h.opts(extra) and
+// opens its first socket.
+async function opened(extra) {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts(extra));
+  await tick();
+  const ws = h.last();
+  ws.open();
+  return { h, c, ws };
+}
+
 // reconnect drops ws and opens the next socket once the backoff passed.
 async function reconnect(h, ws) {
   ws.drop(1006, "");
@@ -619,12 +630,8 @@ async function reconnect(h, ws) {
 const msg = (topic, offset, data = offset) => ({ jsonrpc: "2.0", method: "message", params: { topic, offset, data } });
 
 test("a history subscription recovers after a reconnect: every offset once, in order", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ batch: true, onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened({ batch: true, onRecovery: (...a) => recoveries.push(a) });
   const got = [];
   const off = c.subscribe("room:1", (data, topic, offset) => got.push([offset, data]));
   const sub = ws.sent.find((m) => m.method === "subscribe");
@@ -654,13 +661,64 @@ test("a history subscription recovers after a reconnect: every offset once, in o
   c.close();
 });
 
+test("property: across drops, resyncs, replays and duplicates each offset is delivered once, in order", async () => {
+  const rnd = prng(7);
+  for (let run = 0; run < 40; run++) {
+    const { h, c, ws: first } = await opened({ batch: rnd() < 0.5 });
+    let ws = first;
+    const got = [];
+    c.subscribe("t", (data, topic, offset) => got.push(offset));
+    let last = 0; // the server's last offset
+    // serve answers the newest subscribe on ws: the position now, then
+    // (with recover) the replay since.offset+1..last, after stale
+    // duplicates at or below since, as the contract allows to arrive.
+    const serve = () => {
+      const sub = ws.sent.filter((m) => m.method === "subscribe").pop();
+      const frames = [];
+      if (sub.params.recover) {
+        const since = sub.params.since.offset;
+        for (let o = Math.max(1, since - 2); o <= since; o++) if (rnd() < 0.3) frames.push(msg("t", o));
+        frames.push({ jsonrpc: "2.0", id: sub.id, result: { epoch: "e1", offset: last, recovered: true } });
+        for (let o = since + 1; o <= last; o++) frames.push(msg("t", o));
+      } else {
+        frames.push({ jsonrpc: "2.0", id: sub.id, result: { epoch: "e1", offset: last } });
+      }
+      for (const f of frames) ws.recv(f);
+    };
+    serve();
+    for (let step = 0; step < 60; step++) {
+      const r = rnd();
+      if (r < 0.6) {
+        last++;
+        ws.recv(msg("t", last));
+        if (rnd() < 0.1) ws.recv(msg("t", last)); // a duplicate
+      } else if (r < 0.75) {
+        const missed = Math.floor(rnd() * 4); // published while away
+        ws.drop(1006, "");
+        last += missed;
+        await h.advance(60000);
+        ws = h.last();
+        ws.open();
+        serve();
+      } else if (r < 0.9) {
+        ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "resync", topic: "t" } });
+        const live = Math.floor(rnd() * 3); // live while the resubscribe is in flight
+        for (let i = 0; i < live; i++) ws.recv(msg("t", ++last));
+        serve();
+      } else {
+        last++; // lost on the way: the next replay brings it
+        ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "resync", topic: "t" } });
+        serve();
+      }
+    }
+    eq(got, Array.from({ length: last }, (_, i) => i + 1), `run ${run}: offsets delivered`);
+    c.close();
+  }
+});
+
 test("recovered false: the new epoch's position, the reason reported, live from there", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
   const got = [];
   const off = c.subscribe("room:1", (data, topic, offset) => got.push(offset));
   answerAll(ws, 0, { epoch: "e1", offset: 50 });
@@ -678,12 +736,8 @@ test("recovered false: the new epoch's position, the reason reported, live from 
 });
 
 test("a topic without history keeps no position and resubscribes plainly", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
   const off = c.subscribe("plain", () => {});
   answerAll(ws);
   await off.ready;
@@ -697,12 +751,8 @@ test("a topic without history keeps no position and resubscribes plainly", async
 });
 
 test("resync: subscribe again from the position on the same connection", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  const ws = h.last();
-  ws.open();
+  const { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
   const got = [];
   c.subscribe("room:1", (data, topic, offset) => got.push(offset));
   answerAll(ws, 0, { epoch: "e1", offset: 0 });
@@ -721,12 +771,24 @@ test("resync: subscribe again from the position on the same connection", async (
   c.close();
 });
 
-test("a resubscription shed with -32001 is re-sent after the hint, then given up", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
+test("a resync the server refuses keeps the subscription", async () => {
+  const { h, c, ws } = await opened();
+  const got = [];
+  c.subscribe("room:1", (data, topic, offset) => got.push(offset));
+  answerAll(ws, 0, { epoch: "e1", offset: 0 });
+  ws.recv({ jsonrpc: "2.0", method: "system", params: { event: "resync", topic: "room:1" } });
+  const again = ws.sent[ws.sent.length - 1];
+  ws.recv({ jsonrpc: "2.0", id: again.id, error: { code: -32003, message: "forbidden" } });
   await tick();
-  let ws = h.last();
-  ws.open();
+  await tick();
+  ws.recv(msg("room:1", 1));
+  eq(got, [1], "still delivered");
+  eq(h.errors.map((e) => e.code), [-32003], "reported");
+  c.close();
+});
+
+test("a resubscription shed with -32001 is re-sent after the hint, then given up", async () => {
+  let { h, c, ws } = await opened();
   const off = c.subscribe("room:1", () => {});
   answerAll(ws, 0, { epoch: "e1", offset: 4 });
   await off.ready;
@@ -753,12 +815,8 @@ test("a resubscription shed with -32001 is re-sent after the hint, then given up
 });
 
 test("subscribe with since starts from that position and reports the recovery", async () => {
-  const h = harness();
   const recoveries = [];
-  const c = connect("ws://x/ws", h.opts({ onRecovery: (...a) => recoveries.push(a) }));
-  await tick();
-  const ws = h.last();
-  ws.open();
+  const { h, c, ws } = await opened({ onRecovery: (...a) => recoveries.push(a) });
   const got = [];
   const off = c.subscribe("room:1", (data, topic, offset) => got.push(offset), { since: { epoch: "e1", offset: 10 } });
   eq(off.position(), { epoch: "e1", offset: 10 }, "position before the answer");
@@ -773,11 +831,7 @@ test("subscribe with since starts from that position and reports the recovery", 
 });
 
 test("publishAt retries a shed or cut-off publish with the same idempotencyKey", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  let ws = h.last();
-  ws.open();
+  let { h, c, ws } = await opened();
   const done = c.publishAt("room:1", { text: "hi" });
   await tick();
   const first = ws.sent[ws.sent.length - 1];
@@ -807,11 +861,7 @@ test("publishAt retries a shed or cut-off publish with the same idempotencyKey",
 });
 
 test("publishAt stops when its signal aborts or the client closes", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  const ws = h.last();
-  ws.open();
+  const { h, c, ws } = await opened();
   const ctl = new AbortController();
   const p = c.publishAt("t", 1, { signal: ctl.signal });
   await tick();
@@ -826,11 +876,7 @@ test("publishAt stops when its signal aborts or the client closes", async () => 
 });
 
 test("history asks for a topic's messages", async () => {
-  const h = harness();
-  const c = connect("ws://x/ws", h.opts());
-  await tick();
-  const ws = h.last();
-  ws.open();
+  const { h, c, ws } = await opened();
   const p = c.history("room:1", { limit: 2, since: { epoch: "e1", offset: 3, extra: 1 } });
   const req = ws.sent[0];
   eq([req.method, req.params], ["history", { topic: "room:1", since: { epoch: "e1", offset: 3 }, limit: 2 }], "params");

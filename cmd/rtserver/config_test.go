@@ -89,6 +89,7 @@ publishRate:                     # the cluster aggregator; active when redis.url
   topN: 20
   maxClockSkew: 5s               # clocks may be this far apart; older envelopes and replays are dropped
   maxInstances: 1024             # siblings held at most; envelopes of further instances are ignored and counted
+  mode: broadcast                # broadcast | merged: slices to one merging instance elected through Redis, which publishes the merged view
   hmacSecret: ""                 # when set, unsigned or badly signed envelopes are dropped
 admission:
   classes:                       # class name -> rule

@@ -39,11 +39,12 @@ func topicGrants() access.Config {
 	}
 }
 
-// roomHistory covers a drain, the page's reconnect backoff and a retry
-// hint with room to spare (docs/history.md, Sizing), for rooms far busier
-// than a demo's; announceHistory keeps the last few for a day.
+// roomHistory: ttl covers a drain, the page's reconnect backoff and a
+// retry hint with room to spare, and size a room's peak rate times ttl
+// for rooms up to about 30 messages a second (docs/history.md, Sizing);
+// announceHistory keeps the last few for a day.
 var (
-	roomHistory     = history.Policy{Size: 1000, TTL: 5 * time.Minute}
+	roomHistory     = history.Policy{Size: 10000, TTL: 5 * time.Minute}
 	announceHistory = history.Policy{Size: 10, TTL: 24 * time.Hour}
 )
 

@@ -180,7 +180,7 @@ func TestDemoAuthPageWithoutUserConnects(t *testing.T) {
 
 	bad := openPage(t, ctx, b, a.url("/?user=not%20a%20name&minBackoffMs=50&maxBackoffMs=200"))
 	var shown struct{ State, Error string }
-	bad.mustEval(t, ctx, until(`chat.closes.length >= 2 && {state: document.getElementById("state").textContent, error: document.getElementById("error").textContent}`), &shown)
+	bad.mustEval(t, ctx, until(`document.getElementById("state").textContent.includes("cannot sign in") && {state: document.getElementById("state").textContent, error: document.getElementById("error").textContent}`), &shown)
 	if !strings.Contains(shown.State, "cannot sign in as not a name") || !strings.Contains(shown.Error, "user must be") {
 		t.Fatalf("a refused name shows state %q, error %q: want the reason", shown.State, shown.Error)
 	}

@@ -31,6 +31,9 @@ const (
 	BusMessage Domain = "rtserver bus message v1"
 	BusControl Domain = "rtserver bus control v1"
 	RateSlice  Domain = "rtserver rate slice v1"
+	// RateView is the merged view a merging instance publishes
+	// (publishRate.mode merged).
+	RateView Domain = "rtserver rate view v1"
 )
 
 // Size is the length of a MAC.

@@ -10,7 +10,7 @@ import (
 func TestDomainsAndKeysSeparate(t *testing.T) {
 	s, other := New([]byte("fleet secret")), New([]byte("other secret"))
 	msg := []byte(`{"v":1,"instanceId":"a","ts":1}`)
-	for _, d := range []Domain{BusMessage, BusControl, RateSlice} {
+	for _, d := range []Domain{BusMessage, BusControl, RateSlice, RateView} {
 		mac := string(s.AppendMAC(nil, d, msg))
 		if !Equal(s.MAC(d, string(msg)), mac) {
 			t.Errorf("%s: MAC and AppendMAC disagree", d)
@@ -18,7 +18,7 @@ func TestDomainsAndKeysSeparate(t *testing.T) {
 		if Equal(other.MAC(d, string(msg)), mac) {
 			t.Errorf("%s: another key verifies", d)
 		}
-		for _, d2 := range []Domain{BusMessage, BusControl, RateSlice} {
+		for _, d2 := range []Domain{BusMessage, BusControl, RateSlice, RateView} {
 			if d2 != d && Equal(s.MAC(d2, string(msg)), mac) {
 				t.Errorf("a %s MAC verifies as %s", d, d2)
 			}

@@ -29,7 +29,7 @@ export async function usage(): Promise<void> {
   });
   connect("wss://example.com/ws", { token: "fixed" }).close();
 
-  const state: State | "" = client.state;
+  const state: State = client.state;
   console.log(state);
 
   const recent: HistoryResult<ChatMessage> = await client.history<ChatMessage>("room:1", { limit: 50 });

@@ -1,0 +1,311 @@
+package publishrate
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/bus"
+)
+
+// Merged mode (Options.Mode "merged", docs/cluster.md "Merged mode").
+// Every instance publishes its slice on sliceChannel (Channel+":in"),
+// which only the merging instance subscribes to; the merging instance
+// merges the fleet's slices as broadcast mode merges siblings' (in
+// a.fleet) and publishes the merged view on viewChannel (Channel+":view")
+// every half PublishInterval; every instance, the merging one included,
+// subscribes to the views and holds the latest as its whole cluster view
+// (its own rates are in it), falling back to its own rates alone while it
+// holds no fresh view.
+//
+// The merging instance holds a lease in Redis (leaseKey, SET NX with a
+// TTL of 1.5 intervals, renewed every half interval) and a fencing number
+// (epoch, from epochKey) that its views carry; receivers refuse a view
+// from a lower epoch than the one they hold while that one is fresh, so
+// two instances that both believe they merge (a paused merger, a Redis
+// fail-over that lost the lease) never make the view count twice.
+
+// viewID is the merged view's place among the cluster view's
+// contributions: no instance id can take it (ids are topic characters).
+const viewID = "\x00view"
+
+// leadState is the merging role: epoch 0 while this instance does not
+// merge. Only the lead loop's goroutine touches it.
+type leadState struct {
+	epoch int64
+	ticks int // renewals since elected: the first view waits a full interval of slices
+	// renewed: when Redis last confirmed the lease.
+	renewed time.Time
+	sub     *bus.Subscription
+}
+
+// The lease scripts. KEYS[1] the lease, KEYS[2] the epoch counter (one
+// hash tag, one slot); ARGV[1] this instance's id, ARGV[2] the TTL in ms.
+var (
+	// claimLease takes the lease if it is free and returns the new epoch:
+	// one more than the larger of the stored counter and ARGV[3], the
+	// highest epoch the claimant has seen in a view (a Redis that failed
+	// over may have lost the counter). 0: someone holds the lease.
+	claimLease = redis.NewScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local e = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), tonumber(ARGV[3])) + 1
+redis.call('SET', KEYS[2], e)
+return e`)
+	// renewLease extends the lease if this instance still holds it: 1,
+	// else 0.
+	renewLease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`)
+	// releaseLease frees the lease if this instance holds it.
+	releaseLease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+)
+
+// leadLoop runs the election every half PublishInterval: claim the lease
+// when it is free, renew it while held, and publish the merged view once
+// the first full interval of slices is in.
+func (a *Aggregator) leadLoop(ctx context.Context) {
+	defer a.wg.Done()
+	t := time.NewTicker(a.opts.PublishInterval / 2)
+	defer t.Stop()
+	a.leadTick(ctx) // the fleet's first instance need not wait a tick
+	for {
+		select {
+		case <-ctx.Done():
+			a.stepDown(true)
+			return
+		case <-t.C:
+			a.leadTick(ctx)
+		}
+	}
+}
+
+func (a *Aggregator) leadTick(ctx context.Context) {
+	now := a.opts.Now()
+	// A Redis slower than a tick delays the next one (the ticker drops
+	// ticks) rather than costing the lease: past the TTL it is gone
+	// anyway.
+	rctx, cancel := context.WithTimeout(ctx, a.leaseTTL)
+	defer cancel()
+	ttl := a.leaseTTL.Milliseconds()
+	if a.lead.epoch == 0 {
+		a.mu.Lock()
+		if a.fleet != nil {
+			a.fleet.expire(now, a.opts.StaleAfter) // what it merged before: drains
+		}
+		a.mu.Unlock()
+		epoch, err := claimLease.Run(rctx, a.client, []string{a.leaseKey, a.epochKey}, a.id, ttl, a.epochSeen.Load()).Int64()
+		if err != nil {
+			a.leaseTrouble(now, "cannot claim the merging instance's lease", err)
+			return
+		}
+		if epoch > 0 {
+			a.becomeMerger(epoch, now)
+		}
+		return
+	}
+	held, err := renewLease.Run(rctx, a.client, []string{a.leaseKey}, a.id, ttl).Int()
+	switch {
+	case ctx.Err() != nil:
+		return
+	case err != nil:
+		a.leaseTrouble(now, "cannot renew the merging instance's lease", err)
+		if now.Sub(a.lead.renewed) >= a.leaseTTL {
+			a.stepDown(false) // it has expired by now: another may hold it
+		}
+		return
+	case held == 0:
+		a.log.Warn("lost the merging instance's lease; another instance merges", "epoch", a.lead.epoch)
+		a.stepDown(false)
+		return
+	}
+	a.lead.renewed = now
+	if a.lead.ticks++; a.lead.ticks >= 2 {
+		a.publishView(rctx, now)
+	}
+}
+
+func (a *Aggregator) leaseTrouble(now time.Time, msg string, err error) {
+	if a.logLease.allow(now) {
+		a.log.Warn(msg, "err", err)
+	}
+}
+
+// becomeMerger starts merging the fleet's slices under epoch. An
+// instance that merged before (it lost the lease for a moment: a slow
+// renewal, a Redis restart) still holds what it merged then, fresh slices
+// and all, and publishes at once; one that starts empty waits a full
+// interval of slices first, so its first view is not partial.
+func (a *Aggregator) becomeMerger(epoch int64, now time.Time) {
+	a.lead = leadState{epoch: epoch, renewed: now}
+	a.mu.Lock()
+	if a.fleet == nil || len(a.fleet.remotes) == 0 {
+		a.fleet = newMerger()
+	} else {
+		a.lead.ticks = 2
+	}
+	a.mu.Unlock()
+	a.merging.Store(true)
+	a.lead.sub = bus.Subscribe(bus.SubscriptionConfig{
+		Client:     a.client,
+		Channel:    a.sliceChannel,
+		Handle:     a.receiveSlice,
+		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
+		MaxBackoff: retryMax,
+		Logger:     a.log,
+		Gather:     a.gather(),
+	})
+	a.log.Info("this instance is now the merging instance", "epoch", epoch)
+}
+
+// stepDown ends the merging role, releasing the lease in Redis when
+// release is set (a clean stop: another instance takes over at its next
+// tick instead of after the TTL).
+func (a *Aggregator) stepDown(release bool) {
+	if a.lead.epoch == 0 {
+		return
+	}
+	a.lead.sub.Close() // before taking a.mu: its Handle takes it
+	a.merging.Store(false)
+	if release {
+		ctx, cancel := context.WithTimeout(context.Background(), a.opts.PublishInterval/2)
+		_ = releaseLease.Run(ctx, a.client, []string{a.leaseKey}, a.id).Err()
+		cancel()
+	}
+	a.lead = leadState{}
+}
+
+// receiveSlice takes one instance's slice off sliceChannel, on the
+// merging instance: its own slice too.
+func (a *Aggregator) receiveSlice(payload string) {
+	now := a.opts.Now()
+	e, err := decodeEnvelope(payload, a.signer, a.opts.MaxEnvelopeBytes, a.maxList)
+	if err != nil {
+		a.dropped(err, payload, now)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fleet != nil && a.merging.Load() {
+		a.takeLocked(a.fleet, e, now)
+	}
+}
+
+// publishView publishes the merged view of the fleet's fresh slices.
+func (a *Aggregator) publishView(ctx context.Context, now time.Time) {
+	a.mu.Lock()
+	var e *envelope
+	if a.fleet != nil {
+		a.fleet.expire(now, a.opts.StaleAfter)
+		e = a.viewEnvelopeLocked(now)
+	}
+	a.mu.Unlock()
+	if e == nil {
+		return
+	}
+	payload, err := a.encode(e)
+	if err == nil {
+		err = a.client.Publish(ctx, a.viewChannel, payload).Err()
+	}
+	if err != nil {
+		a.leaseTrouble(now, "cannot publish the merged view", err)
+		return
+	}
+	a.viewsPublished.Add(1)
+}
+
+// viewEnvelopeLocked is the merged view of a.fleet: its top maxList
+// topics, users and subscriber counts. nil while no slice is held. a.mu
+// is held.
+func (a *Aggregator) viewEnvelopeLocked(now time.Time) *envelope {
+	f := a.fleet
+	if len(f.remotes) == 0 {
+		return nil
+	}
+	k := a.maxList
+	e := &envelope{V: viewVersion, InstanceID: a.id, TS: now.UnixMilli(), Epoch: a.lead.epoch, Instances: len(f.remotes)}
+	for _, t := range f.top(k) {
+		e.Slice = append(e.Slice, wireTopic{t.Topic, t.MessagesPerSec, t.BytesPerSec, t.ContributingInstances})
+	}
+	e.Users = make([]wireUser, 0, k)
+	for _, u := range f.users.byID {
+		if u != nil && u.n > 0 {
+			e.Users = append(e.Users, wireUser{u.name, u.msgs})
+		}
+	}
+	slices.SortFunc(e.Users, func(x, y wireUser) int {
+		return cmp.Or(cmp.Compare(y.MessagesPerSec, x.MessagesPerSec), cmp.Compare(x.User, y.User))
+	})
+	e.Users = e.Users[:min(len(e.Users), k)]
+	e.Subs = make([]wireSub, 0, k)
+	for _, t := range f.topics.byID {
+		if t != nil && t.ns > 0 && t.subs > 0 {
+			e.Subs = append(e.Subs, wireSub{t.name, int(min(t.subs, maxCount))})
+		}
+	}
+	slices.SortFunc(e.Subs, func(x, y wireSub) int {
+		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Topic, y.Topic))
+	})
+	e.Subs = e.Subs[:min(len(e.Subs), k)]
+	return e
+}
+
+// receiveView takes a merged view off viewChannel: it becomes the whole
+// cluster view, this instance's own rates included, unless it is older
+// than the view held, by epoch and then by ts, while that one is fresh.
+func (a *Aggregator) receiveView(payload string) {
+	now := a.opts.Now()
+	e, err := decodeView(payload, a.signer, a.opts.MaxEnvelopeBytes, a.maxList)
+	if err != nil {
+		a.dropped(err, payload, now)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.active {
+		return
+	}
+	a.mergeLocked(now) // a stale view holds nothing back
+	held := a.viewHeldLocked()
+	if !a.inClockWindow(e, now) || held && (e.Epoch < a.viewEpoch || e.Epoch == a.viewEpoch && e.TS <= a.viewTS) {
+		a.outdated.Add(1)
+		return
+	}
+	if e.Epoch > a.epochSeen.Load() {
+		a.epochSeen.Store(e.Epoch)
+	}
+	a.viewEpoch, a.viewTS, a.viewInstances = e.Epoch, e.TS, e.Instances
+	// One commit: a lookup sees the old view with this instance's rates
+	// or the new view, never both.
+	a.mg.stage(&remote{id: viewID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
+	a.mg.stageLocal(nil)
+	a.mg.commit()
+	a.viewHeld.Store(true)
+	a.received.Add(1)
+	a.m.ClusterReceived.Inc()
+	a.mergeLocked(now)
+}
+
+// viewHeldLocked reports whether the cluster view is a merged view. a.mu
+// is held.
+func (a *Aggregator) viewHeldLocked() bool {
+	_, ok := a.mg.remotes[viewID]
+	return ok
+}
+
+// syncLocalLocked makes this instance's latest sample its contribution to
+// the cluster view, unless a merged view (which has it) is held. a.mu is
+// held.
+func (a *Aggregator) syncLocalLocked() {
+	want := a.latest
+	if a.merged && a.viewHeldLocked() {
+		want = nil
+	}
+	if a.mg.local != want {
+		a.mg.setLocal(want)
+	}
+}
