@@ -72,8 +72,9 @@ type Aggregator struct {
 	ignored map[string]time.Time
 	// Merged mode: the view held in mg (viewID) came from epoch viewEpoch
 	// at viewTS (its merging instance's clock) and sums viewInstances
-	// instances. fleet holds the fleet's slices while this instance is
-	// the merging instance (nil otherwise).
+	// instances. fleet holds the fleet's slices once this instance has
+	// been the merging instance (nil before); it drains after it steps
+	// down.
 	viewEpoch, viewTS int64
 	viewInstances     int
 	fleet             *merger
@@ -89,6 +90,10 @@ type Aggregator struct {
 	// whether this instance is the merging instance.
 	epochSeen atomic.Int64
 	merging   atomic.Bool
+	// Merged mode, for lookups without the lock: whether a merged view is
+	// held, and this instance's latest sample.
+	viewHeld  atomic.Bool
+	localSnap atomic.Pointer[pressure.Snapshot]
 
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
 	received, parseErrors, outdated, instIgnored atomic.Uint64
@@ -153,6 +158,7 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 		a.sliceChannel, a.viewChannel = opts.Channel+":in", opts.Channel+":view"
 	}
 	a.top.Store(&[]Entry{})
+	a.localSnap.Store(a.latest)
 	a.src.Store(&Sources{})
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
@@ -162,6 +168,13 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 	local.OnSample(a.onSample)
 	return a, nil
 }
+
+// gather is how long the subscriptions let envelopes gather before
+// reading them (bus.SubscriptionConfig.Gather): a hundredth of the
+// interval (50ms by default), nothing next to how late a slice may
+// arrive, and at 1,000 siblings about ten envelopes per wake-up instead
+// of one.
+func (a *Aggregator) gather() time.Duration { return a.opts.PublishInterval / 100 }
 
 // InstanceID is the id this instance tags its envelopes with.
 func (a *Aggregator) InstanceID() string { return a.id }
@@ -193,6 +206,7 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
 		MaxBackoff: retryMax,
 		Logger:     a.log,
+		Gather:     a.gather(),
 	})
 	select {
 	case <-sub.Ready():
@@ -240,6 +254,7 @@ func (a *Aggregator) Deactivate() {
 	a.active = false
 	a.mg.dropAll()
 	a.viewEpoch, a.viewTS, a.viewInstances = 0, 0, 0
+	a.fleet = nil
 	clear(a.ignored)
 	a.m.ClusterInstancesIgnored.Set(0)
 	a.mg.setLocalSubs(nil)
@@ -263,17 +278,41 @@ func (a *Aggregator) TopPublishers() []Entry {
 // this instance's latest sample and every fresh sibling slice that carries
 // it, whether or not it made the merged top-N; 0 when none does. A map
 // read, no allocation: safe on the admission path.
-func (a *Aggregator) RateOf(topic string) float64 { return a.mg.rateOf(topic) }
+//
+// In merged mode it is the merged view's rate, or this instance's own
+// latest rate if that is higher: the view carries the fleet's top topics
+// only, and a topic hot here alone keeps at least its local rate (a scan
+// of this instance's top-N, still without allocation).
+func (a *Aggregator) RateOf(topic string) float64 {
+	r := a.mg.rateOf(topic)
+	if a.merged {
+		r = max(r, a.localSnap.Load().RateOf(topic))
+	}
+	return r
+}
 
 // RateOfUser is RateOf for a user's publish attempts.
-func (a *Aggregator) RateOfUser(user string) float64 { return a.mg.rateOfUser(user) }
+func (a *Aggregator) RateOfUser(user string) float64 {
+	r := a.mg.rateOfUser(user)
+	if a.merged {
+		r = max(r, a.localSnap.Load().RateOfUser(user))
+	}
+	return r
+}
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
 // count (LocalSubscribers live when set, else the list Subjects returned on
 // the last tick) plus the "subs" of every fresh sibling.
+//
+// In merged mode, while a merged view is held, it is the view's count, or
+// the live local count if that is higher: the view has this instance's
+// count of its last slice in it already.
 func (a *Aggregator) SubscribersOf(topic string) int {
 	n := a.mg.subscribersOf(topic)
 	if f := a.src.Load().LocalSubscribers; f != nil {
+		if a.merged && a.viewHeld.Load() {
+			return max(n, f(topic))
+		}
 		n += f(topic)
 	}
 	return n
@@ -304,6 +343,7 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 	now := a.opts.Now()
 	a.mu.Lock()
 	a.latest = s
+	a.localSnap.Store(s)
 	a.syncLocalLocked()
 	if a.active {
 		a.win.add(s, now)
@@ -324,9 +364,11 @@ func (a *Aggregator) mergeLocked(now time.Time) {
 	if a.merged {
 		a.syncLocalLocked()
 		siblings = 0
-		if a.viewHeldLocked() {
+		held := a.viewHeldLocked()
+		if held {
 			siblings = max(a.viewInstances-1, 0)
 		}
+		a.viewHeld.Store(held)
 	}
 	a.siblings.Store(int64(siblings))
 	a.m.ClusterInstances.Set(float64(siblings))

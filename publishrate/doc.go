@@ -1,6 +1,8 @@
 // Package publishrate is the cluster-wide publish-rate aggregator: every
 // instance broadcasts its own top publishers over Redis pub/sub and merges
-// its siblings' broadcasts into a cluster view, with no leader.
+// its siblings' broadcasts into a cluster view, with no leader; or, in
+// merged mode (Options.Mode), sends them to one merging instance elected
+// through Redis, whose merged view every instance takes.
 //
 // # What it owns
 //
@@ -46,6 +48,18 @@
 //
 // Before Activate and after Deactivate the view is this instance's own
 // rates alone (the OnSample listener registered by New keeps it current).
+//
+// # Merged mode
+//
+// With Options.Mode "merged" (merged.go, docs/cluster.md "Merged mode")
+// slices go to Channel+":in" instead, and only the merging instance reads
+// them: the one holding the lease key in Redis (SET NX with a TTL of 1.5
+// PublishIntervals, renewed every half interval), under a fencing epoch.
+// It merges them as above and publishes the merged view (v 2, signed
+// under its own domain) on Channel+":view" every half interval; every
+// instance holds the latest view, from the highest epoch while fresh, as
+// its cluster view, with its own rates as a floor under RateOf, and falls
+// back to its own rates when it holds no fresh view.
 //
 // # Signature (Options.HMACSecret)
 //
@@ -113,5 +127,8 @@
 // Lock order: the lifecycle lock (Activate/Deactivate), then the merge
 // lock. Goroutines: one bus.Subscription (the receive loop shared with the
 // buses) and one ticker per active aggregator, both owned by Activate and
-// stopped and awaited by Deactivate.
+// stopped and awaited by Deactivate; in merged mode also the lead loop,
+// and while this instance merges, the subscription to the slices, which
+// the lead loop owns and closes (never under the merge lock: its handler
+// takes it).
 package publishrate

@@ -86,10 +86,18 @@ func (a *Aggregator) leadLoop(ctx context.Context) {
 
 func (a *Aggregator) leadTick(ctx context.Context) {
 	now := a.opts.Now()
-	rctx, cancel := context.WithTimeout(ctx, a.opts.PublishInterval/2)
+	// A Redis slower than a tick delays the next one (the ticker drops
+	// ticks) rather than costing the lease: past the TTL it is gone
+	// anyway.
+	rctx, cancel := context.WithTimeout(ctx, a.leaseTTL)
 	defer cancel()
 	ttl := a.leaseTTL.Milliseconds()
 	if a.lead.epoch == 0 {
+		a.mu.Lock()
+		if a.fleet != nil {
+			a.fleet.expire(now, a.opts.StaleAfter) // what it merged before: drains
+		}
+		a.mu.Unlock()
 		epoch, err := claimLease.Run(rctx, a.client, []string{a.leaseKey, a.epochKey}, a.id, ttl, a.epochSeen.Load()).Int64()
 		if err != nil {
 			a.leaseTrouble(now, "cannot claim the merging instance's lease", err)
@@ -127,12 +135,21 @@ func (a *Aggregator) leaseTrouble(now time.Time, msg string, err error) {
 	}
 }
 
-// becomeMerger starts merging the fleet's slices under epoch.
+// becomeMerger starts merging the fleet's slices under epoch. An
+// instance that merged before (it lost the lease for a moment: a slow
+// renewal, a Redis restart) still holds what it merged then, fresh slices
+// and all, and publishes at once; one that starts empty waits a full
+// interval of slices first, so its first view is not partial.
 func (a *Aggregator) becomeMerger(epoch int64, now time.Time) {
-	a.mu.Lock()
-	a.fleet = newMerger()
-	a.mu.Unlock()
 	a.lead = leadState{epoch: epoch, renewed: now}
+	a.mu.Lock()
+	if a.fleet == nil || len(a.fleet.remotes) == 0 {
+		a.fleet = newMerger()
+	} else {
+		a.lead.ticks = 2
+	}
+	a.mu.Unlock()
+	a.merging.Store(true)
 	a.lead.sub = bus.Subscribe(bus.SubscriptionConfig{
 		Client:     a.client,
 		Channel:    a.sliceChannel,
@@ -140,8 +157,8 @@ func (a *Aggregator) becomeMerger(epoch int64, now time.Time) {
 		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
 		MaxBackoff: retryMax,
 		Logger:     a.log,
+		Gather:     a.gather(),
 	})
-	a.merging.Store(true)
 	a.log.Info("this instance is now the merging instance", "epoch", epoch)
 }
 
@@ -153,9 +170,6 @@ func (a *Aggregator) stepDown(release bool) {
 		return
 	}
 	a.lead.sub.Close() // before taking a.mu: its Handle takes it
-	a.mu.Lock()
-	a.fleet = nil
-	a.mu.Unlock()
 	a.merging.Store(false)
 	if release {
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.PublishInterval/2)
@@ -176,7 +190,7 @@ func (a *Aggregator) receiveSlice(payload string) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.fleet != nil {
+	if a.fleet != nil && a.merging.Load() {
 		a.takeLocked(a.fleet, e, now)
 	}
 }
@@ -270,6 +284,7 @@ func (a *Aggregator) receiveView(payload string) {
 	a.mg.stage(&remote{id: viewID, ts: e.TS, arrived: now, slice: e.Slice, users: e.Users, subs: e.Subs})
 	a.mg.stageLocal(nil)
 	a.mg.commit()
+	a.viewHeld.Store(true)
 	a.received.Add(1)
 	a.m.ClusterReceived.Inc()
 	a.mergeLocked(now)

@@ -45,6 +45,11 @@ func TestMergedViewReplacesOwnRatesAndFencesEpochs(t *testing.T) {
 	if got := a.RateOfUser("spread"); got != 30 {
 		t.Errorf("RateOfUser = %v, want 30", got)
 	}
+	// A topic hot here alone, not in the fleet's top: its local rate.
+	local.emit(&pressure.Snapshot{TopTopics: []pressure.TopicRate{{Topic: "hot", MessagesPerSec: 70}, {Topic: "mine", MessagesPerSec: 40}}})
+	if got, hot := a.RateOf("mine"), a.RateOf("hot"); got != 40 || hot != 1200 {
+		t.Errorf("RateOf(mine) = %v, RateOf(hot) = %v; want the local 40 and the view's 1200", got, hot)
+	}
 	if top := a.TopPublishers(); len(top) != 1 || top[0] != (Entry{"hot", 1200, 10, 3}) {
 		t.Errorf("TopPublishers = %v", top)
 	}
@@ -216,4 +221,20 @@ func TestMergedModeOnRealRedis(t *testing.T) {
 	testkit.Eventually(t, awaitFor, "the last instance merges alone", func() bool {
 		return other.agg.Stats().Merging && other.agg.Stats().Instances == 0 && other.agg.RateOfUser("spread") == 100
 	})
+}
+
+func TestMergedSubscribersOfCountsThisInstanceOnce(t *testing.T) {
+	live := map[string]int{"room": 5, "quiet": 2}
+	a := newOffline(t, newFakeLocal(), Options{Mode: ModeMerged}, Sources{LocalSubscribers: func(topic string) int { return live[topic] }})
+	if got := a.SubscribersOf("room"); got != 5 {
+		t.Fatalf("before a view SubscribersOf = %d, want the live 5", got)
+	}
+	b, _ := marshalEnvelope(&envelope{V: viewVersion, InstanceID: "M", TS: testTS, Epoch: 1, Instances: 2,
+		Subs: []wireSub{{"room", 12}}}, nil)
+	a.receiveView(string(b))
+	// The view's 12 has this instance's count in it; "quiet" is not in
+	// the view's top and keeps its live count.
+	if got, quiet := a.SubscribersOf("room"), a.SubscribersOf("quiet"); got != 12 || quiet != 2 {
+		t.Errorf("with a view SubscribersOf(room) = %d, (quiet) = %d; want 12 and 2", got, quiet)
+	}
 }

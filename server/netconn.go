@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/http"
@@ -84,6 +85,9 @@ type rawConn struct {
 	// A hard stop is under way (goAway): every write gives up, and a
 	// write already waiting on the socket ends by goAway's deadline.
 	stopping atomic.Bool
+	// A close frame is due (writeClose): data writes not yet begun give
+	// up; one under way may finish within the close frame's deadline.
+	closing atomic.Bool
 
 	// Frames held while the read goroutine runs the input it has in hand
 	// (write.go, holdSet): flushed before a read waits for the client
@@ -216,14 +220,64 @@ func (c *rawConn) send(b []byte, timeout time.Duration) error {
 	return c.write(b)
 }
 
-// write writes all of b, waiting for the socket as needed. c.mu held.
+// write writes all of b (whole frames), waiting for the socket as
+// needed. When it fails partway through a frame, the rest of that frame
+// becomes the tail, so that a close frame written next still starts on a
+// frame boundary. c.mu held.
 func (c *rawConn) write(b []byte) error {
-	if c.sc == nil {
-		_, err := c.Conn.Write(b)
-		return err
+	n, err := c.put(b)
+	if err != nil && n > 0 {
+		if end := frameEnd(b, n); end > n {
+			c.setTail(bytes.Clone(b[n:end]))
+		}
 	}
-	_, err := c.rawWrite(b, true)
 	return err
+}
+
+// put writes all of b, waiting for the socket as needed, and returns how
+// much went. c.mu held.
+func (c *rawConn) put(b []byte) (int, error) {
+	if c.sc == nil {
+		return c.Conn.Write(b)
+	}
+	return c.rawWrite(b, true)
+}
+
+// frameEnd is where the frame holding byte n-1 of b ends, b being whole
+// unmasked frames: b[n:frameEnd(b, n)] is the rest of a frame begun.
+func frameEnd(b []byte, n int) int {
+	i := 0
+	for i < n {
+		i = nextFrame(b, i)
+	}
+	return min(i, len(b))
+}
+
+// nextFrame is where the frame that starts at b[i] ends (RFC 6455 5.2).
+func nextFrame(b []byte, i int) int {
+	if i+2 > len(b) {
+		return len(b)
+	}
+	size, head := uint64(b[i+1]&0x7F), 2
+	switch size {
+	case 126:
+		if i+4 > len(b) {
+			return len(b)
+		}
+		size, head = uint64(binary.BigEndian.Uint16(b[i+2:])), 4
+	case 127:
+		if i+10 > len(b) {
+			return len(b)
+		}
+		size, head = binary.BigEndian.Uint64(b[i+2:]), 10
+	}
+	if b[i+1]&0x80 != 0 {
+		head += 4 // a mask key (a client's frame)
+	}
+	if size > uint64(len(b)-i-head) {
+		return len(b)
+	}
+	return i + head + int(size)
 }
 
 // full reports whether the socket would not take more data: a send is
@@ -279,7 +333,13 @@ func (c *rawConn) awaitInput() (closeNext bool) {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
-			if c.sc.Read(c.awaitFn) != nil {
+			// The read buffer is lent out while the wait lasts
+			// (readpark.go): here, not in awaitFD, where the stack
+			// is deepest.
+			c.parkReader()
+			err := c.sc.Read(c.awaitFn)
+			c.unparkReader()
+			if err != nil {
 				return false // the read that follows reports it
 			}
 		}
@@ -370,6 +430,7 @@ func (c *rawConn) closeRead() {
 		return
 	}
 	c.brMu.Lock()
+	c.unparkReaderLocked() // the library reads br from here on
 	c.readClosed = true
 	c.brMu.Unlock()
 }
@@ -387,8 +448,8 @@ func (c *rawConn) finishTail() error {
 	if len(c.tail) == 0 {
 		return nil
 	}
-	err := c.write(c.tail)
-	c.setTail(nil)
+	n, err := c.put(c.tail)
+	c.setTail(c.tail[n:]) // what did not go stays first in line
 	return err
 }
 
@@ -537,12 +598,13 @@ func (c *rawConn) holdSet() *holdSet {
 }
 
 // setDeadline bounds the writes that follow by timeout, and reports false
-// when a hard stop has begun: the caller then writes nothing. It checks
-// after setting, so that either the caller sees the stop or goAway's
-// shorter deadline is set after this one and wins. c.mu held.
+// when a hard stop or a close has begun: the caller then writes nothing.
+// It checks after setting, so that either the caller sees the stop or
+// goAway's (writeClose's) deadline is set after this one and wins. c.mu
+// held.
 func (c *rawConn) setDeadline(timeout time.Duration) bool {
 	c.Conn.SetWriteDeadline(time.Now().Add(timeout))
-	return !c.stopping.Load()
+	return !c.stopping.Load() && !c.closing.Load()
 }
 
 // goAwayWait bounds what a hard stop waits for one socket: a write under
@@ -571,20 +633,26 @@ func (c *rawConn) goAway(frame []byte) {
 }
 
 // writeClose seals the connection and writes frame (a close frame) after
-// the rest of a data frame begun, waiting for the socket as long as wait:
-// a client that stopped reading gets it once it reads again, if it does
-// so in time. The library's own close frame, written next, is dropped
-// (Write). It reports whether the frame went to the socket.
+// the rest of a data frame begun, all within wait: a client that stopped
+// reading gets it once it reads again, if it does so in time. A writer
+// already waiting on the socket may finish its write within the same
+// bound (its data comes before the close frame); one not yet begun gives
+// up. The library's own close frame, written next, is dropped (Write). It
+// returns errSealed when a hard stop came first, or the write's error.
 func (c *rawConn) writeClose(frame []byte, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	c.closing.Store(true)
+	c.Conn.SetWriteDeadline(deadline) // the bound of a write under way, too
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sealed = true
+	if c.stopping.Load() {
+		return errSealed
+	}
 	if c.closeSent {
 		return nil
 	}
-	if !c.setDeadline(wait) {
-		return errSealed
-	}
+	c.Conn.SetWriteDeadline(deadline)
 	defer c.Conn.SetWriteDeadline(time.Time{})
 	c.closeSent = true
 	if err := c.finishTail(); err != nil {

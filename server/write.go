@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -158,13 +159,20 @@ func (c *conn) queueFrame(frame []byte) bool {
 	if n := c.queued + len(frame); n > s.cfg.SendQueueBytes && (c.raw.full() || n > queueSlack(s.cfg.SendQueueBytes)) {
 		c.closed = true
 		c.queue = nil
-		s.m.SlowConsumerDisconnects.Inc()
-		c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
+		c.cutSlow()
 		return false
 	}
 	c.queue = append(c.queue, frame)
 	c.queued += len(frame)
 	return true
+}
+
+// cutSlow closes a client too slow to read with 1013: what is queued for
+// it is dropped, and the close frame follows what its socket already
+// holds, once it reads again (closeWait).
+func (c *conn) cutSlow() {
+	c.s.m.SlowConsumerDisconnects.Inc()
+	c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
 }
 
 // enqueueHeld queues frame for the client and holds it for h's flush
@@ -392,7 +400,14 @@ func (c *conn) writeLoop() {
 			c.queue = nil
 			c.writerExits()
 			c.mu.Unlock()
-			if !errors.Is(err, errSealed) { // a close is under way: let it finish
+			switch {
+			case errors.Is(err, errSealed): // a close is under way: let it finish
+			case errors.Is(err, os.ErrDeadlineExceeded) && !c.closing.Load():
+				// The socket took nothing for limits.writeTimeout: the
+				// client has stopped reading, as a queue past its limit
+				// would say.
+				c.cutSlow()
+			default:
 				c.abort()
 			}
 			return

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,13 +21,21 @@ import (
 // the cluster rate envelope of docs/cluster.md on Channel, each once per
 // Interval (spread evenly over it), for Duration, to a real rtserver on
 // the same Redis. Each envelope carries TopN topics, users and subscriber
-// counts: a hot topic and a hot user whose rates are spread evenly over
-// the siblings (HotRate/N each), and TopN-1 of the sibling's own, of which
-// a Churn fraction are renamed every interval. With a Secret the envelopes
-// are signed as docs/cluster.md says.
+// counts: from the second interval on, a hot topic and a hot user whose
+// rates are spread evenly over the siblings (HotRate/N each), and TopN-1
+// of the sibling's own, of which a Churn fraction are renamed every
+// interval. With a Secret the envelopes are signed as docs/cluster.md
+// says.
+//
+// Mode "merged" (publishRate.mode merged on the server) publishes the
+// slices on Channel+":in" instead, where the server, the fleet's only
+// real instance and so its merging instance, merges them; the simulator
+// subscribes to the merged views on Channel+":view" to measure their size
+// and when they carry the hot user.
 type siblingsConfig struct {
 	RedisURL   string
 	Channel    string
+	Mode       string
 	N          int
 	Interval   time.Duration
 	Duration   time.Duration
@@ -58,10 +68,23 @@ type siblingsResult struct {
 	ViewHotRate  float64 `json:"viewHotTopicRate"`
 	WantHotRate  float64 `json:"wantHotTopicRate"`
 	ViewCorrect  bool    `json:"viewCorrect"`
-	// Fleet-wide Redis egress if every one of N+1 instances subscribed:
-	// each envelope is delivered to N instances.
+	// Fleet-wide Redis egress if N+1 such instances ran. Broadcast: each
+	// envelope is delivered to N instances. Merged: each slice to the
+	// merging instance, each merged view (measured) to all N+1.
 	FleetEgressMBps float64 `json:"fleetEgressMBps"`
 	StaleSeconds    float64 `json:"staleSeconds,omitempty"`
+	Mode            string  `json:"mode"`
+	// CatchSeconds: from the first envelope carrying the hot topic and
+	// user until the server's view has the hot topic's whole rate (its
+	// cluster_topic_publish_rate gauge); 0 when it never did within three
+	// intervals (then Caught is false).
+	CatchSeconds float64 `json:"catchSeconds"`
+	Caught       bool    `json:"caught"`
+	// Merged mode: views received, their mean size, and from the first
+	// envelope carrying the hot user until a view carried its whole rate.
+	Views         int64   `json:"views,omitempty"`
+	ViewBytes     float64 `json:"viewBytesMean,omitempty"`
+	UserCatchSecs float64 `json:"userCatchSeconds,omitempty"`
 }
 
 // wireEnvelope is the envelope of docs/cluster.md, in its member order.
@@ -106,9 +129,11 @@ const rateSliceLabel = "rtserver rate slice v1\x00"
 // final '}' replaced by ,"sig":"<hex HMAC-SHA256(secret, label + B)>"}.
 func siblingEnvelope(i, k int, cfg siblingsConfig, now time.Time) ([]byte, error) {
 	e := wireEnvelope{V: 1, InstanceID: fmt.Sprintf("rtbench-sibling-%05d", i), TS: now.UnixMilli()}
-	share := cfg.HotRate / float64(cfg.N)
-	e.Slice = append(e.Slice, wireTopic{hotTopic, share, 100 * share})
-	e.Users = append(e.Users, wireUser{hotUser, share})
+	if k > 0 { // the hot publisher starts after the warm-up interval
+		share := cfg.HotRate / float64(cfg.N)
+		e.Slice = append(e.Slice, wireTopic{hotTopic, share, 100 * share})
+		e.Users = append(e.Users, wireUser{hotUser, share})
+	}
 	churned := int(math.Round(cfg.Churn * float64(cfg.TopN-1)))
 	for j := 1; j < cfg.TopN; j++ {
 		topic := fmt.Sprintf("sibling-%05d/room-%02d", i, j)
@@ -149,6 +174,15 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 	if cfg.N <= 0 || cfg.Interval <= 0 || cfg.Duration < 2*cfg.Interval || cfg.TopN < 1 {
 		return nil, errors.New("siblings: -n, --interval and --topn must be positive, --duration at least two intervals")
 	}
+	sliceChannel, merged := cfg.Channel, false
+	switch cfg.Mode {
+	case "", "broadcast":
+		cfg.Mode = "broadcast"
+	case "merged":
+		sliceChannel, merged = cfg.Channel+":in", true
+	default:
+		return nil, fmt.Errorf("siblings: --mode %q: broadcast or merged", cfg.Mode)
+	}
 	if err := checkRedisURL(cfg.RedisURL); err != nil {
 		return nil, err
 	}
@@ -164,7 +198,14 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	res := &siblingsResult{Siblings: cfg.N, Signed: cfg.Secret != "", Churn: cfg.Churn, WantHotRate: cfg.HotRate}
+	res := &siblingsResult{Siblings: cfg.N, Signed: cfg.Secret != "", Churn: cfg.Churn, WantHotRate: cfg.HotRate, Mode: cfg.Mode}
+	var views *viewCounter
+	if merged {
+		if views, err = watchViews(ctx, rdb, cfg.Channel+":view", cfg.HotRate); err != nil {
+			return nil, err
+		}
+		defer views.close()
+	}
 
 	// The server alone first: its own idle CPU, to tell the aggregator's
 	// share from the rest.
@@ -182,8 +223,11 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 		res.IdlePercent = 100 * c.Total().Seconds() / idle.Seconds()
 	}
 
-	// One publisher paces N envelopes per interval; the first interval
-	// fills the view and is not measured.
+	// One publisher paces N envelopes per interval. The hot publisher
+	// starts with the second interval (hotFrom); the measured window
+	// starts once the view has caught it (or given up on it three
+	// intervals later), so the polling that times the catch is not
+	// measured.
 	step := cfg.Interval / time.Duration(cfg.N)
 	tick := time.NewTicker(max(step, time.Microsecond))
 	defer tick.Stop()
@@ -191,6 +235,8 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 	end := start.Add(cfg.Duration)
 	var bytes int64
 	var recv0 float64
+	var hotFrom time.Time
+	catch := make(chan time.Time, 1) // when the view had the whole hot rate; zero: never
 	// lastSent is taken before each publish, so the server's arrival stamp
 	// of that envelope is not earlier.
 	var measureStart, lastSent time.Time
@@ -199,13 +245,27 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 		if !now.Before(end) {
 			break
 		}
-		if measureStart.IsZero() && now.Sub(start) >= cfg.Interval {
-			measureStart = now
-			if recv0, err = scrapeMetric(ctx, cfg.MetricsURL, "cluster_publish_rate_received_total"); err != nil {
-				return nil, err
-			}
-			if cpu, err = startCPU(cfg.ServerPID); err != nil {
-				return nil, err
+		if k == cfg.N {
+			hotFrom = now
+			go awaitCatch(ctx, cfg, hotFrom, catch)
+		}
+		if measureStart.IsZero() && !hotFrom.IsZero() {
+			select {
+			case at := <-catch:
+				if !at.IsZero() {
+					res.Caught, res.CatchSeconds = true, at.Sub(hotFrom).Seconds()
+				}
+				measureStart = now
+				if recv0, err = scrapeMetric(ctx, cfg.MetricsURL, "cluster_publish_rate_received_total"); err != nil {
+					return nil, err
+				}
+				if cpu, err = startCPU(cfg.ServerPID); err != nil {
+					return nil, err
+				}
+				if views != nil {
+					views.reset()
+				}
+			default:
 			}
 		}
 		b, err := siblingEnvelope(k%cfg.N, k/cfg.N, cfg, now)
@@ -213,7 +273,7 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 			return nil, err
 		}
 		lastSent = time.Now()
-		if err := rdb.Publish(ctx, cfg.Channel, b).Err(); err != nil {
+		if err := rdb.Publish(ctx, sliceChannel, b).Err(); err != nil {
 			return nil, fmt.Errorf("publish: %w", err)
 		}
 		res.Envelopes++
@@ -223,6 +283,9 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
+	}
+	if measureStart.IsZero() {
+		return nil, errors.New("siblings: --duration too short to time the catch and measure after it (give it five intervals or more)")
 	}
 	measured := time.Since(measureStart)
 	res.Seconds = measured.Seconds()
@@ -244,7 +307,21 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 		res.PerEnvelope = 1e6 * (res.ServerCPU - res.IdlePercent/100*measured.Seconds()) / res.Received
 	}
 	res.EnvelopeBytes = float64(bytes) / float64(res.Envelopes)
+	fleet := float64(cfg.N + 1)
 	res.FleetEgressMBps = float64(cfg.N) * float64(cfg.N) * res.EnvelopeBytes / cfg.Interval.Seconds() / 1e6
+	if views != nil {
+		n, b, userAt := views.result()
+		res.Views = n
+		if n > 0 {
+			res.ViewBytes = float64(b) / float64(n)
+		}
+		if !userAt.IsZero() {
+			res.UserCatchSecs = userAt.Sub(hotFrom).Seconds()
+		}
+		// Every instance's slice reaches the merging instance alone;
+		// every view reaches every instance.
+		res.FleetEgressMBps = (fleet*res.EnvelopeBytes/cfg.Interval.Seconds() + fleet*float64(b)/measured.Seconds()) / 1e6
+	}
 	// The topic gauges follow the merged sums at each pressure sample, so
 	// the view is read until it is right or a sample interval has surely
 	// passed (viewWait), not once right after the last envelope.
@@ -279,6 +356,79 @@ func runSiblings(ctx context.Context, cfg siblingsConfig) (*siblingsResult, erro
 		}
 	}
 	return res, nil
+}
+
+// awaitCatch polls the server's view of the hot topic from hotFrom until
+// it has the whole hot rate, and sends when that was; the zero time when
+// three intervals passed without it.
+func awaitCatch(ctx context.Context, cfg siblingsConfig, hotFrom time.Time, out chan<- time.Time) {
+	deadline := hotFrom.Add(3 * cfg.Interval)
+	for time.Now().Before(deadline) {
+		v, _ := scrapeMetric(ctx, cfg.MetricsURL, `cluster_topic_publish_rate{topic="`+hotTopic+`"}`)
+		if math.Abs(v-cfg.HotRate) <= 1e-6*cfg.HotRate {
+			out <- time.Now()
+			return
+		}
+		if !sleepCtx(ctx, min(cfg.Interval/50, 100*time.Millisecond)) {
+			break
+		}
+	}
+	out <- time.Time{}
+}
+
+// viewCounter counts the merged views Redis delivers (merged mode): how
+// many and how many bytes since reset, and when one first carried the
+// hot user's whole rate.
+type viewCounter struct {
+	ps   *redis.PubSub
+	done chan struct{}
+
+	mu     sync.Mutex
+	n, b   int64
+	userAt time.Time
+}
+
+func watchViews(ctx context.Context, rdb *redis.Client, channel string, hotRate float64) (*viewCounter, error) {
+	ps := rdb.Subscribe(ctx, channel)
+	if _, err := ps.Receive(ctx); err != nil { // the confirmation
+		ps.Close()
+		return nil, fmt.Errorf("subscribe %s: %w", channel, err)
+	}
+	v := &viewCounter{ps: ps, done: make(chan struct{})}
+	go func() {
+		defer close(v.done)
+		for m := range ps.Channel() {
+			var e wireEnvelope
+			caught := json.Unmarshal([]byte(m.Payload), &e) == nil && slices.ContainsFunc(e.Users, func(u wireUser) bool {
+				return u.User == hotUser && math.Abs(u.MessagesPerSec-hotRate) <= 1e-6*hotRate
+			})
+			v.mu.Lock()
+			v.n++
+			v.b += int64(len(m.Payload))
+			if caught && v.userAt.IsZero() {
+				v.userAt = time.Now()
+			}
+			v.mu.Unlock()
+		}
+	}()
+	return v, nil
+}
+
+func (v *viewCounter) reset() {
+	v.mu.Lock()
+	v.n, v.b = 0, 0
+	v.mu.Unlock()
+}
+
+func (v *viewCounter) result() (n, b int64, userAt time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.n, v.b, v.userAt
+}
+
+func (v *viewCounter) close() {
+	v.ps.Close()
+	<-v.done
 }
 
 // viewWait bounds how long the view may trail the last envelope: the
