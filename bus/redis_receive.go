@@ -266,7 +266,12 @@ func (e *engine) receive(m inMsg, r Receiver, h Holder) {
 		return
 	}
 	if m.offset > 0 {
-		pr, ok := r.(PositionReceiver)
+		// A worker's Holder that takes positions holds them like the
+		// rest of its deliveries.
+		pr, ok := h.(PositionReceiver)
+		if !ok {
+			pr, ok = r.(PositionReceiver)
+		}
 		if !ok {
 			e.dropReceived(DropMalformed, m.in.channel, len(p))
 			return

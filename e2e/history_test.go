@@ -401,4 +401,152 @@ func TestHistoryRedisDownAndBack(t *testing.T) {
 	if res.Recovered == nil || *res.Recovered || res.Reason != "epoch" {
 		t.Fatalf("recover from the old epoch: %+v", res)
 	}
+	if n := p.metric("handshake_accepted_total"); n != 4 {
+		t.Fatalf("%v handshakes, want the test's 4: the outage made nobody reconnect", n)
+	}
+}
+
+// Redis stopped and restarted on the same port with its data (an
+// append-only file): while it is down, publishing answers
+// HISTORY_UNAVAILABLE and nothing reaches a subscriber without an offset;
+// once it is back, the subscribers simply go on. Nobody reconnects (no
+// handshake after the subscribers'), nobody is told to resync or recover,
+// and every message published after Redis returned reaches every
+// subscriber once, in order, with offsets that continue the stream's.
+func TestHistoryRedisBackWithoutReconnects(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	p := start(t, fleetConfig(r.URL(), historyConfig(10000, "5m", "")))
+	const topic = "room:outage"
+	subscribers, after := 20, 300
+	if raceEnabled {
+		subscribers, after = 10, 150
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	type sub struct {
+		mu      sync.Mutex
+		got     []int
+		events  []string // recoveries and resyncs: none expected
+		reached chan struct{}
+		want    int
+	}
+	subs := make([]*sub, subscribers)
+	for i := range subs {
+		s := &sub{}
+		opts := client.DefaultOptions()
+		opts.OnRecovery = func(topic string, ok bool, reason string) {
+			s.mu.Lock()
+			s.events = append(s.events, fmt.Sprintf("recovery %s %v %s", topic, ok, reason))
+			s.mu.Unlock()
+		}
+		opts.OnSystem = func(event string, params json.RawMessage) {
+			if event != "resync" {
+				return // "degraded" and "recovered" tell of the bus: expected
+			}
+			s.mu.Lock()
+			s.events = append(s.events, "system "+event+" "+string(params))
+			s.mu.Unlock()
+		}
+		c, err := client.Dial(ctx, p.WS(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Subscribe(ctx, topic, func(_ string, data json.RawMessage) {
+			var n int
+			_ = json.Unmarshal(data, &n)
+			s.mu.Lock()
+			s.got = append(s.got, n)
+			if len(s.got) == s.want && s.reached != nil {
+				close(s.reached)
+				s.reached = nil
+			}
+			s.mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		subs[i] = s
+	}
+	await := func(n int) {
+		t.Helper()
+		for i, s := range subs {
+			s.mu.Lock()
+			if len(s.got) >= n {
+				s.mu.Unlock()
+				continue
+			}
+			ch := make(chan struct{})
+			s.reached, s.want = ch, n
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				s.mu.Lock()
+				t.Fatalf("subscriber %d: %d of %d messages", i, len(s.got), n)
+			}
+		}
+	}
+	// A raw subscriber sees the offsets themselves.
+	raw := wstest.Dial(t, p.WS())
+	pos := histCall(t, raw, "subscribe", fmt.Sprintf(`{"topic":%q}`, topic))
+	pub := wstest.Dial(t, p.WS())
+	publish := func(n int) wstest.Frame {
+		return pub.Call("publish", fmt.Sprintf(`{"topic":%q,"data":%d}`, topic, n))
+	}
+	const before = 10
+	for n := range before {
+		wstest.MustOK(t, publish(n))
+	}
+	await(before)
+	checkConsecutive(t, "before", readOffsets(t, raw, topic, before), pos.Offset+1)
+	handshakes := p.metric("handshake_accepted_total")
+
+	r.Stop()
+	for n := range 5 {
+		f := publish(-1 - n)
+		if f.Error == nil || f.Error.Code != -32001 || !strings.Contains(string(f.Error.Data), `"HISTORY_UNAVAILABLE"`) {
+			t.Fatalf("publish with Redis down: %+v", f)
+		}
+	}
+
+	r.Restart()
+	// The first publish that succeeds is the first published after
+	// Redis returned; the failed ones before it were stored nowhere.
+	var published []int
+	testkit.Eventually(t, 30*time.Second, "a publish to succeed once Redis is back", func() bool {
+		return publish(before).Error == nil
+	})
+	published = append(published, before)
+	for n := before + 1; len(published) < after; n++ {
+		if f := publish(n); f.Error == nil {
+			published = append(published, n)
+		}
+	}
+	await(before + len(published))
+	offs := readOffsets(t, raw, topic, len(published))
+	checkConsecutive(t, "after Redis returned", offs, pos.Offset+before+1)
+
+	want := make([]int, 0, before+len(published))
+	for n := range before {
+		want = append(want, n)
+	}
+	want = append(want, published...)
+	for i, s := range subs {
+		s.mu.Lock()
+		if fmt.Sprint(s.got) != fmt.Sprint(want) {
+			t.Fatalf("subscriber %d got %v, want %v", i, s.got, want)
+		}
+		if len(s.events) > 0 {
+			t.Fatalf("subscriber %d was told %v", i, s.events)
+		}
+		s.mu.Unlock()
+	}
+	if n := p.metric("handshake_accepted_total"); n != handshakes {
+		t.Fatalf("%v handshakes after Redis returned, want none", n-handshakes)
+	}
+	if n := p.metric(`history_resyncs_total`); n != 0 {
+		t.Fatalf("%v resyncs", n)
+	}
 }

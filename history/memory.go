@@ -21,9 +21,7 @@ import (
 //
 // Delivery: Publish calls Deliver (set before use) with each new message
 // under the topic's lock, so the instance's subscribers see a topic's
-// messages in offset order whatever the publishers race; what Deliver
-// returns runs once that lock is released, so the fan-out itself holds
-// no lock of the store.
+// messages in offset order whatever the publishers race.
 type Memory struct {
 	cfg     Config
 	now     func() time.Time
@@ -31,10 +29,8 @@ type Memory struct {
 
 	// Deliver hands a stored message to the instance's subscribers. It
 	// runs under the topic's lock: it must not block, and must not call
-	// back into the store for the same topic. It only puts the message in
-	// line; the func it returns (when not nil) runs after the lock is
-	// released and does the delivering.
-	Deliver func(topic string, epoch string, m Message) (after func())
+	// back into the store for the same topic.
+	Deliver func(topic string, epoch string, m Message)
 
 	// mu guards topics, lru, idem and bytes. Lock order: a stream's mu,
 	// then mu (mu is never held while taking a stream's mu, except by
@@ -141,16 +137,12 @@ func (m *Memory) Publish(_ context.Context, p Publish) (Position, bool, error) {
 		s.bytes += int64(len(msg.Data)) + msgOverhead
 		s.touched = now
 		pos := Position{Epoch: s.epoch, Offset: s.last}
-		var after func()
 		if m.Deliver != nil {
-			after = m.Deliver(p.Topic, s.epoch, msg)
+			m.Deliver(p.Topic, s.epoch, msg)
 		}
 		delta := s.bytes + streamOverhead + int64(len(s.topic)) - s.accounted
 		s.accounted += delta
 		s.mu.Unlock()
-		if after != nil {
-			after()
-		}
 
 		m.mu.Lock()
 		m.bytes += delta

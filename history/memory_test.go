@@ -92,7 +92,7 @@ func TestMemoryIdempotencyKey(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1_700_000_000, 0))
 	m := NewMemory(MemoryOptions{Now: clk.Now, Config: Config{IdempotencyTTL: time.Minute}})
 	var delivered []uint64
-	m.Deliver = func(_, _ string, msg Message) func() { delivered = append(delivered, msg.Offset); return nil }
+	m.Deliver = func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }
 	pol := Policy{Size: 10, TTL: time.Hour}
 	p := Publish{Topic: "t", Data: []byte(`1`), Policy: pol, IdempotencyKey: "u:k"}
 	a, dup, _ := m.Publish(ctx, p)
@@ -115,12 +115,7 @@ func TestMemoryDeliversInOffsetOrderUnderRacingPublishers(t *testing.T) {
 	m := NewMemory(MemoryOptions{})
 	var mu sync.Mutex
 	var got []uint64
-	m.Deliver = func(_, _ string, msg Message) func() {
-		mu.Lock()
-		got = append(got, msg.Offset)
-		mu.Unlock()
-		return nil
-	}
+	m.Deliver = func(_, _ string, msg Message) { mu.Lock(); got = append(got, msg.Offset); mu.Unlock() }
 	pol := Policy{Size: 1000, TTL: time.Hour}
 	var wg sync.WaitGroup
 	for range 4 {

@@ -209,7 +209,7 @@ func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) 
 
 // PublishAsync is Publish without waiting: it queues the publish (p.Data
 // is copied before it returns) and done runs once with the outcome, on
-// the store's writer goroutine, or at once when the publish cannot be
+// the store's answering goroutine, or at once when the publish cannot be
 // queued. done must not block. The writer runs the scripts in the order
 // they were queued and calls each done in the order Redis ran them, so a
 // topic's publishes are acknowledged in offset order.
@@ -256,8 +256,34 @@ func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err er
 // opTimeout bounds one pipelined round trip.
 const opTimeout = 3 * time.Second
 
+// answer is a publish's outcome, for its done.
+type answer struct {
+	q   *pubReq
+	pos Position
+	dup bool
+	err error
+}
+
 func (r *Redis) writer() {
 	defer r.done.Done()
+	// The answers of one batch (each done writes to a client's socket)
+	// run on a goroutine of their own, in batch order, while the next
+	// batch is in Redis: batches still run one after the other, so a
+	// topic's offsets follow the order of its publishes, and its answers
+	// too.
+	answers := make(chan []answer, 2)
+	var answering sync.WaitGroup
+	answering.Go(func() {
+		for as := range answers {
+			for _, a := range as {
+				a.q.done(a.pos, a.dup, a.err)
+			}
+		}
+	})
+	defer func() {
+		close(answers)
+		answering.Wait()
+	}()
 	batch := make([]*pubReq, 0, r.batch)
 	for {
 		select {
@@ -272,7 +298,7 @@ func (r *Redis) writer() {
 					break fill
 				}
 			}
-			r.send(batch)
+			answers <- r.send(batch)
 			clear(batch)
 		case <-r.stop:
 			for {
@@ -288,10 +314,10 @@ func (r *Redis) writer() {
 }
 
 // send runs one batch of publish scripts in one pipeline (EVALSHA), and
-// the ones Redis did not know the script for again with EVAL, then calls
-// every done in the order Redis ran the scripts: the first pipeline's,
-// then the retried ones'.
-func (r *Redis) send(batch []*pubReq) {
+// the ones Redis did not know the script for again with EVAL, and returns
+// their outcomes in the order Redis ran them: the first pipeline's, then
+// the retried ones'.
+func (r *Redis) send(batch []*pubReq) []answer {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(batch))
@@ -315,13 +341,14 @@ func (r *Redis) send(batch []*pubReq) {
 			return nil
 		})
 	}
+	out := make([]answer, 0, len(batch))
 	finish := func(i int) {
 		pos, dup, err := publishResult(cmds[i])
 		if err != nil {
 			r.count(r.errPub)
 			r.log.Warn("history: publish failed", "err", err)
 		}
-		batch[i].done(pos, dup, err)
+		out = append(out, answer{q: batch[i], pos: pos, dup: dup, err: err})
 	}
 	for i := range batch {
 		if len(retry) == 0 || !slices.Contains(retry, i) {
@@ -331,6 +358,7 @@ func (r *Redis) send(batch []*pubReq) {
 	for _, i := range retry {
 		finish(i)
 	}
+	return out
 }
 
 func publishResult(c *redis.Cmd) (Position, bool, error) {

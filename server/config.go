@@ -13,7 +13,7 @@ type Config struct {
 	MaxMessageBytes         int64         `yaml:"maxMessageBytes" help:"largest client message; a larger one closes the connection with 1009; 0 = 65536"`
 	MaxSubscriptionsPerConn int           `yaml:"maxSubscriptionsPerConn" help:"topics one connection may subscribe to; past it: -32004 LIMIT_EXCEEDED; 0 = 128"`
 	SendQueueBytes          int           `yaml:"sendQueueBytes" help:"bytes queued in the server for one client that its socket would not take (the client is not reading); past this while the socket is full: close 1013; 0 = 1048576"`
-	WriteTimeout            time.Duration `yaml:"writeTimeout" help:"longest one socket write may take; 0 = 5s"`
+	WriteTimeout            time.Duration `yaml:"writeTimeout" help:"longest one socket write may take: a client whose socket takes nothing for this long has stopped reading and is closed with 1013; 0 = 5s"`
 	PingInterval            time.Duration `yaml:"pingInterval" help:"period of WebSocket pings that detect dead peers; 0 = 25s"`
 	MaxJSONDepth            int           `yaml:"maxJSONDepth" help:"how deeply JSON may nest in a client message or a server API body; deeper: -32600 (client) or 400 (API), never forwarded to a handler or backend; 0 = 64"`
 	// MaxCallsPerConn is the application RPCs in flight per connection;

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,7 @@ import (
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/deadlines"
-	"github.com/rtserver/rtserver/internal/stack"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -99,7 +98,7 @@ func (c *conn) readLoop() {
 		if closeNext := c.raw.awaitInput(); closeNext {
 			// The WebSocket library's close handshake goes deep; the
 			// goroutine ends after it: grow its stack once, not step by step.
-			stack.Grow()
+			wsock.GrowStack()
 		}
 		if c.young < youngInputs {
 			// A new connection's first inputs (its first calls, or the
@@ -107,7 +106,7 @@ func (c *conn) readLoop() {
 			// reconnect storm the newcomers' work then runs after the
 			// work of connections already established, not ahead of it.
 			c.young++
-			runtime.Gosched()
+			wsock.Yield()
 		}
 		// A plain context: a cancelable one costs the WebSocket library a
 		// context.AfterFunc per read. Every way a connection ends closes
@@ -369,7 +368,11 @@ func (c *conn) handle(r *protocol.Request, raw []byte) []byte {
 
 // closeWith closes the connection with a status code. With flush, frames
 // already queued (a draining notice) are written first, bounded by the
-// write timeout.
+// write timeout. The close frame is written beneath the WebSocket library
+// (rawConn.writeClose), after the rest of a data frame begun, waiting for
+// the socket at most closeWait; then the library runs the close handshake.
+// A client whose socket does not take the close frame in time is dropped
+// without one.
 func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 	if !c.closing.CompareAndSwap(false, true) {
 		return
@@ -394,9 +397,26 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 		deadline.Stop()
 	}
 	c.mu.Unlock()
-	c.raw.seal()
 	c.raw.closeRead()
+	if err := c.raw.writeClose(closeFrame(uint16(code), reason), c.closeWait(code)); err != nil {
+		if !errors.Is(err, errSealed) { // sealed: a hard stop is closing it
+			c.abort()
+		}
+		return
+	}
 	_ = c.ws.Close(code, reason)
+}
+
+// closeWait is how long a close frame may wait for the client's socket to
+// take it. A client cut off because it stopped reading (1013) gets its
+// close frame after what its socket already holds, once it reads again:
+// it has limits.pingInterval to do so, as long as keepalive would give
+// it. Every other close frame waits at most limits.writeTimeout.
+func (c *conn) closeWait(code websocket.StatusCode) time.Duration {
+	if code == websocket.StatusTryAgainLater {
+		return c.s.cfg.PingInterval
+	}
+	return c.s.cfg.WriteTimeout
 }
 
 // closeLater runs closeWith in its own goroutine, owned by the server's
@@ -463,6 +483,9 @@ var goingAwayFrame = closeFrame(uint16(websocket.StatusGoingAway), "")
 // connection cost every idle connection ~0.13 KiB; the heap costs it one
 // entry.
 func (c *conn) keepalive() {
+	if c.closing.Load() {
+		return // the close ends the connection, within its own bound (closeWith)
+	}
 	s := c.s
 	switch c.raw.pingState.Load() {
 	case pingSent:

@@ -45,6 +45,9 @@ type historyState struct {
 	policy func(topic string) history.Policy
 	scope  string // this server's idempotency scope for anonymous connections
 	every  time.Duration
+	// inProcess: the store delivers in the publisher's call (the memory
+	// store), so publish flushes the topic's line itself.
+	inProcess bool
 
 	mu     sync.Mutex
 	topics map[string]*topicSeq
@@ -126,12 +129,10 @@ func newHistoryState(s *Server, o Options) *historyState {
 		scope: hex.EncodeToString(b[:]), topics: map[string]*topicSeq{}, stop: make(chan struct{}),
 	}
 	if m, ok := o.History.(*history.Memory); ok && m.Deliver == nil {
-		m.Deliver = func(topic, epoch string, msg history.Message) func() {
-			if q := h.offer(topic, msg.Data, epoch, msg.Offset); q != nil {
-				return q.flush
-			}
-			return nil
-		}
+		// Under the store's topic lock: only put in line (offset order);
+		// publish delivers once the store has returned.
+		m.Deliver = func(topic, epoch string, msg history.Message) { h.offer(topic, msg.Data, epoch, msg.Offset) }
+		h.inProcess = true
 	}
 	h.every = o.HistoryCheckInterval
 	if h.every <= 0 {
@@ -272,7 +273,7 @@ func (c *conn) publishHistory(topic string, data, params json.RawMessage, pol hi
 		c.publishPipelined(ps, history.Publish{Topic: topic, Data: data, Policy: pol, IdempotencyKey: key}, id)
 		return answeredLater, nil
 	}
-	pos, err := c.s.hist.publish(&c.ctx, topic, data, pol, key)
+	pos, err := c.s.hist.publish(&c.ctx, topic, data, pol, key, c.holder())
 	if err != nil {
 		return nil, c.s.historyUnavailable()
 	}
@@ -305,8 +306,19 @@ func (c *conn) publishPipelined(ps pipelinedStore, p history.Publish, id json.Ra
 	})
 }
 
-func (h *historyState) publish(ctx context.Context, topic string, data []byte, pol history.Policy, key string) (history.Position, error) {
+// publish stores a message through the store; with an in-process store
+// it then delivers the topic's line, held in held (the publisher's read
+// goroutine's holdSet, or nil: written at once).
+func (h *historyState) publish(ctx context.Context, topic string, data []byte, pol history.Policy, key string, held *holdSet) (history.Position, error) {
 	pos, _, err := h.store.Publish(ctx, history.Publish{Topic: topic, Data: data, Policy: pol, IdempotencyKey: key})
+	if h.inProcess {
+		h.mu.Lock()
+		q := h.topics[topic]
+		h.mu.Unlock()
+		if q != nil {
+			q.flush(held)
+		}
+	}
 	if err != nil {
 		h.s.log.Debug("history publish failed", "topic", topic, "err", err)
 		return pos, err
@@ -328,17 +340,18 @@ func (s *Server) PublishHistory(ctx context.Context, topic string, data json.Raw
 	if key != "" {
 		key = "api\x00" + key
 	}
-	pos, err := s.hist.publish(ctx, topic, compactData(data), pol, key)
+	pos, err := s.hist.publish(ctx, topic, compactData(data), pol, key, nil)
 	return pos, true, err
 }
 
 // --- delivery ---
 
 // deliverAt takes a history topic's message from the store or the bus
-// and delivers it (and whatever it releases) in order.
-func (h *historyState) deliverAt(topic string, data []byte, epoch string, offset uint64) {
+// and delivers it (and whatever it releases) in order, held in held
+// (nil: written at once).
+func (h *historyState) deliverAt(topic string, data []byte, epoch string, offset uint64, held *holdSet) {
 	if q := h.offer(topic, data, epoch, offset); q != nil {
-		q.flush()
+		q.flush(held)
 	}
 }
 
@@ -362,20 +375,31 @@ func (h *historyState) offer(topic string, data []byte, epoch string, offset uin
 	return q
 }
 
-// flush delivers what is in line, unless another goroutine is already
-// doing so (it then delivers this too).
-func (q *topicSeq) flush() {
+// flush delivers what is in line, held in held (nil: written at once),
+// unless another goroutine is already doing so (it then delivers this
+// too).
+func (q *topicSeq) flush(held *holdSet) {
 	q.mu.Lock()
-	q.unlock()
+	q.unlockWith(held)
 }
 
 // DeliverAt is the bus's hand-over of a history topic's message.
 func (r *busReceiver) DeliverAt(topic string, data []byte, epoch string, offset uint64) {
+	r.deliverAt(topic, data, epoch, offset, nil)
+}
+
+// DeliverAt is a bus receive worker's hand-over of a history topic's
+// message: held while the worker has more in hand, like Deliver.
+func (h *busHolder) DeliverAt(topic string, data []byte, epoch string, offset uint64) {
+	h.r.deliverAt(topic, data, epoch, offset, h.held)
+}
+
+func (r *busReceiver) deliverAt(topic string, data []byte, epoch string, offset uint64, held *holdSet) {
 	s := (*Server)(r)
 	if s.pressure != nil {
 		s.pressure.RecordPublished(1)
 	}
-	s.hist.deliverAt(topic, data, epoch, offset)
+	s.hist.deliverAt(topic, data, epoch, offset, held)
 }
 
 // frameMessageAt is frameMessage with the offset.
@@ -462,11 +486,15 @@ func (q *topicSeq) fanout(m history.Message) {
 	q.out = append(q.out, seqItem{m: m})
 }
 
-// unlock releases q.mu. If something is in line and nobody is delivering,
-// the caller becomes the deliverer: it delivers the line without q.mu,
-// then any line that formed meanwhile, until none is left. Only one
+// unlock releases q.mu, delivering what is in line (unlockWith).
+func (q *topicSeq) unlock() { q.unlockWith(nil) }
+
+// unlockWith releases q.mu. If something is in line and nobody is
+// delivering, the caller becomes the deliverer: it delivers the line
+// without q.mu, then any line that formed meanwhile, until none is left;
+// held, when not nil, holds the frames for its owner's flush. Only one
 // goroutine delivers at a time, so every subscriber sees the line's order.
-func (q *topicSeq) unlock() {
+func (q *topicSeq) unlockWith(held *holdSet) {
 	if q.delivering || len(q.out) == 0 {
 		q.mu.Unlock()
 		return
@@ -476,7 +504,7 @@ func (q *topicSeq) unlock() {
 		items, audience := q.out, q.audience
 		q.out, q.spare = q.spare[:0], nil
 		q.mu.Unlock()
-		q.deliver(items, audience)
+		q.deliver(items, audience, held)
 		clear(items)
 		q.mu.Lock()
 		if cap(items) <= maxPending {
@@ -488,8 +516,9 @@ func (q *topicSeq) unlock() {
 }
 
 // deliver hands items, in order, to every subscriber of audience whose
-// cursor takes them. Only the deliverer calls it (unlock).
-func (q *topicSeq) deliver(items []seqItem, audience []subscriber) {
+// cursor takes them, held in held when not nil. Only the deliverer calls
+// it (unlockWith).
+func (q *topicSeq) deliver(items []seqItem, audience []subscriber, held *holdSet) {
 	var resync []byte
 	sendResync := func(c *conn) {
 		if resync == nil {
@@ -513,7 +542,14 @@ func (q *topicSeq) deliver(items []seqItem, audience []subscriber) {
 				continue
 			}
 			ok, gap := sb.hs.cur.Live(it.m)
-			if ok && sb.c.enqueueFrame(it.m.Data, direct) {
+			if ok {
+				if held != nil {
+					ok = sb.c.enqueueHeld(it.m.Data, held)
+				} else {
+					ok = sb.c.enqueueFrame(it.m.Data, direct)
+				}
+			}
+			if ok {
 				sent++
 			}
 			sb.hs.mu.Unlock()
@@ -522,6 +558,9 @@ func (q *topicSeq) deliver(items []seqItem, audience []subscriber) {
 			}
 		}
 		q.h.s.m.MessagesSent.Add(float64(sent))
+		if held != nil && !it.reset {
+			held.published()
+		}
 	}
 }
 
@@ -820,8 +859,11 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 		since = hp.Since.Offset
 	}
 	// Registered, holding live messages back, before the store is read:
-	// what is published after the read arrives live and is held.
-	q, hs := h.acquireFor(c, topic, pol, already, since)
+	// what is published after the read arrives live and is held. The
+	// cursor starts from nothing: until the read says whether since can be
+	// trusted, no live message may be dropped as already seen (a new
+	// epoch counts from 1 again).
+	q, hs := h.acquireFor(c, topic, pol, already)
 
 	after, limit := since, replayPage
 	if !hp.Recover {
@@ -860,15 +902,20 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 		return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, false, reason), nil
 	}
 	s.m.HistoryRecoveries.WithLabelValues(metrics.RecoveryRecovered).Inc()
+	// Trusted: the client has everything up to since; held live messages
+	// at or below it are dropped when the replay ends.
+	hs.mu.Lock()
+	hs.cur.Skip(since)
+	hs.mu.Unlock()
 	c.addReplay(replay{q: q, hs: hs, first: msgs, end: pos.Offset})
 	return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, true, ""), nil
 }
 
 // acquireFor registers c's cursor on topic's sequencer (counting it once
-// per subscription), from since and holding live messages back: from the
-// moment it is on the sequencer's audience, nothing reaches the client
+// per subscription), from offset 0 and holding live messages back: from
+// the moment it is on the sequencer's audience, nothing reaches the client
 // before the subscribe result.
-func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool, since uint64) (*topicSeq, *hsub) {
+func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool) (*topicSeq, *hsub) {
 	h.mu.Lock()
 	q := h.topics[topic]
 	h.mu.Unlock()
@@ -884,7 +931,7 @@ func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, alr
 		q.listen()
 	}
 	hs.mu.Lock()
-	hs.cur.Reset(since)
+	hs.cur.Reset(0)
 	hs.cur.StartReplay(maxHeld)
 	hs.mu.Unlock()
 	return q, hs
@@ -947,14 +994,21 @@ func (c *conn) runReplay(r replay) {
 		last := r.hs.cur.Last()
 		r.hs.mu.Unlock()
 		gap = gap || g
+		// Queued, not written one by one: the connection's writer sends
+		// what a page queued in few writes.
+		sent := 0
 		for _, m := range out {
 			if !c.awaitRoom(room) {
-				return
+				break
 			}
-			if c.enqueueFrame(frameMessageAt(r.q.topic, m.Offset, m.Data), true) {
-				s.m.MessagesSent.Inc()
-				s.m.HistoryReplayed.Inc()
+			if c.enqueueFrame(frameMessageAt(r.q.topic, m.Offset, m.Data), false) {
+				sent++
 			}
+		}
+		s.m.MessagesSent.Add(float64(sent))
+		s.m.HistoryReplayed.Add(float64(sent))
+		if sent < len(out) {
+			return // closed
 		}
 		if last >= r.end || len(page) == 0 {
 			break

@@ -94,7 +94,7 @@ func TestHistoryPublishDoesNotWaitForAStuckFanout(t *testing.T) {
 
 	pol := history.Policy{Size: 1000, TTL: time.Minute}
 	publish := func(i int) {
-		if _, _, err := store.Publish(context.Background(), history.Publish{Topic: "h:stuck", Data: fmt.Appendf(nil, "%d", i), Policy: pol}); err != nil {
+		if _, err := s.hist.publish(context.Background(), "h:stuck", fmt.Appendf(nil, "%d", i), pol, "", nil); err != nil {
 			t.Errorf("publish %d: %v", i, err)
 		}
 	}
@@ -207,7 +207,7 @@ func TestHistoryPeriodicCheckPerTopic(t *testing.T) {
 
 		// busy delivers between ticks: it is not checked; idle is.
 		for i := range 3 {
-			h.deliverAt("h:busy", []byte("1"), "e", uint64(i+1))
+			h.deliverAt("h:busy", []byte("1"), "e", uint64(i+1), nil)
 			time.Sleep(5 * time.Second)
 			synctest.Wait()
 		}

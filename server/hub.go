@@ -2,6 +2,7 @@ package server
 
 import (
 	"hash/maphash"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -129,6 +130,26 @@ func (h *hub) publish(topic string, data []byte, held *holdSet) {
 		return
 	}
 	frame := frameMessage(topic, data)
+	// The shared list's order is fixed until the topic's subscribers
+	// change: each publish starts at a random place in it, so no
+	// subscriber is always the last one written to.
+	start := 0
+	if len(list) > 1 {
+		start = rand.IntN(len(list))
+	}
+	// Without a holdSet a large topic's frames are only queued (see above).
+	direct := len(list) < queuedFanout
+	sent := deliver(list[start:], frame, held, direct) + deliver(list[:start], frame, held, direct)
+	h.s.m.MessagesSent.Add(float64(sent))
+	if held != nil {
+		held.published()
+	}
+}
+
+// deliver gives frame to each of list: held for held when given, else
+// written at once where direct and the socket takes it, else queued. It
+// returns how many took it.
+func deliver(list []*conn, frame []byte, held *holdSet, direct bool) int {
 	sent := 0
 	if held != nil {
 		for _, c := range list {
@@ -136,18 +157,14 @@ func (h *hub) publish(topic string, data []byte, held *holdSet) {
 				sent++
 			}
 		}
-	} else {
-		direct := len(list) < queuedFanout
-		for _, c := range list {
-			if c.enqueueFrame(frame, direct) {
-				sent++
-			}
+		return sent
+	}
+	for _, c := range list {
+		if c.enqueueFrame(frame, direct) {
+			sent++
 		}
 	}
-	h.s.m.MessagesSent.Add(float64(sent))
-	if held != nil {
-		held.published()
-	}
+	return sent
 }
 
 // queuedFanout is the smallest topic whose deliveries Server.Publish and

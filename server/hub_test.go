@@ -90,3 +90,31 @@ func TestHubSharedListsUnderChurn(t *testing.T) {
 		t.Fatalf("%d subscribers after the churn, want %d", got, len(conns))
 	}
 }
+
+// Publishes start at a random place in a topic's shared list: no
+// subscriber is always written to last.
+func TestHubPublishRotatesFirstSubscriber(t *testing.T) {
+	s := New(Options{Metrics: metrics.NewDiscard()})
+	conns := make([]*conn, 3)
+	for i := range conns {
+		conns[i] = &conn{s: s}
+		s.hub.subscribe(conns[i], "fair")
+	}
+	first := map[*conn]bool{}
+	var held holdSet
+	for range 200 {
+		s.hub.publish("fair", []byte(`1`), &held)
+		if len(held.conns) != len(conns) {
+			t.Fatalf("%d connections held, want %d", len(held.conns), len(conns))
+		}
+		first[held.conns[0]] = true
+		// What a flush would do, without sockets.
+		for _, c := range conns {
+			c.queue, c.queued, c.heldBy = c.queue[:0], 0, nil
+		}
+		held.conns, held.publishes = held.conns[:0], 0
+	}
+	if len(first) != len(conns) {
+		t.Fatalf("only %d of %d subscribers were ever first in 200 publishes", len(first), len(conns))
+	}
+}

@@ -220,7 +220,7 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 	}
 	data = compactData(data)
 	if pol := s.hist.policyOf(topic); pol.Enabled() {
-		_, err := s.hist.publish(context.Background(), topic, data, pol, "")
+		_, err := s.hist.publish(context.Background(), topic, data, pol, "", nil)
 		return err
 	}
 	// The bus first: what it refuses (full, or Redis down) is delivered

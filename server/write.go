@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -38,8 +40,8 @@ import (
 // them first, so a publisher that stalls mid-burst delays only what it
 // published itself.
 
-// maxHeader is the longest header of an unmasked frame (RFC 6455 5.2).
-const maxHeader = 10
+// maxHeader is the longest header of an unmasked frame.
+const maxHeader = wsock.MaxHeader
 
 // frameText frames payload as one text frame (copying it).
 func frameText(payload []byte) []byte {
@@ -63,15 +65,7 @@ func frameMessage(topic string, data []byte) []byte {
 
 // framePayload is the payload of a frame built by frameText or
 // frameMessage.
-func framePayload(f []byte) []byte {
-	switch f[1] {
-	case 126:
-		return f[4:]
-	case 127:
-		return f[10:]
-	}
-	return f[2:]
-}
+func framePayload(f []byte) []byte { return wsock.TextPayload(f) }
 
 // enqueue frames payload (a response or a notice to this client alone)
 // and queues it: held while the read goroutine runs a frame in hand.
@@ -158,13 +152,20 @@ func (c *conn) queueFrame(frame []byte) bool {
 	if n := c.queued + len(frame); n > s.cfg.SendQueueBytes && (c.raw.full() || n > queueSlack(s.cfg.SendQueueBytes)) {
 		c.closed = true
 		c.queue = nil
-		s.m.SlowConsumerDisconnects.Inc()
-		c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
+		c.cutSlow()
 		return false
 	}
 	c.queue = append(c.queue, frame)
 	c.queued += len(frame)
 	return true
+}
+
+// cutSlow closes a client too slow to read with 1013: what is queued for
+// it is dropped, and the close frame follows what its socket already
+// holds, once it reads again (closeWait).
+func (c *conn) cutSlow() {
+	c.s.m.SlowConsumerDisconnects.Inc()
+	c.closeLater(websocket.StatusTryAgainLater, retryhint.Reason(hintMillis(time.Second)), false, nil)
 }
 
 // enqueueHeld queues frame for the client and holds it for h's flush
@@ -392,7 +393,14 @@ func (c *conn) writeLoop() {
 			c.queue = nil
 			c.writerExits()
 			c.mu.Unlock()
-			if !errors.Is(err, errSealed) { // a close is under way: let it finish
+			switch {
+			case errors.Is(err, errSealed): // a close is under way: let it finish
+			case errors.Is(err, os.ErrDeadlineExceeded) && !c.closing.Load():
+				// The socket took nothing for limits.writeTimeout: the
+				// client has stopped reading, as a queue past its limit
+				// would say.
+				c.cutSlow()
+			default:
 				c.abort()
 			}
 			return

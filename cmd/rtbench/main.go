@@ -22,6 +22,7 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
                    [--probe-clients 20 --probe-rate 1000 --baseline 5s]
   rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID]
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
+  rtbench recover  --url ... -n 1000 --missed 1000 [-t 1] [--size 100] [--prefix room:] [--server-pid PID]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
   rtbench api      --url http://127.0.0.1:9090/api/publish --key KEY -c 16 --duration 10s [--body JSON] [--server-pid PID]
   rtbench siblings --redis-url redis://127.0.0.1:6379 --metrics-url http://127.0.0.1:8080/metrics -n 100 --duration 30s
@@ -159,6 +160,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			return runFanout(ctx, fanoutConfig{URL: u, PubURL: pu, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
 				Window: *window, Batch: *batch, OwnTopics: *own, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
+		}
+	case "recover":
+		n := fs.Int("n", 1000, "clients: each subscribes, goes away, misses --missed messages, then all reconnect at once and recover")
+		t := fs.Int("t", 1, "topics (client i on topic i mod -t); their namespace must keep history of at least --missed messages")
+		missed := fs.Int("missed", 1000, "messages published on each topic while the clients are away")
+		size := fs.Int("size", 100, "approximate bytes of each message's data")
+		c := fs.Int("c", 0, "reconnecting dialers in parallel (0: all clients at once)")
+		prefix := fs.String("prefix", "room:rtbench.", "topic name prefix (a namespace with history)")
+		runMode = func(ctx context.Context) (any, error) {
+			u, err := checkURL(*rawURL)
+			if err != nil {
+				return nil, err
+			}
+			return runRecover(ctx, recoverConfig{URL: u, N: *n, T: *t, Missed: *missed, Size: *size, C: *c, Prefix: *prefix,
+				DialTimeout: *dialTimeout, ServerPID: *pid})
 		}
 	case "rpc":
 		method := fs.String("method", "report.daily", "method to call")

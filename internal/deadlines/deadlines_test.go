@@ -207,3 +207,57 @@ func TestHeapLetsGo(t *testing.T) {
 		t.Fatalf("after cancelling all: %d entries, cap %d", len(h.entries), cap(h.entries))
 	}
 }
+
+// Schedules, moves and cancels from many goroutines at once, while the
+// timer fires (run with -race): no item fires more often than it was
+// scheduled, and once everything due has come the heap is empty.
+func TestConcurrentUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const workers, perWorker, ops = 8, 8, 200
+		var mu sync.Mutex
+		fired := map[int]int{}
+		h := New(time.Millisecond, handleOf, func(x *item) {
+			mu.Lock()
+			fired[x.id]++
+			mu.Unlock()
+		})
+		defer h.Stop()
+		scheduled := make([]int, workers*perWorker)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				items := make([]*item, perWorker)
+				for i := range items {
+					items[i] = &item{id: w*perWorker + i}
+				}
+				for k := range ops {
+					x := items[(k*7+w)%perWorker]
+					if k%3 == 2 {
+						h.Cancel(x)
+					} else {
+						h.After(x, time.Duration(k%5)*time.Millisecond)
+						scheduled[x.id]++
+					}
+					if k%4 == 0 {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := h.Len(); n != 0 {
+			t.Fatalf("%d deadlines pending after everything came", n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for id, n := range fired {
+			if n > scheduled[id] {
+				t.Errorf("item %d fired %d times, scheduled %d", id, n, scheduled[id])
+			}
+		}
+	})
+}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,6 +33,37 @@ func Dial(t testing.TB, url string, subprotocols ...string) *Conn {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: subprotocols})
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	ws.SetReadLimit(1 << 24)
+	t.Cleanup(func() { ws.CloseNow() })
+	return &Conn{T: t, WS: ws}
+}
+
+// DialSmallReceive is Dial with the client socket's receive buffer
+// (SO_RCVBUF) set to about rcvbuf bytes before the upgrade: a client that
+// stops reading then holds little, and the server's socket fills soon.
+func DialSmallReceive(t testing.TB, url string, rcvbuf int) *Conn {
+	t.Helper()
+	dialer := &net.Dialer{}
+	transport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			if err := tc.SetReadBuffer(rcvbuf); err != nil {
+				nc.Close()
+				return nil, err
+			}
+		}
+		return nc, nil
+	}}
+	t.Cleanup(transport.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: transport}})
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}
@@ -169,9 +202,13 @@ func RetryHint(t testing.TB, reason string) int {
 // means "reads as fast as it is sent", which keeps the run about stalled.
 // It fails the test unless healthy receives all n in order. cutOff reports
 // when the server has cut stalled off; from then on stalled reads again,
-// to its end. It returns stalled's close code and reason.
+// to its end. It returns stalled's close code and reason. pub is never
+// read afterwards: it is read in the background here (CloseRead), so that
+// it answers the server's pings however long the run takes (a client that
+// never reads never answers one, and is dropped as dead).
 func StalledAndHealthy(t testing.TB, pub, healthy, stalled *Conn, topic string, n, size int, cutOff func() bool) (websocket.StatusCode, string) {
 	t.Helper()
+	pub.WS.CloseRead(context.Background())
 	payload := strings.Repeat("p", size)
 	var got atomic.Int64
 	healthyDone := make(chan error, 1)
