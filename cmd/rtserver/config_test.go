@@ -62,7 +62,7 @@ history:
   metaTtl: 720h                  # how long a topic's epoch and last offset outlive its messages
   maxReplay: 10000               # most messages one recovery replays
   idempotencyTtl: 300s           # how long a publish's idempotencyKey is remembered
-  memoryMaxBytes: 134217728      # (rtserver addition) without Redis: the in-process history's byte cap
+  memoryMaxBytes: 134217728      # without Redis: the in-process history's byte cap
 presence:
   ttl: 60s                       # an entry not refreshed for this long is gone (an instance that died)
   diffInterval: 1s               # join/leave diffs are coalesced per topic for this long
@@ -177,7 +177,7 @@ func TestDefaultMatchesContract(t *testing.T) {
 		t.Errorf("contract admission decoded to %+v", fromContract.Admission)
 	}
 	fromContract.Admission = message.Config{FailPolicy: fromContract.Admission.FailPolicy}
-	fromContract.Log = rtserver.Log{Format: "text", Level: "info"} // the rtserver addition
+	fromContract.Log = rtserver.Log{Format: "text", Level: "info"} // not in the YAML above
 	// Fields that are not configuration keep their library defaults.
 	fromContract.Limits.MaxCallsPerConn = rtserver.DefaultConfig().Limits.MaxCallsPerConn
 	fromContract.Limits.RefreshNotice = rtserver.DefaultConfig().Limits.RefreshNotice

@@ -15,6 +15,7 @@ import (
 	"github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/client"
 	"github.com/rtserver/rtserver/handshake"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // The subcommands people reach for first when trying the server: they
@@ -168,7 +169,7 @@ func toolSub(f *toolFlags) error {
 		}
 	})
 	if err != nil {
-		return err
+		return refusal("subscribe", a[0], err)
 	}
 	fmt.Fprintf(f.stderr, "subscribed to %s\n", a[0])
 	select {
@@ -197,5 +198,25 @@ func toolPub(f *toolFlags) error {
 		return err
 	}
 	defer c.Close()
-	return c.Publish(ctx, a[0], data)
+	return refusal("publish", a[0], c.Publish(ctx, a[0], data))
+}
+
+// refusal names the call and topic a server refused and, for the refusals
+// a newcomer meets first, where to find out why.
+func refusal(method, topic string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var rpc *protocol.Error
+	if !errors.As(err, &rpc) {
+		return err
+	}
+	hint := ""
+	switch rpc.Code {
+	case protocol.CodeForbidden:
+		hint = " (no topic grant allows it: docs/access-control.md; the server logs the deciding namespace at --log-level debug)"
+	case protocol.CodeOverloaded, protocol.CodeRateLimited:
+		hint = " (shed by admission: retry after the hint; docs/admission.md)"
+	}
+	return fmt.Errorf("%s %s refused: %w%s", method, topic, err, hint)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/testnode"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 const toolSecret = "tools-test-secret-0123456789abcdef"
@@ -80,5 +82,27 @@ func TestSubcommandsAgainstANode(t *testing.T) {
 	code, _, stderr = runCmd(t, "pub", "--config", file, "room:1", "1")
 	if code != 1 || !strings.Contains(stderr, "HTTP 401 (unauthorized: no token") {
 		t.Fatalf("pub without a token: exit %d, %q", code, stderr)
+	}
+}
+
+// A refusal names the call and topic, keeps the JSON-RPC error reachable,
+// and says where a -32003's reason is found; other errors pass unchanged.
+func TestRefusalNamesTheCallAndWhereToLook(t *testing.T) {
+	if refusal("publish", "room:1", nil) != nil {
+		t.Fatal("no error became an error")
+	}
+	plain := errors.New("dial: connection refused")
+	if got := refusal("publish", "room:1", plain); got != plain {
+		t.Fatalf("a transport error was rewritten: %v", got)
+	}
+	err := refusal("subscribe", "user:bob", protocol.NewError(protocol.CodeForbidden, "", nil))
+	var rpc *protocol.Error
+	if !errors.As(err, &rpc) || rpc.Code != protocol.CodeForbidden {
+		t.Fatalf("the JSON-RPC error is lost: %v", err)
+	}
+	for _, want := range []string{"subscribe user:bob refused", "-32003", "docs/access-control.md", "--log-level debug"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
 	}
 }
