@@ -1,6 +1,7 @@
 package publishrate
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -67,6 +68,35 @@ func TestMergedViewChoiceMatchesModel(t *testing.T) {
 			if got, inst := a.RateOf("hot"), a.Stats().Instances; got != want || inst != wantInst {
 				rt.Fatalf("RateOf = %v, instances %d; model %+v, own %v: want %v and %d", got, inst, model, own, want, wantInst)
 			}
+		}
+	})
+}
+
+// TestBestKIsSortAndCut: bestK keeps exactly what sorting everything and
+// cutting to k keeps, in the same order.
+func TestBestKIsSortAndCut(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		k := rapid.IntRange(0, 8).Draw(rt, "k")
+		vals := rapid.SliceOf(rapid.IntRange(0, 20)).Draw(rt, "values")
+		better := func(x, y wireSub) bool { return x.Count > y.Count || x.Count == y.Count && x.Topic < y.Topic }
+		b := bestK[wireSub]{k: k, better: better}
+		var all []wireSub
+		for i, v := range vals {
+			s := wireSub{Topic: string(rune('a' + i%26)), Count: v}
+			if slices.ContainsFunc(all, func(o wireSub) bool { return o == s }) {
+				continue // a strict order: no two equal
+			}
+			all = append(all, s)
+			b.offer(s)
+		}
+		slices.SortFunc(all, func(x, y wireSub) int {
+			if better(x, y) {
+				return -1
+			}
+			return 1
+		})
+		if want := all[:min(k, len(all))]; !slices.Equal(b.sorted(), want) {
+			rt.Fatalf("bestK kept %v, want %v", b.sorted(), want)
 		}
 	})
 }
