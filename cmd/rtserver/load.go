@@ -27,6 +27,7 @@ const (
 	ActionRun            Action = iota // serve
 	ActionPrintConfig                  // --print-config: write the YAML to stdout, exit 0
 	ActionPrintReference               // --config-reference: write ConfigReference() to stdout, exit 0
+	ActionPrintVersion                 // --version: write the module version to stdout, exit 0
 )
 
 // KeyError is an invalid or unknown configuration key (rtserver.ConfigError).
@@ -40,6 +41,7 @@ type configFlags struct {
 	listen, adminListen, redisURL string
 	logFormat, logLevel           string
 	printConfig, printReference   bool
+	version                       bool
 }
 
 func newConfigFlags() *configFlags {
@@ -54,6 +56,7 @@ func newConfigFlags() *configFlags {
 	fs.StringVar(&f.logLevel, "log-level", "", "log `level`: debug | info | warn | error (overrides log.level)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration as YAML and exit")
 	fs.BoolVar(&f.printReference, "config-reference", false, "print the configuration reference (Markdown) and exit")
+	fs.BoolVar(&f.version, "version", false, "print the module version and exit")
 	return f
 }
 
@@ -82,6 +85,9 @@ func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 	}
 	if f.fs.NArg() > 0 {
 		return cfg, ActionRun, &KeyError{Key: "flags", Msg: fmt.Sprintf("unexpected argument %q", f.fs.Arg(0))}
+	}
+	if f.version {
+		return cfg, ActionPrintVersion, nil
 	}
 	action := ActionRun
 	switch {
