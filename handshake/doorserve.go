@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/bufpool"
+	"github.com/rtserver/rtserver/internal/wsock"
 )
 
 // The door as the upgrade server.
@@ -387,7 +388,7 @@ func (x *goneContext) start() {
 	x.watched = make(chan struct{})
 	go func() {
 		defer close(x.watched)
-		if awaitGone(x.c) && !x.stopped.Load() {
+		if wsock.AwaitGone(x.c) && !x.stopped.Load() {
 			x.gone.Store(true)
 			close(x.done)
 		}

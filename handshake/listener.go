@@ -6,14 +6,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/retryhint"
-	"github.com/rtserver/rtserver/internal/stack"
+	"github.com/rtserver/rtserver/internal/wsock"
 )
 
 // The door: shedding upgrades before net/http sees them.
@@ -141,10 +140,10 @@ func (d *door) Accept() (net.Conn, error) {
 			// without a goroutine, so that all shedding is one goroutine
 			// among the connections being served, however many dial.
 			bp = peekBufs.Get().(*[peekSize]byte)
-			n = readNow(c, bp[:])
+			n = wsock.ReadNow(c, bp[:])
 			if n > 0 && d.shedNow(c, bp[:n]) {
 				peekBufs.Put(bp)
-				runtime.Gosched() // let the served connections run between sheds
+				wsock.Yield() // let the served connections run between sheds
 				continue
 			}
 		}
@@ -294,7 +293,7 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 		// storm the door's work then fills the time established clients
 		// leave, instead of making them wait behind a run queue of
 		// upgrades (BENCHMARKS.md, storm isolation).
-		runtime.Gosched()
+		wsock.Yield()
 		if why, full := d.g.doorFull(); full && d.g.cfg.Reject == RejectHTTP {
 			d.forget(c)
 			d.shed(c, why, buf[:0])
@@ -303,7 +302,7 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 		if d.h != nil {
 			// Parsing, the handler and the WebSocket accept go deep:
 			// grow the stack once, while it is shallow.
-			stack.Grow()
+			wsock.GrowStack()
 			w := &doorResponse{c: c, ctx: &goneContext{c: c}}
 			if req := parseHead(w.ctx, buf[:n]); req != nil {
 				if !d.take(c) {

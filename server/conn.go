@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,7 @@ import (
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/deadlines"
-	"github.com/rtserver/rtserver/internal/stack"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -99,7 +98,7 @@ func (c *conn) readLoop() {
 		if closeNext := c.raw.awaitInput(); closeNext {
 			// The WebSocket library's close handshake goes deep; the
 			// goroutine ends after it: grow its stack once, not step by step.
-			stack.Grow()
+			wsock.GrowStack()
 		}
 		if c.young < youngInputs {
 			// A new connection's first inputs (its first calls, or the
@@ -107,7 +106,7 @@ func (c *conn) readLoop() {
 			// reconnect storm the newcomers' work then runs after the
 			// work of connections already established, not ahead of it.
 			c.young++
-			runtime.Gosched()
+			wsock.Yield()
 		}
 		// A plain context: a cancelable one costs the WebSocket library a
 		// context.AfterFunc per read. Every way a connection ends closes

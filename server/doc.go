@@ -13,9 +13,14 @@
 //
 // Outbound frames go to a per-connection queue bounded in bytes
 // (Config.SendQueueBytes). A writer goroutine exists only while the queue is
-// non-empty. A connection whose backlog passes the bound is closed with 1013
-// and counted; nobody else waits for it. A published message is encoded once
-// and the same bytes are queued to every subscriber.
+// non-empty. A connection whose backlog passes the bound, or whose socket
+// takes nothing for the write timeout, is closed with 1013 and counted;
+// nobody else waits for it. A published message is encoded once and the same
+// bytes are queued to every subscriber. The bytes on the socket itself (frame
+// headers, close and ping frames written beneath the WebSocket library, the
+// calls that do not wait) are package internal/wsock's; netconn.go holds the
+// connection's state over them: the rest of a frame begun, the seal before a
+// close frame, held frames flushed before a read waits.
 //
 // Invariants:
 //   - the handshake ticket of every connection is closed exactly once, when

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"net/http"
@@ -12,18 +11,14 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/wsock"
 )
 
-// Buffer sizes of a hijacked connection. net/http hands over 4 KiB for
-// reading and 4 KiB for writing, held for the life of the connection:
-// most of what an idle connection costs. The reader only needs room for
-// frame headers (payloads larger than the buffer are read straight into
-// the caller's slice). The writer carries only the WebSocket library's
-// control frames (ping, pong, close: at most 2+125 bytes, we never mask),
-// and must hold a whole one so that each leaves in a single Write.
+// Buffer sizes of a hijacked connection (wsock.SmallBuffers).
 const (
-	readBufferSize  = 256
-	writeBufferSize = 128
+	readBufferSize  = wsock.ReadBufferSize
+	writeBufferSize = wsock.WriteBufferSize
 )
 
 // upgradeWriter wraps the ResponseWriter of an upgrade so the hijacked
@@ -40,14 +35,9 @@ func (u *upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	rc := newRawConn(nc)
 	u.conn = rc
-	r := brw.Reader
-	if r.Buffered() == 0 {
-		// Nothing read ahead: the 4 KiB reader can go. (Bytes a client
-		// sent before our 101 must be kept, so then it stays.)
-		r = bufio.NewReaderSize(nc, readBufferSize)
-	}
+	r, rw := wsock.SmallBuffers(nc, brw.Reader, rc)
 	rc.br = r
-	return rc, bufio.NewReadWriter(r, bufio.NewWriterSize(rc, writeBufferSize)), nil
+	return rc, rw, nil
 }
 
 // rawConn is the socket under a WebSocket connection, shared by two
@@ -113,7 +103,7 @@ type rawConn struct {
 }
 
 func newRawConn(nc net.Conn) *rawConn {
-	c := &rawConn{Conn: nc, sc: syscallConn(nc)}
+	c := &rawConn{Conn: nc, sc: wsock.Descriptor(nc)}
 	if c.sc != nil {
 		c.fn = c.writeFD
 	}
@@ -135,7 +125,7 @@ func (c *rawConn) Write(p []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	if c.closeSent {
-		if len(p) > 0 && p[0] == closeFrameHead {
+		if len(p) > 0 && p[0] == wsock.CloseHead {
 			return len(p), nil
 		}
 		return 0, net.ErrClosed
@@ -147,7 +137,7 @@ func (c *rawConn) Write(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if len(p) > 0 && p[0] == closeFrameHead {
+	if len(p) > 0 && p[0] == wsock.CloseHead {
 		c.closeSent = true
 	}
 	return c.Conn.Write(p)
@@ -227,7 +217,7 @@ func (c *rawConn) send(b []byte, timeout time.Duration) error {
 func (c *rawConn) write(b []byte) error {
 	n, err := c.put(b)
 	if err != nil && n > 0 {
-		if end := frameEnd(b, n); end > n {
+		if end := wsock.FrameEnd(b, n); end > n {
 			c.setTail(bytes.Clone(b[n:end]))
 		}
 	}
@@ -241,43 +231,6 @@ func (c *rawConn) put(b []byte) (int, error) {
 		return c.Conn.Write(b)
 	}
 	return c.rawWrite(b, true)
-}
-
-// frameEnd is where the frame holding byte n-1 of b ends, b being whole
-// unmasked frames: b[n:frameEnd(b, n)] is the rest of a frame begun.
-func frameEnd(b []byte, n int) int {
-	i := 0
-	for i < n {
-		i = nextFrame(b, i)
-	}
-	return min(i, len(b))
-}
-
-// nextFrame is where the frame that starts at b[i] ends (RFC 6455 5.2).
-func nextFrame(b []byte, i int) int {
-	if i+2 > len(b) {
-		return len(b)
-	}
-	size, head := uint64(b[i+1]&0x7F), 2
-	switch size {
-	case 126:
-		if i+4 > len(b) {
-			return len(b)
-		}
-		size, head = uint64(binary.BigEndian.Uint16(b[i+2:])), 4
-	case 127:
-		if i+10 > len(b) {
-			return len(b)
-		}
-		size, head = binary.BigEndian.Uint64(b[i+2:]), 10
-	}
-	if b[i+1]&0x80 != 0 {
-		head += 4 // a mask key (a client's frame)
-	}
-	if size > uint64(len(b)-i-head) {
-		return len(b)
-	}
-	return i + head + int(size)
 }
 
 // full reports whether the socket would not take more data: a send is
@@ -333,13 +286,7 @@ func (c *rawConn) awaitInput() (closeNext bool) {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
-			// The read buffer is lent out while the wait lasts
-			// (readpark.go): here, not in awaitFD, where the stack
-			// is deepest.
-			c.parkReader()
-			err := c.sc.Read(c.awaitFn)
-			c.unparkReader()
-			if err != nil {
+			if c.sc.Read(c.awaitFn) != nil {
 				return false // the read that follows reports it
 			}
 		}
@@ -379,21 +326,15 @@ func (c *rawConn) head() []byte {
 // closeHead reports whether the input starts with a close frame (FIN|close).
 // c.brMu held.
 func (c *rawConn) closeHead() bool {
-	h := c.head()
-	return len(h) > 0 && h[0] == 0x88
+	return wsock.IsClose(c.head())
 }
 
 // takePong consumes a whole pong frame at the head of the input, if that
 // is what is there and all of it has arrived (it never waits), and
-// reports whether it did. A client's frames are masked: FIN|pong,
-// MASK|length (at most 125), 4 mask bytes, payload. c.brMu held.
+// reports whether it did. c.brMu held.
 func (c *rawConn) takePong() bool {
-	h := c.head()
-	if len(h) < 2 || h[0] != 0x8A || h[1]&0x80 == 0 || h[1]&0x7F > 125 {
-		return false
-	}
-	n := 6 + int(h[1]&0x7F)
-	if !c.available(n) {
+	n := wsock.ClientPongLen(c.head())
+	if n == 0 || !c.available(n) {
 		return false
 	}
 	if _, err := c.br.Peek(n); err != nil {
@@ -430,7 +371,6 @@ func (c *rawConn) closeRead() {
 		return
 	}
 	c.brMu.Lock()
-	c.unparkReaderLocked() // the library reads br from here on
 	c.readClosed = true
 	c.brMu.Unlock()
 }
@@ -454,7 +394,7 @@ func (c *rawConn) finishTail() error {
 }
 
 // pingFrame is an unmasked ping with no payload.
-var pingFrame = []byte{0x89, 0x00}
+var pingFrame = wsock.PingFrame
 
 // ping writes a ping frame (after the rest of a data frame, if one is
 // unfinished), bounded by timeout, and marks a pong as due.
@@ -669,27 +609,51 @@ func (c *rawConn) seal() {
 	c.mu.Unlock()
 }
 
-// closeFrameHead is the first byte of a close frame: FIN, opcode 8.
-const closeFrameHead = 0x88
+// closeFrame is an unmasked close frame (wsock.CloseFrame).
+func closeFrame(code uint16, reason string) []byte { return wsock.CloseFrame(code, reason) }
 
-// closeFrame is an unmasked close frame with code and reason (at most 123
-// bytes: a control frame's payload is at most 125; longer is cut).
-func closeFrame(code uint16, reason string) []byte {
-	reason = reason[:min(len(reason), 123)]
-	b := make([]byte, 0, 4+len(reason))
-	b = append(b, closeFrameHead, byte(2+len(reason)), byte(code>>8), byte(code))
-	return append(b, reason...)
-}
+// appendTextHeader appends a text frame's header (wsock.AppendTextHeader).
+// A function, not a variable: a call through a variable makes the
+// caller's header array escape to the heap.
+func appendTextHeader(b []byte, n int) []byte { return wsock.AppendTextHeader(b, n) }
 
-// appendTextHeader appends the header of an unmasked, final text frame
-// with an n-byte payload (RFC 6455 section 5.2).
-func appendTextHeader(b []byte, n int) []byte {
-	b = append(b, 0x81) // FIN, opcode 1 (text)
-	switch {
-	case n < 126:
-		return append(b, byte(n))
-	case n <= 0xFFFF:
-		return append(b, 126, byte(n>>8), byte(n))
+// writeFD writes c.pend to the non-blocking descriptor. It returns false
+// (wait until writable, then call again) only when blocking.
+func (c *rawConn) writeFD(fd uintptr) bool {
+	if c.stalled.Load() {
+		c.stalled.Store(false)
 	}
-	return append(b, 127, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	n, full, err := wsock.WriteFD(fd, c.pend)
+	c.pend = c.pend[n:]
+	c.n += n
+	switch {
+	case err != nil:
+		c.err = err
+	case full && c.block:
+		c.stalled.Store(true)
+		return false
+	}
+	return true
 }
+
+// inputFD stores how many bytes wait to be read in the socket.
+func (c *rawConn) inputFD(fd uintptr) { c.input = wsock.InqFD(fd) }
+
+// awaitFD returns true once something can be read: bytes, the end (EOF)
+// or an error; else false, to wait for readiness and be called again. It
+// peeks (the first two bytes, kept in c.peek for takePong) rather than
+// asking how many bytes wait: an end that arrived before the wait began
+// must not be waited for, its readiness edge is already spent.
+func (c *rawConn) awaitFD(fd uintptr) bool {
+	n, wait := wsock.PeekFD(fd, c.peek[:])
+	if wait {
+		c.flushBeforeWait()
+		c.shrinkReader()
+		return false // nothing yet: wait
+	}
+	c.peeked = n
+	return true // bytes, the end, or an error: the read reports it
+}
+
+// readFD reads what the non-blocking descriptor has now into h.rp.
+func (h *holdSet) readFD(fd uintptr) { h.rn = wsock.ReadFD(fd, h.rp) }

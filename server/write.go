@@ -14,6 +14,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -39,8 +40,8 @@ import (
 // them first, so a publisher that stalls mid-burst delays only what it
 // published itself.
 
-// maxHeader is the longest header of an unmasked frame (RFC 6455 5.2).
-const maxHeader = 10
+// maxHeader is the longest header of an unmasked frame.
+const maxHeader = wsock.MaxHeader
 
 // frameText frames payload as one text frame (copying it).
 func frameText(payload []byte) []byte {
@@ -64,15 +65,7 @@ func frameMessage(topic string, data []byte) []byte {
 
 // framePayload is the payload of a frame built by frameText or
 // frameMessage.
-func framePayload(f []byte) []byte {
-	switch f[1] {
-	case 126:
-		return f[4:]
-	case 127:
-		return f[10:]
-	}
-	return f[2:]
-}
+func framePayload(f []byte) []byte { return wsock.TextPayload(f) }
 
 // enqueue frames payload (a response or a notice to this client alone)
 // and queues it: held while the read goroutine runs a frame in hand.

@@ -1,19 +1,19 @@
-package stack
+package wsock
 
 import (
 	"testing"
 	"unsafe"
 )
 
-// After Grow a goroutine can go as deep as Grow did without its stack
-// moving (a move changes where its locals are); without Grow the same
+// After GrowStack a goroutine can go as deep as Grow did without its stack
+// moving (a move changes where its locals are); without GrowStack the same
 // call moves a new goroutine's stack.
-func TestGrowGrowsOnce(t *testing.T) {
+func TestGrowStackGrowsOnce(t *testing.T) {
 	moved := func(grow bool) bool {
 		done := make(chan bool)
 		go func() {
 			if grow {
-				Grow()
+				GrowStack()
 			}
 			var x byte
 			before := uintptr(unsafe.Pointer(&x))
@@ -26,6 +26,6 @@ func TestGrowGrowsOnce(t *testing.T) {
 		t.Fatal("a new goroutine's stack did not move for a 5 KiB frame: the test shows nothing")
 	}
 	if moved(true) {
-		t.Fatal("the stack moved after Grow")
+		t.Fatal("the stack moved after GrowStack")
 	}
 }

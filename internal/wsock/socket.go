@@ -1,0 +1,74 @@
+package wsock
+
+import (
+	"net"
+	"sync/atomic"
+	"syscall"
+)
+
+// portable makes this system behave as one without the descriptor calls
+// (Portable).
+var portable atomic.Bool
+
+// Portable makes Descriptor, ReadNow and AwaitGone behave as they do on a
+// system without the descriptor calls (on: true), so that the fallback
+// paths of their callers can be tested on Linux. It returns a function
+// that restores the previous mode (for t.Cleanup). Tests that use it must
+// not run in parallel with others that open sockets.
+func Portable(on bool) (restore func()) {
+	was := portable.Swap(on)
+	return func() { portable.Store(was) }
+}
+
+// Descriptor is the descriptor of c's socket, for the calls of this
+// package that take one; nil when c has none, or on a system (or in the
+// mode, Portable) without those calls.
+func Descriptor(c net.Conn) syscall.RawConn {
+	if !native || portable.Load() {
+		return nil
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
+// ReadNow reads what c has already received into p, without waiting: 0
+// when nothing is there yet, when the peer has closed, or when c has no
+// descriptor. The caller then learns which by reading as usual.
+func ReadNow(c net.Conn, p []byte) int {
+	raw := Descriptor(c)
+	if raw == nil {
+		return 0
+	}
+	n := 0
+	_ = raw.Control(func(fd uintptr) { n = ReadFD(fd, p) })
+	return n
+}
+
+// AwaitGone waits until c's socket is readable and reports whether the
+// client has gone: the end of its stream, or an error. Bytes are peeked,
+// never consumed (a client that sent some has not gone). It returns false
+// at once when c has no descriptor, and when c's read deadline passes.
+func AwaitGone(c net.Conn) bool {
+	raw := Descriptor(c)
+	if raw == nil {
+		return false
+	}
+	var one [1]byte
+	gone := false
+	err := raw.Read(func(fd uintptr) bool {
+		n, wait := PeekFD(fd, one[:])
+		if wait {
+			return false // nothing yet: wait for readiness
+		}
+		gone = n == 0
+		return true
+	})
+	return err == nil && gone
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package wsock
+
+// native: this system lacks the descriptor calls, so Descriptor reports
+// none and the functions below are never reached.
+const native = false
+
+// WriteFD is never called here (Descriptor is nil): it writes nothing.
+func WriteFD(uintptr, []byte) (n int, full bool, err error) { return 0, true, nil }
+
+// ReadFD is never called here: it reads nothing.
+func ReadFD(uintptr, []byte) int { return 0 }
+
+// PeekFD is never called here: nothing has arrived.
+func PeekFD(uintptr, []byte) (n int, wait bool) { return 0, true }
+
+// InqFD is never called here: it cannot tell.
+func InqFD(uintptr) int { return 0 }
