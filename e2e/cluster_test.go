@@ -148,7 +148,15 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 
 	r.Stop()
-	testkit.Eventually(t, 20*time.Second, "readyz 503", func() bool { return b.status("/readyz") == http.StatusServiceUnavailable })
+	var ready string
+	testkit.Eventually(t, 20*time.Second, "readyz 503", func() bool {
+		code, body := b.get("/readyz")
+		ready = body
+		return code == http.StatusServiceUnavailable
+	})
+	if ready != "not ready: bus degraded (redis unreachable)\n" {
+		t.Errorf("readyz while Redis is down says %q", ready)
+	}
 	b.waitMetric("bus_degraded", 10*time.Second, func(v float64) bool { return v == 1 })
 	if f := sub.Recv(); f.Method != "system" || f.Params.Event != "degraded" {
 		t.Fatalf("client got %+v, want system degraded", f)
