@@ -245,9 +245,9 @@ func (n *Node) HandleHTTP(pattern string, h http.Handler) { n.mux.Handle(pattern
 func (n *Node) Handler() http.Handler { return n.mux }
 
 func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {
-	if !n.server.Ready() {
+	if why := n.server.NotReady(); why != "" {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Write([]byte("not ready\n"))
+		w.Write([]byte("not ready: " + why + "\n"))
 		return
 	}
 	w.Write([]byte("ready\n"))

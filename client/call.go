@@ -133,6 +133,7 @@ type Subscription struct {
 	c     *Client
 	topic string
 	h     func(topic string, data json.RawMessage)
+	hm    func(Message) // in place of h: SubscribeSince
 
 	// A history topic's position (history.go), under c.mu: set by the
 	// reader from subscribe results and from every message's offset.
@@ -157,10 +158,16 @@ func (c *Client) Subscribe(ctx context.Context, topic string, h func(topic strin
 	if h == nil {
 		return nil, errors.New("rtclient: Subscribe with a nil handler")
 	}
+	return c.subscribe(ctx, &Subscription{c: c, topic: topic, h: h})
+}
+
+// subscribe registers s and sends its subscribe: with recover from s.pos
+// when it has one (SubscribeSince).
+func (c *Client) subscribe(ctx context.Context, s *Subscription) (*Subscription, error) {
+	topic := s.topic
 	if reason := protocol.CheckTopic(topic); reason != "" {
 		return nil, protocol.NewError(protocol.CodeInvalidParams, reason, nil)
 	}
-	s := &Subscription{c: c, topic: topic, h: h}
 	c.mu.Lock()
 	if c.subs[topic] != nil {
 		c.mu.Unlock()
@@ -170,7 +177,11 @@ func (c *Client) Subscribe(ctx context.Context, topic string, h func(topic strin
 	// server sends right after its reply is not dropped.
 	c.subs[topic] = s
 	c.mu.Unlock()
-	if err := c.call(ctx, protocol.MethodSubscribe, topicParams{Topic: topic}, nil, s.onResult(false)); err != nil {
+	var params any = topicParams{Topic: topic}
+	if s.pos.Epoch != "" {
+		params = recoverParams{Topic: topic, Recover: true, Since: s.pos}
+	}
+	if err := c.call(ctx, protocol.MethodSubscribe, params, nil, s.onResult(s.pos.Epoch != "")); err != nil {
 		c.removeSub(s)
 		return nil, err
 	}
@@ -216,7 +227,11 @@ func (c *Client) dispatch() {
 			c.mu.Lock()
 			s := c.subs[d.topic]
 			c.mu.Unlock()
-			if s != nil {
+			switch {
+			case s == nil:
+			case s.hm != nil:
+				s.hm(Message{Topic: d.topic, Data: d.data, Offset: d.offset})
+			default:
 				s.h(d.topic, d.data)
 			}
 		case protocol.NotifySystem:

@@ -57,6 +57,7 @@ type delivery struct {
 	method    string // "message", "system", "presence" or methodRecovery
 	topic     string // message, recovery
 	data      json.RawMessage
+	offset    uint64 // message: its place in a history topic (0: none)
 	event     string // system; a recovery's reason
 	recovered bool   // recovery
 }
@@ -251,6 +252,9 @@ func (c *Client) notification(cn *conn, m *inbound) bool {
 			return true // a duplicate of what this subscription already had
 		}
 		d.topic, d.data = p.Topic, p.Data
+		if p.Offset != nil {
+			d.offset = *p.Offset
+		}
 	case protocol.NotifySystem:
 		var p struct {
 			Event            string `json:"event"`

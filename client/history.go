@@ -27,6 +27,28 @@ type Position struct {
 	Offset uint64 `json:"offset"`
 }
 
+// Message is one message delivered to a SubscribeSince handler.
+type Message struct {
+	Topic string
+	// Data is the message's JSON value; the client never reuses it.
+	Data json.RawMessage
+	// Offset is the message's place in its history topic's stream: 0 on
+	// a topic that keeps no history.
+	Offset uint64
+}
+
+// SubscribeSince is Subscribe with each message's offset and, on a history
+// topic, a starting position: with since set (a non-empty Epoch) the
+// server replays what came after it, then live messages follow; whether it
+// could (or the reason it could not) reaches Options.OnRecovery. The zero
+// Position subscribes from now, as Subscribe does.
+func (c *Client) SubscribeSince(ctx context.Context, topic string, since Position, h func(Message)) (*Subscription, error) {
+	if h == nil {
+		return nil, errors.New("rtclient: SubscribeSince with a nil handler")
+	}
+	return c.subscribe(ctx, &Subscription{c: c, topic: topic, hm: h, pos: since})
+}
+
 // Position is the subscription's position: the zero Position for a topic
 // that keeps no history (or before the first result).
 func (s *Subscription) Position() Position {

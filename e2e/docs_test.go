@@ -21,7 +21,7 @@ import (
 )
 
 // The command blocks of these files (the README, the server API, the
-// access-control recipes and the embedding guide) run in the test suite,
+// access-control recipes, the embedding guide and the history walkthrough) run in the test suite,
 // so a doc that drifts from the binary fails CI. Each fenced sh, bash or
 // console block in them carries a marker comment on the line before it:
 //
@@ -47,7 +47,7 @@ import (
 // output is compared at the end, once it printed as many lines as shown.
 // A line ending in "&" that starts rtserver is waited for until the
 // server is ready, as a reader would.
-var docsThatRun = []string{"../README.md", "../docs/server-api.md", "../docs/access-control.md", "../docs/embedding.md"}
+var docsThatRun = []string{"../README.md", "../docs/server-api.md", "../docs/access-control.md", "../docs/embedding.md", "../docs/history.md"}
 
 // docPorts are the ports the docs use. Each session maps them to free
 // ports, in commands, files and expected output alike, and its listen

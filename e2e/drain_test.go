@@ -44,7 +44,15 @@ func TestDrainSpreadsClosesAndExitsZero(t *testing.T) {
 	}
 
 	p.signal(syscall.SIGTERM)
-	testkit.Eventually(t, 5*time.Second, "readyz 503", func() bool { return p.status("/readyz") == http.StatusServiceUnavailable })
+	var ready string
+	testkit.Eventually(t, 5*time.Second, "readyz 503", func() bool {
+		code, body := p.get("/readyz")
+		ready = body
+		return code == http.StatusServiceUnavailable
+	})
+	if ready != "not ready: draining\n" {
+		t.Errorf("readyz while draining says %q", ready)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_, resp, err := websocket.Dial(ctx, p.WS(), nil)
 	cancel()

@@ -171,6 +171,17 @@ func (p *proc) status(path string) int {
 	return resp.StatusCode
 }
 
+// get returns path's status and body (0 and "" when the request failed).
+func (p *proc) get(path string) (int, string) {
+	resp, err := httpClient.Get(p.url(path))
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // metrics scrapes /metrics into series -> value, where a series is the
 // exposition's name with its labels as written, e.g.
 // `handshake_rejected_total{reason="max_connections"}`.

@@ -197,7 +197,8 @@ func TestTolerantEnvelopes(t *testing.T) {
 func FuzzEnvelope(f *testing.F) {
 	good, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2, 0}}, Users: []wireUser{{"u", 1}}, Subs: []wireSub{{"hot", 3}}}, nil)
 	signed, _ := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testTS, Slice: []wireTopic{{"hot", 1, 2, 0}}}, secret)
-	for _, s := range [][]byte{good, signed, []byte(`{}`), []byte(`{"v":1}`), []byte(`{,"sig":"` + strings.Repeat("0", 64) + `"}`), []byte("\xff")} {
+	view, _ := marshalEnvelope(&envelope{V: 2, InstanceID: "M", TS: testTS, Epoch: 3, Instances: 4, Slice: []wireTopic{{"hot", 1, 2, 4}}, Users: []wireUser{{"u", 1}}}, secret)
+	for _, s := range [][]byte{good, signed, view, []byte(`{}`), []byte(`{"v":1}`), []byte(`{,"sig":"` + strings.Repeat("0", 64) + `"}`), []byte("\xff")} {
 		f.Add(s, false)
 		f.Add(s, true)
 	}
@@ -206,28 +207,34 @@ func FuzzEnvelope(f *testing.F) {
 		if withSecret {
 			key = secret
 		}
-		e, err := decodeEnvelope(string(b), envsign.New(key), 4096, 64)
-		if err != nil {
-			return
+		// The same bytes as a slice and as a merged view.
+		for _, version := range []int{envelopeVersion, viewVersion} {
+			e, err := decodeVersion(string(b), version, envsign.New(key), 4096, 64)
+			if err != nil {
+				continue
+			}
+			if err := e.validate(version, 64); err != nil {
+				t.Fatalf("accepted an invalid envelope: %v", err)
+			}
+			// What was accepted re-encodes and decodes to the same thing.
+			again, err := marshalEnvelope(e, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e2, err := decodeVersion(string(again), version, envsign.New(key), 1<<20, 64)
+			if err != nil {
+				t.Fatalf("re-encoded envelope rejected: %v\n%s", err, again)
+			}
+			if a, b := fmt.Sprint(e), fmt.Sprint(e2); a != b {
+				t.Fatalf("round trip changed it:\n%s\n%s", a, b)
+			}
 		}
-		if err := e.validate(envelopeVersion, 64); err != nil {
-			t.Fatalf("accepted an invalid envelope: %v", err)
-		}
-		// What was accepted re-encodes and decodes to the same thing.
-		again, err := marshalEnvelope(e, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e2, err := decodeEnvelope(string(again), envsign.New(key), 1<<20, 64)
-		if err != nil {
-			t.Fatalf("re-encoded envelope rejected: %v\n%s", err, again)
-		}
-		if a, b := fmt.Sprint(e), fmt.Sprint(e2); a != b {
-			t.Fatalf("round trip changed it:\n%s\n%s", a, b)
-		}
-		// And the aggregator takes it without panicking.
+		// And the aggregator takes it without panicking, in either mode.
 		a := newOffline(t, newFakeLocal(), Options{HMACSecret: key, MaxEnvelopeBytes: 4096})
 		a.receive(string(b))
 		_ = a.TopPublishers()
+		m := newOffline(t, newFakeLocal(), Options{HMACSecret: key, MaxEnvelopeBytes: 4096, Mode: ModeMerged})
+		m.receiveView(string(b))
+		_ = m.TopPublishers()
 	})
 }

@@ -53,23 +53,6 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d of %d idle read loops wait in awaitInput", inAwaitInput(), n)
 	}, func() bool { return inAwaitInput() == n })
-	// And while it waits, its read buffer is lent out (readpark.go),
-	// unless it still reads net/http's reader (its first bytes came
-	// ahead of the 101, which net/http sends before the hijack).
-	parked := func() int {
-		k := 0
-		for _, c := range s.snapshotConns() {
-			c.raw.brMu.Lock()
-			if size := c.raw.br.Size(); size == 0 || size > readBufferSize {
-				k++
-			}
-			c.raw.brMu.Unlock()
-		}
-		return k
-	}
-	testkit.Eventually(t, time.Until(deadline), func() string {
-		return fmt.Sprintf("%d of %d idle connections hold a read buffer while they wait", n-parked(), n)
-	}, func() bool { return parked() == n })
 }
 
 // A publish encodes its frame once, whatever the number of subscribers:

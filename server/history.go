@@ -859,8 +859,11 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 		since = hp.Since.Offset
 	}
 	// Registered, holding live messages back, before the store is read:
-	// what is published after the read arrives live and is held.
-	q, hs := h.acquireFor(c, topic, pol, already, since)
+	// what is published after the read arrives live and is held. The
+	// cursor starts from nothing: until the read says whether since can be
+	// trusted, no live message may be dropped as already seen (a new
+	// epoch counts from 1 again).
+	q, hs := h.acquireFor(c, topic, pol, already)
 
 	after, limit := since, replayPage
 	if !hp.Recover {
@@ -899,15 +902,20 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 		return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, false, reason), nil
 	}
 	s.m.HistoryRecoveries.WithLabelValues(metrics.RecoveryRecovered).Inc()
+	// Trusted: the client has everything up to since; held live messages
+	// at or below it are dropped when the replay ends.
+	hs.mu.Lock()
+	hs.cur.Skip(since)
+	hs.mu.Unlock()
 	c.addReplay(replay{q: q, hs: hs, first: msgs, end: pos.Offset})
 	return protocol.AppendRecovered(nil, pos.Epoch, pos.Offset, true, ""), nil
 }
 
 // acquireFor registers c's cursor on topic's sequencer (counting it once
-// per subscription), from since and holding live messages back: from the
-// moment it is on the sequencer's audience, nothing reaches the client
+// per subscription), from offset 0 and holding live messages back: from
+// the moment it is on the sequencer's audience, nothing reaches the client
 // before the subscribe result.
-func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool, since uint64) (*topicSeq, *hsub) {
+func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool) (*topicSeq, *hsub) {
 	h.mu.Lock()
 	q := h.topics[topic]
 	h.mu.Unlock()
@@ -923,7 +931,7 @@ func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, alr
 		q.listen()
 	}
 	hs.mu.Lock()
-	hs.cur.Reset(since)
+	hs.cur.Reset(0)
 	hs.cur.StartReplay(maxHeld)
 	hs.mu.Unlock()
 	return q, hs

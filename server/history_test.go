@@ -260,3 +260,33 @@ func TestHistoryFillsGapsFromTheStore(t *testing.T) {
 		t.Fatalf("%v gap fills, want 2 (one per gap, for both subscribers)", n)
 	}
 }
+
+// A recovery that is not trusted (another epoch, or an offset beyond the
+// last) goes live from the answer's offset: every message published after
+// it arrives, even those whose offsets are at or below the client's stale
+// since (a new epoch counts from 1 again).
+func TestUntrustedRecoveryIsLiveFromTheAnswer(t *testing.T) {
+	leakcheck.Check(t)
+	store := history.NewMemory(history.MemoryOptions{})
+	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
+	_, url := startServer(t, opts)
+	pub := wstest.Dial(t, url)
+	p0 := resultPos(t, pub.Call("subscribe", `{"topic":"h:e"}`))
+	publishN(t, pub, "h:e", 1, 2)
+	for i, since := range []string{
+		`{"epoch":"deadbeef","offset":5}`,                // another epoch, above the last offset
+		fmt.Sprintf(`{"epoch":%q,"offset":9}`, p0.Epoch), // this epoch, above the last offset
+	} {
+		topic := fmt.Sprintf("h:e%d", i)
+		publishN(t, pub, topic, 1, 2)
+		c := wstest.Dial(t, url)
+		r := resultPos(t, c.Call("subscribe", `{"topic":"`+topic+`","recover":true,"since":`+since+`}`))
+		if r.Recovered == nil || *r.Recovered || r.Reason != protocol.RecoverEpoch || r.Offset != 2 {
+			t.Fatalf("since %s: %+v", since, r)
+		}
+		publishN(t, pub, topic, 3, 4)
+		if offs, _ := nextMessages(t, c, topic, 4); fmt.Sprint(offs) != "[3 4 5 6]" {
+			t.Fatalf("since %s: live after the answer %v", since, offs)
+		}
+	}
+}

@@ -286,13 +286,7 @@ func (c *rawConn) awaitInput() (closeNext bool) {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
-			// The read buffer is lent out while the wait lasts
-			// (readpark.go): here, not in awaitFD, where the stack
-			// is deepest.
-			c.parkReader()
-			err := c.sc.Read(c.awaitFn)
-			c.unparkReader()
-			if err != nil {
+			if c.sc.Read(c.awaitFn) != nil {
 				return false // the read that follows reports it
 			}
 		}
@@ -377,7 +371,6 @@ func (c *rawConn) closeRead() {
 		return
 	}
 	c.brMu.Lock()
-	c.unparkReaderLocked() // the library reads br from here on
 	c.readClosed = true
 	c.brMu.Unlock()
 }

@@ -272,6 +272,18 @@ func (s *Server) Topics() int { return s.hub.topics() }
 // draining and cross-instance delivery up.
 func (s *Server) Ready() bool { return !s.draining.Load() && !s.bus.Degraded() }
 
+// NotReady says why Ready is false, in the words /readyz answers with: ""
+// when ready.
+func (s *Server) NotReady() string {
+	switch {
+	case s.draining.Load():
+		return "draining"
+	case s.bus.Degraded():
+		return "bus degraded (redis unreachable)"
+	}
+	return ""
+}
+
 // ServeHTTP serves GET /ws: the handshake tier, then the upgrade.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Shed upgrades are the common case in a storm: the connection struct

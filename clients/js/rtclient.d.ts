@@ -95,7 +95,7 @@ export interface Options {
   onState?: (state: State, info: StateInfo) => void;
   /** A failed resubscription, an unparsable frame, a handler that threw, a token function that failed. Default: console.error. */
   onError?: (err: unknown) => void;
-  /** For tests: the WebSocket constructor (default globalThis.WebSocket). */
+  /** The WebSocket constructor (default globalThis.WebSocket): pass one where there is no global WebSocket. */
   WebSocket?: new (url: string, protocols?: string | string[]) => WebSocket;
   /** For tests: uniform in [0, 1). */
   random?: () => number;
@@ -179,7 +179,11 @@ export interface Client {
   close(): void;
 }
 
-/** Opens a client; url is ws:// or wss://, or a path or http(s) URL resolved against the page. */
+/**
+ * Opens a client; url is ws:// or wss://, or a path or http(s) URL resolved against the page.
+ * Throws "no global WebSocket: use Node 22+, Node 20 with --experimental-websocket, or pass
+ * options.WebSocket" when there is no WebSocket to use.
+ */
 export function connect(url: string, opts?: Options): Client;
 
 /** The wait before reconnect attempt number attempt (full jitter, never below hintMs). */

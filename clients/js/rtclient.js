@@ -56,6 +56,10 @@ const MAX_QUEUED = 1024;
 const RESUBSCRIBE_ROUNDS = 3;
 
 // JSON-RPC codes the client retries after the server's hint.
+// connect's error when there is no WebSocket to use: a plain TypeError
+// from new undefined() would not say what to do.
+const NO_WEBSOCKET = "no global WebSocket: use Node 22+, Node 20 with --experimental-websocket, or pass options.WebSocket";
+
 const OVERLOADED = -32001;
 const RATE_LIMITED = -32002;
 
@@ -147,6 +151,8 @@ export class RPCError extends Error {
  *                  that threw; default console.error
  * For tests: WebSocket (constructor), random() in [0, 1), now() in ms,
  * setTimeout, clearTimeout.
+ * Throws when there is no WebSocket: neither a global one nor
+ * opts.WebSocket.
  */
 export function connect(url, opts = {}) {
   return new Client(url, opts);
@@ -165,6 +171,7 @@ class Client {
     this._onState = opts.onState || (() => {});
     this._onError = opts.onError || ((e) => console.error("rtclient:", e));
     this._WS = opts.WebSocket || globalThis.WebSocket;
+    if (typeof this._WS !== "function") throw new Error(NO_WEBSOCKET);
     this._random = opts.random || Math.random;
     this._now = opts.now || (() => performance.now());
     this._setTimeout = opts.setTimeout || ((f, ms) => setTimeout(f, ms));
@@ -389,7 +396,13 @@ class Client {
     ws.onopen = () => this._opened(ws);
     ws.onmessage = (ev) => this._frame(ws, ev.data);
     ws.onclose = (ev) => this._dropped(ws, ev.code, ev.reason);
-    ws.onerror = () => {}; // a close event always follows
+    // A browser follows an error with a close event; Node 20's WebSocket
+    // does not when the connection is refused or the upgrade is answered
+    // with anything but 101, so an error while connecting is the drop
+    // itself (1006), once: the close that may follow finds ws let go of.
+    ws.onerror = () => {
+      if (ws === this._ws && !this._wsOpen) this._dropped(ws, 1006, "");
+    };
   }
 
   _opened(ws) {

@@ -505,6 +505,42 @@ test("an attempt that fails before a socket exists keeps the queued calls", asyn
   eq((await c.subscribe("t", () => {}).ready.catch((e) => e)).code, "CLOSED", "subscribe after close");
 });
 
+test("an error while connecting with no close after it (Node 20) is a drop: the next attempt follows, once", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts());
+  await tick();
+  const first = h.last();
+  first.onerror({});
+  eq(h.states.map((s) => s[0]), ["connecting", "disconnected"], "dropped on the error");
+  eq(h.states[1][1].code, 1006, "as 1006");
+  first.drop(1006); // a browser's close after the error changes nothing
+  eq(h.states.length, 2, "the close after the error is ignored");
+  await h.advance(1000);
+  eq(h.sockets.length, 2, "the next attempt");
+  h.last().open();
+  h.last().onerror({}); // an error once open: the close follows and decides
+  eq(h.states.map((s) => s[0]), ["connecting", "disconnected", "connecting"], "an error on an open socket waits for its close");
+  h.last().drop(1006);
+  eq(h.states[h.states.length - 1][0], "disconnected", "its close drops it");
+  c.close();
+});
+
+test("connect without a WebSocket says what to use", () => {
+  const saved = globalThis.WebSocket;
+  try {
+    globalThis.WebSocket = undefined;
+    let err = null;
+    try {
+      connect("ws://x/ws", { onError: () => {} });
+    } catch (e) {
+      err = e;
+    }
+    eq(err && err.message, "no global WebSocket: use Node 22+, Node 20 with --experimental-websocket, or pass options.WebSocket", "error");
+  } finally {
+    globalThis.WebSocket = saved;
+  }
+});
+
 test("every live subscription is re-sent after a reconnect; open comes after they are confirmed", async () => {
   const h = harness();
   const c = connect("ws://x/ws", h.opts());
@@ -902,6 +938,25 @@ test("the module exports and the client's methods are the declared ones", () => 
   c.close();
 });
 
+// --- real sockets ---
+
+// closed: the URL of a loopback port nothing listens on (run's
+// closedURL, found by test_node.js). A refused connection must be a drop
+// the client retries, whatever events the runtime's WebSocket fires.
+const closedTests = [];
+closedTests.push({
+  name: "a refused connection reaches the next attempt",
+  fn: async (url) => {
+    const states = [];
+    const c = connect(url, { minBackoffMs: 1, maxBackoffMs: 1, onState: (s, info) => states.push([s, info.attempt]), onError: () => {} });
+    try {
+      await waitFor(() => states.some(([s, attempt]) => s === "connecting" && attempt >= 1), "a second attempt");
+    } finally {
+      c.close();
+    }
+  },
+});
+
 // --- live: against a running chat example (examples/chat) ---
 
 // waitFor polls pred on the real clock until it is truthy.
@@ -979,6 +1034,7 @@ export async function run(opts = {}) {
   let passed = 0;
   const all = [...tests];
   if (opts.url) all.push(...liveTests.map((t) => ({ name: "live: " + t.name, fn: () => t.fn(opts.url) })));
+  if (opts.closedURL) all.push(...closedTests.map((t) => ({ name: "closed port: " + t.name, fn: () => t.fn(opts.closedURL) })));
   for (const t of all) {
     try {
       await t.fn();

@@ -733,3 +733,32 @@ func sameConfig(a, b rtserver.Config) bool {
 	yb, errb := conf.EncodeYAML(b)
 	return erra == nil && errb == nil && bytes.Equal(ya, yb)
 }
+
+// A value that fails to decode does not hide an invalid one elsewhere:
+// both are reported, each with the FILE:LINE the file gave it; a value an
+// environment variable overrode is not placed in the file.
+func TestDecodeAndValidationErrorsTogether(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "handshake:\n  tick: fast\nlimits:\n  maxMessageBytes: -1\n  sendQueueBytes: -1\n")
+	_, _, err := Load([]string{"--config", file}, []string{"RTSERVER_LIMITS_SENDQUEUEBYTES=-2"})
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{
+		"handshake.tick: want a Go duration such as 10ms or 2s, got \"fast\" (" + file + ":2)",
+		"limits.maxMessageBytes: ",
+		"limits.sendQueueBytes: ",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("problem %d = %q, want it to start %q", i, lines[i], w)
+		}
+	}
+	if !strings.HasSuffix(lines[1], "("+file+":4)") {
+		t.Errorf("the file's invalid value is not placed: %q", lines[1])
+	}
+	if strings.Contains(lines[2], file) {
+		t.Errorf("a value from the environment is placed in the file: %q", lines[2])
+	}
+}

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/internal/conf"
@@ -27,6 +31,7 @@ const (
 	ActionRun            Action = iota // serve
 	ActionPrintConfig                  // --print-config: write the YAML to stdout, exit 0
 	ActionPrintReference               // --config-reference: write ConfigReference() to stdout, exit 0
+	ActionPrintVersion                 // --version: write the module version to stdout, exit 0
 )
 
 // KeyError is an invalid or unknown configuration key (rtserver.ConfigError).
@@ -40,6 +45,7 @@ type configFlags struct {
 	listen, adminListen, redisURL string
 	logFormat, logLevel           string
 	printConfig, printReference   bool
+	version                       bool
 }
 
 func newConfigFlags() *configFlags {
@@ -54,6 +60,7 @@ func newConfigFlags() *configFlags {
 	fs.StringVar(&f.logLevel, "log-level", "", "log `level`: debug | info | warn | error (overrides log.level)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration as YAML and exit")
 	fs.BoolVar(&f.printReference, "config-reference", false, "print the configuration reference (Markdown) and exit")
+	fs.BoolVar(&f.version, "version", false, "print the module version and exit")
 	return f
 }
 
@@ -83,6 +90,9 @@ func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 	if f.fs.NArg() > 0 {
 		return cfg, ActionRun, &KeyError{Key: "flags", Msg: fmt.Sprintf("unexpected argument %q", f.fs.Arg(0))}
 	}
+	if f.version {
+		return cfg, ActionPrintVersion, nil
+	}
 	action := ActionRun
 	switch {
 	case f.printConfig && f.printReference:
@@ -93,36 +103,102 @@ func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 		action = ActionPrintConfig
 	}
 
-	// File and environment problems are reported together; validation
-	// waits until both are clean, as it would only repeat them.
+	// Every problem is reported at once: a value that fails to decode
+	// keeps its default, and validation runs on what did decode; its
+	// problems with a key inside or around one that failed to decode are
+	// left out, as they only repeat it (a class whose one rule was
+	// misspelt has no rule).
 	var srcErr error
+	var lines map[string]int
 	if f.config != "" {
 		data, err := os.ReadFile(f.config)
 		if err != nil {
 			return cfg, action, &KeyError{Key: "--config", Msg: err.Error()}
 		}
 		srcErr = conf.DecodeYAML(&cfg, data, f.config)
+		lines = conf.KeyLines(data)
 	}
-	if err := errors.Join(srcErr, conf.ApplyEnv(&cfg, environ, envPrefix)); err != nil {
-		return cfg, action, err
-	}
+	envErr := conf.ApplyEnv(&cfg, environ, envPrefix)
+	overridden := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) {
+		key := ""
 		switch fl.Name {
 		case "listen":
-			cfg.Listen = f.listen
+			cfg.Listen, key = f.listen, "listen"
 		case "admin-listen":
-			cfg.AdminListen = f.adminListen
+			cfg.AdminListen, key = f.adminListen, "adminListen"
 		case "redis-url":
-			cfg.Redis.URL = f.redisURL
+			cfg.Redis.URL, key = f.redisURL, "redis.url"
 		case "log-format":
-			cfg.Log.Format = f.logFormat
+			cfg.Log.Format, key = f.logFormat, "log.format"
 		case "log-level":
-			cfg.Log.Level = f.logLevel
+			cfg.Log.Level, key = f.logLevel, "log.level"
 		}
+		overridden[key] = true
 	})
 	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return cfg, action, err
+	valErr := withoutEchoes(cfg.Validate(), errors.Join(srcErr, envErr))
+	if lines != nil && valErr != nil {
+		set := map[string]bool{}
+		for _, kv := range environ {
+			name, _, _ := strings.Cut(kv, "=")
+			set[name] = true
+		}
+		for _, l := range conf.Leaves(reflect.TypeOf(cfg), envPrefix) {
+			if set[l.Env] {
+				overridden[l.Path] = true
+			}
+		}
+		valErr = placeInFile(valErr, f.config, lines, overridden)
 	}
-	return cfg, action, nil
+	return cfg, action, errors.Join(srcErr, envErr, valErr)
+}
+
+// withoutEchoes drops the problems of err about a key that contains, or
+// lies inside, a key of a problem in decoded.
+func withoutEchoes(err, decoded error) error {
+	if err == nil || decoded == nil {
+		return err
+	}
+	var failed []string
+	for _, e := range flatten(decoded) {
+		if ke, ok := errors.AsType[*KeyError](e); ok {
+			failed = append(failed, ke.Key)
+		}
+	}
+	var kept []error
+	for _, e := range flatten(err) {
+		ke, ok := errors.AsType[*KeyError](e)
+		echo := ok && slices.ContainsFunc(failed, func(k string) bool {
+			return k == ke.Key || strings.HasPrefix(k, ke.Key+".") || strings.HasPrefix(ke.Key, k+".")
+		})
+		if !echo {
+			kept = append(kept, e)
+		}
+	}
+	return errors.Join(kept...)
+}
+
+// flatten lists the errors an errors.Join holds (err itself otherwise).
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// placeInFile gives each validation problem of a key the file set (and
+// nothing later overrode) the file's FILE:LINE, as decode errors have.
+func placeInFile(err error, file string, lines map[string]int, overridden map[string]bool) error {
+	errs := flatten(err)
+	for _, e := range errs {
+		var ke *KeyError
+		if !errors.As(e, &ke) || ke.Source != "" || overridden[ke.Key] {
+			continue
+		}
+		if line, ok := lines[ke.Key]; ok {
+			ke.Source = file + ":" + strconv.Itoa(line)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@
 //	rtserver                      # single instance, in-memory bus, 127.0.0.1:8080
 //	rtserver --config rt.yaml     # see docs/configuration.md
 //	rtserver --print-config       # the effective configuration
+//	rtserver --version            # the module version
 //	rtserver token --user alice   # a token signed with auth.jwt.hmacSecret
 //	rtserver checktoken TOKEN     # which check a token fails
 //	rtserver sub room:1           # each message of a topic, as JSON lines
@@ -26,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -49,6 +51,10 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		if code, ok := runTool(args[0], args[1:], environ, stdout, stderr); ok {
 			return code
 		}
+		if !strings.HasPrefix(args[0], "-") {
+			fmt.Fprintf(stderr, "rtserver: unknown subcommand %q: the subcommands are %s (rtserver --help says more)\n", args[0], toolNames)
+			return 2
+		}
 	}
 	cfg, action, err := Load(args, environ)
 	if errors.Is(err, flag.ErrHelp) {
@@ -69,6 +75,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 0
 	case ActionPrintReference:
 		stdout.Write(ConfigReference())
+		return 0
+	case ActionPrintVersion:
+		fmt.Fprintln(stdout, "rtserver", version())
 		return 0
 	}
 
@@ -97,6 +106,26 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// version is the module's version as the build recorded it: a tag when
+// built by go install from a release, "(devel)" with the VCS revision
+// when built from a checkout.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && (v == "" || v == "(devel)") {
+			v = "(devel) " + s.Value
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return v + " " + bi.GoVersion
 }
 
 // printConfigErrors writes one line per configuration problem, each

@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rtserver/rtserver"
@@ -22,32 +24,78 @@ import (
 // read the same configuration as the server (--config, RTSERVER_*) and do
 // their work through the handshake and client packages.
 
-const toolsUsage = `Subcommands (each reads --config and RTSERVER_* like the server):
+const toolsUsage = `Subcommands (each reads --config and RTSERVER_* like the server; flags go before arguments;
+rtserver SUBCOMMAND --help lists its flags):
   rtserver token --user U [--ttl 1h]         print an HS256 token signed with auth.jwt.hmacSecret
   rtserver checktoken TOKEN                   verify a token as the handshake would; say which check fails
-  rtserver sub [--user U | --token T] TOPIC   print each message of TOPIC as a JSON line
+  rtserver sub [--user U | --token T] [--since EPOCH:OFFSET] TOPIC
+                                              print each message of TOPIC as a JSON line; reconnects and recovers
   rtserver pub [--user U | --token T] TOPIC DATA   publish DATA (JSON; anything else is sent as a string)
 `
 
+// The flags a subcommand may take: each declares only those it reads.
+const (
+	flagUser = 1 << iota
+	flagToken
+	flagTTL
+	flagURL
+	flagCount
+	flagSince
+)
+
+// A tool is one subcommand: its arguments, what it does, its flags.
+type tool struct {
+	args, summary string
+	flags         int
+	run           func(*toolFlags) error
+}
+
+var tools = map[string]tool{
+	"token":      {"", "print an HS256 token for --user, signed with auth.jwt.hmacSecret", flagUser | flagTTL, toolToken},
+	"checktoken": {"TOKEN", "verify TOKEN as the handshake would; say which check fails", 0, toolCheckToken},
+	"sub": {"TOPIC", "print each message of TOPIC as a JSON line ({\"topic\",\"offset\",\"data\"}, offset on a history topic);\n" +
+		"reconnects when the server drains or sheds, recovering missed messages on a history topic",
+		flagUser | flagToken | flagTTL | flagURL | flagCount | flagSince, toolSub},
+	"pub": {"TOPIC DATA", "publish DATA to TOPIC (JSON; anything else is sent as a string);\n" +
+		"on a history topic print the message's position {\"epoch\",\"offset\"}", flagUser | flagToken | flagTTL | flagURL, toolPub},
+}
+
+// toolNames lists the subcommands, for the error on an unknown one.
+const toolNames = "token, checktoken, sub, pub"
+
 // runTool runs subcommand name, or reports ok=false when name is not one.
 func runTool(name string, args, environ []string, stdout, stderr io.Writer) (code int, ok bool) {
-	tools := map[string]func(*toolFlags) error{
-		"token": toolToken, "checktoken": toolCheckToken, "sub": toolSub, "pub": toolPub,
-	}
-	tool := tools[name]
-	if tool == nil {
+	t, ok := tools[name]
+	if !ok {
 		return 0, false
 	}
-	f := &toolFlags{fs: flag.NewFlagSet("rtserver "+name, flag.ContinueOnError), stdout: stdout, stderr: stderr}
-	f.fs.SetOutput(stderr)
-	f.fs.StringVar(&f.config, "config", "", "YAML configuration `file`")
-	f.fs.StringVar(&f.user, "user", "", "the token's user (its sub)")
-	f.fs.StringVar(&f.token, "token", "", "the token to connect with (sub, pub)")
-	f.fs.DurationVar(&f.ttl, "ttl", time.Hour, "how long the token lasts (token; 0: no exp)")
-	f.fs.StringVar(&f.url, "url", "", "the server's WebSocket URL (sub, pub; default: ws://<listen>/ws)")
-	f.fs.IntVar(&f.count, "count", 0, "exit after this many messages (sub; 0: run until interrupted)")
-	f.fs.Usage = func() { fmt.Fprint(stderr, toolsUsage, "\nFlags:\n"); f.fs.PrintDefaults() }
-	if err := f.fs.Parse(args); err != nil {
+	f := &toolFlags{fs: flag.NewFlagSet("rtserver "+name, flag.ContinueOnError), name: name, tool: t, stdout: stdout, stderr: stderr}
+	fs := f.fs
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.config, "config", "", "YAML configuration `file`")
+	if t.flags&flagUser != 0 {
+		fs.StringVar(&f.user, "user", "", "sign a token for this `user` (its sub) with auth.jwt.hmacSecret")
+	}
+	if t.flags&flagToken != 0 {
+		fs.StringVar(&f.token, "token", "", "connect with this `token` (not with --user)")
+	}
+	if t.flags&flagTTL != 0 {
+		fs.DurationVar(&f.ttl, "ttl", time.Hour, "how long a signed token lasts (0: no exp)")
+	}
+	if t.flags&flagURL != 0 {
+		fs.StringVar(&f.url, "url", "", "the server's WebSocket `URL` (default: ws://<listen>/ws)")
+	}
+	if t.flags&flagCount != 0 {
+		fs.IntVar(&f.count, "count", 0, "exit after this many messages (0: run until interrupted)")
+	}
+	if t.flags&flagSince != 0 {
+		fs.Func("since", "start after this `EPOCH:OFFSET` of a history topic (a position pub or sub printed)", f.parseSince)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: rtserver %s [flags] %s\n  %s\n\nFlags:\n", name, t.args, strings.ReplaceAll(t.summary, "\n", "\n  "))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, true
 		}
@@ -63,7 +111,7 @@ func runTool(name string, args, environ []string, stdout, stderr io.Writer) (cod
 		return 2, true
 	}
 	f.cfg = cfg
-	if err := tool(f); err != nil {
+	if err := t.run(f); err != nil {
 		fmt.Fprintf(stderr, "rtserver %s: %v\n", name, err)
 		return 1, true
 	}
@@ -72,26 +120,66 @@ func runTool(name string, args, environ []string, stdout, stderr io.Writer) (cod
 
 type toolFlags struct {
 	fs                       *flag.FlagSet
+	name                     string
+	tool                     tool
 	config, user, token, url string
 	ttl                      time.Duration
 	count                    int
+	since                    client.Position
 	cfg                      rtserver.Config
 	stdout, stderr           io.Writer
 }
 
-func (f *toolFlags) args(n int, names string) ([]string, error) {
+// args returns the n arguments, or says what was wrong: a flag after the
+// arguments is the usual slip (the flag package stops at the first
+// argument).
+func (f *toolFlags) args(n int) ([]string, error) {
 	a := f.fs.Args()
-	if len(a) != n {
-		return nil, fmt.Errorf("want %s, got %d arguments", names, len(a))
+	if len(a) == n {
+		return a, nil
 	}
-	return a, nil
+	want := f.tool.args
+	if want == "" {
+		want = "no arguments"
+	}
+	for _, arg := range a {
+		if strings.HasPrefix(arg, "-") {
+			return nil, fmt.Errorf("%s after the arguments: flags go before them (rtserver %s [flags] %s)", arg, f.name, f.tool.args)
+		}
+	}
+	return nil, fmt.Errorf("want %s, got %d arguments (rtserver %s --help)", want, len(a), f.name)
+}
+
+// parseSince reads --since EPOCH:OFFSET; the epoch may itself hold colons.
+func (f *toolFlags) parseSince(v string) error {
+	i := strings.LastIndexByte(v, ':')
+	if i <= 0 {
+		return errors.New("want EPOCH:OFFSET")
+	}
+	off, err := strconv.ParseUint(v[i+1:], 10, 64)
+	if err != nil {
+		return fmt.Errorf("want EPOCH:OFFSET: offset %q is not a number", v[i+1:])
+	}
+	f.since = client.Position{Epoch: v[:i], Offset: off}
+	return nil
+}
+
+// sign signs a token for --user.
+func (f *toolFlags) sign() (string, error) {
+	if len(f.cfg.Auth.JWT.HMACSecret) == 0 {
+		return "", errors.New("--user needs auth.jwt.hmacSecret in the config to sign a token")
+	}
+	return f.cfg.Auth.JWT.SignHMAC(f.user, f.ttl, time.Now())
 }
 
 func toolToken(f *toolFlags) error {
-	if _, err := f.args(0, "no arguments (--user U)"); err != nil {
+	if _, err := f.args(0); err != nil {
 		return err
 	}
-	tok, err := f.cfg.Auth.JWT.SignHMAC(f.user, f.ttl, time.Now())
+	if f.user == "" {
+		return errors.New("--user is required: the token's user (its sub)")
+	}
+	tok, err := f.sign()
 	if err != nil {
 		return err
 	}
@@ -100,7 +188,7 @@ func toolToken(f *toolFlags) error {
 }
 
 func toolCheckToken(f *toolFlags) error {
-	a, err := f.args(1, "TOKEN")
+	a, err := f.args(1)
 	if err != nil {
 		return err
 	}
@@ -120,8 +208,9 @@ func toolCheckToken(f *toolFlags) error {
 	return nil
 }
 
-// dial connects with --token, or a token signed for --user, or none.
-func (f *toolFlags) dial(ctx context.Context) (*client.Client, error) {
+// dial connects with --token, or a token signed for --user (a fresh one
+// for every reconnect), or none.
+func (f *toolFlags) dial(ctx context.Context, opts client.Options) (*client.Client, error) {
 	url := f.url
 	if url == "" {
 		host, port, err := net.SplitHostPort(f.cfg.Listen)
@@ -133,25 +222,64 @@ func (f *toolFlags) dial(ctx context.Context) (*client.Client, error) {
 		}
 		url = "ws://" + net.JoinHostPort(host, port) + "/ws"
 	}
-	opts := client.Options{Token: f.token}
-	if opts.Token == "" && f.user != "" {
-		tok, err := f.cfg.Auth.JWT.SignHMAC(f.user, f.ttl, time.Now())
-		if err != nil {
+	switch {
+	case f.user != "" && f.token != "":
+		return nil, errors.New("--user and --token are both set: give one (--token connects with that token, --user signs one)")
+	case f.token != "":
+		opts.Token = f.token
+	case f.user != "":
+		if _, err := f.sign(); err != nil {
 			return nil, err
 		}
-		opts.Token = tok
+		opts.TokenFunc = func(context.Context) (string, error) { return f.sign() }
 	}
 	return client.Dial(ctx, url, &opts)
 }
 
+// subLine is one line sub prints: Offset only on a history topic.
+type subLine struct {
+	Topic  string          `json:"topic"`
+	Offset uint64          `json:"offset,omitempty"`
+	Data   json.RawMessage `json:"data"`
+}
+
+// toolSub prints each message as a JSON line. It reconnects when the
+// connection drops (a drain's 1012, a 1013): on a history topic the
+// client recovers from the last offset printed, so nothing is missed or
+// printed twice; when it cannot, it says so on stderr.
 func toolSub(f *toolFlags) error {
-	a, err := f.args(1, "TOPIC")
+	a, err := f.args(1)
 	if err != nil {
 		return err
 	}
+	topic := a[0]
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	c, err := f.dial(ctx)
+	// The replay of a --since subscription may arrive before Subscribe
+	// returns: handlers wait for "subscribed to" so the lines come in the
+	// order things happened.
+	subscribed := make(chan struct{})
+	opts := client.DefaultOptions()
+	connected := false
+	opts.OnState = func(s client.State, err error) {
+		switch {
+		case s == client.Disconnected:
+			fmt.Fprintf(f.stderr, "disconnected (%v): reconnecting\n", err)
+		case s == client.Connected && connected:
+			fmt.Fprintln(f.stderr, "reconnected")
+		case s == client.Connected:
+			connected = true
+		}
+	}
+	opts.OnRecovery = func(topic string, recovered bool, reason string) {
+		<-subscribed
+		if recovered {
+			fmt.Fprintf(f.stderr, "recovered %s: missed messages follow\n", topic)
+		} else {
+			fmt.Fprintf(f.stderr, "could not recover %s (%s): messages were missed\n", topic, reason)
+		}
+	}
+	c, err := f.dial(ctx, *opts)
 	if err != nil {
 		return err
 	}
@@ -159,19 +287,19 @@ func toolSub(f *toolFlags) error {
 	enough := make(chan struct{})
 	seen := 0
 	enc := json.NewEncoder(f.stdout)
-	_, err = c.Subscribe(ctx, a[0], func(topic string, data json.RawMessage) {
-		_ = enc.Encode(struct {
-			Topic string          `json:"topic"`
-			Data  json.RawMessage `json:"data"`
-		}{topic, data})
+	_, err = c.SubscribeSince(ctx, topic, f.since, func(m client.Message) {
+		<-subscribed
+		_ = enc.Encode(subLine{m.Topic, m.Offset, m.Data})
 		if seen++; seen == f.count {
 			close(enough)
 		}
 	})
 	if err != nil {
-		return refusal("subscribe", a[0], err)
+		close(subscribed)
+		return refusal("subscribe", topic, err)
 	}
-	fmt.Fprintf(f.stderr, "subscribed to %s\n", a[0])
+	fmt.Fprintf(f.stderr, "subscribed to %s\n", topic)
+	close(subscribed)
 	select {
 	case <-enough:
 		return nil
@@ -182,8 +310,10 @@ func toolSub(f *toolFlags) error {
 	}
 }
 
+// toolPub publishes once (retrying only what the server shed, with the
+// same idempotency key) and prints the position on a history topic.
 func toolPub(f *toolFlags) error {
-	a, err := f.args(2, "TOPIC DATA")
+	a, err := f.args(2)
 	if err != nil {
 		return err
 	}
@@ -193,12 +323,19 @@ func toolPub(f *toolFlags) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := f.dial(ctx)
+	c, err := f.dial(ctx, client.Options{})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return refusal("publish", a[0], c.Publish(ctx, a[0], data))
+	pos, err := c.PublishAt(ctx, a[0], data)
+	if err != nil {
+		return refusal("publish", a[0], err)
+	}
+	if pos.Epoch != "" {
+		return json.NewEncoder(f.stdout).Encode(pos)
+	}
+	return nil
 }
 
 // refusal names the call and topic a server refused and, for the refusals

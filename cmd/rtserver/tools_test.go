@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/client"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/redistest"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/testnode"
 	"github.com/rtserver/rtserver/protocol"
@@ -104,5 +111,151 @@ func TestRefusalNamesTheCallAndWhereToLook(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not say %q", err, want)
 		}
+	}
+}
+
+// Each slip a newcomer makes on the command line is answered with what to
+// do instead, before anything is dialled.
+func TestToolMistakesSayWhatToDo(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret.yaml")
+	if err := os.WriteFile(secret, []byte("auth: {jwt: {hmacSecret: "+toolSecret+"}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"bogus"}, 2, `unknown subcommand "bogus": the subcommands are token, checktoken, sub, pub`},
+		{[]string{"pub", "room:1", "hello", "--user", "bob"}, 1, "--user after the arguments: flags go before them (rtserver pub [flags] TOPIC DATA)"},
+		{[]string{"pub", "room:1"}, 1, "want TOPIC DATA, got 1 arguments (rtserver pub --help)"},
+		{[]string{"pub", "--user", "bob", "room:1", "hello"}, 1, "rtserver pub: --user needs auth.jwt.hmacSecret in the config to sign a token"},
+		{[]string{"token", "--user", "bob"}, 1, "rtserver token: --user needs auth.jwt.hmacSecret in the config to sign a token"},
+		{[]string{"token", "--config", secret}, 1, "rtserver token: --user is required"},
+		{[]string{"sub", "--config", secret, "--user", "bob", "--token", "T", "room:1"}, 1, "--user and --token are both set: give one"},
+		{[]string{"sub", "--since", "nocolon", "room:1"}, 2, "want EPOCH:OFFSET"},
+	} {
+		code, _, stderr := runCmd(t, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.want) {
+			t.Errorf("rtserver %q: exit %d, %q; want exit %d saying %q", c.args, code, stderr, c.code, c.want)
+		}
+	}
+
+	// Each subcommand's help lists its own flags, no one else's.
+	for _, c := range []struct {
+		name        string
+		has, hasNot []string
+	}{
+		{"token", []string{"-user", "-ttl", "-config"}, []string{"-token", "-url", "-count", "-since"}},
+		{"checktoken", []string{"-config"}, []string{"-user", "-token", "-ttl", "-url", "-count", "-since"}},
+		{"sub", []string{"-user", "-token", "-url", "-count", "-since"}, nil},
+		{"pub", []string{"-user", "-token", "-url"}, []string{"-count", "-since"}},
+	} {
+		code, _, help := runCmd(t, c.name, "--help")
+		if code != 0 || !strings.HasPrefix(help, "Usage: rtserver "+c.name+" [flags]") {
+			t.Errorf("%s --help: exit %d, %q", c.name, code, help)
+		}
+		for _, f := range c.has {
+			if !strings.Contains(help, "  "+f+" ") {
+				t.Errorf("%s --help does not list %s:\n%s", c.name, f, help)
+			}
+		}
+		for _, f := range c.hasNot {
+			if strings.Contains(help, "  "+f+" ") {
+				t.Errorf("%s --help lists %s, which it does not take:\n%s", c.name, f, help)
+			}
+		}
+	}
+
+	code, out, stderr := runCmd(t, "--version")
+	if code != 0 || !strings.HasPrefix(out, "rtserver ") || !strings.Contains(out, " go1.") {
+		t.Errorf("--version: exit %d, %q, %q", code, out, stderr)
+	}
+}
+
+// On a history topic pub prints the position, sub prints offsets and
+// starts after --since, and sub rides out a drain: it reconnects to the
+// server that takes the address over and recovers what it missed, so each
+// offset is printed once, in order.
+func TestSubRecoversAcrossADrain(t *testing.T) {
+	leakcheck.Check(t)
+	rd := redistest.Start(t)
+	addr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+	file := filepath.Join(t.TempDir(), "rt.yaml")
+	yaml := "listen: " + addr + "\nredis: {url: " + rd.URL() + "}\ndrain: {duration: 100ms}\n" +
+		"topics:\n  namespaces:\n    - {pattern: \"room:*\", subscribe: [any], publish: [any], history: {size: 100, ttl: 5m}}\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := Load([]string{"--config", file}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func() (stop func()) {
+		node, err := rtserver.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- node.Serve(ln) }()
+		var once sync.Once
+		stop = func() {
+			once.Do(func() {
+				if err := node.Shutdown(context.Background()); err != nil {
+					t.Errorf("shutdown: %v", err)
+				}
+				<-done
+			})
+		}
+		t.Cleanup(stop)
+		return stop
+	}
+	pub := func(data string) client.Position {
+		t.Helper()
+		code, out, stderr := runCmd(t, "pub", "--config", file, "room:1", data)
+		var pos client.Position
+		if code != 0 || json.Unmarshal([]byte(out), &pos) != nil || pos.Epoch == "" {
+			t.Fatalf("pub %s: exit %d, %q, %q", data, code, out, stderr)
+		}
+		return pos
+	}
+
+	stopFirst := serve()
+	first := pub("one")
+	if second := pub("two"); first.Offset != 1 || second != (client.Position{Epoch: first.Epoch, Offset: 2}) {
+		t.Fatalf("positions %v, %v", first, second)
+	}
+	var subOut, subErr testkit.LogBuffer
+	subDone := make(chan int, 1)
+	go func() {
+		since := first.Epoch + ":1"
+		subDone <- run([]string{"sub", "--config", file, "--since", since, "--count", "3", "room:1"}, nil, &subOut, &subErr)
+	}()
+	testkit.Eventually(t, 10*time.Second, "sub subscribed", func() bool {
+		return strings.Contains(subErr.String(), "subscribed to room:1")
+	})
+	stopFirst()
+	testkit.Eventually(t, 10*time.Second, "sub told of the drain", func() bool {
+		return strings.Contains(subErr.String(), "disconnected")
+	})
+	serve()
+	pub("three")
+	pub("four")
+	if code := <-subDone; code != 0 {
+		t.Fatalf("sub: exit %d, %q", code, subErr.String())
+	}
+	want := `{"topic":"room:1","offset":2,"data":"two"}
+{"topic":"room:1","offset":3,"data":"three"}
+{"topic":"room:1","offset":4,"data":"four"}
+`
+	if subOut.String() != want {
+		t.Fatalf("sub printed %q, want %q (stderr %q)", subOut.String(), want, subErr.String())
+	}
+	if !strings.Contains(subErr.String(), "reconnected") {
+		t.Errorf("sub did not say it reconnected: %q", subErr.String())
 	}
 }

@@ -298,3 +298,14 @@ func TestTooComplex(t *testing.T) {
 		t.Errorf("error = %v", err)
 	}
 }
+
+func TestKeyLines(t *testing.T) {
+	got := KeyLines([]byte("a:\n  b: 1\n  c:\n    - x\n    - {d: 2}\ne: 3\n"))
+	want := map[string]int{"a": 1, "a.b": 2, "a.c": 3, "a.c[0]": 4, "a.c[1]": 5, "a.c[1].d": 5, "e": 6}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("KeyLines = %v, want %v", got, want)
+	}
+	if got := KeyLines([]byte("a: [\n")); got != nil {
+		t.Errorf("an unparsable document mapped %v", got)
+	}
+}

@@ -521,3 +521,38 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// KeyLines maps each key path of a YAML document to the line it is on
+// ("limits.maxMessageBytes", "handshake.trustedProxies[0]"), so that a
+// problem found after decoding (validation) can name where the value came
+// from. Anchors and merge keys are not followed: their keys are named
+// where they are written. An unparsable document maps nothing.
+func KeyLines(data []byte) map[string]int {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return nil
+	}
+	lines := map[string]int{}
+	var walk func(n *yaml.Node, key string, depth int)
+	walk = func(n *yaml.Node, key string, depth int) {
+		if depth > 64 || len(lines) > 20000 {
+			return
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := join(key, n.Content[i].Value)
+				lines[k] = n.Content[i].Line
+				walk(n.Content[i+1], k, depth+1)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				k := key + "[" + strconv.Itoa(i) + "]"
+				lines[k] = c.Line
+				walk(c, k, depth+1)
+			}
+		}
+	}
+	walk(doc.Content[0], "", 0)
+	return lines
+}
