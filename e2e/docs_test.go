@@ -239,10 +239,11 @@ doctest_wait() {
 	echo "doctest: $1 was not ready within 30 s"
 	exit 1
 }
-# doctest_lines FILE N: wait until FILE has N lines (bounded: 30 s).
+# doctest_lines FILE N: wait until FILE has N lines (bounded: 30 s). The
+# background command's shell may not have created FILE yet.
 doctest_lines() {
 	for _ in $(seq 600); do
-		[ "$(wc -l < "$1")" -ge "$2" ] && return 0
+		[ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ] && return 0
 		sleep 0.05
 	done
 }
