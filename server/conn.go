@@ -116,6 +116,7 @@ func (c *conn) readLoop() {
 			c.readFailed(err)
 			return
 		}
+		c.raw.heard()
 		if typ == websocket.MessageBinary {
 			s.m.ProtocolErrors.WithLabelValues("1003").Inc()
 			c.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false)

@@ -421,6 +421,15 @@ func (c *rawConn) pong() {
 	c.pingState.CompareAndSwap(pingSent, pingAnswered)
 }
 
+// heard records a message from the client: a peer that sends is alive,
+// whether or not its library answers pings while it is not reading (a
+// publisher that never reads answers none).
+func (c *rawConn) heard() {
+	if c.pingState.Load() == pingSent {
+		c.pingState.CompareAndSwap(pingSent, pingAnswered)
+	}
+}
+
 // onPong is the WebSocket library's pong callback (pongs it reads while
 // it is inside a read).
 func (u *upgradeWriter) onPong(context.Context, []byte) {

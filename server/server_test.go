@@ -372,6 +372,50 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 	<-liveErr
 }
 
+// A peer that keeps sending is alive even if it never reads, so never
+// answers a ping: it stays connected through the ping rounds that cut a
+// silent peer off.
+func TestSendingPeerIsAliveWithoutPongs(t *testing.T) {
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{Config: Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond}})
+	sender := wstest.Dial(t, url)
+	silent := wstest.Dial(t, url)
+	_ = silent
+	stop := make(chan struct{})
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			// A notification: no answer comes back, so the sender needs
+			// never read.
+			if !sender.TrySend(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"x","data":1}}`) {
+				return
+			}
+		}
+	}()
+	// The silent peer connected after the sender, so by the time its
+	// missing pong has cut it off, the sender has been through at least
+	// as many ping rounds.
+	testkit.Eventually(t, time.Until(time.Now().Add(20*time.Second)), func() string {
+		conns, _ := s.Counts()
+		return fmt.Sprintf("silent peer still counted: %d connections", conns)
+	}, func() bool {
+		conns, _ := s.Counts()
+		return conns <= 1
+	})
+	close(stop)
+	<-sent
+	if conns, _ := s.Counts(); conns != 1 {
+		t.Fatalf("%d connections, want the sender's", conns)
+	}
+	wstest.MustOK(t, sender.Call("subscribe", `{"topic":"still-here"}`))
+}
+
 // One invalid frame is answered and the connection stays; a stream of
 // them is not a client speaking the protocol: 1008, after the answers.
 func TestRepeatedInvalidFramesClose1008(t *testing.T) {
