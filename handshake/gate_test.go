@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -227,7 +228,22 @@ func TestOriginRejectedWith403(t *testing.T) {
 		if ok || w.Code != http.StatusForbidden || rejected(m, "origin") != 1 {
 			t.Fatalf("mode %d: ok=%v status %d", mode, ok, w.Code)
 		}
+		if body := w.Body.String(); body != "origin \"https://evil.example.net\" is not in handshake.allowedOrigins\n" {
+			t.Fatalf("mode %d: the 403 does not say which origin and key: %q", mode, body)
+		}
 		assertIdle(t, g, m)
+	}
+}
+
+// The 403's body names the key that decides, and never echoes an origin
+// at length.
+func TestOriginRefusalSaysWhy(t *testing.T) {
+	if got := originRefusal(""); !strings.Contains(got, "handshake.allowNoOrigin") {
+		t.Errorf("no Origin: %q", got)
+	}
+	long := "https://" + strings.Repeat("a", 5000)
+	if got := originRefusal(long); len(got) > 300 || !strings.Contains(got, "handshake.allowedOrigins") {
+		t.Errorf("a long origin: %d bytes, %.80q", len(got), got)
 	}
 }
 

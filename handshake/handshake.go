@@ -259,7 +259,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 	if !g.origin.allowed(r) {
 		t.Close()
 		g.rejected[rOrigin].Inc()
-		plainError(w, http.StatusForbidden, "origin not allowed\n")
+		plainError(w, http.StatusForbidden, originRefusal(r.Header.Get("Origin")))
 		return false
 	}
 

@@ -86,3 +86,16 @@ func (p *originPolicy) allowed(r *http.Request) bool {
 	}
 	return false
 }
+
+// originRefusal is the 403's body: which origin was refused and which key
+// decides, so that whoever set up the page can fix the config. The origin
+// is the client's own header, quoted and cut short, never markup.
+func originRefusal(origin string) string {
+	if origin == "" {
+		return "no Origin header, and handshake.allowNoOrigin is false\n"
+	}
+	if len(origin) > 200 {
+		origin = origin[:200] + "..."
+	}
+	return fmt.Sprintf("origin %q is not in handshake.allowedOrigins\n", origin)
+}
