@@ -258,7 +258,7 @@ func (c *Checker) deniedBy(ns int, q Question) {
 	switch ns {
 	case byReserved:
 		c.deniedReserved.Inc()
-		c.log.Debug("topic call refused", "action", q.Action.String(), "topic", q.Topic, "user", q.User,
+		c.log.Debug("topic call refused: "+q.Action.String()+" in "+metrics.DeniedByReserved, "action", q.Action.String(), "topic", q.Topic, "user", q.User,
 			"namespace", metrics.DeniedByReserved, "why", "topics starting with __ are reserved for the server")
 		return
 	case byDefault:
@@ -279,7 +279,10 @@ func (c *Checker) deniedBy(ns int, q Question) {
 	if ns >= 0 {
 		label = c.ns[ns].label
 	}
-	c.log.Debug("topic call refused", "action", q.Action.String(), "topic", q.Topic, "user", q.User,
+	// The message names the action and namespace, both bounded by the
+	// config, so the debug log's limit of one line per message and
+	// interval keeps one of each kind of refusal instead of one in all.
+	c.log.Debug("topic call refused: "+q.Action.String()+" in "+label, "action", q.Action.String(), "topic", q.Topic, "user", q.User,
 		"namespace", label, "grants", names, "why", "no grant of the deciding rule allowed")
 }
 
