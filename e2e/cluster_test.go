@@ -161,6 +161,11 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	if f := sub.Recv(); f.Method != "system" || f.Params.Event != "degraded" {
 		t.Fatalf("client got %+v, want system degraded", f)
 	}
+	// A client that arrives while Redis is down is told at once too.
+	late := wstest.Dial(t, b.WS())
+	if f := late.Recv(); f.Method != "system" || f.Params.Event != "degraded" {
+		t.Fatalf("a client connecting while Redis is down got %+v, want system degraded", f)
+	}
 	if b.status("/healthz") != http.StatusOK {
 		t.Fatal("healthz failed while Redis is down: the process is alive")
 	}
@@ -168,8 +173,10 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	r.Restart()
 	testkit.Eventually(t, 30*time.Second, "readyz 200 on B", func() bool { return b.status("/readyz") == http.StatusOK })
 	testkit.Eventually(t, 30*time.Second, "readyz 200 on A", func() bool { return a.status("/readyz") == http.StatusOK })
-	if f := sub.Recv(); f.Method != "system" || f.Params.Event != "recovered" {
-		t.Fatalf("client got %+v, want system recovered", f)
+	for _, c := range []*wstest.Conn{sub, late} {
+		if f := c.Recv(); f.Method != "system" || f.Params.Event != "recovered" {
+			t.Fatalf("client got %+v, want system recovered", f)
+		}
 	}
 	pub := wstest.Dial(t, a.WS())
 	wstest.MustOK(t, pub.Call("publish", `{"topic":"t","data":"after"}`))

@@ -130,6 +130,9 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	users map[string][]*conn // authenticated connections by user (control.go)
+	// busDown is the bus's last reported state: a connection that arrives
+	// while it is down is told at once, as those already here were.
+	busDown bool
 
 	nextID        atomic.Uint64
 	subscriptions atomic.Int64
@@ -381,13 +384,26 @@ func (r *busReceiver) BusState(degraded bool) {
 		// History topics repair what passed by meanwhile (history.go).
 		s.hist.checkAll()
 	}
-	s.broadcast(protocol.AppendSystem(nil, event, 0))
+	// The state and the audience are read together, so that a connection
+	// is told each change once, in order: either addConn saw the state
+	// (and told it), or it is in this snapshot.
+	s.mu.Lock()
+	s.busDown = degraded
+	conns := s.snapshotConnsLocked()
+	s.mu.Unlock()
+	s.sendEach(conns, frameText(protocol.AppendSystem(nil, event, 0)))
 }
+
+// degradedFrame tells a client that cross-instance delivery is down.
+var degradedFrame = frameText(protocol.AppendSystem(nil, protocol.EventDegraded, 0))
 
 // broadcast sends one message to every connection, framed once.
 func (s *Server) broadcast(payload []byte) {
-	frame := frameText(payload)
-	for _, c := range s.snapshotConns() {
+	s.sendEach(s.snapshotConns(), frameText(payload))
+}
+
+func (s *Server) sendEach(conns []*conn, frame []byte) {
+	for _, c := range conns {
 		if c.enqueueFrame(frame, true) {
 			s.m.MessagesSent.Inc()
 		}
@@ -397,6 +413,10 @@ func (s *Server) broadcast(payload []byte) {
 func (s *Server) snapshotConns() []*conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.snapshotConnsLocked()
+}
+
+func (s *Server) snapshotConnsLocked() []*conn {
 	out := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		out = append(out, c)
@@ -415,6 +435,14 @@ func (s *Server) addConn(c *conn) bool {
 	}
 	s.conns[c] = struct{}{}
 	first := s.indexUser(c)
+	if s.busDown {
+		// Under s.mu (before conn.mu, as the lock order allows), so that
+		// a recovery broadcast cannot overtake it; queued for the writer,
+		// never written here.
+		if c.enqueueFrame(degradedFrame, false) {
+			s.m.MessagesSent.Inc()
+		}
+	}
 	s.mu.Unlock()
 	if first {
 		s.bus.Subscribe(bus.UserKey(c.ticket.User))
