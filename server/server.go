@@ -397,11 +397,7 @@ func (r *busReceiver) BusState(degraded bool) {
 // degradedFrame tells a client that cross-instance delivery is down.
 var degradedFrame = frameText(protocol.AppendSystem(nil, protocol.EventDegraded, 0))
 
-// broadcast sends one message to every connection, framed once.
-func (s *Server) broadcast(payload []byte) {
-	s.sendEach(s.snapshotConns(), frameText(payload))
-}
-
+// sendEach sends one frame to each of conns.
 func (s *Server) sendEach(conns []*conn, frame []byte) {
 	for _, c := range conns {
 		if c.enqueueFrame(frame, true) {
