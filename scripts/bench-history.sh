@@ -76,7 +76,9 @@ done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$out" "$runs" "$regimes" <<'EOF'
-import json, statistics, sys
+import sys
+sys.path.insert(0, "scripts")
+from benchtable import table
 out, runs, regimes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 cpu = lambda j: j["serverCpuSecondsPerMillionDelivered"]
 rows = {
@@ -89,27 +91,5 @@ rows = {
     "redis-pub": [("redis: 100 topics x 1, 64 in flight each: server CPU s per million", cpu),
                   ("redis: 100 topics x 1: publishes/s", lambda j: j["publishedPerSec"])],
 }
-def fmt(v):
-    return "%.3g" % v if abs(v) < 1000 else "{:,.0f}".format(v)
-print()
-print("| regime | off: median (runs) | on: median (runs) | on/off |")
-print("|---|---|---|---|")
-for r in regimes:
-    for label, get in rows[r]:
-        med, runs_of = {}, {}
-        for c in ("off", "on"):
-            vals = []
-            for i in range(1, runs + 1):
-                try:
-                    j = json.load(open("%s/%s.%s.%d.json" % (out, r, c, i)))
-                    if j.get("missingDeliveries"):
-                        print("note: %s %s run %d missed %d deliveries" % (r, c, i, j["missingDeliveries"]), file=sys.stderr)
-                    vals.append(get(j))
-                except (OSError, KeyError, ValueError, TypeError, ZeroDivisionError):
-                    pass
-            runs_of[c] = ", ".join(fmt(v) for v in vals) or "-"
-            med[c] = statistics.median(vals) if vals else None
-        ratio = "%.2f" % (med["on"] / med["off"]) if med["off"] and med["on"] is not None else "-"
-        cell = lambda c: ("%s (%s)" % (fmt(med[c]), runs_of[c])) if med[c] is not None else "-"
-        print("| %s | %s | %s | %s |" % (label, cell("off"), cell("on"), ratio))
+table(out, runs, regimes, rows, "off", "on")
 EOF

@@ -110,7 +110,9 @@ done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$out" "$runs" "$regimes" <<'EOF'
-import json, statistics, sys
+import sys
+sys.path.insert(0, "scripts")
+from benchtable import table
 out, runs, regimes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 rows = {
     "fan1000": [("1 -> 1,000, 64 in flight: server CPU s per million delivered", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
@@ -126,24 +128,5 @@ rows = {
               ("connect storm: server CPU us per attempt", lambda j: j["serverCpuUsPerAttempt"]),
               ("connect storm: peak open connections (cap 500)", lambda j: j["peakOpen"])],
 }
-def fmt(v):
-    return "%.3g" % v if abs(v) < 1000 else "{:,.0f}".format(v)
-print()
-print("| regime | base: median (runs) | new: median (runs) | new/base |")
-print("|---|---|---|---|")
-for r in regimes:
-    for label, get in rows[r]:
-        med, runs_of = {}, {}
-        for b in ("base", "new"):
-            vals = []
-            for i in range(1, runs + 1):
-                try:
-                    vals.append(get(json.load(open("%s/%s.%s.%d.json" % (out, r, b, i)))))
-                except (OSError, KeyError, ValueError, TypeError, ZeroDivisionError):
-                    pass
-            runs_of[b] = ", ".join(fmt(v) for v in vals) or "-"
-            med[b] = statistics.median(vals) if vals else None
-        ratio = "%.2f" % (med["new"] / med["base"]) if med["base"] and med["new"] is not None else "-"
-        cell = lambda b: ("%s (%s)" % (fmt(med[b]), runs_of[b])) if med[b] is not None else "-"
-        print("| %s | %s | %s | %s |" % (label, cell("base"), cell("new"), ratio))
+table(out, runs, regimes, rows, "base", "new")
 EOF
