@@ -9,6 +9,7 @@
 #   DURATION=3s     publishing time of each run
 #   REGIMES="fan1000 rooms redis-rooms redis-pub"   a subset to run
 #   KEEP=dir        keep every run's JSON there
+#   PORT=18631      the server's loopback port (the next one is its second instance's)
 # The redis-* regimes start a redis-server of their own on a free port.
 set -euo pipefail
 runs=${RUNS:-3}
@@ -22,8 +23,8 @@ mkdir -p "$out"
 go build -o "$tmp/rtserver" ./cmd/rtserver
 go build -o "$tmp/rtbench" ./cmd/rtbench
 
-port=18631
-rport=18632
+port=${PORT:-18631}
+rport=$((port + 1))
 wait_port() {
 	for _ in $(seq 1 200); do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi

@@ -13,6 +13,7 @@
 #   REGIMES="fan1000 window1 rooms sparse idle storm"   a subset to run
 #   BASE_BIN=path   an already built base rtserver (BASE then only labels it)
 #   KEEP=dir        keep every run's JSON there
+#   PORT=18611      first of the three loopback ports the servers listen on
 # Needs go, git, python3 and taskset (util-linux, for the storm). Builds
 # into a temporary folder under /tmp; nothing is written to the tree.
 set -euo pipefail
@@ -20,6 +21,9 @@ base=${1:-main}
 runs=${RUNS:-3}
 dur=${DURATION:-3s}
 regimes=${REGIMES:-fan1000 window1 rooms sparse idle storm}
+fanport=${PORT:-18611}
+idleport=$((fanport + 1))
+stormport=$((fanport + 2))
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d /tmp/bench-matrix.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
@@ -60,17 +64,17 @@ stop_server() {
 	wait "$sp" 2>/dev/null || true
 }
 
-printf 'listen: 127.0.0.1:18611\n' > "$tmp/fan.yaml"
-printf 'listen: 127.0.0.1:18612\nhandshake: {maxConnections: 20000}\n' > "$tmp/idle.yaml"
-printf 'listen: 127.0.0.1:18613\nhandshake:\n  maxConnections: 500\n  perTickBudget: 50\n  tick: 10ms\n  maxQueueWait: 200ms\n' > "$tmp/storm.yaml"
-fan=ws://127.0.0.1:18611/ws
+printf 'listen: 127.0.0.1:%s\n' "$fanport" > "$tmp/fan.yaml"
+printf 'listen: 127.0.0.1:%s\nhandshake: {maxConnections: 20000}\n' "$idleport" > "$tmp/idle.yaml"
+printf 'listen: 127.0.0.1:%s\nhandshake:\n  maxConnections: 500\n  perTickBudget: 50\n  tick: 10ms\n  maxQueueWait: 200ms\n' "$stormport" > "$tmp/storm.yaml"
+fan=ws://127.0.0.1:$fanport/ws
 
 run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 	local f=$out/$1.$2.$3.json
 	case $1 in
 	fan1000 | window1 | rooms | sparse)
 		start_server "$2" "$tmp/fan.yaml"
-		wait_port 18611
+		wait_port $fanport
 		local shape
 		case $1 in
 		fan1000) shape=(-p 1 -s 1000 -t 1) ;;
@@ -83,16 +87,16 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 		;;
 	idle)
 		start_server "$2" "$tmp/idle.yaml"
-		wait_port 18612
-		"$bench" idle --url ws://127.0.0.1:18612/ws -n 10000 -c 100 --settle 5s --server-pid "$sp" --max-time 90s --json > "$f"
+		wait_port $idleport
+		"$bench" idle --url ws://127.0.0.1:$idleport/ws -n 10000 -c 100 --settle 5s --server-pid "$sp" --max-time 90s --json > "$f"
 		stop_server
 		;;
 	storm)
 		# The storm-isolation harness (rtbench storm): the server and the
 		# probe process on core 0, the storm process on core 1.
 		start_server "$2" "$tmp/storm.yaml" 0
-		wait_port 18613
-		"$bench" storm --url ws://127.0.0.1:18613/ws --server-pid "$sp" --probe-cpu 0 --storm-cpu 1 --max-time 60s --json > "$f"
+		wait_port $stormport
+		"$bench" storm --url ws://127.0.0.1:$stormport/ws --server-pid "$sp" --probe-cpu 0 --storm-cpu 1 --max-time 60s --json > "$f"
 		stop_server
 		;;
 	esac
