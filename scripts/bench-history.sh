@@ -9,8 +9,8 @@
 #   DURATION=3s     publishing time of each run
 #   REGIMES="fan1000 rooms redis-rooms redis-pub"   a subset to run
 #   KEEP=dir        keep every run's JSON there
-#   PORT=18631      the server's loopback port (the next one is its second instance's)
-# The redis-* regimes start a redis-server of their own on a free port.
+#   PORT=18631      the server's loopback port (the next one is for the redis-server of the redis-* regimes)
+# The redis-* regimes start a redis-server of their own.
 set -euo pipefail
 runs=${RUNS:-3}
 dur=${DURATION:-3s}
