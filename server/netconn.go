@@ -72,6 +72,11 @@ type rawConn struct {
 
 	stalled atomic.Bool // send is waiting for the socket to drain
 
+	// The read goroutine's parking (conn.park): whether one runs, and
+	// the connection to resume when the socket is closed while none does.
+	parking wsock.Parking
+	owner   *conn
+
 	// A hard stop is under way (goAway): every write gives up, and a
 	// write already waiting on the socket ends by goAway's deadline.
 	stopping atomic.Bool
@@ -94,6 +99,8 @@ type rawConn struct {
 	// (the library's close handshake reads it from another goroutine).
 	brMu       sync.Mutex
 	readClosed bool                  // a close has begun: br is the library's alone
+	mayPark    bool                  // awaitFD returns rather than wait (awaitInput)
+	wouldWait  bool                  // and it found nothing to read
 	br         *bufio.Reader         // what the WebSocket library reads from
 	inputFn    func(fd uintptr)      // made on first use: most clients never publish
 	input      int                   // its result
@@ -108,6 +115,19 @@ func newRawConn(nc net.Conn) *rawConn {
 		c.fn = c.writeFD
 	}
 	return c
+}
+
+// Close closes the socket, then resumes the connection if its read
+// goroutine is parked (conn.park): a closed socket is out of the poller's
+// set, and its connection would otherwise never run its cleanup. Every
+// way a connection ends closes the socket through here: the WebSocket
+// library's Close and CloseNow, abort and goAway.
+func (c *rawConn) Close() error {
+	err := c.Conn.Close()
+	if c.owner != nil {
+		c.owner.Wake()
+	}
+	return err
 }
 
 // errSealed reports a batch dropped because the connection is closing.
@@ -258,26 +278,28 @@ func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
 // awaitInput returns when the client has sent the start of a frame other
 // than a pong (or the socket is closed or failed), and reports whether
 // that frame is a close frame (as closeFrameNext, under the same lock).
-// It waits in the runtime's poller a few frames deep: an idle
-// connection's read goroutine parked here uses little stack, so it keeps
-// the minimum, where a read parked inside the WebSocket library's frame
+// With mayPark it does not wait: wait reports that nothing has arrived,
+// and the caller may hand the socket to the poller and end its goroutine
+// (conn.park). Without, it waits in the runtime's poller a few frames
+// deep: a read goroutine parked here uses little stack, so it keeps the
+// minimum, where a read parked inside the WebSocket library's frame
 // reader needs twice that.
 // Pongs to our keepalive pings are taken here, between messages, so that
 // answering a ping does not leave the goroutine parked in the library.
 // Read goroutine only; it touches the read buffer only under brMu and
 // never once a close has begun (the library then reads it itself).
-func (c *rawConn) awaitInput() (closeNext bool) {
+func (c *rawConn) awaitInput(mayPark bool) (closeNext, wait bool) {
 	if c == nil || c.br == nil {
-		return false
+		return false, false
 	}
 	if c.sc == nil {
-		return c.closeFrameNext()
+		return c.closeFrameNext(), false
 	}
 	for {
 		c.brMu.Lock()
 		if c.readClosed {
 			c.brMu.Unlock()
-			return false
+			return false, false
 		}
 		buffered := c.br.Buffered()
 		c.brMu.Unlock()
@@ -286,15 +308,21 @@ func (c *rawConn) awaitInput() (closeNext bool) {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
-			if c.sc.Read(c.awaitFn) != nil {
-				return false // the read that follows reports it
+			c.mayPark, c.wouldWait = mayPark, false
+			err := c.sc.Read(c.awaitFn)
+			c.mayPark = false
+			if err != nil {
+				return false, false // the read that follows reports it
+			}
+			if c.wouldWait {
+				return false, true
 			}
 		}
 		c.brMu.Lock()
 		if c.readClosed || !c.takePong() {
 			closeNext = !c.readClosed && c.closeHead()
 			c.brMu.Unlock()
-			return closeNext
+			return closeNext, false
 		}
 		c.brMu.Unlock()
 	}
@@ -578,7 +606,7 @@ func (c *rawConn) goAway(frame []byte) {
 			_ = c.write(frame)
 		}
 	}
-	_ = c.Conn.Close()
+	_ = c.Close()
 }
 
 // writeClose seals the connection and writes frame (a close frame) after
@@ -658,6 +686,10 @@ func (c *rawConn) awaitFD(fd uintptr) bool {
 	if wait {
 		c.flushBeforeWait()
 		c.shrinkReader()
+		if c.mayPark {
+			c.wouldWait = true
+			return true // the caller parks instead
+		}
 		return false // nothing yet: wait
 	}
 	c.peeked = n

@@ -127,6 +127,9 @@ type Server struct {
 	pings    *deadlines.Heap[*conn]
 	expiries *deadlines.Heap[*tokenExpiry]
 
+	// Where idle connections wait without a goroutine (conn.park).
+	poller idlePoller
+
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	users map[string][]*conn // authenticated connections by user (control.go)
@@ -316,6 +319,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.raw = uw.conn
+	c.raw.owner = c
 	if br := c.raw.br; br.Size() == readBufferSize && br.Buffered() == 0 {
 		// Accept wrapped the reader Hijack made in an io.MultiReader of
 		// what it held (nothing: it is fresh) and the socket; reading the
@@ -538,6 +542,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.pings.Stop()
 	s.expiries.Stop()
+	s.poller.stop()
 	// After the connections (their leaves are among what it sends), before
 	// the bus (which carries its last diffs).
 	s.presence.Close()
