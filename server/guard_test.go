@@ -189,5 +189,5 @@ func TestPingRoundsLeaveConnectionsParked(t *testing.T) {
 
 // inLibraryRead counts read loops inside the WebSocket library's read.
 func inLibraryRead() int {
-	return bytes.Count(allStacks(), []byte("server.(*conn).read("))-inAwaitInput()
+	return bytes.Count(allStacks(), []byte("server.(*conn).read(")) - inAwaitInput()
 }
