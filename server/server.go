@@ -325,6 +325,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// what it held (nothing: it is fresh) and the socket; reading the
 		// socket directly spares every connection those two readers.
 		br.Reset(c.raw)
+	} else {
+		// net/http's reader, kept because the client's first bytes came
+		// with the request head (wsock.SmallBuffers): Accept moved them
+		// into an io.MultiReader in front of the socket, where the read
+		// loop, which waits on the socket when the reader's buffer is
+		// empty, would not see them. One read takes them all back into
+		// the buffer (they came from it) without touching the socket.
+		_, _ = br.Peek(1)
 	}
 	c.ctx.values = r.Context()
 	c.ticket.HandshakeDone(true)
