@@ -87,10 +87,12 @@ func TestParkedConnectionsCloseExactlyOnce(t *testing.T) {
 func TestParkedConnectionResumes(t *testing.T) {
 	leakcheck.Check(t)
 	for name, end := range map[string]func(s *Server, c *conn, client *wstest.Conn){
-		"server API disconnect": func(s *Server, c *conn, _ *wstest.Conn) { c.closeLater(websocket.StatusPolicyViolation, "bye", false, nil) },
-		"abort":                 func(s *Server, c *conn, _ *wstest.Conn) { c.abort() },
-		"client close":          func(s *Server, c *conn, client *wstest.Conn) { client.WS.Close(websocket.StatusNormalClosure, "") },
-		"client gone":           func(s *Server, c *conn, client *wstest.Conn) { client.WS.CloseNow() },
+		"server API disconnect": func(s *Server, c *conn, _ *wstest.Conn) {
+			c.closeLater(websocket.StatusPolicyViolation, "bye", false, nil)
+		},
+		"abort":        func(s *Server, c *conn, _ *wstest.Conn) { c.abort() },
+		"client close": func(s *Server, c *conn, client *wstest.Conn) { client.WS.Close(websocket.StatusNormalClosure, "") },
+		"client gone":  func(s *Server, c *conn, client *wstest.Conn) { client.WS.CloseNow() },
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, url := startServer(t, Options{})
