@@ -103,12 +103,14 @@ func (c *conn) readLoop() {
 func (c *conn) read() (parked bool) {
 	s := c.s
 	mayPark := c.raw != nil && c.raw.sc != nil
+	quiet := false // a frame was read since this goroutine began or last failed to park
 	for {
-		// A connection with nothing to read parks (park) where it can;
-		// otherwise it waits here, a few frames deep, rather than inside
-		// the WebSocket library's read: its goroutine then keeps the
-		// smallest stack (see netconn.go, awaitInput).
-		closeNext, wait := c.raw.awaitInput(mayPark)
+		// A connection with nothing to read parks (park) where it can:
+		// at once, unless it has just sent a frame, then once it has been
+		// quiet for a while. Otherwise it waits here, a few frames deep,
+		// rather than inside the WebSocket library's read: its goroutine
+		// then keeps the smallest stack (see netconn.go, awaitInput).
+		closeNext, wait := c.raw.awaitInput(mayPark, quiet)
 		if wait {
 			if c.park() {
 				return true
@@ -116,10 +118,11 @@ func (c *conn) read() (parked bool) {
 			// The poller is gone, the socket closed, or a wake-up came
 			// while arming: wait here this once (a closed socket fails
 			// the wait at once).
-			mayPark = false
+			mayPark, quiet = false, false
 			continue
 		}
 		mayPark = c.raw != nil && c.raw.sc != nil
+		quiet = true
 		if closeNext {
 			// The WebSocket library's close handshake goes deep; the
 			// goroutine ends after it: grow its stack once, not step by step.

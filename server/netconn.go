@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -101,6 +102,8 @@ type rawConn struct {
 	readClosed bool                  // a close has begun: br is the library's alone
 	mayPark    bool                  // awaitFD returns rather than wait (awaitInput)
 	wouldWait  bool                  // and it found nothing to read
+	quiet      bool                  // awaitFD waits at most quietBeforePark (awaitInput)
+	quietSet   bool                  // and has set the read deadline for it
 	br         *bufio.Reader         // what the WebSocket library reads from
 	inputFn    func(fd uintptr)      // made on first use: most clients never publish
 	input      int                   // its result
@@ -278,17 +281,22 @@ func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
 // awaitInput returns when the client has sent the start of a frame other
 // than a pong (or the socket is closed or failed), and reports whether
 // that frame is a close frame (as closeFrameNext, under the same lock).
-// With mayPark it does not wait: wait reports that nothing has arrived,
-// and the caller may hand the socket to the poller and end its goroutine
-// (conn.park). Without, it waits in the runtime's poller a few frames
-// deep: a read goroutine parked here uses little stack, so it keeps the
-// minimum, where a read parked inside the WebSocket library's frame
-// reader needs twice that.
+//
+// With park it may return wait instead: nothing has arrived, and the
+// caller may hand the socket to the poller and end its goroutine
+// (conn.park). Without quiet it returns wait at once; with quiet it first
+// waits up to quietBeforePark (a client that has just sent is likely to
+// send again soon: parking and resuming costs more than waiting). Without
+// park it waits in the runtime's poller, as a read goroutine does where
+// there is no poller of ours, a few frames deep: it then keeps the
+// smallest stack, where a read parked inside the WebSocket library's
+// frame reader needs twice that.
+//
 // Pongs to our keepalive pings are taken here, between messages, so that
 // answering a ping does not leave the goroutine parked in the library.
 // Read goroutine only; it touches the read buffer only under brMu and
 // never once a close has begun (the library then reads it itself).
-func (c *rawConn) awaitInput(mayPark bool) (closeNext, wait bool) {
+func (c *rawConn) awaitInput(park, quiet bool) (closeNext, wait bool) {
 	if c == nil || c.br == nil {
 		return false, false
 	}
@@ -308,15 +316,23 @@ func (c *rawConn) awaitInput(mayPark bool) (closeNext, wait bool) {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
-			c.mayPark, c.wouldWait = mayPark, false
+			c.mayPark, c.quiet, c.wouldWait = park && !quiet, park && quiet, false
 			err := c.sc.Read(c.awaitFn)
-			c.mayPark = false
+			c.mayPark, c.quiet = false, false
+			if c.quietSet {
+				c.quietSet = false
+				_ = c.Conn.SetReadDeadline(time.Time{})
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					return false, true // quiet for quietBeforePark: park
+				}
+			}
 			if err != nil {
 				return false, false // the read that follows reports it
 			}
 			if c.wouldWait {
 				return false, true
 			}
+			quiet = false // input came: the next wait after a pong parks at once
 		}
 		c.brMu.Lock()
 		if c.readClosed || !c.takePong() {
@@ -327,6 +343,12 @@ func (c *rawConn) awaitInput(mayPark bool) (closeNext, wait bool) {
 		c.brMu.Unlock()
 	}
 }
+
+// quietBeforePark is how long a read goroutine that has just read a
+// frame waits for the next before it parks its connection (awaitInput):
+// a connection that sends steadily (a publisher) keeps its goroutine,
+// one that has gone quiet (a subscriber after its subscribe) gives it up.
+const quietBeforePark = time.Second
 
 // closeFrameNext reports whether the next input is a close frame, by its
 // first byte (buffered, or as awaitFD last peeked it). Read goroutine only.
@@ -689,6 +711,12 @@ func (c *rawConn) awaitFD(fd uintptr) bool {
 		if c.mayPark {
 			c.wouldWait = true
 			return true // the caller parks instead
+		}
+		if c.quiet && !c.quietSet {
+			// Bounds this wait only: awaitInput clears it before any
+			// other read.
+			c.quietSet = true
+			_ = c.Conn.SetReadDeadline(time.Now().Add(quietBeforePark))
 		}
 		return false // nothing yet: wait
 	}
