@@ -101,6 +101,9 @@ func TestParkingRacingWakes(t *testing.T) {
 		}
 	}
 	go own()
+	for !p.Parked() { // the first park comes before any wake-up
+		runtime.Gosched()
+	}
 	for range wakers {
 		wg.Go(func() {
 			for range wakes {
