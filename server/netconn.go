@@ -60,8 +60,8 @@ type rawConn struct {
 	mu        sync.Mutex
 	sealed    bool        // a close frame is on its way: no more data frames
 	closeSent bool        // a close frame went to the socket (ours or the library's): nothing may follow it
+	rest      atomic.Bool // len(tail) > 0, read without mu (beside the bools: rawConn stays in the 240-byte size class)
 	tail      []byte      // the unsent rest of a frame tryWrite began: written before anything else
-	rest      atomic.Bool // len(tail) > 0, read without mu
 
 	// The write(2) callback's arguments and results, under mu (one
 	// callback per connection, made once: a write allocates nothing).
