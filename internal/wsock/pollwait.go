@@ -85,22 +85,21 @@ var (
 // readable, and takes the byte back. One caller at a time.
 func (p *pipe) await() {
 	one := [1]byte{1}
-	waited := false
+	waited, failed := false, false
 	err := p.rc.Read(func(fd uintptr) bool {
 		if !waited {
 			// Read has cleared the readiness it knew of: the wait below
 			// ends with the poll that reports this byte.
 			waited = true
-			if _, err := p.w.Write(one[:]); err != nil {
-				return true
-			}
-			return false
+			_, werr := p.w.Write(one[:])
+			failed = werr != nil
+			return failed
 		}
 		var b [16]byte
 		n, _ := syscall.Read(int(fd), b[:])
 		return n > 0
 	})
-	if err != nil {
+	if err != nil || failed {
 		runtime.Gosched()
 	}
 }
