@@ -85,21 +85,22 @@ var (
 // readable, and takes the byte back. One caller at a time.
 func (p *pipe) await() {
 	one := [1]byte{1}
-	waited, failed := false, false
+	waited := false
 	err := p.rc.Read(func(fd uintptr) bool {
 		if !waited {
 			// Read has cleared the readiness it knew of: the wait below
 			// ends with the poll that reports this byte.
 			waited = true
-			_, werr := p.w.Write(one[:])
-			failed = werr != nil
-			return failed
+			if _, err := p.w.Write(one[:]); err != nil {
+				return true
+			}
+			return false
 		}
 		var b [16]byte
 		n, _ := syscall.Read(int(fd), b[:])
 		return n > 0
 	})
-	if err != nil || failed {
+	if err != nil {
 		runtime.Gosched()
 	}
 }
