@@ -3,12 +3,12 @@ package handshake
 import (
 	"context"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -179,9 +179,9 @@ func (p *pacer) wait(ctx context.Context) string {
 	case st == granted:
 		// A released upgrade yields before its work (the rest of Admit,
 		// the accept, the connection's setup): the pacer wakes a step's
-		// worth at once, and they run after the input of the connections
-		// already served rather than ahead of it.
-		wsock.Yield()
+		// worth at once, and they go to the back of the run queue rather
+		// than ahead of the connections already served.
+		runtime.Gosched()
 		return ""
 	case st == expired:
 		return metrics.RejectQueueTimeout

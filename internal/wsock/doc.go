@@ -17,9 +17,7 @@
 //     Replay), turned into the *http.Request http.ReadRequest would make
 //     (ParseHead), and answered with a response writer that supports
 //     Hijack and writes the response head (Response, response.go);
-//   - the scheduling nudges of a read goroutine (Yield, GrowStack), and
-//     AwaitPoll, the wait for the Go scheduler's next network poll that
-//     puts newcomers' work behind the established connections' input.
+//   - the scheduling nudges of a read goroutine (Yield, GrowStack).
 //
 // It must never know about JSON-RPC, topics, the upgrade gate (when to
 // shed, caps, pacing) or connections' lifetimes, and never wait on a
@@ -49,19 +47,12 @@
 // heads Response writes are read by net/http's client as the responses
 // they mean (response_test.go).
 //
-// From the Go runtime (AwaitPoll; pollwait_test.go checks that it lets
-// every caller through on a processor that never runs dry): a pipe's
-// readiness reaches a goroutine waiting in RawConn.Read only through a
-// network poll, and Read forgets readiness it learned before it was
-// called.
-//
 // # Other systems
 //
 // The calls on a descriptor exist on Linux. Elsewhere Descriptor reports
-// none, ReadNow reads nothing, AwaitGone never sees a client go and
-// AwaitPoll is runtime.Gosched: the callers then write through net.Conn
-// from a writer goroutine, read a request head from a goroutine, do not
-// notice a client that leaves a queued upgrade, and put newcomers only at
-// the back of the run queue. Portable makes Linux behave the same, for tests of those
+// none, ReadNow reads nothing and AwaitGone never sees a client go: the
+// callers then write through net.Conn from a writer goroutine, read a
+// request head from a goroutine, and do not notice a client that leaves a
+// queued upgrade. Portable makes Linux behave the same, for tests of those
 // paths.
 package wsock

@@ -1,5 +1,7 @@
 package wsock
 
+import "runtime"
+
 // GrowStack makes the calling goroutine's stack at least 8 KiB, in one
 // step, ahead of deep work.
 //
@@ -21,11 +23,9 @@ func frame(i int) byte {
 	return b[i]
 }
 
-// Yield puts the calling goroutine behind the input of the connections
-// already established: a newcomer's work (a young connection's first
-// input, a shed at the door, a paced upgrade) then runs after theirs, not
-// ahead of it. It waits for the scheduler's next network poll
-// (AwaitPoll): runtime.Gosched alone moves it to the back of the run
-// queue, but a storm keeps that queue from emptying, and the established
-// connections' input is found only when it does.
-func Yield() { AwaitPoll() }
+// Yield puts the calling goroutine behind the others that are ready to
+// run: a newcomer's work (a young connection's first input, a shed at the
+// door) then runs after that of connections already established, not
+// ahead of it. runtime.Gosched moves it to the back of the global run
+// queue, behind goroutines the poller readied into the local ones.
+func Yield() { runtime.Gosched() }
