@@ -54,8 +54,17 @@ func frameText(payload []byte) []byte {
 // allocation: the payload is encoded after room for the longest header,
 // and the real header is written just before it.
 func frameMessage(topic string, data []byte) []byte {
-	b := make([]byte, maxHeader, maxHeader+protocol.MessageOverhead+len(topic)+len(data))
-	b = protocol.AppendMessage(b, topic, data)
+	b := frameRoom(protocol.MessageOverhead + len(topic) + len(data))
+	return frameIn(protocol.AppendMessage(b, topic, data))
+}
+
+// frameRoom is an empty payload with room for the longest header before
+// it and n bytes of capacity after: append the payload, then frameIn.
+func frameRoom(n int) []byte { return make([]byte, maxHeader, maxHeader+n) }
+
+// frameIn frames a payload appended to frameRoom, in place: the real
+// header goes just before the payload.
+func frameIn(b []byte) []byte {
 	var hdr [maxHeader]byte
 	h := appendTextHeader(hdr[:0], len(b)-maxHeader)
 	start := maxHeader - len(h)
@@ -63,18 +72,30 @@ func frameMessage(topic string, data []byte) []byte {
 	return b[start:]
 }
 
+// answerRoom is the payload room of a single request's answer: a
+// publish's or a subscribe's fits.
+const answerRoom = 64
+
 // framePayload is the payload of a frame built by frameText or
 // frameMessage.
 func framePayload(f []byte) []byte { return wsock.TextPayload(f) }
 
 // enqueue frames payload (a response or a notice to this client alone)
 // and queues it: held while the read goroutine runs a frame in hand.
-func (c *conn) enqueue(payload []byte) {
+func (c *conn) enqueue(payload []byte) { c.enqueueOwn(frameText(payload)) }
+
+// enqueueFramed is enqueue for a payload appended to frameRoom: it is
+// framed in place.
+func (c *conn) enqueueFramed(b []byte) { c.enqueueOwn(frameIn(b)) }
+
+// enqueueOwn queues a frame for this client alone: held while the read
+// goroutine runs a frame in hand.
+func (c *conn) enqueueOwn(frame []byte) {
 	var ok bool
 	if h := c.holder(); h != nil {
-		ok = c.enqueueHeld(frameText(payload), h)
+		ok = c.enqueueHeld(frame, h)
 	} else {
-		ok = c.enqueueFrame(frameText(payload), true)
+		ok = c.enqueueFrame(frame, true)
 	}
 	if ok {
 		c.s.m.MessagesSent.Inc()
@@ -173,14 +194,15 @@ func (c *conn) cutSlow() {
 // It reports whether the frame was taken.
 func (c *conn) enqueueHeld(frame []byte, h *holdSet) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed || !c.queueFrame(frame) {
+		c.mu.Unlock()
 		return false
 	}
 	if !c.writing && c.heldBy != h {
 		c.heldBy = h
 		h.add(c)
 	}
+	c.mu.Unlock()
 	return true
 }
 
@@ -286,7 +308,9 @@ const maxHeldPublishes = 64
 func (h *holdSet) add(c *conn) {
 	h.mu.Lock()
 	h.conns = append(h.conns, c)
-	h.held.Store(true)
+	if len(h.conns) == 1 {
+		h.held.Store(true)
+	}
 	h.mu.Unlock()
 }
 
