@@ -12,16 +12,9 @@ const native = true
 // WriteFD writes as much of p as the non-blocking descriptor takes now,
 // and returns how much went. full reports that it stopped because the
 // socket would take no more (EAGAIN); err is any other failure.
-//
-// The write(2) is made without telling the scheduler a system call is
-// under way (syscall.RawSyscall, not syscall.Write): on a non-blocking
-// socket it never waits, and a fan-out makes one per subscriber. Announced,
-// each one costs the goroutine the scheduler's entry and exit, and a
-// burst of them keeps the runtime's monitor thread awake to hand the
-// processor to another thread mid-write, a thread switch every time.
 func WriteFD(fd uintptr, p []byte) (n int, full bool, err error) {
 	for n < len(p) {
-		k, err := rawWrite(fd, p[n:])
+		k, err := syscall.Write(int(fd), p[n:])
 		if k > 0 {
 			n += k
 		}
@@ -40,22 +33,13 @@ func WriteFD(fd uintptr, p []byte) (n int, full bool, err error) {
 
 // ReadFD reads what the non-blocking descriptor has received into p,
 // without waiting: 0 when nothing has arrived, at the end, or on error.
-// Like WriteFD's, its read(2) never waits and is made without the
-// scheduler's system-call entry and exit: a busy publisher makes one
-// per few publishes.
 func ReadFD(fd uintptr, p []byte) int {
-	if len(p) == 0 {
-		return 0
-	}
 	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		if e == syscall.EINTR {
+		n, err := syscall.Read(int(fd), p)
+		if err == syscall.EINTR {
 			continue
 		}
-		if e != 0 {
-			return 0
-		}
-		return int(r)
+		return max(n, 0)
 	}
 }
 
@@ -87,17 +71,4 @@ func InqFD(fd uintptr) int {
 		return 0
 	}
 	return int(n)
-}
-
-// rawWrite is write(2) on a non-blocking descriptor, made without entering
-// the scheduler's system-call state (see WriteFD).
-func rawWrite(fd uintptr, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
 }
