@@ -93,7 +93,7 @@ func (c *conn) enqueueFramed(b []byte) { c.enqueueOwn(frameIn(b)) }
 func (c *conn) enqueueOwn(frame []byte) {
 	var ok bool
 	if h := c.holder(); h != nil {
-		ok = c.enqueueHeld(frame, h)
+		ok = c.hold(frame, h, true)
 	} else {
 		ok = c.enqueueFrame(frame, true)
 	}
@@ -192,7 +192,11 @@ func (c *conn) cutSlow() {
 // enqueueHeld queues frame for the client and holds it for h's flush
 // (unless a writer goroutine already owns the queue: it sends the frame).
 // It reports whether the frame was taken.
-func (c *conn) enqueueHeld(frame []byte, h *holdSet) bool {
+func (c *conn) enqueueHeld(frame []byte, h *holdSet) bool { return c.hold(frame, h, false) }
+
+// hold is enqueueHeld; own says c is the connection whose read goroutine
+// fills h (its answers), which h flushes first.
+func (c *conn) hold(frame []byte, h *holdSet, own bool) bool {
 	c.mu.Lock()
 	if c.closed || !c.queueFrame(frame) {
 		c.mu.Unlock()
@@ -200,7 +204,7 @@ func (c *conn) enqueueHeld(frame []byte, h *holdSet) bool {
 	}
 	if !c.writing && c.heldBy != h {
 		c.heldBy = h
-		h.add(c)
+		h.add(c, own)
 	}
 	c.mu.Unlock()
 	return true
@@ -268,11 +272,16 @@ func (c *conn) flushLocked() {
 // read goroutine fills it; its own application calls, in their
 // goroutines, may add their replies while a frame runs inline (mu).
 type holdSet struct {
-	mu        sync.Mutex
-	conns     []*conn
-	spare     []*conn
+	mu    sync.Mutex
+	conns []*conn
+	spare []*conn
+	// own is the publisher's own connection when its answers are held:
+	// flushed before its subscribers, so that its client, which sends
+	// more once answered, does so while the rest are written, and the
+	// next burst is bigger and in hand sooner.
+	own       *conn
 	publishes int
-	held      atomic.Bool // len(conns) > 0
+	held      atomic.Bool // len(conns) > 0 || own != nil
 
 	// readNow's callback and its argument and result (read goroutine).
 	readFn func(fd uintptr)
@@ -305,11 +314,15 @@ func (h *holdSet) readNow(sc syscall.RawConn, p []byte) int {
 // every so many publishes, not only when it pauses.
 const maxHeldPublishes = 64
 
-func (h *holdSet) add(c *conn) {
+func (h *holdSet) add(c *conn, own bool) {
 	h.mu.Lock()
-	h.conns = append(h.conns, c)
-	if len(h.conns) == 1 {
+	if !h.held.Load() {
 		h.held.Store(true)
+	}
+	if own && h.own == nil {
+		h.own = c
+	} else {
+		h.conns = append(h.conns, c)
 	}
 	h.mu.Unlock()
 }
@@ -333,11 +346,14 @@ func (h *holdSet) pending() bool { return h != nil && h.held.Load() }
 // flush writes what each held connection has queued, one write each.
 func (h *holdSet) flush() {
 	h.mu.Lock()
-	conns := h.conns
-	h.conns = h.spare[:0]
+	own, conns := h.own, h.conns
+	h.own, h.conns = nil, h.spare[:0]
 	h.publishes = 0
 	h.held.Store(false)
 	h.mu.Unlock()
+	if own != nil {
+		own.flushHeld(h)
+	}
 	for _, c := range conns {
 		c.flushHeld(h)
 	}
