@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/testkit"
+	"github.com/rtserver/rtserver/internal/wsock"
 )
 
 // handle makes GET /ws?query (any query) run f.
@@ -112,7 +113,7 @@ func TestServingDoorRefusalIsACompleteResponse(t *testing.T) {
 func TestServingDoorStreamsLongBody(t *testing.T) {
 	leakcheck.Check(t)
 	e := startDoorWith(t, DefaultConfig(), 10*time.Second, maxPeekers, true)
-	long := bytes.Repeat([]byte("0123456789abcdef"), 3*bodyBufferLimit/16)
+	long := bytes.Repeat([]byte("0123456789abcdef"), 3*wsock.ResponseBufferLimit/16)
 	e.handle(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write(long[:100])

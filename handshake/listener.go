@@ -2,7 +2,6 @@ package handshake
 
 import (
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -32,7 +31,7 @@ const (
 	// only not cheaper. The whole head must be read before answering: closing
 	// a socket with unread bytes makes the kernel send RST, which can destroy
 	// the 503 before the client reads it.
-	peekSize = 4096
+	peekSize = wsock.MaxHead
 	// peekTimeout bounds how long a silent or slow client is peeked at
 	// before it is handed on to net/http (which then applies its own
 	// ReadHeaderTimeout).
@@ -150,7 +149,7 @@ func (d *door) Accept() (net.Conn, error) {
 		if d.peekers.Add(1) > d.max {
 			d.peekers.Add(-1)
 			if n > 0 {
-				c = &peekedConn{Conn: c, head: append([]byte(nil), bp[:n]...)}
+				c = wsock.Replay(c, bp[:n])
 			}
 			if bp != nil {
 				peekBufs.Put(bp)
@@ -181,7 +180,7 @@ func (d *door) Accept() (net.Conn, error) {
 // shedNow sheds c if head, the bytes it has sent so far, is a complete
 // sheddable upgrade and the door still sheds; else it leaves c alone.
 func (d *door) shedNow(c net.Conn, head []byte) bool {
-	if v, _ := classifyHead(head, d.path, 0, peekSize); v != headShed {
+	if v, _ := wsock.ClassifyHead(head, d.path, 0, peekSize); v != wsock.HeadSimple {
 		return false
 	}
 	why, full := d.g.doorFull()
@@ -270,22 +269,8 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 	}()
 	buf := bp[:]
 
-	v, scanned := headMore, 0
-	if n > 0 {
-		v, scanned = classifyHead(buf[:n], d.path, 0, len(buf))
-	}
-	var err error
-	for v == headMore {
-		var k int
-		k, err = c.Read(buf[n:])
-		n += k
-		v, scanned = classifyHead(buf[:n], d.path, scanned, len(buf))
-		if err != nil {
-			break
-		}
-	}
-
-	if v == headShed {
+	n, v, err := wsock.ReadHead(c, buf, n, d.path)
+	if v == wsock.HeadSimple {
 		// Door work yields first: Gosched moves this goroutine to the back
 		// of the global run queue, behind the connections already served
 		// (readied into the local queues by the poller), and breaks the
@@ -303,8 +288,8 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 			// Parsing, the handler and the WebSocket accept go deep:
 			// grow the stack once, while it is shallow.
 			wsock.GrowStack()
-			w := &doorResponse{c: c, ctx: &goneContext{c: c}}
-			if req := parseHead(w.ctx, buf[:n]); req != nil {
+			w := wsock.NewResponse(c)
+			if req := wsock.ParseHead(w.Context(), buf[:n]); req != nil {
 				if !d.take(c) {
 					return
 				}
@@ -329,11 +314,7 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	hc := c
-	if n > 0 {
-		hc = &peekedConn{Conn: c, head: append([]byte(nil), buf[:n]...)}
-	}
-	d.handOn(c, hc)
+	d.handOn(c, wsock.Replay(c, buf[:n]))
 }
 
 // take removes c from the peeking set to serve it; false when the door
@@ -396,222 +377,4 @@ func appendDoor503(b []byte, ms int64) []byte {
 	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\n\r\n"...)
 	return append(b, body...)
-}
-
-// peekedConn replays the bytes the door read, then reads the socket. It
-// keeps what net/http looks for on a *net.TCPConn: CloseWrite (to avoid a
-// reset after an unread body) and ReadFrom (sendfile/splice).
-type peekedConn struct {
-	net.Conn
-	head []byte
-}
-
-func (c *peekedConn) Read(p []byte) (int, error) {
-	if len(c.head) == 0 {
-		return c.Conn.Read(p)
-	}
-	n := copy(p, c.head)
-	c.head = c.head[n:]
-	if len(c.head) == 0 {
-		c.head = nil // let the copy go
-	}
-	return n, nil
-}
-
-func (c *peekedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
-
-func (c *peekedConn) ReadFrom(r io.Reader) (int64, error) {
-	if rf, ok := c.Conn.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(struct{ io.Writer }{c.Conn}, r)
-}
-
-// headVerdict is what the door makes of the bytes read so far.
-type headVerdict uint8
-
-const (
-	headMore headVerdict = iota // still possibly a sheddable head: read on
-	headShed                    // a complete, well-formed GET path head, nothing after it
-	headPass                    // hand on to net/http
-)
-
-// classifyHead decides on b, the bytes read so far (at most limit). It
-// says headShed only for a head net/http would parse and route to GET
-// path: request line `GET path[?query] HTTP/1.x` with CRLF line ends,
-// header names that are tokens followed directly by ':', field values
-// without control characters, at most one Host (exactly one for 1.1)
-// of plain host bytes (letters, digits, -._:[]), no Content-Length, Transfer-Encoding
-// or Expect, and no byte after the blank line. Anything unusual is
-// headPass: the door only sheds what it is sure of. scanned is how far
-// earlier calls have looked for the end of the head (0 at first); the
-// updated value is returned so a byte-at-a-time sender costs linear time.
-func classifyHead(b []byte, path string, scanned, limit int) (headVerdict, int) {
-	// "GET " path, then ' ' or '?'.
-	const method = "GET "
-	want := len(method) + len(path)
-	for i := 0; i < len(b) && i < want; i++ {
-		var c byte
-		if i < len(method) {
-			c = method[i]
-		} else {
-			c = path[i-len(method)]
-		}
-		if b[i] != c {
-			return headPass, scanned
-		}
-	}
-	if len(b) > want && b[want] != ' ' && b[want] != '?' {
-		return headPass, scanned
-	}
-	// The end of the head; a bare LF anywhere means net/http's lenient
-	// parsing, which the door leaves to it.
-	end := -1
-	for i := scanned; i < len(b); i++ {
-		if b[i] != '\n' {
-			continue
-		}
-		if i == 0 || b[i-1] != '\r' {
-			return headPass, i
-		}
-		if i >= 3 && b[i-2] == '\n' && b[i-3] == '\r' {
-			end = i + 1
-			break
-		}
-	}
-	if end < 0 {
-		if len(b) >= limit {
-			return headPass, len(b)
-		}
-		return headMore, len(b)
-	}
-	if end != len(b) || !validHead(b[:end], want) {
-		return headPass, end
-	}
-	return headShed, end
-}
-
-// validHead checks a complete head (ending in CRLF CRLF) whose first
-// target bytes are "GET path".
-func validHead(h []byte, target int) bool {
-	line, rest := cutLine(h)
-	// Request line: the rest of the target, then the version.
-	i := target
-	if line[i] == '?' {
-		for i++; i < len(line) && line[i] != ' '; i++ {
-			if line[i] < 0x21 || line[i] > 0x7e {
-				return false
-			}
-		}
-	}
-	v := string(line[i:])
-	if v != " HTTP/1.1" && v != " HTTP/1.0" {
-		return false
-	}
-	needHost := v == " HTTP/1.1"
-	hosts := 0
-	for {
-		line, rest = cutLine(rest)
-		if len(line) == 0 {
-			break // the blank line
-		}
-		colon := -1
-		for j, c := range line {
-			if c == ':' {
-				colon = j
-				break
-			}
-			if !isTokenByte(c) {
-				return false // also a leading space: obs-fold
-			}
-		}
-		if colon <= 0 {
-			return false
-		}
-		name, value := line[:colon], line[colon+1:]
-		for _, c := range value {
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return false
-			}
-		}
-		switch {
-		case asciiEqualFold(name, "Host"):
-			hosts++
-			for _, c := range trimOWS(value) {
-				if !isHostByte(c) {
-					return false
-				}
-			}
-		case asciiEqualFold(name, "Content-Length"),
-			asciiEqualFold(name, "Transfer-Encoding"),
-			asciiEqualFold(name, "Expect"):
-			return false
-		}
-	}
-	return hosts <= 1 && (hosts == 1 || !needHost)
-}
-
-// cutLine splits off the first CRLF-terminated line (without its CRLF).
-func cutLine(b []byte) (line, rest []byte) {
-	for i := 0; i+1 < len(b); i++ {
-		if b[i] == '\r' && b[i+1] == '\n' {
-			return b[:i], b[i+2:]
-		}
-	}
-	return b, nil
-}
-
-func trimOWS(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
-		b = b[1:]
-	}
-	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-func asciiEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range b {
-		if b[i]|0x20 != s[i]|0x20 {
-			return false
-		}
-	}
-	return true
-}
-
-// isTokenByte: RFC 9110 tchar, what net/http accepts in a field name.
-func isTokenByte(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
-}
-
-// isHostByte: a conservative subset of the bytes net/http accepts in a
-// Host (it refuses '@', userinfo, for one); a host with anything
-// else is handed on.
-func isHostByte(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	switch c {
-	case '-', '.', '_', ':', '[', ']':
-		return true
-	}
-	return false
 }

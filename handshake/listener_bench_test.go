@@ -78,14 +78,3 @@ func benchShed(b *testing.B, withDoor bool) {
 
 func BenchmarkShedAtDoor(b *testing.B)  { benchShed(b, true) }
 func BenchmarkShedNetHTTP(b *testing.B) { benchShed(b, false) }
-
-// BenchmarkClassifyHead is the door's parse of a typical upgrade head.
-func BenchmarkClassifyHead(b *testing.B) {
-	head := []byte(upgradeHead)
-	b.ReportAllocs()
-	for b.Loop() {
-		if v, _ := classifyHead(head, "/ws", 0, peekSize); v != headShed {
-			b.Fatal(v)
-		}
-	}
-}

@@ -2,7 +2,6 @@ package handshake
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,10 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +18,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/metrics"
-	"pgregory.net/rapid"
 )
 
 // doorEnv is a real server (TCP on loopback, http.Server over the door)
@@ -534,251 +530,6 @@ func TestAppendDoor503(t *testing.T) {
 			t.Fatalf("ms %d: %q", give, b)
 		}
 	}
-}
-
-// ---- the request-head parser ----
-
-func TestClassifyHead(t *testing.T) {
-	const big = 1 << 20
-	tests := []struct {
-		name string
-		give string
-		want headVerdict
-	}{
-		{"upgrade", upgradeHead, headShed},
-		{"query", "GET /ws?token=a.b-c_d%20 HTTP/1.1\r\nHost: h\r\n\r\n", headShed},
-		{"http/1.0 without host", "GET /ws HTTP/1.0\r\n\r\n", headShed},
-		{"host with port and spaces", "GET /ws HTTP/1.1\r\nhost:  [::1]:80 \r\n\r\n", headShed},
-		{"empty prefix", "", headMore},
-		{"partial line", "GET /w", headMore},
-		{"partial head", "GET /ws HTTP/1.1\r\nHost: h\r\n", headMore},
-		{"head split in CRLF", "GET /ws HTTP/1.1\r\nHost: h\r\n\r", headMore},
-		{"healthz", healthHead, headPass},
-		{"other path prefix", "GET /wsx HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
-		{"subpath", "GET /ws/ HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
-		{"post", "POST /ws HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
-		{"head method", "HEAD /ws HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
-		{"lower-case method", "get /ws HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
-		{"absolute form", "GET http://h/ws HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
-		{"http/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", headPass},
-		{"tls", "\x16\x03\x01\x02\x00\x01", headPass},
-		{"missing host 1.1", "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n", headPass},
-		{"two hosts", "GET /ws HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", headPass},
-		{"bad host", "GET /ws HTTP/1.1\r\nHost: a/b\r\n\r\n", headPass},
-		{"http/1.2", "GET /ws HTTP/1.2\r\nHost: h\r\n\r\n", headPass},
-		{"two spaces", "GET /ws  HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
-		{"bare LF", "GET /ws HTTP/1.1\nHost: h\n\n", headPass},
-		{"bare CR in value", "GET /ws HTTP/1.1\r\nHost: h\r\nX: a\rb\r\n\r\n", headPass},
-		{"space before colon", "GET /ws HTTP/1.1\r\nHost : h\r\n\r\n", headPass},
-		{"obs-fold", "GET /ws HTTP/1.1\r\nHost: h\r\n x\r\n\r\n", headPass},
-		{"no colon", "GET /ws HTTP/1.1\r\nHost: h\r\nfoo\r\n\r\n", headPass},
-		{"empty name", "GET /ws HTTP/1.1\r\nHost: h\r\n: v\r\n\r\n", headPass},
-		{"content-length", "GET /ws HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", headPass},
-		{"chunked", "GET /ws HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", headPass},
-		{"expect", "GET /ws HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n", headPass},
-		{"pipelined", "GET /ws HTTP/1.1\r\nHost: h\r\n\r\nGET", headPass},
-		{"control in query", "GET /ws?a\x01 HTTP/1.1\r\nHost: h\r\n\r\n", headPass},
-		{"NUL in value", "GET /ws HTTP/1.1\r\nHost: h\r\nX: \x00\r\n\r\n", headPass},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got, _ := classifyHead([]byte(tt.give), "/ws", 0, big); got != tt.want {
-				t.Fatalf("classifyHead(%q) = %d, want %d", tt.give, got, tt.want)
-			}
-		})
-	}
-	full := []byte("GET /ws HTTP/1.1\r\nX: " + strings.Repeat("a", 64))
-	if got, _ := classifyHead(full, "/ws", 0, len(full)); got != headPass {
-		t.Fatal("a full buffer without the end of the head must be handed on")
-	}
-}
-
-// routeOracle is net/http itself: a real http.Server over in-memory pipes
-// whose only route that answers 200 is GET /ws. routed reports whether
-// head, sent alone on a fresh connection, reaches that handler.
-type routeOracle struct {
-	srv    *http.Server
-	conns  chan net.Conn
-	done   chan struct{} // Serve returned
-	closed chan struct{} // the listener was closed
-	once   sync.Once
-}
-
-func newRouteOracle(t testing.TB) *routeOracle {
-	o := &routeOracle{conns: make(chan net.Conn), done: make(chan struct{}), closed: make(chan struct{})}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			w.Header().Set("X-Routed", "1")
-		}
-	})
-	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { o.srv.Serve(chanListener{o}); close(o.done) }()
-	t.Cleanup(func() { o.srv.Close(); <-o.done })
-	return o
-}
-
-func (o *routeOracle) routed(t tb, head []byte) bool {
-	client, server := net.Pipe()
-	defer client.Close()
-	select {
-	case o.conns <- server:
-	case <-o.done:
-		t.Fatal("oracle stopped")
-	}
-	go client.Write(head)
-	client.SetDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(client), nil)
-	if err != nil {
-		t.Fatalf("oracle: %v", err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode == 200 && resp.Header.Get("X-Routed") == "1"
-}
-
-type chanListener struct{ o *routeOracle }
-
-func (l chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.o.conns:
-		return c, nil
-	case <-l.o.closed:
-		return nil, net.ErrClosed
-	}
-}
-func (l chanListener) Close() error   { l.o.once.Do(func() { close(l.o.closed) }); return nil }
-func (l chanListener) Addr() net.Addr { return &net.TCPAddr{} }
-
-// checkSplits: fed in two parts (the scan position carried over), the
-// verdict is that of the whole; a prefix that already says pass was right.
-func checkSplits(t tb, b []byte, whole headVerdict) {
-	step := max(1, len(b)/64) // quadratic otherwise
-	for k := 0; k < len(b); k += step {
-		vk, s := classifyHead(b[:k], "/ws", 0, len(b)+1)
-		switch vk {
-		case headMore:
-			if v, _ := classifyHead(b, "/ws", s, len(b)+1); v != whole {
-				t.Fatalf("split at %d of %q: %d, whole %d", k, b, v, whole)
-			}
-		case headPass:
-			if whole != headPass {
-				t.Fatalf("prefix %q passed, whole %q is %d", b[:k], b, whole)
-			}
-		}
-	}
-}
-
-func FuzzClassifyHead(f *testing.F) {
-	for _, s := range []string{
-		upgradeHead, healthHead, "GET /ws HTTP/1.0\r\n\r\n", "GET /ws?a=b HTTP/1.1\r\nHost: x:1\r\n\r\n",
-		"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
-		"GET /ws HTTP/1.1\r\nHost: h\r\nX: \xff\xfe\r\n\r\n", "GET /ws HTTP/1.1\r\nHost:\r\n\r\n",
-		"GET /ws?#x HTTP/1.1\r\nHost: h\r\n\r\n", "GET /ws?%zz HTTP/1.1\r\nHost: h\r\n\r\n",
-		"GET /ws HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
-	} {
-		f.Add([]byte(s))
-	}
-	o := newRouteOracle(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if len(b) > peekSize {
-			return // the door never looks further
-		}
-		v, _ := classifyHead(b, "/ws", 0, len(b)+1)
-		checkSplits(t, b, v)
-		if v == headShed && !o.routed(t, b) {
-			t.Fatalf("door sheds %q, but net/http does not route it to GET /ws", b)
-		}
-		if v == headShed {
-			checkParseHead(t, b)
-		}
-	})
-}
-
-// checkParseHead: what the door builds from a head it serves is what
-// http.ReadRequest reads from it (or the door leaves it to net/http).
-func checkParseHead(t tb, b []byte) {
-	t.Helper()
-	want, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
-	got := parseHead(context.Background(), b)
-	if got == nil {
-		if err == nil && !bytes.Contains(b, []byte("#")) {
-			t.Fatalf("door leaves %q to net/http, which reads it", b)
-		}
-		return
-	}
-	if err != nil {
-		t.Fatalf("door serves %q, which http.ReadRequest refuses: %v", b, err)
-	}
-	if got.Method != want.Method || got.URL.String() != want.URL.String() || got.RequestURI != want.RequestURI ||
-		got.Proto != want.Proto || got.ProtoMajor != want.ProtoMajor || got.ProtoMinor != want.ProtoMinor ||
-		got.Host != want.Host || got.Close != want.Close || got.ContentLength != want.ContentLength ||
-		got.Body != http.NoBody || !reflect.DeepEqual(got.Header, want.Header) || got.URL.Path != "/ws" {
-		t.Fatalf("%q:\n door %+v\n net/http %+v", b, got, want)
-	}
-}
-
-// TestClassifyHeadProperty: every well-formed upgrade head, however its
-// headers vary, is shed, and only once it is complete; net/http agrees.
-func TestClassifyHeadProperty(t *testing.T) {
-	o := newRouteOracle(t)
-	token := rapid.StringOfN(rapid.SampledFrom([]rune("abcXYZ019!#$%&'*+-.^_`|~")), 1, 12, -1)
-	value := rapid.StringOfN(rapid.SampledFrom([]rune("ab Z9;=,\t\"()/:?@[]{}\x80\xff")), 0, 30, -1)
-	rapid.Check(t, func(rt *rapid.T) {
-		var sb strings.Builder
-		sb.WriteString("GET /ws")
-		if rapid.Bool().Draw(rt, "query") {
-			sb.WriteString("?" + rapid.StringOfN(rapid.SampledFrom([]rune("az09=&%-._~!$'()*+,;:@/?#[]")), 0, 40, -1).Draw(rt, "q"))
-		}
-		v11 := rapid.Bool().Draw(rt, "1.1")
-		if v11 {
-			sb.WriteString(" HTTP/1.1\r\n")
-		} else {
-			sb.WriteString(" HTTP/1.0\r\n")
-		}
-		hostAt := -1
-		if v11 || rapid.Bool().Draw(rt, "host") {
-			hostAt = rapid.IntRange(0, 3).Draw(rt, "hostAt")
-		}
-		n := rapid.IntRange(0, 4).Draw(rt, "n")
-		for i := 0; i <= max(n, hostAt); i++ {
-			if i == hostAt {
-				sb.WriteString(rapid.SampledFrom([]string{"Host", "host", "HOST"}).Draw(rt, "hostName") + ": " +
-					rapid.StringOfN(rapid.SampledFrom([]rune("a.z-0:9[]_")), 0, 20, -1).Draw(rt, "hostValue") + "\r\n")
-			}
-			if i < n {
-				name := token.Draw(rt, "name")
-				if asciiEqualFold([]byte(name), "host") || asciiEqualFold([]byte(name), "content-length") ||
-					asciiEqualFold([]byte(name), "transfer-encoding") || asciiEqualFold([]byte(name), "expect") {
-					name = "X-" + name
-				}
-				sb.WriteString(name + ":" + value.Draw(rt, "value") + "\r\n")
-			}
-		}
-		if rapid.Bool().Draw(rt, "connection") {
-			sb.WriteString("Connection: " + rapid.SampledFrom([]string{"close", "keep-alive", "Upgrade", "upgrade, Close", " Keep-Alive ,x"}).Draw(rt, "conn") + "\r\n")
-		}
-		if rapid.Bool().Draw(rt, "pragma") {
-			sb.WriteString("Pragma: no-cache\r\n")
-			if rapid.Bool().Draw(rt, "cacheControl") {
-				sb.WriteString("Cache-Control: max-age=0\r\n")
-			}
-		}
-		sb.WriteString("\r\n")
-		b := []byte(sb.String())
-		if v, _ := classifyHead(b, "/ws", 0, len(b)); v != headShed {
-			rt.Fatalf("%q: %d, want shed", b, v)
-		}
-		for k := range len(b) {
-			if v, _ := classifyHead(b[:k], "/ws", 0, len(b)); v != headMore {
-				rt.Fatalf("prefix %q: %d, want more", b[:k], v)
-			}
-		}
-		checkSplits(rt, b, headShed)
-		if !o.routed(rt, b) {
-			rt.Fatalf("net/http does not route %q to GET /ws", b)
-		}
-		checkParseHead(rt, b)
-	})
 }
 
 // While the pacing queue holds as many upgrades as can be served within

@@ -10,10 +10,18 @@
 //     without consuming, TIOCINQ (bytes waiting), and the check that an
 //     idle client has gone;
 //   - the small buffers a hijacked connection runs on;
+//   - a request head read off a socket outside net/http (head.go): read
+//     within its bounds (ReadHead, MaxHead), classified (ClassifyHead:
+//     only a plain `GET path` head that net/http would read the same way
+//     is taken; anything else is left to net/http with its bytes replayed,
+//     Replay), turned into the *http.Request http.ReadRequest would make
+//     (ParseHead), and answered with a response writer that supports
+//     Hijack and writes the response head (Response, response.go);
 //   - the scheduling nudges of a read goroutine (Yield, GrowStack).
 //
-// It must never know about JSON-RPC, topics or connections' lifetimes, and
-// never wait on a socket except where a function says so.
+// It must never know about JSON-RPC, topics, the upgrade gate (when to
+// shed, caps, pacing) or connections' lifetimes, and never wait on a
+// socket except where a function says so.
 //
 // # What it relies on
 //
@@ -32,7 +40,12 @@
 //
 // From net/http: Hijack hands over the bytes a client sent after the
 // request head in the bufio.Reader it returns (Buffered() > 0), and an
-// empty reader otherwise, so a smaller one may replace it.
+// empty reader otherwise, so a smaller one may replace it. A head that
+// ClassifyHead calls simple is one net/http's server routes to `GET path`,
+// and ParseHead makes of it what http.ReadRequest makes (the fuzz and
+// property tests of head_test.go run both against net/http itself); the
+// heads Response writes are read by net/http's client as the responses
+// they mean (response_test.go).
 //
 // # Other systems
 //
