@@ -550,3 +550,53 @@ func TestHistoryRedisBackWithoutReconnects(t *testing.T) {
 		t.Fatalf("%v resyncs", n)
 	}
 }
+
+// A recovery storm on the Redis store: many clients come back at once,
+// each from its own position and each missing several replay pages; every
+// one gets its missed offsets exactly once, in order, then live messages,
+// and nobody is cut for a slow reader.
+func TestHistoryRecoveryStormOnRedis(t *testing.T) {
+	leakcheck.Check(t)
+	r := redistest.Start(t)
+	p := start(t, fleetConfig(r.URL(), historyConfig(2000, "5m", "")))
+	clients, missed := 200, 350 // more than three replay pages each
+	if raceEnabled {
+		clients = 60
+	}
+	pub := wstest.Dial(t, p.WS())
+	pos := histCall(t, pub, "subscribe", `{"topic":"room:storm"}`)
+	data := `"` + strings.Repeat("x", 100) + `"`
+	for range missed {
+		histCall(t, pub, "publish", `{"topic":"room:storm","data":`+data+`}`)
+	}
+	// Client i last saw offset i mod 50: all of them replay from the
+	// store, from different places, at the same time.
+	conns := make([]*wstest.Conn, clients)
+	for i := range conns {
+		conns[i] = wstest.Dial(t, p.WS())
+	}
+	for i, c := range conns {
+		c.Send(fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"subscribe","params":%s}`, recoverParams("room:storm", pos.Epoch, uint64(i%50))))
+	}
+	last := uint64(missed)
+	for i, c := range conns {
+		f := c.Recv()
+		wstest.MustOK(t, f)
+		var res histResult
+		if err := json.Unmarshal(f.Result, &res); err != nil || res.Recovered == nil || !*res.Recovered || res.Offset != last {
+			t.Fatalf("client %d: recover answered %s (%v)", i, f.Result, err)
+		}
+		since := uint64(i % 50)
+		checkConsecutive(t, fmt.Sprintf("client %d", i), readOffsets(t, c, "room:storm", int(last-since)), since+1)
+	}
+	histCall(t, pub, "publish", `{"topic":"room:storm","data":"live"}`)
+	for i, c := range conns {
+		checkConsecutive(t, fmt.Sprintf("client %d, live", i), readOffsets(t, c, "room:storm", 1), last+1)
+	}
+	if v := p.metric("slow_consumer_disconnects_total"); v != 0 {
+		t.Fatalf("slow_consumer_disconnects_total = %v", v)
+	}
+	if v := p.metric(`history_recoveries_total{result="recovered"}`); v != float64(clients) {
+		t.Fatalf("recoveries counted %v, want %d", v, clients)
+	}
+}

@@ -397,7 +397,8 @@ const Newest = ^uint64(0)
 
 // Read returns topic's position and up to limit messages after after
 // (Newest: the newest limit), oldest first, without those older than
-// policy.TTL or that do not decode (logged).
+// policy.TTL or that do not decode (logged). The messages' Data share one
+// buffer: keeping one keeps the page.
 func (r *Redis) Read(ctx context.Context, topic string, after uint64, limit int, policy Policy) (Position, []Message, error) {
 	list, meta := r.keys(topic)
 	newest, a := "0", strconv.FormatUint(after, 10)
@@ -436,10 +437,20 @@ func (r *Redis) Read(ctx context.Context, topic string, after uint64, limit int,
 	if policy.TTL > 0 {
 		oldest = r.now().Add(-policy.TTL).UnixMilli()
 	}
+	// The page's data in one allocation, not one per message: a storm of
+	// recoveries reads a million of them.
+	size := 0
+	for _, it := range items {
+		s, _ := it.(string)
+		size += len(s)
+	}
+	buf := make([]byte, 0, size)
 	out := make([]Message, 0, len(items))
 	for i := len(items) - 1; i >= 0; i-- {
 		s, _ := items[i].(string)
-		m, err := DecodeStored(s)
+		var m Message
+		var err error
+		m, buf, err = decodeStoredInto(buf, s)
 		if err != nil {
 			r.count(r.errRead)
 			r.log.Warn("history: dropped a stored message that does not decode", "topic", topic)

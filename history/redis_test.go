@@ -156,6 +156,11 @@ func TestRedisStoreBoundsIdempotencyAndEpochs(t *testing.T) {
 	if fmt.Sprint(offsets(ms)) != "[3 4 5]" {
 		t.Fatalf("size 3 keeps %v", offsets(ms))
 	}
+	for i, m := range ms {
+		if want := fmt.Sprint(i + 2); string(m.Data) != want {
+			t.Fatalf("message %d holds %s, want %s", m.Offset, m.Data, want)
+		}
+	}
 
 	idem := Publish{Topic: "t", Data: []byte(`"x"`), Policy: pol, IdempotencyKey: "user:k1"}
 	first, dup, _ := store.Publish(ctx, idem)

@@ -1,10 +1,12 @@
 package history
 
 import (
-	"encoding/json"
 	"errors"
+	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/rtserver/rtserver/internal/jsonexact"
 )
 
 // The stored form of a message, as the Redis store keeps it (one list
@@ -31,19 +33,32 @@ var errStored = errors.New("history: malformed stored message")
 // positive offset, JSON data in valid UTF-8) and never panics. Data is a
 // copy.
 func DecodeStored(s string) (Message, error) {
+	m, _, err := decodeStoredInto(nil, s)
+	return m, err
+}
+
+// decodeStoredInto is DecodeStored with Data copied to the end of buf
+// (capped there, so that what buf later takes cannot reach it): a page of
+// messages read at once shares one allocation. It returns buf with Data.
+func decodeStoredInto(buf []byte, s string) (Message, []byte, error) {
 	off, rest, ok := cutNumber(s)
 	if !ok || off == 0 {
-		return Message{}, errStored
+		return Message{}, buf, errStored
 	}
 	ts, rest, ok := cutNumber(rest)
 	if !ok || ts > 1<<62 {
-		return Message{}, errStored
+		return Message{}, buf, errStored
 	}
-	data := []byte(rest)
-	if len(data) == 0 || !utf8.Valid(data) || !json.Valid(data) {
-		return Message{}, errStored
+	if len(rest) == 0 || !utf8.ValidString(rest) {
+		return Message{}, buf, errStored
 	}
-	return Message{Offset: off, Time: int64(ts), Data: data}, nil
+	start := len(buf)
+	buf = append(buf, rest...)
+	data := buf[start:len(buf):len(buf)]
+	if valid, _ := jsonexact.Check(data, math.MaxInt); !valid {
+		return Message{}, buf[:start], errStored
+	}
+	return Message{Offset: off, Time: int64(ts), Data: data}, buf, nil
 }
 
 // cutNumber reads decimal digits (at most 19, no sign, no leading zero

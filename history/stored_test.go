@@ -3,6 +3,8 @@ package history
 import (
 	"bytes"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 func TestStoredRoundTrip(t *testing.T) {
@@ -45,6 +47,54 @@ func FuzzDecodeStored(f *testing.F) {
 		again, err := DecodeStored(string(AppendStored(nil, m)))
 		if err != nil || again.Offset != m.Offset || again.Time != m.Time || !bytes.Equal(again.Data, m.Data) {
 			t.Fatalf("re-encoding %q: %+v, %v", s, again, err)
+		}
+	})
+}
+
+// A page decoded into one buffer reads exactly as each message decoded on
+// its own, whatever is malformed among them and whatever the buffer takes
+// after a message.
+func TestDecodeStoredIntoOneBuffer(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		items := rapid.SliceOf(rapid.OneOf(
+			rapid.Custom(func(t *rapid.T) string {
+				m := Message{
+					Offset: rapid.Uint64Range(1, 1<<40).Draw(t, "offset"),
+					Time:   rapid.Int64Range(0, 1<<42).Draw(t, "time"),
+					Data:   []byte(rapid.SampledFrom([]string{`1`, `"a b"`, `{"x":[1,2]}`, `[]`, `"\u00e9"`}).Draw(t, "data")),
+				}
+				return string(AppendStored(nil, m))
+			}),
+			rapid.SampledFrom([]string{"", "1 2 {", "0 1 {}", "1 2 \"\xff\"", "1 2 nul"}),
+		)).Draw(t, "items")
+		size := 0
+		for _, s := range items {
+			size += len(s)
+		}
+		buf := make([]byte, 0, size)
+		var got []Message
+		for _, s := range items {
+			var m Message
+			var err error
+			m, buf, err = decodeStoredInto(buf, s)
+			_, wantErr := DecodeStored(s)
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("%q: error %v, alone %v", s, err, wantErr)
+			}
+			if err == nil {
+				got = append(got, m)
+			}
+		}
+		i := 0
+		for _, s := range items {
+			want, err := DecodeStored(s)
+			if err != nil {
+				continue
+			}
+			if m := got[i]; m.Offset != want.Offset || m.Time != want.Time || !bytes.Equal(m.Data, want.Data) {
+				t.Fatalf("%q decoded in the page as %+v, alone as %+v", s, m, want)
+			}
+			i++
 		}
 	})
 }

@@ -10,11 +10,15 @@
 # Environment:
 #   RUNS=3          runs per regime and build (the table shows medians)
 #   DURATION=3s     publishing time of each fan-out run
-#   REGIMES="fan1000 window1 rooms sparse idle storm"   a subset to run
+#   REGIMES="fan1000 window1 rooms sparse idle storm"   a subset to run; also,
+#                   not run unless named: recover and redis-recover, the recovery
+#                   storm on the memory and the Redis history store
 #   BASE_BIN=path   an already built base rtserver (BASE then only labels it)
 #   KEEP=dir        keep every run's JSON there
-#   PORT=18611      first of the three loopback ports the servers listen on
-# Needs go, git, python3 and taskset (util-linux, for the storm). Builds
+#   PORT=18611      first of the five loopback ports the servers (and the
+#                   recovery storm's redis-server) listen on
+# Needs go, git, python3 and taskset (util-linux, for the storm), and
+# redis-server for redis-recover. Builds
 # into a temporary folder under /tmp; nothing is written to the tree.
 set -euo pipefail
 base=${1:-main}
@@ -24,6 +28,8 @@ regimes=${REGIMES:-fan1000 window1 rooms sparse idle storm}
 fanport=${PORT:-18611}
 idleport=$((fanport + 1))
 stormport=$((fanport + 2))
+recport=$((fanport + 3))
+rport=$((fanport + 4))
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d /tmp/bench-matrix.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
@@ -67,6 +73,9 @@ stop_server() {
 printf 'listen: 127.0.0.1:%s\n' "$fanport" > "$tmp/fan.yaml"
 printf 'listen: 127.0.0.1:%s\nhandshake: {maxConnections: 20000}\n' "$idleport" > "$tmp/idle.yaml"
 printf 'listen: 127.0.0.1:%s\nhandshake:\n  maxConnections: 500\n  perTickBudget: 50\n  tick: 10ms\n  maxQueueWait: 200ms\n' "$stormport" > "$tmp/storm.yaml"
+hist='topics:\n  namespaces:\n    - {pattern: "room:*", subscribe: [any], publish: [any], history: {size: 2000, ttl: 2m}}\n'
+printf "listen: 127.0.0.1:$recport\n$hist" > "$tmp/recover.yaml"
+printf "listen: 127.0.0.1:$recport\nredis: {url: \"redis://127.0.0.1:$rport\"}\n$hist" > "$tmp/redis-recover.yaml"
 fan=ws://127.0.0.1:$fanport/ws
 
 run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
@@ -98,6 +107,21 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 		wait_port $stormport
 		"$bench" storm --url ws://127.0.0.1:$stormport/ws --server-pid "$sp" --probe-cpu 0 --storm-cpu 1 --max-time 60s --json > "$f"
 		stop_server
+		;;
+	recover | redis-recover)
+		# 1,000 clients each missing 1,000 messages of 100 B reconnect at
+		# once and recover; the Redis store gets a fresh redis-server.
+		local rp=
+		if [ "$1" = redis-recover ]; then
+			redis-server --port $rport --bind 127.0.0.1 --save '' --appendonly no --loglevel warning >/dev/null 2>&1 &
+			rp=$!
+			wait_port $rport
+		fi
+		start_server "$2" "$tmp/$1.yaml"
+		wait_port $recport
+		"$bench" recover --url ws://127.0.0.1:$recport/ws -n 1000 --missed 1000 --prefix room: --server-pid "$sp" --max-time 90s --json > "$f" || true
+		stop_server
+		if [ -n "$rp" ]; then kill $rp; wait $rp 2>/dev/null || true; fi
 		;;
 	esac
 }
@@ -132,5 +156,12 @@ rows = {
               ("connect storm: server CPU us per attempt", lambda j: j["serverCpuUsPerAttempt"]),
               ("connect storm: peak open connections (cap 500)", lambda j: j["peakOpen"])],
 }
+for store in ("", "redis-"):
+    name = "Redis" if store else "memory"
+    rows[store + "recover"] = [
+        (f"recovery storm, {name} store: seconds until all caught up", lambda j: j["seconds"] if j["caughtUp"] == j["clients"] else float("inf")),
+        (f"recovery storm, {name} store: server RSS growth MiB", lambda j: j["serverRssGrowthMiB"]),
+        (f"recovery storm, {name} store: server CPU s", lambda j: j["serverCpuSeconds"]),
+        (f"recovery storm, {name} store: 1013 closes", lambda j: j["closed1013"])]
 table(out, runs, regimes, rows, "base", "new")
 EOF

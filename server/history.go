@@ -968,7 +968,10 @@ func (c *conn) runReplays() {
 	}
 	rs := ch.replays
 	ch.replays = nil
-	for _, r := range rs {
+	for i, r := range rs {
+		// Off the list first: the list must not keep a recovery's first
+		// page for as long as the whole replay runs.
+		rs[i] = replay{}
 		c.runReplay(r)
 	}
 }
@@ -987,6 +990,7 @@ func (c *conn) runReplay(r replay) {
 	s, h := c.s, c.s.hist
 	room := s.cfg.SendQueueBytes / 4
 	page := r.first
+	r.first = nil // r lives as long as the replay; the page must not
 	gap := false
 	for {
 		r.hs.mu.Lock()

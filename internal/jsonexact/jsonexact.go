@@ -1,6 +1,7 @@
 // Package jsonexact is the one rule by which rtserver reads the JSON it
 // is sent: client frames (package protocol), server API bodies (package
-// serverapi) and JWT claims (package handshake).
+// serverapi), JWT claims (package handshake) and the messages it reads
+// back from Redis (package history).
 //
 // Member names match exactly: case-sensitive, after escapes are resolved
 // (unlike encoding/json, which matches them case-insensitively and keeps
