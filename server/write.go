@@ -277,8 +277,7 @@ type holdSet struct {
 	spare []*conn
 	// own is the publisher's own connection when its answers are held:
 	// flushed before its subscribers, so that its client, which sends
-	// more once answered, does so while the rest are written, and the
-	// next burst is bigger and in hand sooner.
+	// more once answered, does so while the rest are written.
 	own       *conn
 	publishes int
 	held      atomic.Bool // len(conns) > 0 || own != nil
