@@ -84,10 +84,10 @@ func TestHeldFramesLeaveTogetherAtTheFlush(t *testing.T) {
 	}
 }
 
-// A publisher's own answers are flushed before its deliveries, whenever
-// they were held: its client sends its next publishes while the
-// subscribers are written to. Each connection is held once.
-func TestOwnAnswersAreFlushedFirst(t *testing.T) {
+// A publisher's own answers are held apart from its deliveries, whenever
+// they were held, and its connection is held once: the flush writes them
+// first before a large fan-out (ownFirst), last after a small one.
+func TestOwnAnswersAreHeldApart(t *testing.T) {
 	s := New(Options{Metrics: metrics.NewDiscard()})
 	pub, pubClient := tcpConn(t, s)
 	defer pubClient.Close()

@@ -276,8 +276,9 @@ type holdSet struct {
 	conns []*conn
 	spare []*conn
 	// own is the publisher's own connection when its answers are held:
-	// flushed before its subscribers, so that its client, which sends
-	// more once answered, does so while the rest are written.
+	// flushed before a large fan-out (ownFirst), so that its client,
+	// which sends more once answered, does so while the rest are
+	// written; after a small one.
 	own       *conn
 	publishes int
 	held      atomic.Bool // len(conns) > 0 || own != nil
@@ -335,6 +336,16 @@ func (h *holdSet) published() {
 	}
 }
 
+// ownFirst is the fewest other connections held for which a flush writes
+// the publisher's answers first. Writing a large fan-out takes long
+// enough that its client's next publishes, sent once answered, arrive
+// meanwhile: the next burst is in hand when the flush ends (1 -> 1,000:
+// 0.76-0.84x server CPU per delivery, 64 in flight). A small one's flush
+// is short: answered first, its client's next publishes trickle in while
+// it runs and the next burst is read in more, smaller pieces (100 topics
+// x 10: 1.03-1.07x), so its answers go last.
+const ownFirst = queuedFanout
+
 // maxSpareHeld bounds the list of held connections kept for the next
 // burst: one huge burst must not pin its list forever.
 const maxSpareHeld = 1 << 14
@@ -350,11 +361,15 @@ func (h *holdSet) flush() {
 	h.publishes = 0
 	h.held.Store(false)
 	h.mu.Unlock()
-	if own != nil {
+	if own != nil && len(conns) >= ownFirst {
 		own.flushHeld(h)
+		own = nil
 	}
 	for _, c := range conns {
 		c.flushHeld(h)
+	}
+	if own != nil {
+		own.flushHeld(h)
 	}
 	clear(conns)
 	if cap(conns) > maxSpareHeld {
