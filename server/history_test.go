@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -318,8 +319,25 @@ func (d *downStore) Read(ctx context.Context, topic string, after uint64, limit 
 // still arrive, in order.
 func TestRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	leakcheck.Check(t)
-	store := &downStore{Memory: history.NewMemory(history.MemoryOptions{})}
-	_, url := startServer(t, historyOptions(store, history.Policy{Size: 10, TTL: time.Minute}))
+	mem := history.NewMemory(history.MemoryOptions{})
+	s := New(historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
+	// Wrapped once the server has given the memory store its delivery,
+	// before anything runs.
+	store := &downStore{Memory: mem}
+	s.hist.store = store
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hts := httptest.NewServer(s)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		hts.Close()
+	})
+	url := "ws" + strings.TrimPrefix(hts.URL, "http")
 	pub, sub := wstest.Dial(t, url), wstest.Dial(t, url)
 	p0 := resultPos(t, sub.Call("subscribe", `{"topic":"h:x"}`))
 	publishN(t, pub, "h:x", 1, 1)
