@@ -21,20 +21,11 @@ import (
 func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	defer leakcheck.Check(t)
 	pol := history.Policy{Size: 100, TTL: time.Minute}
-	srv := server.New(server.Options{
+	url, stop := serveRT(t, server.Options{
 		History:       history.NewMemory(history.MemoryOptions{}),
 		HistoryPolicy: func(string) history.Policy { return pol },
 	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer func() {
-		hs.CloseClientConnections()
-		_ = srv.Shutdown(context.Background())
-		hs.Close()
-	}()
-	url := "ws" + strings.TrimPrefix(hs.URL, "http")
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -102,17 +93,8 @@ func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 // "client closed" after a retry that could never succeed.
 func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
 	defer leakcheck.Check(t)
-	srv := server.New(server.Options{})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer func() {
-		hs.CloseClientConnections()
-		_ = srv.Shutdown(context.Background())
-		hs.Close()
-	}()
-	url := "ws" + strings.TrimPrefix(hs.URL, "http")
+	url, stop := serveRT(t, server.Options{})
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, opts := range []*Options{{}, DefaultOptions()} {
@@ -126,5 +108,21 @@ func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
 			t.Errorf("reconnect %v: publish of 70000 bytes: %v, want the 1009 close", opts.Reconnect, err)
 		}
 		_ = c.Close()
+	}
+}
+
+// serveRT serves a real rtserver server over TCP and returns its
+// WebSocket URL and how to stop it (before the test's leak check).
+func serveRT(t *testing.T, opts server.Options) (url string, stop func()) {
+	t.Helper()
+	srv := server.New(opts)
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	return "ws" + strings.TrimPrefix(hs.URL, "http"), func() {
+		hs.CloseClientConnections()
+		_ = srv.Shutdown(context.Background())
+		hs.Close()
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -325,19 +324,7 @@ func TestRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	// before anything runs.
 	store := &downStore{Memory: mem}
 	s.hist.store = store
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	hts := httptest.NewServer(s)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		hts.Close()
-	})
-	url := "ws" + strings.TrimPrefix(hts.URL, "http")
+	url := serve(t, s)
 	pub, sub := wstest.Dial(t, url), wstest.Dial(t, url)
 	p0 := resultPos(t, sub.Call("subscribe", `{"topic":"h:x"}`))
 	publishN(t, pub, "h:x", 1, 1)
