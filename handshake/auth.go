@@ -18,6 +18,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 
@@ -32,8 +33,12 @@ var (
 	errNoToken   = errors.New("no token")
 	errBigToken  = errors.New("token too large")
 	errNoSubject = errors.New("token has no sub")
-	errAlg       = errors.New("signing method not configured")
-	errCrit      = errors.New(`token header lists "crit" extensions, and the server understands none`)
+	// errBadSubject: a sub the rest of the server could not name (the
+	// server API takes users of 1 to MaxUserLen bytes; a control character
+	// cannot travel in the RPC proxy's X-Rtserver-User header).
+	errBadSubject = errors.New("token sub is over 1024 bytes or holds a control character")
+	errAlg        = errors.New("signing method not configured")
+	errCrit       = errors.New(`token header lists "crit" extensions, and the server understands none`)
 	// errTopicsClaim wraps a validly signed token whose "topics" claim has
 	// the wrong shape: a backend bug worth a log line, not an attack.
 	errTopicsClaim = errors.New("topics claim")
@@ -243,6 +248,9 @@ func (v *verifier) verifyToken(ctx context.Context, tok string, id *Identity) er
 	if c.Subject == "" {
 		return errNoSubject
 	}
+	if !ValidUser(c.Subject) {
+		return errBadSubject
+	}
 	topics, err := parseTopicClaim(c.Topics)
 	if err != nil {
 		return fmt.Errorf("%w of sub %q: %w", errTopicsClaim, c.Subject, err)
@@ -333,4 +341,23 @@ func (g *Gate) VerifyToken(ctx context.Context, tok string) (Identity, error) {
 	}
 	err := g.auth.verifyToken(ctx, tok, &id)
 	return id, err
+}
+
+// MaxUserLen is the longest user id (a token's sub) the server takes: the
+// server API names users of 1 to MaxUserLen bytes (docs/server-api.md).
+const MaxUserLen = 1024
+
+// ValidUser reports whether user can be a connection's user: 1 to
+// MaxUserLen bytes of UTF-8 without control characters, so that the
+// server API can name it and it can travel in an HTTP header.
+func ValidUser(user string) bool {
+	if user == "" || len(user) > MaxUserLen || !utf8.ValidString(user) {
+		return false
+	}
+	for _, r := range user {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -58,13 +58,14 @@ func TestAuth(t *testing.T) {
 	noneTok := sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, ok)
 
 	tests := []struct {
-		name     string
-		secret   []byte
-		pub      []byte
-		token    string
-		inQuery  bool
-		header   string // an Authorization header sent as is (with inQuery)
-		wantUser string // "" = 401
+		name       string
+		secret     []byte
+		pub        []byte
+		token      string
+		inQuery    bool
+		header     string // an Authorization header sent as is (with inQuery)
+		wantUser   string // "" = 401
+		wantReason string // the 401's reason, when the case checks it
 	}{
 		{name: "HS256 valid", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), wantUser: "alice"},
 		{name: "HS256 in query", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, ok), inQuery: true, wantUser: "alice"},
@@ -77,6 +78,11 @@ func TestAuth(t *testing.T) {
 		{name: "HS256 wrong key", secret: secret, token: sign(t, jwt.SigningMethodHS256, []byte("another-secret-entirely-000000"), ok)},
 		{name: "HS256 without sub", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"exp": now.Add(time.Hour).Unix()})},
 		{name: "HS384 not accepted", secret: secret, token: sign(t, jwt.SigningMethodHS384, secret, ok)},
+		{name: "sub of 1024 bytes", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": strings.Repeat("u", 1024)}), wantUser: strings.Repeat("u", 1024)},
+		{name: "sub of 1025 bytes", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": strings.Repeat("u", 1025)}), wantReason: "bad_subject"},
+		{name: "sub with a newline", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice\nX-Admin: 1"}), wantReason: "bad_subject"},
+		{name: "sub with DEL", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice\x7f"}), wantReason: "bad_subject"},
+		{name: "sub in another script", secret: secret, token: sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "zoë-日本"}), wantUser: "zoë-日本"},
 		{name: "alg none", secret: secret, token: noneTok},
 		{name: "alg none with public key", pub: rsaPEM, token: noneTok},
 		{name: "no token", secret: secret},
@@ -115,6 +121,9 @@ func TestAuth(t *testing.T) {
 					t.Fatalf("admitted=%v status %d auth rejections %v; want 401", admitted, w.Code, rejected(m, "auth"))
 				}
 				challenge := w.Header().Get("WWW-Authenticate")
+				if tt.wantReason != "" && !strings.Contains(challenge, refusals[tt.wantReason]) {
+					t.Errorf("401 with WWW-Authenticate %q, want the %s refusal", challenge, tt.wantReason)
+				}
 				if tt.token == "" && challenge != "Bearer" ||
 					tt.token != "" && !strings.HasPrefix(challenge, `Bearer error="invalid_token", error_description="token `) {
 					t.Errorf("401 with WWW-Authenticate %q", challenge)
@@ -330,7 +339,7 @@ func TestRefusalDescriptionsFitTheChallenge(t *testing.T) {
 	if len(refusals) != len(metrics.AuthRefusalReasons) {
 		t.Errorf("%d descriptions for %d reasons", len(refusals), len(metrics.AuthRefusalReasons))
 	}
-	for err, want := range map[error]string{errNoToken: "missing", errBigToken: "too_large", errNoSubject: "no_subject", errAlg: "unverifiable", errors.New("x"): "invalid"} {
+	for err, want := range map[error]string{errNoToken: "missing", errBigToken: "too_large", errNoSubject: "no_subject", errBadSubject: "bad_subject", errAlg: "unverifiable", errors.New("x"): "invalid"} {
 		if got := RefusalOf(err).Reason; got != want {
 			t.Errorf("RefusalOf(%v) = %s, want %s", err, got, want)
 		}

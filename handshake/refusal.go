@@ -31,6 +31,7 @@ var refusals = map[string]string{
 	metrics.AuthAudience:     "token aud does not include auth.jwt.audience",
 	metrics.AuthIssuer:       "token iss is not auth.jwt.issuer",
 	metrics.AuthNoSubject:    "token has no sub claim",
+	metrics.AuthBadSubject:   "token sub is over 1024 bytes or holds a control character",
 	metrics.AuthTopicsClaim:  "token topics claim has the wrong shape",
 	metrics.AuthCrit:         "token header lists crit extensions",
 	metrics.AuthInvalid:      "token is invalid",
@@ -53,6 +54,8 @@ func refusalReason(err error) string {
 		return metrics.AuthTooLarge
 	case errors.Is(err, errNoSubject):
 		return metrics.AuthNoSubject
+	case errors.Is(err, errBadSubject):
+		return metrics.AuthBadSubject
 	case errors.Is(err, errTopicsClaim):
 		return metrics.AuthTopicsClaim
 	case errors.Is(err, errCrit):

@@ -40,6 +40,7 @@ const (
 	AuthAudience     = "audience"      // aud lacks auth.jwt.audience
 	AuthIssuer       = "issuer"        // iss is not auth.jwt.issuer
 	AuthNoSubject    = "no_subject"    // no sub claim
+	AuthBadSubject   = "bad_subject"   // sub over 1,024 bytes, or with a control character or invalid UTF-8
 	AuthTopicsClaim  = "topics_claim"  // the topics claim has the wrong shape
 	AuthCrit         = "crit"          // the header lists crit extensions
 	AuthInvalid      = "invalid"       // anything else
@@ -49,7 +50,7 @@ const (
 // handshake_auth_refused_total, pre-created at zero.
 var AuthRefusalReasons = []string{
 	AuthMissing, AuthTooLarge, AuthMalformed, AuthUnverifiable, AuthSignature,
-	AuthExpired, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject,
+	AuthExpired, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject, AuthBadSubject,
 	AuthTopicsClaim, AuthCrit, AuthInvalid,
 }
 

@@ -41,7 +41,7 @@ const (
 var ErrBadUser = errors.New("server: user must be 1 to 1024 bytes")
 
 // MaxUserLen is the longest user id Disconnect and Unsubscribe accept.
-const MaxUserLen = 1024
+const MaxUserLen = 1024 // as handshake.MaxUserLen: every user a token can name
 
 // Disconnect closes every connection of user, on this instance and on every
 // other, with close code 1008 and reason "disconnected". Queued messages

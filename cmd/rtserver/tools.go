@@ -169,6 +169,9 @@ func (f *toolFlags) sign() (string, error) {
 	if len(f.cfg.Auth.JWT.HMACSecret) == 0 {
 		return "", errors.New("--user needs auth.jwt.hmacSecret in the config to sign a token")
 	}
+	if !handshake.ValidUser(f.user) {
+		return "", fmt.Errorf("--user must be 1 to %d bytes of UTF-8 without control characters: the server refuses any other sub", handshake.MaxUserLen)
+	}
 	return f.cfg.Auth.JWT.SignHMAC(f.user, f.ttl, time.Now())
 }
 
@@ -251,6 +254,9 @@ func toolSub(f *toolFlags) error {
 	a, err := f.args(1)
 	if err != nil {
 		return err
+	}
+	if f.count < 0 {
+		return fmt.Errorf("--count %d: want 0 (run until interrupted) or a number of messages", f.count)
 	}
 	topic := a[0]
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -132,6 +132,9 @@ func TestToolMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"pub", "--user", "bob", "room:1", "hello"}, 1, "rtserver pub: --user needs auth.jwt.hmacSecret in the config to sign a token"},
 		{[]string{"token", "--user", "bob"}, 1, "rtserver token: --user needs auth.jwt.hmacSecret in the config to sign a token"},
 		{[]string{"token", "--config", secret}, 1, "rtserver token: --user is required"},
+		{[]string{"token", "--config", secret, "--user", "alice\nX-Admin: 1"}, 1, "rtserver token: --user must be 1 to 1024 bytes of UTF-8 without control characters"},
+		{[]string{"token", "--config", secret, "--user", strings.Repeat("u", 1025)}, 1, "rtserver token: --user must be 1 to 1024 bytes"},
+		{[]string{"sub", "--count", "-1", "room:1"}, 1, "rtserver sub: --count -1: want 0 (run until interrupted) or a number of messages"},
 		{[]string{"sub", "--config", secret, "--user", "bob", "--token", "T", "room:1"}, 1, "--user and --token are both set: give one"},
 		{[]string{"sub", "--since", "nocolon", "room:1"}, 2, "want EPOCH:OFFSET"},
 	} {
