@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/internal/envsign"
+	"github.com/rtserver/rtserver/internal/pollconn"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
@@ -83,7 +85,9 @@ type Aggregator struct {
 	life   sync.Mutex
 	cancel context.CancelFunc
 	sub    *bus.Subscription
-	wg     sync.WaitGroup
+	// subClient is the subscription's own client (nil: it shares client).
+	subClient *redis.Client
+	wg        sync.WaitGroup
 	// lead is the merging role, owned by the lead loop's goroutine.
 	lead leadState
 	// epochSeen is the highest epoch of a view accepted, merging is
@@ -169,12 +173,38 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 	return a, nil
 }
 
-// gather is how long the subscriptions let envelopes gather before
-// reading them (bus.SubscriptionConfig.Gather): a hundredth of the
-// interval (50ms by default), nothing next to how late a slice may
-// arrive, and at 1,000 siblings about ten envelopes per wake-up instead
-// of one.
+// gather is how long the subscription lets envelopes gather before
+// reading them: a hundredth of the interval (50ms by default), nothing
+// next to how late a slice may arrive, and at 1,000 siblings about ten
+// envelopes per wake-up instead of one. Its connection is polled that
+// often while envelopes come (internal/pollconn), and at most every
+// tenth of the interval when they do not; on a Redis Cluster, whose
+// client cannot be cloned for that, the subscription waits this long
+// after a wake-up instead (bus.SubscriptionConfig.Gather).
 func (a *Aggregator) gather() time.Duration { return a.opts.PublishInterval / 100 }
+
+// subscriptionClient returns a client of its own for the subscription,
+// whose connections are polled rather than woken by each envelope that
+// arrives, or nil when client is not a plain *redis.Client.
+func (a *Aggregator) subscriptionClient() *redis.Client {
+	c, ok := a.client.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	opts := *c.Options()
+	dial := opts.Dialer
+	poll := pollconn.Poll{Min: a.gather(), Max: a.opts.PublishInterval / 10}
+	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return pollconn.Wrap(nc, poll), nil
+	}
+	// The subscription's connection is its own; keep no others.
+	opts.MinIdleConns, opts.MaxIdleConns = 0, 0
+	return redis.NewClient(&opts)
+}
 
 // InstanceID is the id this instance tags its envelopes with.
 func (a *Aggregator) InstanceID() string { return a.id }
@@ -197,8 +227,14 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	if a.merged {
 		handle = a.receiveView
 	}
+	var client redis.UniversalClient = a.client
+	gather := a.gather()
+	subClient := a.subscriptionClient()
+	if subClient != nil {
+		client, gather = subClient, 0 // the polled connection gathers
+	}
 	sub := bus.Subscribe(bus.SubscriptionConfig{
-		Client:  a.client,
+		Client:  client,
 		Channel: a.viewChannel,
 		Handle:  handle,
 		// We hear our own broadcast every PublishInterval, so a channel
@@ -206,12 +242,15 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
 		MaxBackoff: retryMax,
 		Logger:     a.log,
-		Gather:     a.gather(),
+		Gather:     gather,
 	})
 	select {
 	case <-sub.Ready():
 	case <-ctx.Done():
 		sub.Close()
+		if subClient != nil {
+			subClient.Close()
+		}
 		return fmt.Errorf("publishrate: subscribe %q: %w", a.viewChannel, ctx.Err())
 	}
 	subs := a.subjects()
@@ -225,7 +264,7 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	a.mu.Unlock()
 
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel, a.sub = cancel, sub
+	a.cancel, a.sub, a.subClient = cancel, sub, subClient
 	a.wg.Add(1)
 	go a.tickLoop(lctx)
 	if a.merged {
@@ -246,8 +285,11 @@ func (a *Aggregator) Deactivate() {
 	}
 	a.cancel()
 	a.sub.Close()
+	if a.subClient != nil {
+		a.subClient.Close()
+	}
 	a.wg.Wait()
-	a.cancel, a.sub = nil, nil
+	a.cancel, a.sub, a.subClient = nil, nil, nil
 
 	now := a.opts.Now()
 	a.mu.Lock()
