@@ -85,7 +85,9 @@ type Aggregator struct {
 	life   sync.Mutex
 	cancel context.CancelFunc
 	sub    *bus.Subscription
-	// subClient is the subscription's own client (nil: it shares client).
+	// subClient is the subscriptions' own client, its connections polled
+	// (nil: they share client). Set by Activate before the loops start,
+	// cleared by Deactivate after they end.
 	subClient *redis.Client
 	wg        sync.WaitGroup
 	// lead is the merging role, owned by the lead loop's goroutine.
@@ -174,14 +176,18 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 }
 
 // gather is how long the subscription lets envelopes gather before
-// reading them: a hundredth of the interval (50ms by default), nothing
-// next to how late a slice may arrive, and at 1,000 siblings about ten
-// envelopes per wake-up instead of one. Its connection is polled that
-// often while envelopes come (internal/pollconn), and at most every
-// tenth of the interval when they do not; on a Redis Cluster, whose
-// client cannot be cloned for that, the subscription waits this long
-// after a wake-up instead (bus.SubscriptionConfig.Gather).
-func (a *Aggregator) gather() time.Duration { return a.opts.PublishInterval / 100 }
+// reading them: a fiftieth of the interval (100ms by default), nothing
+// next to how late a slice may arrive, and at 1,000 siblings about twenty
+// envelopes per wake-up instead of one. Each wake-up costs the process
+// more than the envelopes it reads (the scheduler, and sysmon polling
+// for a while after), so fewer is cheaper: measured at 300 and 1,000
+// siblings, a fiftieth cost a third less than a hundredth. Its
+// connection is polled that often while envelopes come
+// (internal/pollconn), and at most every tenth of the interval when they
+// do not; on a Redis Cluster, whose client cannot be cloned for that,
+// the subscription waits this long after a wake-up instead
+// (bus.SubscriptionConfig.Gather).
+func (a *Aggregator) gather() time.Duration { return a.opts.PublishInterval / 50 }
 
 // subscriptionClient returns a client of its own for the subscription,
 // whose connections are polled rather than woken by each envelope that
@@ -206,6 +212,29 @@ func (a *Aggregator) subscriptionClient() *redis.Client {
 	return redis.NewClient(&opts)
 }
 
+// subscribe starts a subscription to channel, through subClient when
+// there is one (its connections gather envelopes themselves), else
+// through client with the Gather wait.
+func (a *Aggregator) subscribe(channel string, handle func(string)) *bus.Subscription {
+	var client redis.UniversalClient = a.client
+	gather := a.gather()
+	if a.subClient != nil {
+		client, gather = a.subClient, 0
+	}
+	return bus.Subscribe(bus.SubscriptionConfig{
+		Client:  client,
+		Channel: channel,
+		Handle:  handle,
+		// We hear our own envelopes every PublishInterval (views every
+		// half interval), so a channel silent this long means a dead
+		// connection: ping it.
+		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
+		MaxBackoff: retryMax,
+		Logger:     a.log,
+		Gather:     gather,
+	})
+}
+
 // InstanceID is the id this instance tags its envelopes with.
 func (a *Aggregator) InstanceID() string { return a.id }
 
@@ -227,29 +256,15 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	if a.merged {
 		handle = a.receiveView
 	}
-	var client redis.UniversalClient = a.client
-	gather := a.gather()
-	subClient := a.subscriptionClient()
-	if subClient != nil {
-		client, gather = subClient, 0 // the polled connection gathers
-	}
-	sub := bus.Subscribe(bus.SubscriptionConfig{
-		Client:  client,
-		Channel: a.viewChannel,
-		Handle:  handle,
-		// We hear our own broadcast every PublishInterval, so a channel
-		// silent this long means a dead connection: ping it.
-		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
-		MaxBackoff: retryMax,
-		Logger:     a.log,
-		Gather:     gather,
-	})
+	a.subClient = a.subscriptionClient()
+	sub := a.subscribe(a.viewChannel, handle)
 	select {
 	case <-sub.Ready():
 	case <-ctx.Done():
 		sub.Close()
-		if subClient != nil {
-			subClient.Close()
+		if a.subClient != nil {
+			a.subClient.Close()
+			a.subClient = nil
 		}
 		return fmt.Errorf("publishrate: subscribe %q: %w", a.viewChannel, ctx.Err())
 	}
@@ -264,7 +279,7 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	a.mu.Unlock()
 
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel, a.sub, a.subClient = cancel, sub, subClient
+	a.cancel, a.sub = cancel, sub
 	a.wg.Add(1)
 	go a.tickLoop(lctx)
 	if a.merged {
@@ -285,10 +300,10 @@ func (a *Aggregator) Deactivate() {
 	}
 	a.cancel()
 	a.sub.Close()
+	a.wg.Wait() // the lead loop closes its subscription before returning
 	if a.subClient != nil {
 		a.subClient.Close()
 	}
-	a.wg.Wait()
 	a.cancel, a.sub, a.subClient = nil, nil, nil
 
 	now := a.opts.Now()
