@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The performance matrix: every regime that a change to the write path can
 # make better or worse, measured for the working tree and a base build in
-# interleaved runs (base, new, base, new, ...), a fresh server per run, and
+# interleaved runs (base, new, new, base, base, new, ...: which build goes
+# first alternates, so load that rises or falls during a set does not
+# always count against the same one), a fresh server per run, and
 # printed as one table of medians and new/base ratios. On a shared machine
 # absolute figures drift with the load; the ratios within one run are what
 # to quote (BENCHMARKS.md, "The performance matrix").
@@ -130,7 +132,9 @@ echo "base $base ($(git rev-parse --short "$base" 2>/dev/null || echo binary)) v
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq 1 "$runs"); do
 	for r in $regimes; do
-		for b in base new; do
+		order="base new"
+		if [ $((i % 2)) -eq 0 ]; then order="new base"; fi
+		for b in $order; do
 			run_regime "$r" "$b" "$i"
 		done
 	done

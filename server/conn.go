@@ -75,7 +75,7 @@ func (c *conn) start(ws *websocket.Conn) {
 		c.ticket.Close()
 		return
 	}
-	s.wg.Add(1)
+	s.wg.Add(1) // until cleanup, however many read goroutines it takes
 	s.pings.After(c, s.cfg.PingInterval)
 	if !c.ticket.Expires.IsZero() {
 		c.watchExpiry(c.ticket.Expires)
@@ -87,15 +87,43 @@ func (c *conn) start(ws *websocket.Conn) {
 // established connections (readLoop).
 const youngInputs = 4
 
-// readLoop reads frames until the connection ends, then cleans up.
+// readLoop reads frames until the connection ends, then cleans up; or
+// until it would wait for input, when it parks the connection in the
+// server's poller and returns: readiness, or a close, starts it again
+// (Wake). An idle connection then costs no goroutine.
 func (c *conn) readLoop() {
-	defer c.cleanup()
+	if c.read() {
+		return // parked: Wake starts the next read goroutine
+	}
+	c.cleanup()
+}
+
+// read is readLoop's loop. It reports parked true when it handed the
+// connection to the poller: the goroutine then owns nothing and must end.
+func (c *conn) read() (parked bool) {
 	s := c.s
+	mayPark := c.raw != nil && c.raw.sc != nil
+	quiet := false // a frame was read since this goroutine began or last failed to park
 	for {
-		// An idle connection waits here, a few frames deep, rather than
-		// inside the WebSocket library's read: its goroutine then keeps
-		// the smallest stack (see netconn.go, awaitInput).
-		if closeNext := c.raw.awaitInput(); closeNext {
+		// A connection with nothing to read parks (park) where it can:
+		// at once, unless it has just sent a frame, then once it has been
+		// quiet for a while. Otherwise it waits here, a few frames deep,
+		// rather than inside the WebSocket library's read: its goroutine
+		// then keeps the smallest stack (see netconn.go, awaitInput).
+		closeNext, wait := c.raw.awaitInput(mayPark, quiet)
+		if wait {
+			if c.park() {
+				return true
+			}
+			// The poller is gone, the socket closed, or a wake-up came
+			// while arming: wait here this once (a closed socket fails
+			// the wait at once).
+			mayPark, quiet = false, false
+			continue
+		}
+		mayPark = c.raw != nil && c.raw.sc != nil
+		quiet = true
+		if closeNext {
 			// The WebSocket library's close handshake goes deep; the
 			// goroutine ends after it: grow its stack once, not step by step.
 			wsock.GrowStack()
@@ -114,26 +142,26 @@ func (c *conn) readLoop() {
 		typ, r, err := c.ws.Reader(context.Background())
 		if err != nil {
 			c.readFailed(err)
-			return
+			return false
 		}
 		c.raw.heard()
 		if typ == websocket.MessageBinary {
 			s.m.ProtocolErrors.WithLabelValues("1003").Inc()
 			c.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false)
-			return
+			return false
 		}
 		buf := bufpool.Get()
 		tooBig, err := c.readLimited(buf, r)
 		if err != nil {
 			bufpool.Put(buf)
 			c.readFailed(err)
-			return
+			return false
 		}
 		if tooBig {
 			bufpool.Put(buf)
 			s.m.ProtocolErrors.WithLabelValues("1009").Inc()
 			c.closeWith(websocket.StatusMessageTooBig, s.tooBigReason, false)
-			return
+			return false
 		}
 		if !utf8.Valid(buf.Bytes()) {
 			// RFC 6455 section 8.1: a text frame must be UTF-8. The
@@ -142,10 +170,33 @@ func (c *conn) readLoop() {
 			bufpool.Put(buf)
 			s.m.ProtocolErrors.WithLabelValues("1007").Inc()
 			c.closeWith(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8", false)
-			return
+			return false
 		}
 		c.handleFrame(buf.Bytes())
 		bufpool.Put(buf)
+	}
+}
+
+// park hands the connection to the server's poller, to be resumed when
+// its socket turns readable, and reports whether it did: the calling read
+// goroutine must then return at once, owning nothing. False means carry
+// on reading (no poller, the socket closed, or a wake-up came meanwhile).
+func (c *conn) park() bool {
+	p := c.s.poller.get()
+	if p == nil {
+		return false
+	}
+	c.raw.parking.Begin()
+	return c.raw.parking.Settle(p.Arm(c.raw.sc, c.id, c) == nil)
+}
+
+// Wake resumes a parked connection: its socket turned readable (the
+// poller), or was closed (rawConn.Close). Exactly one of the wake-ups
+// that race for one park starts a read goroutine; the others, and any
+// while a read goroutine runs, do nothing (it sees for itself).
+func (c *conn) Wake() {
+	if c.raw.parking.Wake() {
+		go c.readLoop()
 	}
 }
 
@@ -555,6 +606,9 @@ func (c *conn) cleanup() {
 	c.queue = nil
 	c.mu.Unlock()
 	s.pings.Cancel(c) // after closed: schedulePing adds nothing more
+	if c.raw != nil && c.raw.sc != nil {
+		s.poller.forget(c.id)
+	}
 	c.ctx.end()
 	c.dropSubs()
 	c.callsMu.Lock()

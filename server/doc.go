@@ -3,8 +3,13 @@
 // subscriptions, per-connection send queues bounded in bytes, and drain.
 //
 // Data path: ServeHTTP asks the handshake.Gate, accepts the upgrade, and
-// starts one read goroutine per connection (the HTTP handler returns, so the
-// connection costs one small stack while idle). Each frame is decoded by
+// starts a read goroutine for the connection (the HTTP handler returns).
+// When it has read all the input there is, the read goroutine parks the
+// connection in the server's readiness poller (wsock.Poller) and ends: an
+// idle connection has no goroutine. Input, or the close of its socket from
+// anywhere (rawConn.Close), starts the next one (conn.Wake); where there is
+// no poller (other systems, wsock.Portable) the goroutine waits on the
+// socket instead, a few frames deep. Each frame is decoded by
 // package protocol; every call is classified by the message.Router and
 // checked by its message.Class before it runs. Built-ins (subscribe,
 // unsubscribe, publish) run inline on the read goroutine, which keeps one
@@ -38,6 +43,11 @@
 //     tokenExpiring, then closes with 1008 "token expired", and refresh
 //     moves it. Its callbacks run under tokenExpiry.mu (taken before
 //     conn.mu), so once cleanup has stopped it nothing fires;
+//   - a connection has at most one read goroutine at a time, and a parked
+//     one is resumed exactly once however its wake-ups race (wsock.Parking:
+//     the poller's readiness, any close of its socket); its cleanup runs
+//     once, on the read goroutine that finds the socket ended; s.wg counts
+//     the connection, not its goroutines, from start to cleanup;
 //   - built-ins (and refresh) run only on the read goroutine: a batch that
 //     mixes them with application methods runs there too;
 //   - a history topic's messages reach its local subscribers only through

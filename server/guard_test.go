@@ -26,10 +26,11 @@ func serverGoroutines() int {
 	return n
 }
 
-// An idle connection costs at most one goroutine: the read loop. The
-// writer exists only while something is queued; its keepalive is one
-// entry in the server's ping heap, not a timer of its own.
-func TestIdleConnectionHasOneGoroutine(t *testing.T) {
+// An idle connection costs no goroutine: its socket waits in the
+// server's poller (conn.park). The writer exists only while something is
+// queued; its keepalive is one entry in the server's ping heap, not a
+// timer of its own.
+func TestIdleConnectionHasNoGoroutine(t *testing.T) {
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
 	const n = 50
@@ -37,22 +38,29 @@ func TestIdleConnectionHasOneGoroutine(t *testing.T) {
 		c := wstest.Dial(t, url)
 		wstest.MustOK(t, c.Call("subscribe", `{"topic":"idle"}`))
 	}
-	// Writers exit once the subscribe answers are written: wait for that.
+	// Read goroutines end once they park, writers once the subscribe
+	// answers are written: wait for that.
 	deadline := time.Now().Add(10 * time.Second)
 	testkit.Eventually(t, time.Until(deadline), func() string {
-		return fmt.Sprintf("%d server goroutines for %d idle connections, want at most %d", serverGoroutines(), n, n)
-	}, func() bool { return serverGoroutines() <= n })
-	if g := serverGoroutines(); g != n {
-		t.Fatalf("%d server goroutines for %d idle connections, want exactly one each", g, n)
+		return fmt.Sprintf("%d server goroutines and %d parked for %d idle connections, want 0 and %d", serverGoroutines(), parkedConns(s), n, n)
+	}, func() bool { return serverGoroutines() == 0 && parkedConns(s) == n })
+	if k := s.poller.known(); k != n {
+		t.Fatalf("the poller knows %d connections, want %d", k, n)
 	}
 	if p := s.pings.Len(); p != n {
 		t.Fatalf("%d keepalive steps pending for %d idle connections, want one each", p, n)
 	}
-	// Each comes to wait in awaitInput, not inside the WebSocket library:
-	// that keeps its stack at the minimum.
-	testkit.Eventually(t, time.Until(deadline), func() string {
-		return fmt.Sprintf("%d of %d idle read loops wait in awaitInput", inAwaitInput(), n)
-	}, func() bool { return inAwaitInput() == n })
+}
+
+// parkedConns counts s's connections parked in its poller.
+func parkedConns(s *Server) int {
+	n := 0
+	for _, c := range s.snapshotConns() {
+		if c.raw.parking.Parked() {
+			n++
+		}
+	}
+	return n
 }
 
 // A publish encodes its frame once, whatever the number of subscribers:
@@ -144,8 +152,8 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 
 // Keepalive pings are answered without waking the read loop into the
 // WebSocket library: after several ping rounds every idle connection is
-// still open and its read loop still waits in awaitInput.
-func TestPingRoundsKeepReadLoopsShallow(t *testing.T) {
+// still open and parked again, with no goroutine.
+func TestPingRoundsLeaveConnectionsParked(t *testing.T) {
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{Config: Config{PingInterval: 20 * time.Millisecond, WriteTimeout: time.Second}})
 	const n = 10
@@ -172,7 +180,14 @@ func TestPingRoundsKeepReadLoopsShallow(t *testing.T) {
 	testkit.Eventually(t, time.Until(deadline), func() string {
 		return fmt.Sprintf("%d connections open, want %d, each with 3 pongs", opened(), n)
 	}, func() bool { return opened() == n && answered() })
+	// Pings keep coming: a connection is parked between them, and no
+	// read goroutine is ever inside the WebSocket library.
 	testkit.Eventually(t, time.Until(deadline), func() string {
-		return fmt.Sprintf("%d of %d read loops wait in awaitInput after ping rounds", inAwaitInput(), n)
-	}, func() bool { return inAwaitInput() == n })
+		return fmt.Sprintf("%d of %d connections parked, %d read loops in the library", parkedConns(s), n, inLibraryRead())
+	}, func() bool { return parkedConns(s) == n && inLibraryRead() == 0 })
+}
+
+// inLibraryRead counts read loops inside the WebSocket library's read.
+func inLibraryRead() int {
+	return bytes.Count(allStacks(), []byte("server.(*conn).read(")) - inAwaitInput()
 }

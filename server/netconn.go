@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,8 +60,8 @@ type rawConn struct {
 	mu        sync.Mutex
 	sealed    bool        // a close frame is on its way: no more data frames
 	closeSent bool        // a close frame went to the socket (ours or the library's): nothing may follow it
+	rest      atomic.Bool // len(tail) > 0, read without mu (beside the bools: rawConn stays in the 240-byte size class)
 	tail      []byte      // the unsent rest of a frame tryWrite began: written before anything else
-	rest      atomic.Bool // len(tail) > 0, read without mu
 
 	// The write(2) callback's arguments and results, under mu (one
 	// callback per connection, made once: a write allocates nothing).
@@ -71,6 +72,11 @@ type rawConn struct {
 	block bool // wait for the socket to drain (send), or not (tryWrite)
 
 	stalled atomic.Bool // send is waiting for the socket to drain
+
+	// The read goroutine's parking (conn.park): whether one runs, and
+	// the connection to resume when the socket is closed while none does.
+	parking wsock.Parking
+	owner   *conn
 
 	// A hard stop is under way (goAway): every write gives up, and a
 	// write already waiting on the socket ends by goAway's deadline.
@@ -94,6 +100,10 @@ type rawConn struct {
 	// (the library's close handshake reads it from another goroutine).
 	brMu       sync.Mutex
 	readClosed bool                  // a close has begun: br is the library's alone
+	mayPark    bool                  // awaitFD returns rather than wait (awaitInput)
+	wouldWait  bool                  // and it found nothing to read
+	quiet      bool                  // awaitFD waits at most quietBeforePark (awaitInput)
+	quietSet   bool                  // and has set the read deadline for it
 	br         *bufio.Reader         // what the WebSocket library reads from
 	inputFn    func(fd uintptr)      // made on first use: most clients never publish
 	input      int                   // its result
@@ -108,6 +118,19 @@ func newRawConn(nc net.Conn) *rawConn {
 		c.fn = c.writeFD
 	}
 	return c
+}
+
+// Close closes the socket, then resumes the connection if its read
+// goroutine is parked (conn.park): a closed socket is out of the poller's
+// set, and its connection would otherwise never run its cleanup. Every
+// way a connection ends closes the socket through here: the WebSocket
+// library's Close and CloseNow, abort and goAway.
+func (c *rawConn) Close() error {
+	err := c.Conn.Close()
+	if c.owner != nil {
+		c.owner.Wake()
+	}
+	return err
 }
 
 // errSealed reports a batch dropped because the connection is closing.
@@ -258,26 +281,33 @@ func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
 // awaitInput returns when the client has sent the start of a frame other
 // than a pong (or the socket is closed or failed), and reports whether
 // that frame is a close frame (as closeFrameNext, under the same lock).
-// It waits in the runtime's poller a few frames deep: an idle
-// connection's read goroutine parked here uses little stack, so it keeps
-// the minimum, where a read parked inside the WebSocket library's frame
-// reader needs twice that.
+//
+// With park it may return wait instead: nothing has arrived, and the
+// caller may hand the socket to the poller and end its goroutine
+// (conn.park). Without quiet it returns wait at once; with quiet it first
+// waits up to quietBeforePark (a client that has just sent is likely to
+// send again soon: parking and resuming costs more than waiting). Without
+// park it waits in the runtime's poller, as a read goroutine does where
+// there is no poller of ours, a few frames deep: it then keeps the
+// smallest stack, where a read parked inside the WebSocket library's
+// frame reader needs twice that.
+//
 // Pongs to our keepalive pings are taken here, between messages, so that
 // answering a ping does not leave the goroutine parked in the library.
 // Read goroutine only; it touches the read buffer only under brMu and
 // never once a close has begun (the library then reads it itself).
-func (c *rawConn) awaitInput() (closeNext bool) {
+func (c *rawConn) awaitInput(park, quiet bool) (closeNext, wait bool) {
 	if c == nil || c.br == nil {
-		return false
+		return false, false
 	}
 	if c.sc == nil {
-		return c.closeFrameNext()
+		return c.closeFrameNext(), false
 	}
 	for {
 		c.brMu.Lock()
 		if c.readClosed {
 			c.brMu.Unlock()
-			return false
+			return false, false
 		}
 		buffered := c.br.Buffered()
 		c.brMu.Unlock()
@@ -286,19 +316,39 @@ func (c *rawConn) awaitInput() (closeNext bool) {
 			if c.awaitFn == nil {
 				c.awaitFn = c.awaitFD
 			}
-			if c.sc.Read(c.awaitFn) != nil {
-				return false // the read that follows reports it
+			c.mayPark, c.quiet, c.wouldWait = park && !quiet, park && quiet, false
+			err := c.sc.Read(c.awaitFn)
+			c.mayPark, c.quiet = false, false
+			if c.quietSet {
+				c.quietSet = false
+				_ = c.Conn.SetReadDeadline(time.Time{})
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					return false, true // quiet for quietBeforePark: park
+				}
 			}
+			if err != nil {
+				return false, false // the read that follows reports it
+			}
+			if c.wouldWait {
+				return false, true
+			}
+			quiet = false // input came: the next wait after a pong parks at once
 		}
 		c.brMu.Lock()
 		if c.readClosed || !c.takePong() {
 			closeNext = !c.readClosed && c.closeHead()
 			c.brMu.Unlock()
-			return closeNext
+			return closeNext, false
 		}
 		c.brMu.Unlock()
 	}
 }
+
+// quietBeforePark is how long a read goroutine that has just read a
+// frame waits for the next before it parks its connection (awaitInput):
+// a connection that sends steadily (a publisher) keeps its goroutine,
+// one that has gone quiet (a subscriber after its subscribe) gives it up.
+const quietBeforePark = time.Second
 
 // closeFrameNext reports whether the next input is a close frame, by its
 // first byte (buffered, or as awaitFD last peeked it). Read goroutine only.
@@ -578,7 +628,7 @@ func (c *rawConn) goAway(frame []byte) {
 			_ = c.write(frame)
 		}
 	}
-	_ = c.Conn.Close()
+	_ = c.Close()
 }
 
 // writeClose seals the connection and writes frame (a close frame) after
@@ -658,6 +708,16 @@ func (c *rawConn) awaitFD(fd uintptr) bool {
 	if wait {
 		c.flushBeforeWait()
 		c.shrinkReader()
+		if c.mayPark {
+			c.wouldWait = true
+			return true // the caller parks instead
+		}
+		if c.quiet && !c.quietSet {
+			// Bounds this wait only: awaitInput clears it before any
+			// other read.
+			c.quietSet = true
+			_ = c.Conn.SetReadDeadline(time.Now().Add(quietBeforePark))
+		}
 		return false // nothing yet: wait
 	}
 	c.peeked = n

@@ -236,7 +236,7 @@ func TestAwaitInputSeesAnEarlierEnd(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() {
-		rc.awaitInput()
+		rc.awaitInput(false, false)
 		close(done)
 	}()
 	select {
@@ -264,7 +264,7 @@ func TestCloseFrameNext(t *testing.T) {
 		if _, err := client.Write(tc.frame); err != nil {
 			t.Fatal(err)
 		}
-		rc.awaitInput() // peeks the socket; takes a pong
+		rc.awaitInput(false, false) // peeks the socket; takes a pong
 		if got := rc.closeFrameNext(); got != tc.want {
 			t.Fatalf("% x in the socket: %v, want %v", tc.frame, got, tc.want)
 		}

@@ -1,9 +1,14 @@
 package server
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wsock"
+	"github.com/rtserver/rtserver/internal/wstest"
 )
 
 // On a system without the descriptor calls (wsock.Portable) connections
@@ -21,5 +26,24 @@ func TestWithoutDescriptorCalls(t *testing.T) {
 		"unread replies close with 1013": TestUnreadRepliesClose1013,
 	} {
 		t.Run(name, test)
+	}
+}
+
+// Without the descriptor calls there is no poller: an idle connection
+// keeps its read goroutine, waiting inside the WebSocket library.
+func TestWithoutDescriptorCallsIdleKeepsAGoroutine(t *testing.T) {
+	t.Cleanup(wsock.Portable(true))
+	leakcheck.Check(t)
+	s, url := startServer(t, Options{})
+	const n = 10
+	for range n {
+		c := wstest.Dial(t, url)
+		wstest.MustOK(t, c.Call("subscribe", `{"topic":"idle"}`))
+	}
+	testkit.Eventually(t, 10*time.Second, func() string {
+		return fmt.Sprintf("%d server goroutines for %d idle connections, want one each", serverGoroutines(), n)
+	}, func() bool { return serverGoroutines() == n })
+	if p, k := parkedConns(s), s.poller.known(); p != 0 || k != 0 {
+		t.Fatalf("%d connections parked, %d known to a poller, want none", p, k)
 	}
 }

@@ -127,6 +127,9 @@ type Server struct {
 	pings    *deadlines.Heap[*conn]
 	expiries *deadlines.Heap[*tokenExpiry]
 
+	// Where idle connections wait without a goroutine (conn.park).
+	poller idlePoller
+
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	users map[string][]*conn // authenticated connections by user (control.go)
@@ -316,11 +319,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.raw = uw.conn
+	c.raw.owner = c
 	if br := c.raw.br; br.Size() == readBufferSize && br.Buffered() == 0 {
 		// Accept wrapped the reader Hijack made in an io.MultiReader of
 		// what it held (nothing: it is fresh) and the socket; reading the
 		// socket directly spares every connection those two readers.
 		br.Reset(c.raw)
+	} else {
+		// net/http's reader, kept because the client's first bytes came
+		// with the request head (wsock.SmallBuffers): Accept moved them
+		// into an io.MultiReader in front of the socket, where the read
+		// loop, which waits on the socket when the reader's buffer is
+		// empty, would not see them. One read takes them all back into
+		// the buffer (they came from it) without touching the socket.
+		_, _ = br.Peek(1)
 	}
 	c.ctx.values = r.Context()
 	c.ticket.HandshakeDone(true)
@@ -538,6 +550,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.pings.Stop()
 	s.expiries.Stop()
+	s.poller.stop()
 	// After the connections (their leaves are among what it sends), before
 	// the bus (which carries its last diffs).
 	s.presence.Close()

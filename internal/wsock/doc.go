@@ -17,7 +17,10 @@
 //     Replay), turned into the *http.Request http.ReadRequest would make
 //     (ParseHead), and answered with a response writer that supports
 //     Hijack and writes the response head (Response, response.go);
-//   - the scheduling nudges of a read goroutine (Yield, GrowStack).
+//   - the scheduling nudges of a read goroutine (Yield, GrowStack);
+//   - the readiness poller that lets an idle connection wait without a
+//     goroutine (Poller), and the state word that resumes its owner
+//     exactly once however wake-ups race (Parking).
 //
 // It must never know about JSON-RPC, topics, the upgrade gate (when to
 // shed, caps, pacing) or connections' lifetimes, and never wait on a
@@ -38,13 +41,31 @@
 //     would wait on can be seen by that conn's Read;
 //   - it sets no deadline on the connection: one we set holds.
 //
+// From Linux and the Go runtime (the Poller, pinned by its tests):
+//   - epoll reports a socket armed EPOLLIN|EPOLLRDHUP|EPOLLONESHOT, level
+//     triggered, once when it has bytes, its end or an error, and at once
+//     when armed with input already waiting; EPOLL_CTL_MOD fails with
+//     ENOENT for a socket not in the set;
+//   - closing a descriptor takes it out of every epoll set (no other
+//     reference to its file exists: the runtime never duplicates a
+//     socket's descriptor), so a closed socket is never reported and a
+//     reused descriptor starts outside the set; sockets are armed through
+//     syscall.RawConn.Control, which holds the descriptor open meanwhile;
+//   - an epoll descriptor made non-blocking and given to os.NewFile is in
+//     the runtime's poller, which reports it readable (edge triggered)
+//     whenever an event is queued in the set, so a wait that found the set
+//     empty misses nothing that comes after.
+//
 // From net/http: Hijack hands over the bytes a client sent after the
 // request head in the bufio.Reader it returns (Buffered() > 0), and an
-// empty reader otherwise, so a smaller one may replace it. A head that
-// ClassifyHead calls simple is one net/http's server routes to `GET path`,
-// and ParseHead makes of it what http.ReadRequest makes (the fuzz and
-// property tests of head_test.go run both against net/http itself); the
-// heads Response writes are read by net/http's client as the responses
+// empty reader otherwise, so a smaller one may replace it. The WebSocket
+// library's Accept then moves those bytes into an io.MultiReader in front
+// of the connection, where Buffered no longer counts them: whoever waits on
+// the socket when the reader looks empty must first read them back. A head
+// that ClassifyHead calls simple is one net/http's server routes to `GET
+// path`, and ParseHead makes of it what http.ReadRequest makes (the fuzz
+// and property tests of head_test.go run both against net/http itself);
+// the heads Response writes are read by net/http's client as the responses
 // they mean (response_test.go).
 //
 // # Other systems
@@ -53,6 +74,7 @@
 // none, ReadNow reads nothing and AwaitGone never sees a client go: the
 // callers then write through net.Conn from a writer goroutine, read a
 // request head from a goroutine, and do not notice a client that leaves a
-// queued upgrade. Portable makes Linux behave the same, for tests of those
-// paths.
+// queued upgrade; there is no Poller (NewPoller fails), so each idle
+// connection keeps a goroutine waiting on its socket. Portable makes Linux
+// behave the same, for tests of those paths.
 package wsock

@@ -1,0 +1,175 @@
+package wsock
+
+import (
+	"os"
+	"sync"
+	"syscall"
+)
+
+// Poller watches sockets for input without a goroutine per socket: an
+// epoll set of its own, in which each socket is armed one-shot and level
+// triggered (EPOLLIN|EPOLLRDHUP|EPOLLONESHOT). An armed socket that turns
+// readable (bytes, the end, an error) is reported once to its Waker and
+// then sleeps until armed again; arming one that already has input
+// reports it at once.
+//
+// The set is keyed by the caller's key, never by descriptor: a descriptor
+// is reused as soon as it is closed, and closing it takes it out of the
+// set (so a closed socket is never reported: whoever closes it must wake
+// its owner).
+//
+// The epoll descriptor itself is non-blocking and handed to the runtime's
+// poller (os.NewFile), which reports it readable when the set has
+// something ready: one goroutine, parked in the runtime's poller like any
+// socket read, serves the whole set, and no thread is dedicated to it.
+type Poller struct {
+	file *os.File
+	set  syscall.RawConn
+
+	mu      sync.Mutex
+	closed  bool
+	epfd    int
+	wakers  map[uint64]Waker // by key, from the first Arm to Forget
+	done    chan struct{}    // closed as run returns
+	events  [128]syscall.EpollEvent
+	ready   int     // events ready in the last wait (run's)
+	failed  error   // a wait that failed (run's)
+	toWake  []Waker // run's, reused
+	waitSet func(fd uintptr) bool
+}
+
+// NewPoller makes a Poller and starts its goroutine; Close stops it.
+func NewPoller() (*Poller, error) {
+	if !native || portable.Load() {
+		return nil, ErrNoPoller
+	}
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if err := syscall.SetNonblock(epfd, true); err != nil {
+		syscall.Close(epfd)
+		return nil, os.NewSyscallError("setnonblock", err)
+	}
+	// Non-blocking: os.NewFile registers it with the runtime's poller.
+	file := os.NewFile(uintptr(epfd), "epoll")
+	set, err := file.SyscallConn()
+	if err != nil {
+		file.Close()
+		return nil, err
+	}
+	p := &Poller{file: file, set: set, epfd: epfd, wakers: map[uint64]Waker{}, done: make(chan struct{})}
+	p.waitSet = p.collect
+	go p.run()
+	return p, nil
+}
+
+// Arm watches sc's socket for input under key, once: the next time it is
+// readable (now, if it is already) w.Wake is called, and the socket is
+// not reported again until armed again. The socket's descriptor is held
+// open while it is armed, so a descriptor reused by another socket is
+// never armed by mistake. It fails when the socket or the Poller is
+// closed; then nothing will be reported.
+func (p *Poller) Arm(sc syscall.RawConn, key uint64, w Waker) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrPollerClosed
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT}
+	ev.Fd, ev.Pad = int32(uint32(key)), int32(uint32(key>>32))
+	var ctlErr error
+	err := sc.Control(func(fd uintptr) {
+		// Re-arming is the common case; a socket's first arming adds it.
+		ctlErr = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_MOD, int(fd), &ev)
+		if ctlErr == syscall.ENOENT {
+			ctlErr = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		}
+	})
+	if err == nil && ctlErr != nil {
+		err = os.NewSyscallError("epoll_ctl", ctlErr)
+	}
+	if err != nil {
+		return err
+	}
+	p.wakers[key] = w
+	return nil
+}
+
+// Forget drops key's Waker: a report that comes for it later (a socket
+// armed before it was closed) is ignored. Call it once the key's owner
+// is gone for good.
+func (p *Poller) Forget(key uint64) {
+	p.mu.Lock()
+	delete(p.wakers, key)
+	p.mu.Unlock()
+}
+
+// Close stops the Poller's goroutine and waits for it. Sockets still armed
+// are not woken: their owners must be woken by whoever closes them.
+func (p *Poller) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.done
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.file.Close() // ends run's wait
+	<-p.done
+}
+
+// run reports ready sockets until the Poller is closed.
+func (p *Poller) run() {
+	defer close(p.done)
+	for {
+		if err := p.set.Read(p.waitSet); err != nil || p.failed != nil {
+			return
+		}
+		p.dispatch()
+	}
+}
+
+// collect takes what is ready in the set without waiting; it returns
+// false (wait for the set to turn readable, then call again) when
+// nothing is.
+func (p *Poller) collect(fd uintptr) bool {
+	for {
+		n, err := syscall.EpollWait(int(fd), p.events[:], 0)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			p.failed = err
+			return true
+		}
+		p.ready = n
+		return n > 0
+	}
+}
+
+// dispatch wakes the owners of the sockets collect found ready, outside
+// the lock (a Waker may arm again).
+func (p *Poller) dispatch() {
+	p.toWake = p.toWake[:0]
+	p.mu.Lock()
+	for _, ev := range p.events[:p.ready] {
+		key := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+		if w, ok := p.wakers[key]; ok {
+			p.toWake = append(p.toWake, w)
+		}
+	}
+	p.mu.Unlock()
+	for i, w := range p.toWake {
+		w.Wake()
+		p.toWake[i] = nil
+	}
+}
+
+// Len is how many keys have a Waker (armed at least once, not forgotten).
+func (p *Poller) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.wakers)
+}
