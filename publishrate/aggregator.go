@@ -191,10 +191,12 @@ func (a *Aggregator) gather() time.Duration { return a.opts.PublishInterval / 50
 
 // subscriptionClient returns a client of its own for the subscription,
 // whose connections are polled rather than woken by each envelope that
-// arrives, or nil when client is not a plain *redis.Client.
+// arrives, or nil when client is not a plain *redis.Client or speaks TLS
+// (whose connections pollconn leaves alone: the subscription then needs
+// the Gather wait).
 func (a *Aggregator) subscriptionClient() *redis.Client {
 	c, ok := a.client.(*redis.Client)
-	if !ok {
+	if !ok || c.Options().TLSConfig != nil {
 		return nil
 	}
 	opts := *c.Options()

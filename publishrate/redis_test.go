@@ -2,6 +2,7 @@ package publishrate
 
 import (
 	"context"
+	"crypto/tls"
 	"runtime"
 	"testing"
 	"time"
@@ -182,5 +183,21 @@ func TestSubscriptionHasItsOwnPolledClient(t *testing.T) {
 			t.Fatal("Deactivate kept the subscription's client")
 		}
 		testkit.Eventually(t, awaitFor, "only A subscribed", func() bool { return subscribers() == 1 })
+	}
+}
+
+// TestTLSClientKeepsTheGatherWait: pollconn leaves TLS connections
+// alone, so over TLS the subscription shares the client and keeps the
+// Gather wait instead.
+func TestTLSClientKeepsTheGatherWait(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", TLSConfig: &tls.Config{}})
+	defer c.Close()
+	a, err := New(c, newFakeLocal(), Options{InstanceID: "A", Metrics: metrics.NewDiscard(), Logger: discardLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := a.subscriptionClient(); sc != nil {
+		sc.Close()
+		t.Fatal("a TLS client got a polled subscription client")
 	}
 }
