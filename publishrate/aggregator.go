@@ -184,8 +184,8 @@ func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, 
 // siblings, a fiftieth cost a third less than a hundredth. Its
 // connection is polled that often while envelopes come
 // (internal/pollconn), and at most every tenth of the interval when they
-// do not; on a Redis Cluster, whose client cannot be cloned for that,
-// the subscription waits this long after a wake-up instead
+// do not; over TLS and on a Redis Cluster, whose connections are not
+// polled, the subscription waits this long after a wake-up instead
 // (bus.SubscriptionConfig.Gather).
 func (a *Aggregator) gather() time.Duration { return a.opts.PublishInterval / 50 }
 
