@@ -178,7 +178,10 @@ func (c *Client) PublishAt(ctx context.Context, topic string, data any) (Positio
 		switch {
 		case err == nil:
 			return pos, nil
-		case errors.Is(err, ErrDisconnected):
+		case errors.Is(err, ErrDisconnected) && !permanent(err):
+			// The connection dropped before the answer: send it again. A
+			// close the message itself caused (1009: too large) would
+			// come again, and the client does not reconnect after it.
 		case errors.As(err, &pe) && pe.Code == protocol.CodeOverloaded:
 			wait = dataHint(pe)
 		default:

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -20,20 +21,11 @@ import (
 func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	defer leakcheck.Check(t)
 	pol := history.Policy{Size: 100, TTL: time.Minute}
-	srv := server.New(server.Options{
+	url, stop := serveRT(t, server.Options{
 		History:       history.NewMemory(history.MemoryOptions{}),
 		HistoryPolicy: func(string) history.Policy { return pol },
 	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer func() {
-		hs.CloseClientConnections()
-		_ = srv.Shutdown(context.Background())
-		hs.Close()
-	}()
-	url := "ws" + strings.TrimPrefix(hs.URL, "http")
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -93,5 +85,44 @@ func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	}
 	if p := s.Position(); p.Offset != 10 || p.Epoch == "" {
 		t.Fatalf("position %+v", p)
+	}
+}
+
+// A publish the server closes the connection for (1009: larger than its
+// limits.maxMessageBytes) fails with that close, not with a bare
+// "client closed" after a retry that could never succeed.
+func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
+	defer leakcheck.Check(t)
+	url, stop := serveRT(t, server.Options{})
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, opts := range []*Options{{}, DefaultOptions()} {
+		c, err := Dial(ctx, url, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.PublishAt(ctx, "room", strings.Repeat("x", 70000))
+		var ce *CloseError
+		if !errors.As(err, &ce) || ce.Code != 1009 {
+			t.Errorf("reconnect %v: publish of 70000 bytes: %v, want the 1009 close", opts.Reconnect, err)
+		}
+		_ = c.Close()
+	}
+}
+
+// serveRT serves a real rtserver server over TCP and returns its
+// WebSocket URL and how to stop it (before the test's leak check).
+func serveRT(t *testing.T, opts server.Options) (url string, stop func()) {
+	t.Helper()
+	srv := server.New(opts)
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	return "ws" + strings.TrimPrefix(hs.URL, "http"), func() {
+		hs.CloseClientConnections()
+		_ = srv.Shutdown(context.Background())
+		hs.Close()
 	}
 }

@@ -85,8 +85,7 @@ func paced(t *testing.T, p *proc, topic string, perSec int, stop <-chan struct{}
 // Two instances each publish a topic below the threshold while their sum
 // is above it: the third instance sheds that topic with
 // CLUSTER_TOP_PUBLISHER and still admits other topics. When one
-// publisher's instance is killed, it leaves the cluster view within
-// staleAfter plus one interval.
+// publisher's instance is killed, it leaves the cluster view.
 func TestClusterTopPublisherAndStaleInstances(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
@@ -127,14 +126,13 @@ admission:
 	}
 
 	// SIGKILL: no goodbye, the slice just stops arriving.
+	// How soon it leaves (staleAfter plus one interval, by the receiver's
+	// clock) is held by publishrate's tests on a fake clock
+	// (TestStalenessByReceiverClock, TestBroadcastTickExpiresStale); here,
+	// with real processes on a machine whose load varies, only that it
+	// leaves.
 	b.cmd.Process.Signal(syscall.SIGKILL)
-	killed := time.Now()
-	c.waitMetric("cluster_publish_rate_instances", 10*time.Second, func(v float64) bool { return v == 1 })
-	const staleAfter, interval = time.Second, 200 * time.Millisecond
-	// One scrape's worth of slack on top of the contract's bound.
-	if took := time.Since(killed); took > staleAfter+interval+500*time.Millisecond {
-		t.Fatalf("killed instance left the view after %v, want within staleAfter+interval (%v)", took, staleAfter+interval)
-	}
+	c.waitMetric("cluster_publish_rate_instances", 20*time.Second, func(v float64) bool { return v == 1 })
 }
 
 // Redis down: readiness 503, bus_degraded 1, clients told "degraded".

@@ -373,12 +373,19 @@ func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 			// re-encoded from what was decoded and admitted.
 			whole = raw
 		}
-		resp := c.handle(r, whole)
+		// A single request's answer is encoded after room for its frame
+		// header, and framed where it is (enqueueFramed): not copied.
+		framed := !f.Batch
+		resp := c.handle(r, whole, framed)
 		if resp == nil {
 			continue
 		}
-		if len(out)+len(resp) > c.s.cfg.SendQueueBytes {
-			resp = protocol.AppendError(nil, r.ID, protocol.NewError(protocol.CodeLimitExceeded, "response too large",
+		size := len(resp)
+		if framed {
+			size -= maxHeader
+		}
+		if len(out)+size > c.s.cfg.SendQueueBytes {
+			resp = protocol.AppendError(answerDst(framed), r.ID, protocol.NewError(protocol.CodeLimitExceeded, "response too large",
 				protocol.LimitData{Limit: c.s.cfg.SendQueueBytes}))
 		}
 		switch {
@@ -391,31 +398,41 @@ func (c *conn) runFrame(f protocol.Frame, raw []byte) {
 		}
 		n++
 	}
-	if n > 0 {
-		if f.Batch {
-			out = append(out, ']')
-		}
-		c.enqueue(out)
+	switch {
+	case n > 0 && f.Batch:
+		c.enqueue(append(out, ']'))
+	case n > 0:
+		c.enqueueFramed(out)
 	}
 	if c.hist != nil {
 		c.runReplays()
 	}
 }
 
-// handle runs one request and returns its encoded response, or nil.
-func (c *conn) handle(r *protocol.Request, raw []byte) []byte {
+// handle runs one request and returns its encoded response, or nil; when
+// framed, after room for its frame header (answerDst).
+func (c *conn) handle(r *protocol.Request, raw []byte, framed bool) []byte {
 	if r.Err != nil {
 		c.s.m.ProtocolErrors.WithLabelValues(strconv.Itoa(r.Err.Code)).Inc()
-		return protocol.AppendError(nil, r.ID, r.Err)
+		return protocol.AppendError(answerDst(framed), r.ID, r.Err)
 	}
 	result, perr := c.dispatch(r, raw)
 	if r.IsNotification() || (perr == nil && isAnsweredLater(result)) {
 		return nil
 	}
 	if perr != nil {
-		return protocol.AppendError(nil, r.ID, perr)
+		return protocol.AppendError(answerDst(framed), r.ID, perr)
 	}
-	return protocol.AppendResult(nil, r.ID, result)
+	return protocol.AppendResult(answerDst(framed), r.ID, result)
+}
+
+// answerDst is what an answer is appended to: room for a frame header
+// when framed (frameRoom), else nothing.
+func answerDst(framed bool) []byte {
+	if framed {
+		return frameRoom(answerRoom)
+	}
+	return nil
 }
 
 // closeWith closes the connection with a status code. With flush, frames

@@ -67,9 +67,12 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 	call := c.builtinCallOf(r.Method, p.Topic)
 	defer endBuiltinCall(call)
 	call.Params, call.Bytes = r.Params, requestBytes(r, raw)
+	var subs []*conn
 	if r.Method == MethodPublish {
-		// What a fan-out cost part charges: this instance's subscribers.
-		call.Subscribers = int64(s.hub.count(p.Topic))
+		// What a fan-out cost part charges: this instance's subscribers,
+		// the list a built-in publish delivers to.
+		subs = s.hub.subscribers(p.Topic)
+		call.Subscribers = int64(len(subs))
 	}
 	if r.Method == MethodPublish && s.pressure != nil {
 		// Attempts count for top publishers whether admitted or not, so a
@@ -115,7 +118,7 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 			s.log.Debug("bus refused a publish", "topic", p.Topic, "err", err)
 			return nil, c.busShed()
 		}
-		s.hub.publish(p.Topic, data, c.holder())
+		s.hub.publishTo(subs, p.Topic, data, c.holder())
 		if s.pressure != nil {
 			s.pressure.RecordPublished(1)
 		}
@@ -126,7 +129,7 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 // compactData strips insignificant whitespace so every subscriber frame is
 // as small as it can be; data that is already compact is returned as is.
 func compactData(d json.RawMessage) json.RawMessage {
-	if !bytes.ContainsAny(d, " \t\r\n") {
+	if !hasSpace(d) {
 		return d
 	}
 	var b bytes.Buffer
@@ -260,4 +263,16 @@ func callOutcome(ctx context.Context, err error) message.Outcome {
 		}
 	}
 	return message.Completed
+}
+
+// hasSpace reports whether d holds a JSON whitespace byte. A loop over
+// the bytes: bytes.ContainsAny builds its byte set on every call, which
+// cost more than the scan for the short data of a typical publish.
+func hasSpace(d []byte) bool {
+	for _, b := range d {
+		if b <= ' ' && (b == ' ' || b == '\t' || b == '\r' || b == '\n') {
+			return true
+		}
+	}
+	return false
 }

@@ -18,6 +18,13 @@ import (
 func startServer(t *testing.T, opts Options) (*Server, string) {
 	t.Helper()
 	s := New(opts)
+	return s, serve(t, s)
+}
+
+// serve starts s, serves it over TCP until the test ends, and returns
+// its WebSocket URL.
+func serve(t *testing.T, s *Server) string {
+	t.Helper()
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +37,7 @@ func startServer(t *testing.T, opts Options) (*Server, string) {
 		}
 		hs.Close()
 	})
-	return s, "ws" + strings.TrimPrefix(hs.URL, "http")
+	return "ws" + strings.TrimPrefix(hs.URL, "http")
 }
 
 // tier is a message tier of one class for a test, with the pressure

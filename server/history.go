@@ -863,7 +863,7 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 	// cursor starts from nothing: until the read says whether since can be
 	// trusted, no live message may be dropped as already seen (a new
 	// epoch counts from 1 again).
-	q, hs := h.acquireFor(c, topic, pol, already)
+	q, hs, last := h.acquireFor(c, topic, pol, already)
 
 	after, limit := since, replayPage
 	if !hp.Recover {
@@ -873,7 +873,14 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 	pos, msgs, err := h.store.Read(ctx, topic, after, limit, pol)
 	cancel()
 	if err != nil {
-		c.removeSub(topic)
+		if already {
+			// A refused subscribe changes nothing: the subscription the
+			// client had goes on live from where it was, releasing what
+			// was held meanwhile, as if this call had not come.
+			c.addReplay(replay{q: q, hs: hs, end: last, live: true})
+		} else {
+			c.removeSub(topic)
+		}
 		if hp.Recover {
 			s.m.HistoryRecoveries.WithLabelValues(metrics.RecoveryUnavailable).Inc()
 		}
@@ -914,27 +921,29 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 // acquireFor registers c's cursor on topic's sequencer (counting it once
 // per subscription), from offset 0 and holding live messages back: from
 // the moment it is on the sequencer's audience, nothing reaches the client
-// before the subscribe result.
-func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool) (*topicSeq, *hsub) {
+// before the subscribe result. last is what the cursor had delivered
+// before (0 for a new subscription).
+func (h *historyState) acquireFor(c *conn, topic string, pol history.Policy, already bool) (q *topicSeq, hs *hsub, last uint64) {
 	h.mu.Lock()
-	q := h.topics[topic]
+	q = h.topics[topic]
 	h.mu.Unlock()
 	if q == nil || !already {
 		q = h.acquire(topic, pol)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	hs := q.subs[c]
+	hs = q.subs[c]
 	if hs == nil {
 		hs = &hsub{}
 		q.subs[c] = hs
 		q.listen()
 	}
 	hs.mu.Lock()
+	last = hs.cur.Last()
 	hs.cur.Reset(0)
 	hs.cur.StartReplay(maxHeld)
 	hs.mu.Unlock()
-	return q, hs
+	return q, hs, last
 }
 
 // goLive skips the cursor to last and releases what it held.

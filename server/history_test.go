@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -288,5 +289,61 @@ func TestUntrustedRecoveryIsLiveFromTheAnswer(t *testing.T) {
 		if offs, _ := nextMessages(t, c, topic, 4); fmt.Sprint(offs) != "[3 4 5 6]" {
 			t.Fatalf("since %s: live after the answer %v", since, offs)
 		}
+	}
+}
+
+// downStore is a memory store that fails every call while down is set:
+// Redis going away and coming back.
+type downStore struct {
+	*history.Memory
+	down atomic.Bool
+}
+
+func (d *downStore) Publish(ctx context.Context, p history.Publish) (history.Position, bool, error) {
+	if d.down.Load() {
+		return history.Position{}, false, errDown
+	}
+	return d.Memory.Publish(ctx, p)
+}
+
+func (d *downStore) Read(ctx context.Context, topic string, after uint64, limit int, pol history.Policy) (history.Position, []history.Message, error) {
+	if d.down.Load() {
+		return history.Position{}, nil, errDown
+	}
+	return d.Memory.Read(ctx, topic, after, limit, pol)
+}
+
+// A subscribe refused because the store is down leaves a subscription the
+// client already had as it was: once the store is back, its messages
+// still arrive, in order.
+func TestRefusedResubscribeKeepsTheSubscription(t *testing.T) {
+	leakcheck.Check(t)
+	mem := history.NewMemory(history.MemoryOptions{})
+	s := New(historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
+	// Wrapped once the server has given the memory store its delivery,
+	// before anything runs.
+	store := &downStore{Memory: mem}
+	s.hist.store = store
+	url := serve(t, s)
+	pub, sub := wstest.Dial(t, url), wstest.Dial(t, url)
+	p0 := resultPos(t, sub.Call("subscribe", `{"topic":"h:x"}`))
+	publishN(t, pub, "h:x", 1, 1)
+	nextMessages(t, sub, "h:x", 1)
+
+	store.down.Store(true)
+	for _, params := range []string{
+		`{"topic":"h:x"}`,
+		fmt.Sprintf(`{"topic":"h:x","recover":true,"since":{"epoch":%q,"offset":1}}`, p0.Epoch),
+	} {
+		f := sub.Call("subscribe", params)
+		if f.Error == nil || !strings.Contains(string(f.Error.Data), protocol.ReasonHistoryUnavailable) {
+			t.Fatalf("subscribe %s with the store down: %+v", params, f)
+		}
+	}
+	store.down.Store(false)
+
+	publishN(t, pub, "h:x", 2, 2)
+	if offs, _ := nextMessages(t, sub, "h:x", 2); fmt.Sprint(offs) != "[2 3]" {
+		t.Fatalf("after the store came back: offsets %v", offs)
 	}
 }

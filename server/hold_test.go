@@ -84,6 +84,34 @@ func TestHeldFramesLeaveTogetherAtTheFlush(t *testing.T) {
 	}
 }
 
+// A publisher's own answers are held apart from its deliveries, whenever
+// they were held, and its connection is held once: the flush writes them
+// first before a large fan-out (ownFirst), last after a small one.
+func TestOwnAnswersAreHeldApart(t *testing.T) {
+	s := New(Options{Metrics: metrics.NewDiscard()})
+	pub, pubClient := tcpConn(t, s)
+	defer pubClient.Close()
+	defer pub.raw.Close()
+	sub, subClient := tcpConn(t, s)
+	defer subClient.Close()
+	defer sub.raw.Close()
+	var h holdSet
+	for i := range 2 {
+		f := frameText([]byte(`{"n":` + strconv.Itoa(i) + `}`))
+		if !sub.enqueueHeld(f, &h) || !pub.hold(f, &h, true) {
+			t.Fatal("a held frame was refused")
+		}
+	}
+	if h.own != pub || len(h.conns) != 1 || h.conns[0] != sub {
+		t.Fatalf("held: own %p, others %v; want own %p (the publisher), others [%p]", h.own, h.conns, pub, sub)
+	}
+	h.flush()
+	if h.own != nil || len(h.conns) != 0 || h.pending() || pub.queued != 0 || sub.queued != 0 {
+		t.Fatalf("after the flush: own %p, %d others held, pending %v, queued %d and %d bytes",
+			h.own, len(h.conns), h.pending(), pub.queued, sub.queued)
+	}
+}
+
 // Whatever order frames are held (by any of several publishers), written
 // directly, queued for the writer or flushed in, the client receives
 // every frame once, in the order it was queued: held frames go out ahead
@@ -102,8 +130,8 @@ func TestHeldDirectAndQueuedFramesKeepTheirOrder(t *testing.T) {
 			f := frameText([]byte(`{"i":` + strconv.Itoa(i) + `}`))
 			var ok bool
 			switch op {
-			case 0, 1: // held by publisher 0 or 1
-				ok = c.enqueueHeld(f, sets[op])
+			case 0, 1: // held by publisher 0 or 1, as its answer or a delivery
+				ok = c.hold(f, sets[op], rapid.Bool().Draw(rt, "own"))
 			case 2: // written at once (a reply, the bus)
 				ok = c.enqueueFrame(f, true)
 			case 3: // queued for the writer (a large topic from the bus)

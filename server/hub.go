@@ -125,7 +125,13 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 // (a subscribe to another topic of the shard does not wait for a
 // fan-out), and without a copy per publish.
 func (h *hub) publish(topic string, data []byte, held *holdSet) {
-	list := h.subscribers(topic)
+	h.publishTo(h.subscribers(topic), topic, data, held)
+}
+
+// publishTo is publish to list, topic's subscribers as the caller looked
+// them up (hub.subscribers): a client's publish looks them up once, for
+// its admission and its deliveries.
+func (h *hub) publishTo(list []*conn, topic string, data []byte, held *holdSet) {
 	if len(list) == 0 {
 		return
 	}

@@ -63,13 +63,17 @@ type rawConn struct {
 	rest      atomic.Bool // len(tail) > 0, read without mu (beside the bools: rawConn stays in the 240-byte size class)
 	tail      []byte      // the unsent rest of a frame tryWrite began: written before anything else
 
-	// The write(2) callback's arguments and results, under mu (one
-	// callback per connection, made once: a write allocates nothing).
+	// The write(2) callbacks' arguments and results, under mu (each
+	// callback made once per connection: a write allocates nothing).
+	// fn waits for the socket to drain (send); tryFn never waits
+	// (tryWrite) and runs under RawConn.Control, which only pins the
+	// descriptor: no write lock and no poller reset per delivery, which
+	// a non-blocking write under mu needs neither of.
 	fn    func(fd uintptr) bool
+	tryFn func(fd uintptr)
 	pend  []byte
 	n     int
 	err   error
-	block bool // wait for the socket to drain (send), or not (tryWrite)
 
 	stalled atomic.Bool // send is waiting for the socket to drain
 
@@ -115,7 +119,7 @@ type rawConn struct {
 func newRawConn(nc net.Conn) *rawConn {
 	c := &rawConn{Conn: nc, sc: wsock.Descriptor(nc)}
 	if c.sc != nil {
-		c.fn = c.writeFD
+		c.fn, c.tryFn = c.writeFD, c.tryFD
 	}
 	return c
 }
@@ -263,10 +267,17 @@ func (c *rawConn) full() bool {
 	return c == nil || c.sc == nil || c.stalled.Load()
 }
 
-// rawWrite runs the write(2) callback. c.mu held.
+// rawWrite runs a write(2) callback: one that waits for the socket to
+// drain when block, else one that takes what the socket takes now. c.mu
+// held.
 func (c *rawConn) rawWrite(b []byte, block bool) (int, error) {
-	c.pend, c.n, c.err, c.block = b, 0, nil, block
-	err := c.sc.Write(c.fn)
+	c.pend, c.n, c.err = b, 0, nil
+	var err error
+	if block {
+		err = c.sc.Write(c.fn)
+	} else {
+		err = c.sc.Control(c.tryFn)
+	}
 	if c.stalled.Load() {
 		c.stalled.Store(false)
 	}
@@ -677,7 +688,7 @@ func closeFrame(code uint16, reason string) []byte { return wsock.CloseFrame(cod
 func appendTextHeader(b []byte, n int) []byte { return wsock.AppendTextHeader(b, n) }
 
 // writeFD writes c.pend to the non-blocking descriptor. It returns false
-// (wait until writable, then call again) only when blocking.
+// (wait until writable, then call again) while the socket is full.
 func (c *rawConn) writeFD(fd uintptr) bool {
 	if c.stalled.Load() {
 		c.stalled.Store(false)
@@ -688,11 +699,17 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 	switch {
 	case err != nil:
 		c.err = err
-	case full && c.block:
+	case full:
 		c.stalled.Store(true)
 		return false
 	}
 	return true
+}
+
+// tryFD writes what of c.pend the non-blocking descriptor takes now.
+func (c *rawConn) tryFD(fd uintptr) {
+	n, _, err := wsock.WriteFD(fd, c.pend)
+	c.n, c.err = n, err
 }
 
 // inputFD stores how many bytes wait to be read in the socket.

@@ -54,8 +54,17 @@ func frameText(payload []byte) []byte {
 // allocation: the payload is encoded after room for the longest header,
 // and the real header is written just before it.
 func frameMessage(topic string, data []byte) []byte {
-	b := make([]byte, maxHeader, maxHeader+protocol.MessageOverhead+len(topic)+len(data))
-	b = protocol.AppendMessage(b, topic, data)
+	b := frameRoom(protocol.MessageOverhead + len(topic) + len(data))
+	return frameIn(protocol.AppendMessage(b, topic, data))
+}
+
+// frameRoom is an empty payload with room for the longest header before
+// it and n bytes of capacity after: append the payload, then frameIn.
+func frameRoom(n int) []byte { return make([]byte, maxHeader, maxHeader+n) }
+
+// frameIn frames a payload appended to frameRoom, in place: the real
+// header goes just before the payload.
+func frameIn(b []byte) []byte {
 	var hdr [maxHeader]byte
 	h := appendTextHeader(hdr[:0], len(b)-maxHeader)
 	start := maxHeader - len(h)
@@ -63,18 +72,30 @@ func frameMessage(topic string, data []byte) []byte {
 	return b[start:]
 }
 
+// answerRoom is the payload room of a single request's answer: a
+// publish's or a subscribe's fits.
+const answerRoom = 64
+
 // framePayload is the payload of a frame built by frameText or
 // frameMessage.
 func framePayload(f []byte) []byte { return wsock.TextPayload(f) }
 
 // enqueue frames payload (a response or a notice to this client alone)
 // and queues it: held while the read goroutine runs a frame in hand.
-func (c *conn) enqueue(payload []byte) {
+func (c *conn) enqueue(payload []byte) { c.enqueueOwn(frameText(payload)) }
+
+// enqueueFramed is enqueue for a payload appended to frameRoom: it is
+// framed in place.
+func (c *conn) enqueueFramed(b []byte) { c.enqueueOwn(frameIn(b)) }
+
+// enqueueOwn queues a frame for this client alone: held while the read
+// goroutine runs a frame in hand.
+func (c *conn) enqueueOwn(frame []byte) {
 	var ok bool
 	if h := c.holder(); h != nil {
-		ok = c.enqueueHeld(frameText(payload), h)
+		ok = c.hold(frame, h, true)
 	} else {
-		ok = c.enqueueFrame(frameText(payload), true)
+		ok = c.enqueueFrame(frame, true)
 	}
 	if ok {
 		c.s.m.MessagesSent.Inc()
@@ -171,16 +192,21 @@ func (c *conn) cutSlow() {
 // enqueueHeld queues frame for the client and holds it for h's flush
 // (unless a writer goroutine already owns the queue: it sends the frame).
 // It reports whether the frame was taken.
-func (c *conn) enqueueHeld(frame []byte, h *holdSet) bool {
+func (c *conn) enqueueHeld(frame []byte, h *holdSet) bool { return c.hold(frame, h, false) }
+
+// hold is enqueueHeld; own says c is the connection whose read goroutine
+// fills h (its answers), which h flushes first.
+func (c *conn) hold(frame []byte, h *holdSet, own bool) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed || !c.queueFrame(frame) {
+		c.mu.Unlock()
 		return false
 	}
 	if !c.writing && c.heldBy != h {
 		c.heldBy = h
-		h.add(c)
+		h.add(c, own)
 	}
+	c.mu.Unlock()
 	return true
 }
 
@@ -246,11 +272,16 @@ func (c *conn) flushLocked() {
 // read goroutine fills it; its own application calls, in their
 // goroutines, may add their replies while a frame runs inline (mu).
 type holdSet struct {
-	mu        sync.Mutex
-	conns     []*conn
-	spare     []*conn
+	mu    sync.Mutex
+	conns []*conn
+	spare []*conn
+	// own is the publisher's own connection when its answers are held:
+	// flushed before a large fan-out (ownFirst), so that its client,
+	// which sends more once answered, does so while the rest are
+	// written; after a small one.
+	own       *conn
 	publishes int
-	held      atomic.Bool // len(conns) > 0
+	held      atomic.Bool // len(conns) > 0 || own != nil
 
 	// readNow's callback and its argument and result (read goroutine).
 	readFn func(fd uintptr)
@@ -283,10 +314,16 @@ func (h *holdSet) readNow(sc syscall.RawConn, p []byte) int {
 // every so many publishes, not only when it pauses.
 const maxHeldPublishes = 64
 
-func (h *holdSet) add(c *conn) {
+func (h *holdSet) add(c *conn, own bool) {
 	h.mu.Lock()
-	h.conns = append(h.conns, c)
-	h.held.Store(true)
+	if !h.held.Load() {
+		h.held.Store(true)
+	}
+	if own && h.own == nil {
+		h.own = c
+	} else {
+		h.conns = append(h.conns, c)
+	}
 	h.mu.Unlock()
 }
 
@@ -299,6 +336,15 @@ func (h *holdSet) published() {
 	}
 }
 
+// ownFirst is the fewest other connections held for which a flush writes
+// the publisher's answers first. Writing a large fan-out takes long
+// enough that its client's next publishes, sent once answered, arrive
+// meanwhile: the next burst is in hand when the flush ends (1 -> 1,000:
+// 0.76-0.84x server CPU per delivery, 64 in flight). A small one's flush
+// is short, with little to overlap, and answering first measured worse
+// there (100 topics x 10: 1.03-1.07x), so its answers go last.
+const ownFirst = queuedFanout
+
 // maxSpareHeld bounds the list of held connections kept for the next
 // burst: one huge burst must not pin its list forever.
 const maxSpareHeld = 1 << 14
@@ -309,13 +355,20 @@ func (h *holdSet) pending() bool { return h != nil && h.held.Load() }
 // flush writes what each held connection has queued, one write each.
 func (h *holdSet) flush() {
 	h.mu.Lock()
-	conns := h.conns
-	h.conns = h.spare[:0]
+	own, conns := h.own, h.conns
+	h.own, h.conns = nil, h.spare[:0]
 	h.publishes = 0
 	h.held.Store(false)
 	h.mu.Unlock()
+	if own != nil && len(conns) >= ownFirst {
+		own.flushHeld(h)
+		own = nil
+	}
 	for _, c := range conns {
 		c.flushHeld(h)
+	}
+	if own != nil {
+		own.flushHeld(h)
 	}
 	clear(conns)
 	if cap(conns) > maxSpareHeld {
