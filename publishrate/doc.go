@@ -18,7 +18,12 @@
 // A sibling is fresh while its latest envelope arrived less than StaleAfter
 // ago by the receiver's clock; the sender's ts is used only to ignore
 // envelopes not newer than the one held (while that one is fresh), so
-// skewed clocks between instances do not matter.
+// skewed clocks between instances do not matter. On a plain Redis client
+// the subscriptions dial through a client of their own whose connections
+// are read on a timer (internal/pollconn), a fiftieth of the interval
+// apart while envelopes come, so "arrival" is when an envelope was read:
+// up to a tenth of the interval after it reached the socket. One wake-up
+// reads and merges every envelope that came meanwhile.
 //
 // The merged view sums, per topic and per user, this instance's latest
 // pressure sample and every fresh sibling's lists, and counts contributing

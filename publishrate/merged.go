@@ -149,15 +149,7 @@ func (a *Aggregator) becomeMerger(epoch int64, now time.Time) {
 	}
 	a.mu.Unlock()
 	a.merging.Store(true)
-	a.lead.sub = bus.Subscribe(bus.SubscriptionConfig{
-		Client:     a.client,
-		Channel:    a.sliceChannel,
-		Handle:     a.receiveSlice,
-		IdleAfter:  a.opts.StaleAfter + a.opts.PublishInterval,
-		MaxBackoff: retryMax,
-		Logger:     a.log,
-		Gather:     a.gather(),
-	})
+	a.lead.sub = a.subscribe(a.sliceChannel, a.receiveSlice)
 	a.log.Info("this instance is now the merging instance", "epoch", epoch)
 }
 

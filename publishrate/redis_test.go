@@ -2,6 +2,7 @@ package publishrate
 
 import (
 	"context"
+	"crypto/tls"
 	"runtime"
 	"testing"
 	"time"
@@ -151,4 +152,52 @@ func TestActivateGivesUpWithContext(t *testing.T) {
 	srv.Restart()
 	activate(t, n.agg)
 	n.agg.Deactivate()
+}
+
+// TestSubscriptionHasItsOwnPolledClient: on a plain client the
+// subscription dials through a client of its own (its connection polled,
+// internal/pollconn), which Deactivate closes, leaving no subscriber on
+// Redis; Activate again works as the first time.
+func TestSubscriptionHasItsOwnPolledClient(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newNode(t, srv, "A", newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 5}), nil)
+	b := newNode(t, srv, "B", newFakeLocal(), nil)
+	activate(t, a.agg)
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer probe.Close()
+	subscribers := func() int64 {
+		n, err := probe.PubSubNumSub(context.Background(), a.agg.opts.Channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n[a.agg.opts.Channel]
+	}
+	for range 2 {
+		activate(t, b.agg)
+		if b.agg.subClient == nil || redis.UniversalClient(b.agg.subClient) == b.agg.client {
+			t.Fatal("the subscription shares the aggregator's client")
+		}
+		testkit.Eventually(t, awaitFor, "B sees A's rate", func() bool { return b.agg.RateOf("hot") == 5 })
+		b.agg.Deactivate()
+		if b.agg.subClient != nil {
+			t.Fatal("Deactivate kept the subscription's client")
+		}
+		testkit.Eventually(t, awaitFor, "only A subscribed", func() bool { return subscribers() == 1 })
+	}
+}
+
+// TestTLSClientKeepsTheGatherWait: pollconn leaves TLS connections
+// alone, so over TLS the subscription shares the client and keeps the
+// Gather wait instead.
+func TestTLSClientKeepsTheGatherWait(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", TLSConfig: &tls.Config{}})
+	defer c.Close()
+	a, err := New(c, newFakeLocal(), Options{InstanceID: "A", Metrics: metrics.NewDiscard(), Logger: discardLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := a.subscriptionClient(); sc != nil {
+		sc.Close()
+		t.Fatal("a TLS client got a polled subscription client")
+	}
 }
