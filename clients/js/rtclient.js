@@ -10,7 +10,9 @@
 //     to repeat. Calls and notifications made while disconnected wait in a
 //     bounded queue and go out once a connection is up.
 //   - Close codes 1002, 1003, 1007, 1008 and 1009 are refusals that waiting
-//     will not change: no reconnect. Neither after close(). The exception
+//     will not change: no reconnect, and calls sent on that connection fail
+//     with "CLOSED" naming the close (its code and reason in err.data).
+//     Neither after close(). The exception
 //     is 1008 "token expired" when the token option is a function: a fresh
 //     token changes it, so the client reconnects.
 //   - With a token function, a "tokenExpiring" system event is answered
@@ -502,12 +504,18 @@ class Client {
     this._ws = null;
     this._wsOpen = false;
     this._clearTimer();
-    // Only calls sent on this socket: queued ones were never sent (ws is
-    // null when the attempt failed before a socket existed).
-    this._failPending((p) => ws !== null && p.ws === ws, new RPCError("DISCONNECTED", "rtclient: disconnected"));
-    if (this._stopped) return;
     const fresh = code === 1008 && reason === TOKEN_EXPIRED && typeof this._token === "function";
-    if (PERMANENT_CLOSE.has(code) && !fresh) {
+    const permanent = PERMANENT_CLOSE.has(code) && !fresh;
+    // Only calls sent on this socket: queued ones were never sent (ws is
+    // null when the attempt failed before a socket existed). After a
+    // permanent close they fail with it: a call that caused it (1009, too
+    // large) must not be retried as if the connection had just dropped.
+    const err = permanent
+      ? new RPCError("CLOSED", `rtclient: connection closed by server: ${code} ${JSON.stringify(reason)}`, { code, reason })
+      : new RPCError("DISCONNECTED", "rtclient: disconnected");
+    this._failPending((p) => ws !== null && p.ws === ws, err);
+    if (this._stopped) return;
+    if (permanent) {
       this._stop({ code, reason });
       return;
     }

@@ -342,11 +342,26 @@ for (const code of [1002, 1003, 1007, 1008, 1009]) {
     await h.advance(60000);
     eq(h.sockets.length, 1, "sockets");
     eq(c.state, "closed", "state");
-    eq((await p.catch((e) => e)).code, "DISCONNECTED", "in-flight call");
+    const inflight = await p.catch((e) => e);
+    eq([inflight.code, inflight.data], ["CLOSED", { code, reason: "policy" }], "in-flight call fails with the close");
+    assert(inflight.message.includes(`${code} "policy"`), `in-flight call's message: ${inflight.message}`);
     eq((await later.ready.catch((e) => e)).code, "CLOSED", "subscription");
     eq((await c.call("y").catch((e) => e)).code, "CLOSED", "call after");
   });
 }
+
+test("publishAt fails with the close its message caused, not retried", async () => {
+  const { h, c, ws } = await opened();
+  const p = c.publishAt("room:1", "x".repeat(70000));
+  await tick();
+  eq(ws.sent.filter((m) => m.method === "publish").length, 1, "sent once");
+  ws.drop(1009, "message larger than limits.maxMessageBytes (65536)");
+  await h.advance(60000);
+  const err = await p.catch((e) => e);
+  eq([err.code, err.data && err.data.code], ["CLOSED", 1009], "the 1009 close");
+  assert(err.message.includes("limits.maxMessageBytes"), `message: ${err.message}`);
+  eq(h.sockets.length, 1, "no reconnect");
+});
 
 // --- authentication ---
 
