@@ -102,7 +102,7 @@
 // monitor: the OnSample listener only merges in memory. Trust the wire:
 // every envelope is bounded (MaxEnvelopeBytes, at most max(2*TopN, 64)
 // entries per list, instance ids <= 128 bytes of the topic alphabet, user
-// ids <= 256 bytes of UTF-8, topics per protocol.ValidTopic without
+// ids <= 1024 bytes of UTF-8, topics per protocol.ValidTopic without
 // duplicates, rates finite in [0, 1e15], counts in [0, 2^40]) and anything
 // else is dropped whole and counted. This instance's own envelopes, echoed
 // by Redis, are ignored and not counted as received.

@@ -28,8 +28,10 @@ const (
 
 	// MaxInstanceIDLen bounds instance ids, ours and those read off the wire.
 	MaxInstanceIDLen = 128
-	// MaxUserLen bounds user ids read off the wire.
-	MaxUserLen = 256
+	// MaxUserLen bounds user ids read off the wire: the longest user a
+	// token may name (handshake.MaxUserLen), so that every user can be a
+	// top publisher in the cluster view.
+	MaxUserLen = 1024
 )
 
 // Local is this instance's own source of publish rates. *pressure.Monitor

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/envsign"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/pressure"
@@ -144,5 +145,33 @@ func TestBroadcastFitsMaxEnvelopeBytes(t *testing.T) {
 	}
 	if len(e.Slice) == 0 || e.Slice[0].MessagesPerSec != 20 {
 		t.Errorf("kept %v, want the highest rates first", e.Slice)
+	}
+}
+
+// Every user the handshake lets in can be a top publisher: a user of the
+// longest length a token may name goes into the envelope, and a receiver
+// takes it.
+func TestLongestUserIsSentAndTaken(t *testing.T) {
+	if MaxUserLen != handshake.MaxUserLen {
+		t.Fatalf("MaxUserLen %d, the handshake's %d: users between them are missing from the cluster view", MaxUserLen, handshake.MaxUserLen)
+	}
+	long := strings.Repeat("u", handshake.MaxUserLen)
+	clk := testkit.NewClock(testEpoch)
+	local := newFakeLocal()
+	local.snap.TopUsers = []pressure.UserRate{{User: long, MessagesPerSec: 7}}
+	a := newOffline(t, local, Options{Now: clk.Now})
+	clk.Advance(time.Second)
+	e := sent(t, a, clk.Now())
+	if want := []wireUser{{long, 7}}; !slices.Equal(e.Users, want) {
+		t.Fatalf("users sent = %d entries, want the %d-byte user", len(e.Users), len(long))
+	}
+	b := newOffline(t, newFakeLocal(), Options{Now: clk.Now})
+	raw, err := a.collect(clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.receive(string(raw))
+	if got := b.RateOfUser(long); got != 7 {
+		t.Errorf("receiver's rate of the %d-byte user = %v, want 7", len(long), got)
 	}
 }
