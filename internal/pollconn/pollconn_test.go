@@ -14,30 +14,14 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // tcpPair is a wrapped client connection and the server's end of it,
 // over real loopback TCP.
 func tcpPair(t *testing.T, p Poll) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
+	raw, server := testkit.TCPPair(t)
 	client = Wrap(raw, p)
 	if _, ok := client.(*conn); !ok {
 		t.Fatalf("Wrap(*net.TCPConn) = %T, want a polled connection", client)
@@ -46,7 +30,7 @@ func tcpPair(t *testing.T, p Poll) (client, server net.Conn) {
 	if _, err := raw.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("the original connection still reads: %v", err)
 	}
-	t.Cleanup(func() { client.Close(); server.Close() })
+	t.Cleanup(func() { client.Close() })
 	return client, server
 }
 

@@ -1,6 +1,7 @@
 // Package testkit is the test helpers every package shares: a
 // concurrency-safe log buffer (LogBuffer), a poll-until helper
-// (Eventually), a hand-moved clock (Clock), and the check for the external
+// (Eventually), a hand-moved clock (Clock), a loopback TCP pair
+// (TCPPair), and the check for the external
 // programs integration tests run (Program: redis-server, chromium,
 // promtool).
 //
