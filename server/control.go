@@ -8,6 +8,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -41,7 +42,7 @@ const (
 var ErrBadUser = errors.New("server: user must be 1 to 1024 bytes")
 
 // MaxUserLen is the longest user id Disconnect and Unsubscribe accept.
-const MaxUserLen = 1024 // as handshake.MaxUserLen: every user a token can name
+const MaxUserLen = handshake.MaxUserLen
 
 // Disconnect closes every connection of user, on this instance and on every
 // other, with close code 1008 and reason "disconnected". Queued messages

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/jsonexact"
@@ -109,8 +110,8 @@ const (
 
 // Limits on params.
 const (
-	MaxUserLen         = 1024 // bytes of a user id
-	MaxBroadcastTopics = 1000 // topics of one broadcast
+	MaxUserLen         = handshake.MaxUserLen // bytes of a user id: every user a token can name
+	MaxBroadcastTopics = 1000                 // topics of one broadcast
 )
 
 // Prefix is the path under which the handler serves: mount it at Prefix.
