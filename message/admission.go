@@ -109,6 +109,7 @@ type Rule struct {
 	ClusterTopPublisher *ClusterTopPublisher                              `yaml:"clusterTopPublisher,omitempty"`
 	Rate                *Rate                                             `yaml:"rate,omitempty"`
 	Cost                *Cost                                             `yaml:"cost,omitempty"`
+	BidPrice            *BidPrice                                         `yaml:"bidPrice,omitempty"`
 	Concurrency         *Concurrency                                      `yaml:"concurrency,omitempty"`
 	AdaptiveConcurrency *AdaptiveConcurrency                              `yaml:"adaptiveConcurrency,omitempty"`
 }

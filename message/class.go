@@ -28,13 +28,14 @@ const (
 	codeRate
 	codeCost
 	codeBus
+	codePolicy
 	numCodes
 )
 
 var codeText = [numCodes]string{
 	ReasonMemory, ReasonPublishRate, ReasonSubscribers,
 	ReasonClusterTopPublisher, ReasonPredicate, ReasonConcurrency, ReasonRate, ReasonCost,
-	ReasonBus,
+	ReasonBus, ReasonPolicy,
 }
 
 // Class is one registered class; resolve it once and check it per call.
@@ -51,6 +52,7 @@ type Class struct {
 	clusterByUser bool
 	clusterThresh float64
 	predicate     func(*pressure.Snapshot, *Call) (bool, error)
+	bid           *bidPart  // BidPrice, or nil
 	rate          *ratePart // local Rate part, or nil
 	cost          *costPart // local Cost part, or nil
 	shared        *sharedPart
@@ -216,6 +218,13 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		c.shared = &sharedPart{rate: sharedRate, cost: sharedCost}
 	}
 
+	if p := r.BidPrice; p != nil {
+		var err error
+		if c.bid, err = buildBidPrice(p, c.cost != nil); err != nil {
+			return nil, err
+		}
+	}
+
 	c.concMax = math.MaxInt64
 	if p := r.Concurrency; p != nil {
 		if p.Max <= 0 {
@@ -347,6 +356,9 @@ func (c *Class) resolveMetrics(m *metrics.Metrics) {
 	if c.predicate != nil {
 		rej(codePredicate)
 	}
+	if c.bid != nil {
+		rej(codePolicy)
+	}
 	if c.rate != nil || (c.shared != nil && c.shared.rate != nil) {
 		rej(codeRate)
 	}
@@ -372,6 +384,14 @@ func (a *Admission) Class(name string) (*Class, bool) {
 
 // Name is the class name.
 func (c *Class) Name() string { return c.name }
+
+// BidPrice is the class's bid prices, and whether it has a BidPrice part.
+func (c *Class) BidPrice() (Duals, bool) {
+	if c.bid == nil {
+		return Duals{}, false
+	}
+	return c.bid.Duals, true
+}
 
 // InFlight is the number of concurrency leases of this class held now (0
 // for a class without a Concurrency or AdaptiveConcurrency part).

@@ -114,7 +114,7 @@ func (c Config) Validate() error {
 		if name == "" || !utf8.ValidString(name) {
 			p.Add(key, "class name must be non-empty UTF-8 text")
 		}
-		if len(r.Reasons) == 0 && r.Predicate == nil && r.ClusterTopPublisher == nil && r.Rate == nil && r.Cost == nil && r.Concurrency == nil && r.AdaptiveConcurrency == nil {
+		if len(r.Reasons) == 0 && r.Predicate == nil && r.ClusterTopPublisher == nil && r.Rate == nil && r.Cost == nil && r.BidPrice == nil && r.Concurrency == nil && r.AdaptiveConcurrency == nil {
 			p.Add(key, "a rule needs at least one of reasons, clusterTopPublisher, rate, cost, concurrency, adaptiveConcurrency")
 		}
 		for i, reason := range r.Reasons {
@@ -163,6 +163,14 @@ func (c Config) Validate() error {
 				if rt := r.Rate; rt != nil && rt.Scope == "cluster" && rateBy != costBy {
 					p.Add(key+".cost.by", "must equal rate.by (%q) when both are scope cluster: they share one key and one round trip", rateBy)
 				}
+			}
+		}
+		if b := r.BidPrice; b != nil {
+			if r.Cost == nil {
+				p.Add(key+".bidPrice", "needs a cost part (the price is per unit of its cost)")
+			}
+			if _, err := buildBidPrice(b, true); err != nil {
+				p.Add(key+".bidPrice", "%s", strings.TrimPrefix(err.Error(), "bidPrice: "))
 			}
 		}
 		if ac := r.AdaptiveConcurrency; ac != nil {
