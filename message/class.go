@@ -59,6 +59,7 @@ type Class struct {
 	concMax       int64 // Concurrency.Max; math.MaxInt64 when only adaptive
 	hasConc       bool  // a Concurrency or AdaptiveConcurrency part is set
 	adaptive      *adaptiveLimit
+	fleet         *fleetPart // the adaptive part is scope cluster
 	accepted      prometheus.Counter
 	rejected      [numCodes]prometheus.Counter // nil for reasons this class cannot produce
 	errors        prometheus.Counter
@@ -240,6 +241,20 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		}
 		c.adaptive = al
 		c.hasConc = true
+		switch p.Scope {
+		case "", "local":
+		case "cluster":
+			g, err := parseAggregate(p.Aggregate)
+			if err != nil {
+				return nil, fmt.Errorf("adaptiveConcurrency: %w", err)
+			}
+			if a.ceilings == nil {
+				return nil, errors.New("adaptiveConcurrency: scope cluster: no store to share the fleet's limits in (message.Options.Ceilings; a node has one when redis.url is set)")
+			}
+			c.fleet = &fleetPart{agg: g, fallbacks: a.m.AdmissionCeilingFallbacks.WithLabelValues(name)}
+		default:
+			return nil, fmt.Errorf("adaptiveConcurrency: scope must be local or cluster (got %q)", p.Scope)
+		}
 	}
 	return c, nil
 }

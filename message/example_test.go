@@ -1,6 +1,7 @@
 package message_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -167,4 +168,34 @@ func ExampleBidPrice() {
 	// p_rate=0 p_cost=0.01
 	// small: allowed
 	// large: denied POLICY
+}
+
+// fleet is a message.CeilingStore in memory for the example: two other
+// instances have inferred limits of 30 and 90. (clusterrate.NewCeilings
+// keeps them in Redis.)
+type fleet struct{}
+
+func (fleet) ShareLimit(_ context.Context, _ string, own int64) ([]int64, error) {
+	return []int64{30, 90, own}, nil
+}
+
+// A fleet-wide adaptive concurrency ceiling: every instance applies the
+// median of the live instances' limits divided by their count.
+func ExampleAdmission_ShareCeilings() {
+	adm := message.New(message.Options{Ceilings: fleet{}})
+	if err := adm.Register("backend", message.Rule{
+		AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: 60, Max: 256, ProbeCalls: 1, Scope: "cluster"},
+	}); err != nil {
+		panic(err)
+	}
+	backend, _ := adm.Class("backend")
+	var call message.Call
+	backend.Check(&call) // the first no-load probe: one call at Min
+	call.Release()
+	fmt.Println("own limit:", backend.ConcurrencyLimit())
+	adm.ShareCeilings(context.Background(), time.Second) // RunCeilings does this every second
+	fmt.Println("fleet share:", backend.ConcurrencyLimit())
+	// Output:
+	// own limit: 60
+	// fleet share: 20
 }
