@@ -51,7 +51,10 @@ func TestLocalAndClusterAgree(t *testing.T) {
 		per := time.Duration(rapid.Int64Range(1, int64(100*time.Millisecond)).Draw(rt, "per"))
 		clk := newClock()
 		local := message.New(message.Options{Now: clk.Now})
-		shared := message.New(message.Options{Now: clk.Now, Shared: New(rc, Options{Prefix: fmt.Sprintf("conf%d:", round)})})
+		// A generous timeout, and any error fails the test: a check that
+		// timed out on a loaded machine would be decided open, not compared.
+		l := New(rc, Options{Prefix: fmt.Sprintf("conf%d:", round), Timeout: 10 * time.Second})
+		shared := message.New(message.Options{Now: clk.Now, Shared: failOnError{t, l}})
 		lc := register(rt, local, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per}})
 		sc := register(rt, shared, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per, Scope: "cluster"}})
 		users := []string{"ann", "bob"}
@@ -81,7 +84,7 @@ func TestLocalAndClusterAgree(t *testing.T) {
 // results (allowed, remaining, and the wait to the nanosecond).
 func TestLimiterMatchesKeyed(t *testing.T) {
 	s := redistest.Start(t)
-	l := New(client(t, s), Options{})
+	l := New(client(t, s), Options{Timeout: 10 * time.Second})
 	round, denied, allowed := 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
 		round++
@@ -121,7 +124,7 @@ func TestLimiterMatchesKeyed(t *testing.T) {
 // capped at 1M/s).
 func TestRefillRateIsExact(t *testing.T) {
 	s := redistest.Start(t)
-	l := New(client(t, s), Options{})
+	l := New(client(t, s), Options{Timeout: 10 * time.Second})
 	for _, limit := range []int64{90_000, 999_999, 1_000_000, 3_000_000, 50_000_000} {
 		lim := []message.SharedLimit{{Name: "rate", Limit: limit, Per: time.Second, N: limit}}
 		res := make([]ratelimit.Result, 1)
