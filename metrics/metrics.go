@@ -36,6 +36,7 @@ const (
 	AuthUnverifiable = "unverifiable"  // alg or kid matches no configured key, or crit extensions
 	AuthSignature    = "signature"     // signed with another key
 	AuthExpired      = "expired"       // exp in the past
+	AuthLifetime     = "lifetime"      // no exp with auth.jwt.requireExp, or exp past auth.jwt.maxLifetime
 	AuthNotYetValid  = "not_yet_valid" // nbf or iat in the future
 	AuthAudience     = "audience"      // aud lacks auth.jwt.audience
 	AuthIssuer       = "issuer"        // iss is not auth.jwt.issuer
@@ -50,7 +51,7 @@ const (
 // handshake_auth_refused_total, pre-created at zero.
 var AuthRefusalReasons = []string{
 	AuthMissing, AuthTooLarge, AuthMalformed, AuthUnverifiable, AuthSignature,
-	AuthExpired, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject, AuthBadSubject,
+	AuthExpired, AuthLifetime, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject, AuthBadSubject,
 	AuthTopicsClaim, AuthCrit, AuthInvalid,
 }
 
