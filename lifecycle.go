@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/rtserver/rtserver/internal/acceptlog"
 )
 
 // ErrNodeClosed is what Serve and ListenAndServe return after Shutdown or
@@ -95,12 +97,16 @@ func (n *Node) Serve(ln net.Listener) error {
 	// otherwise upgraded without net/http's per-connection buffers, which
 	// a hijacked connection leaves behind as garbage
 	// (handshake.ServingListener). Everything else goes to net/http.
+	// Running out of file descriptors is counted and logged (net/http
+	// only retries, and says so at debug level).
+	ln = acceptlog.Wrap(ln, n.metrics.AcceptFDExhausted, n.log)
 	ln = n.gate.ServingListener(ln, "/ws", n.mux)
 	srv := n.cfg.HTTP.server(n.mux, slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
 	g.Go(func() error { return serveHTTP(srv, ln) })
 	var admin *http.Server
 	if aln != nil {
 		admin = n.cfg.HTTP.server(n.adminMux, srv.ErrorLog)
+		aln = acceptlog.Wrap(aln, n.metrics.AcceptFDExhausted, n.log)
 		g.Go(func() error { return serveHTTP(admin, aln) })
 	}
 	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)

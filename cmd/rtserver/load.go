@@ -28,11 +28,11 @@ var usageOutput io.Writer = os.Stderr
 type Action int
 
 const (
-	ActionRun            Action = iota // serve
-	ActionPrintConfig                  // --print-config: write the YAML, secrets redacted (redactSecrets), to stdout, exit 0
-	ActionPrintConfigSecrets           // --print-config --show-secrets: the YAML with secrets as they are
-	ActionPrintReference               // --config-reference: write ConfigReference() to stdout, exit 0
-	ActionPrintVersion                 // --version: write the module version to stdout, exit 0
+	ActionRun                Action = iota // serve
+	ActionPrintConfig                      // --print-config: write the YAML, secrets redacted (redactSecrets), to stdout, exit 0
+	ActionPrintConfigSecrets               // --print-config --show-secrets: the YAML with secrets as they are
+	ActionPrintReference                   // --config-reference: write ConfigReference() to stdout, exit 0
+	ActionPrintVersion                     // --version: write the module version to stdout, exit 0
 )
 
 // KeyError is an invalid or unknown configuration key (rtserver.ConfigError).
