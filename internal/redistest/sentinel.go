@@ -34,7 +34,9 @@ func (s *Sentinel) URL() string { return "redis://" + SentinelName }
 
 // sentinelDownAfter is how long the Sentinels wait before they call an
 // unanswering primary down: short, so that a test's fail-over takes a few
-// seconds, not the 30 of Redis's default.
+// seconds, not the 30 of Redis's default. The fail-over timeout (2s, the
+// file below) is short too: a split vote is retried after twice that,
+// not after the default's 6 minutes.
 const sentinelDownAfter = 1000 * time.Millisecond
 
 // StartSentinel starts a primary, a replica of it and three redis-sentinel
@@ -81,7 +83,7 @@ loglevel warning
 dir %s
 sentinel monitor %s 127.0.0.1 %d 2
 sentinel down-after-milliseconds %s %d
-sentinel failover-timeout %s 10000
+sentinel failover-timeout %s 2000
 sentinel parallel-syncs %s 1
 `, port, s.dir, SentinelName, primaryPort, SentinelName, sentinelDownAfter.Milliseconds(), SentinelName, SentinelName)
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
