@@ -60,8 +60,8 @@ type pubLog struct {
 	mu       sync.Mutex
 	acked    []int
 	epochs   []string
-	ackAt    []time.Time // when the acknowledgement came
-	sentAt   []time.Time // when its publish was sent
+	ackAt    []time.Time   // when the acknowledgement came
+	sentAt   []time.Time   // when its publish was sent
 	slowest  time.Duration // the longest call
 	refused  int
 	refusedR map[string]int // by reason
