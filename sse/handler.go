@@ -373,14 +373,16 @@ func (u *upgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		}
 		head = append(head, "\r\n"...)
 		head = appendEvent(head, "session", nil, []byte(`{"session":"`+p.id+`"}`))
+		// Registered before the client can read its session id.
+		p.nc = nc
+		p.h.register(p)
 		_ = nc.SetWriteDeadline(time.Now().Add(streamHeadTimeout))
 		if _, err := nc.Write(head); err != nil {
+			p.h.forget(p)
 			nc.Close()
 			return nil, nil, err
 		}
 		_ = nc.SetWriteDeadline(time.Time{})
-		p.nc = nc
-		u.p.h.register(p)
 	}
 	u.hijacked = true
 	return p, bufio.NewReadWriter(bufio.NewReaderSize(p, 16), bufio.NewWriterSize(p, 16)), nil
