@@ -6,7 +6,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,5 +124,67 @@ func TestSSEBrowserEventSourceRecovers(t *testing.T) {
 		if g.Offset != i+1 || g.Data != i+1 || g.ID != want {
 			t.Fatalf("message %d: %+v, want offset and data %d, id %s (all: %+v)", i, g, i+1, want, res.Got)
 		}
+	}
+}
+
+// The JavaScript client, in a page where no WebSocket gets through, falls
+// back to Server-Sent Events and POST by itself, says so, and works with
+// the same API: subscribe, publish with its answer, messages from others,
+// errors with their codes.
+func TestSSEBrowserClientFallsBack(t *testing.T) {
+	b := needBrowser(t)
+	p := start(t, apiConfig+sseHistoryConfig)
+	tok := wstest.HS256(apiSecret, "alice")
+	src, err := os.ReadFile("../clients/js/rtclient.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcJSON, _ := json.Marshal(string(src))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pg := openPage(t, ctx, b, p.url("/healthz"))
+	// Every WebSocket the page opens is answered 404 (as by a proxy that
+	// refuses upgrades): the browser reports close 1006.
+	pg.mustEval(t, ctx, `(async () => {
+		const Real = WebSocket;
+		window.WebSocket = class extends Real { constructor(u, p) { super(u.replace("/ws", "/blocked"), p); } };
+		const m = await import(URL.createObjectURL(new Blob([`+string(srcJSON)+`], {type: "text/javascript"})));
+		window.transports = []; window.got = [];
+		window.c = m.connect("/ws", {token: "`+tok+`", minBackoffMs: 10, maxBackoffMs: 50,
+			onTransport: (name, info) => transports.push({name, failures: info.failures})});
+		c.subscribe("room:a", (data, topic, offset) => got.push({data, offset}));
+		return true;
+	})()`, nil)
+	pg.mustEval(t, ctx, until(`c.transport === "sse" && c.state === "open"`), nil)
+	var res struct {
+		Transports []struct {
+			Name     string
+			Failures int
+		}
+		Published struct{ Offset int }
+		Err       struct{ Code int }
+	}
+	pg.mustEval(t, ctx, `(async () => ({
+		transports,
+		published: await c.publish("room:a", "from the page"),
+		err: await c.call("no.such.method").then(() => ({code: 0}), (e) => ({code: e.code})),
+	}))()`, &res)
+	if len(res.Transports) != 1 || res.Transports[0].Name != "sse" || res.Transports[0].Failures != 3 {
+		t.Fatalf("transport events %+v, want one: sse after 3 failures", res.Transports)
+	}
+	if res.Published.Offset != 1 || res.Err.Code != -32601 {
+		t.Fatalf("publish answered %+v, unknown method %+v", res.Published, res.Err)
+	}
+	code, body := postRPC(t, p, "", publishBody("room:a", `"from outside"`), "Authorization", "Bearer "+tok)
+	if code != 200 || !strings.Contains(body, `"offset":2`) {
+		t.Fatalf("outside publish: %d %s", code, body)
+	}
+	var got []struct {
+		Data   string
+		Offset int
+	}
+	pg.mustEval(t, ctx, until(`got.length === 2 && got`), &got)
+	if got[0].Data != "from the page" || got[0].Offset != 1 || got[1].Data != "from outside" || got[1].Offset != 2 {
+		t.Fatalf("messages %+v", got)
 	}
 }
