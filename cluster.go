@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,9 +21,9 @@ import (
 // the limiter of cluster-scoped admission parts. The bus and the
 // aggregator share one instance id, so logs and envelopes agree.
 //
-// For a Redis Cluster, name more seed nodes in redis.url's query:
-// redis://host1:6379?addr=host2:6379&addr=host3:6379 (any addr parameter
-// selects the cluster client).
+// bus.NewClient builds the one client from redis.* (one server, a
+// primary found through Sentinel, or a Redis Cluster); every part here
+// and the bus, history and presence stores share it.
 type cluster struct {
 	client  redis.UniversalClient
 	agg     *publishrate.Aggregator
@@ -41,9 +40,9 @@ type cluster struct {
 }
 
 func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
-	client, err := redisClient(cfg.Redis.URL)
+	client, err := bus.NewClient(cfg.Redis)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	rates := cfg.PublishRate
 	rates.Metrics = m
@@ -90,27 +89,6 @@ func (c *cluster) newBus(cfg bus.Config, secret []byte, m *metrics.Metrics, log 
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	return b, nil
-}
-
-// redisClient opens a plain client, or a cluster client when the URL names
-// more nodes with addr parameters.
-func redisClient(raw string) (redis.UniversalClient, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-	}
-	if u.Query().Has("addr") {
-		opts, err := redis.ParseClusterURL(raw)
-		if err != nil {
-			return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-		}
-		return redis.NewClusterClient(opts), nil
-	}
-	opts, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-	}
-	return redis.NewClient(opts), nil
 }
 
 // start activates the aggregator (the server starts the bus), handing it
