@@ -20,7 +20,7 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
                    [--probe-clients K --probe-rate R --baseline 3s --probe-url URL]
   rtbench storm    --url ... --server-pid PID [-n 5000 -c 256 --hold 100ms] [--storm-url URL] [--probe-cpu 0 --storm-cpu 1]
                    [--probe-clients 20 --probe-rate 1000 --baseline 5s]
-  rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID]
+  rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID] [--probe-clients 10 --probe-rate 200 --probe-time 3s]
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
   rtbench recover  --url ... -n 1000 --missed 1000 [-t 1] [--size 100] [--prefix room:] [--server-pid PID]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
@@ -121,6 +121,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		c := fs.Int("c", 100, "dialers in parallel")
 		settle := fs.Duration("settle", 5*time.Second, "wait after the last connection before measuring")
 		murl := fs.String("metrics-url", "", "server /metrics for go_goroutines (default: /metrics on --url's host)")
+		probeK := fs.Int("probe-clients", 0, "after measuring, established clients doing publish round trips while the idle connections stay open")
+		probeR := fs.Float64("probe-rate", 200, "probe round trips per second, over all probe clients")
+		probeT := fs.Duration("probe-time", 3*time.Second, "how long the probes run")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
@@ -133,7 +136,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if _, err := checkURL(m); err != nil {
 				return nil, err
 			}
-			return runIdle(ctx, idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m})
+			return runIdle(ctx, idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m,
+				ProbeClients: *probeK, ProbeRate: *probeR, ProbeTime: *probeT})
 		}
 	case "fanout":
 		p := fs.Int("p", 1, "publishers")
