@@ -129,8 +129,12 @@ func (n *Node) build() error {
 		// answers instead of the local top publishers.
 		opts.Rates = n.cluster.agg
 		opts.Shared = n.cluster.limiter
+		opts.Ceilings = n.cluster.ceilings
 	}
 	n.admit = message.New(opts)
+	if n.cluster != nil {
+		n.cluster.admit = n.admit
+	}
 	for name, rule := range cfg.Admission.Classes {
 		if err := n.admit.Register(name, rule); err != nil {
 			return fmt.Errorf("rtserver: %w", err) // "message: class %q: ..."

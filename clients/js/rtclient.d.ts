@@ -2,6 +2,9 @@
 // The wire protocol they describe is docs/protocol.md; history topics are
 // docs/history.md, presence docs/presence.md.
 
+/** The rtserver release this client ships with (e.g. "0.1.0"). */
+export declare const VERSION: string;
+
 /** Any JSON value: what a message's data and a call's params may be. */
 export type JSONValue = null | boolean | number | string | JSONValue[] | { [key: string]: JSONValue };
 

@@ -41,6 +41,10 @@
 //     was shed or cut off by a reconnect with the same idempotencyKey: the
 //     one retry the client makes, because the server makes it safe.
 
+// VERSION is the rtserver release this client ships with (the VERSION file
+// of the repository; package.json says the same, and a test checks both).
+export const VERSION = "0.1.0";
+
 const PERMANENT_CLOSE = new Set([1002, 1003, 1007, 1008, 1009]);
 
 // The close reason of a connection whose token expired unrefreshed.
