@@ -1,11 +1,9 @@
 package rtserver
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
-	"github.com/rtserver/rtserver/server"
 )
 
 // cluster holds the parts that need Redis: the client, the aggregator and
@@ -96,48 +93,18 @@ func redisClient(raw string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rtserver: redis.url: %w", err)
 		}
+		opts.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opts), nil
 	}
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: redis.url: %w", err)
 	}
+	// Every caller bounds its Redis calls with a context deadline (a
+	// PING's 500ms, a subscription's open, a history read); the socket
+	// must honour it, or a Redis that accepts and never answers holds each
+	// call for go-redis's own 3s read timeout times its retries, start-up
+	// and stop included.
+	opts.ContextTimeoutEnabled = true
 	return redis.NewClient(opts), nil
-}
-
-// start activates the aggregator (the server starts the bus), handing it
-// the server's subscriber counts, and warms up the shared limiter.
-func (c *cluster) start(ctx context.Context, srv *server.Server, log *slog.Logger) error {
-	err := c.agg.Activate(ctx, publishrate.Sources{
-		Subjects: func() []publishrate.SubjectCount {
-			local := srv.Subjects()
-			out := make([]publishrate.SubjectCount, len(local))
-			for i, tc := range local {
-				out[i] = publishrate.SubjectCount{Topic: tc.Topic, Count: tc.Count}
-			}
-			return out
-		},
-		LocalSubscribers: srv.LocalSubscribers,
-	})
-	if err != nil {
-		return err
-	}
-	if c.scoped {
-		// A cold first cluster-scoped check (dial, cluster slots, script
-		// load) can outlast its 100ms timeout and be decided by the fail
-		// policy; warm up before taking clients. Best effort.
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := c.limiter.Preload(ctx); err != nil {
-			log.Warn("cluster-scoped admission: Redis not ready at start; checks decide by admission.failPolicy until it is", "err", err)
-		}
-	}
-	return nil
-}
-
-// stop deactivates the aggregator and closes the client, after the server
-// has closed the bus.
-func (c *cluster) stop() {
-	c.agg.Deactivate()
-	c.client.Close()
 }

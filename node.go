@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,11 @@ type Node struct {
 	adminMux   *http.ServeMux // nil: /metrics on mux
 	instanceID string
 
+	// parts are the background parts in order of start (parts.go).
+	parts    []namedPart
+	starting atomic.Bool   // until the parts have started: /readyz 503
+	started  chan struct{} // closed once they have: upgrades wait for it
+
 	// life guards the lifecycle state below (lifecycle.go).
 	life        sync.Mutex
 	served      bool               // Serve was called
@@ -52,12 +59,12 @@ type Node struct {
 	drainCtx    context.Context    // Shutdown's context; nil: stop without a drain
 	cancelDrain context.CancelFunc // Close cuts a Shutdown's drain short
 	done        chan struct{}      // closed when Serve has stopped everything
-	release     sync.Once          // frees what New holds when Serve never runs
+	release     sync.Once          // closes the parts once
 }
 
 // New builds a node in dependency order: every part gets what it needs
-// when it is made, and the sources that exist only once the node runs (the
-// server's connection and subscription counts) are handed over by Serve.
+// when it is made, or (the server's connection and subscription counts,
+// for parts built before the server) when Serve starts it.
 // Nothing listens and no goroutine starts until Serve. cfg is validated
 // first: every invalid key is reported at once.
 func New(cfg Config) (*Node, error) {
@@ -77,7 +84,7 @@ func New(cfg Config) (*Node, error) {
 	// Under a flood the same warning repeats per event (a failing backend,
 	// forged envelopes): one line per kind per interval, with a count.
 	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
-	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{})}
 	m, err := metrics.New(cfg.Registry, cfg.Metrics.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
@@ -103,9 +110,13 @@ func New(cfg Config) (*Node, error) {
 		n.instanceID = n.cluster.agg.InstanceID()
 	}
 	if err := n.build(); err != nil {
-		n.closeCluster()
+		if n.cluster != nil {
+			n.cluster.client.Close()
+		}
 		return nil, err
 	}
+	n.buildParts()
+	n.starting.Store(true)
 	return n, nil
 }
 
@@ -185,7 +196,7 @@ func (n *Node) build() error {
 
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
 	n.mux = http.NewServeMux()
-	n.mux.Handle("GET /ws", n.server)
+	n.mux.Handle("GET /ws", upgrades{n})
 	n.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -202,6 +213,19 @@ func (n *Node) build() error {
 		}
 	}
 	return nil
+}
+
+// upgrades serves /ws once the node's parts have started: an upgrade that
+// comes during the start (at most a second, whatever Redis does) waits.
+type upgrades struct{ n *Node }
+
+func (u upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-u.n.started:
+	case <-r.Context().Done():
+		return
+	}
+	u.n.server.ServeHTTP(w, r)
 }
 
 // snapshotRates serves the cluster rule from the local monitor's latest
@@ -241,11 +265,16 @@ func (n *Node) Access() *access.Checker { return n.access }
 func (n *Node) HandleHTTP(pattern string, h http.Handler) { n.mux.Handle(pattern, h) }
 
 // Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
-// /metrics and the server API unless AdminListen is set).
+// /metrics and the server API unless AdminListen is set). Its /ws serves
+// once Serve has started the node's parts.
 func (n *Node) Handler() http.Handler { return n.mux }
 
 func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {
-	if why := n.server.NotReady(); why != "" {
+	why := n.server.NotReady()
+	if n.starting.Load() {
+		why = strings.TrimSuffix("starting; "+why, "; ")
+	}
+	if why != "" {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte("not ready: " + why + "\n"))
 		return
