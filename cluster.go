@@ -3,7 +3,6 @@ package rtserver
 import (
 	"fmt"
 	"log/slog"
-	"net/url"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,22 +17,25 @@ import (
 // the limiter of cluster-scoped admission parts. The bus and the
 // aggregator share one instance id, so logs and envelopes agree.
 //
-// For a Redis Cluster, name more seed nodes in redis.url's query:
-// redis://host1:6379?addr=host2:6379&addr=host3:6379 (any addr parameter
-// selects the cluster client).
+// bus.NewClient builds the one client from redis.* (one server, a
+// primary found through Sentinel, or a Redis Cluster); every part here
+// and the bus, history and presence stores share it.
 type cluster struct {
 	client  redis.UniversalClient
 	agg     *publishrate.Aggregator
 	limiter *clusterrate.Limiter
+	// ceilings shares fleet-wide adaptive concurrency limits; the message
+	// tier's are exchanged through it while the node runs (parts.go).
+	ceilings *clusterrate.Ceilings
 	// scoped: some class has a cluster-scoped part, so the limiter is
 	// warmed up at start.
 	scoped bool
 }
 
 func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
-	client, err := redisClient(cfg.Redis.URL)
+	client, err := bus.NewClient(cfg.Redis)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	rates := cfg.PublishRate
 	rates.Metrics = m
@@ -44,10 +46,11 @@ func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	return &cluster{
-		client:  client,
-		agg:     agg,
-		limiter: clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
-		scoped:  cfg.Admission.ClusterScoped(),
+		client:   client,
+		agg:      agg,
+		limiter:  clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
+		ceilings: clusterrate.NewCeilings(client, clusterrate.CeilingOptions{Prefix: cfg.Redis.ChannelPrefix, InstanceID: agg.InstanceID()}),
+		scoped:   cfg.Admission.ClusterScoped(),
 	}, nil
 }
 
@@ -79,32 +82,4 @@ func (c *cluster) newBus(cfg bus.Config, secret []byte, m *metrics.Metrics, log 
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	return b, nil
-}
-
-// redisClient opens a plain client, or a cluster client when the URL names
-// more nodes with addr parameters.
-func redisClient(raw string) (redis.UniversalClient, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-	}
-	if u.Query().Has("addr") {
-		opts, err := redis.ParseClusterURL(raw)
-		if err != nil {
-			return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-		}
-		opts.ContextTimeoutEnabled = true
-		return redis.NewClusterClient(opts), nil
-	}
-	opts, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-	}
-	// Every caller bounds its Redis calls with a context deadline (a
-	// PING's 500ms, a subscription's open, a history read); the socket
-	// must honour it, or a Redis that accepts and never answers holds each
-	// call for go-redis's own 3s read timeout times its retries, start-up
-	// and stop included.
-	opts.ContextTimeoutEnabled = true
-	return redis.NewClient(opts), nil
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/rtserver/rtserver/internal/acceptlog"
 )
 
 // ErrNodeClosed is what Serve and ListenAndServe return after Shutdown or
@@ -38,14 +40,15 @@ func (n *Node) ListenAndServe() error {
 // keeps connecting in the background (/readyz names the bus until Redis
 // answers). When a part cannot run or a listener fails, everything stops
 // at once, without a drain, and Serve returns that error. Serve takes
-// ownership of ln. An upgrade that comes while the parts start waits for
+// ownership of ln; a nil ln serves no listener of the node's own (see
+// Start). An upgrade that comes while the parts start waits for
 // them (at most that second), as it would in the listen queue.
 //
 // Order of stop: the drain (listeners still serving /readyz 503 and
 // /metrics), the parts in reverse order of start, the listeners.
 func (n *Node) Serve(ln net.Listener) error {
 	if !n.claimServe() {
-		ln.Close()
+		closeIf(ln)
 		return ErrNodeClosed
 	}
 	defer close(n.done)
@@ -55,32 +58,19 @@ func (n *Node) Serve(ln net.Listener) error {
 	if n.adminMux != nil {
 		var err error
 		if aln, err = net.Listen("tcp", n.cfg.AdminListen); err != nil {
-			ln.Close()
+			closeIf(ln)
 			n.closeParts()
 			return fmt.Errorf("rtserver: admin listen: %w", err)
 		}
 	}
 	g, failed := errgroup.WithContext(context.Background())
-	// Upgrades are served by the door: shed there while a cap is full,
-	// before net/http spends a goroutine and two buffers parsing them, and
-	// otherwise upgraded without net/http's per-connection buffers, which
-	// a hijacked connection leaves behind as garbage
-	// (handshake.ServingListener). Everything else goes to net/http.
-	ln = n.gate.ServingListener(ln, "/ws", n.mux)
-	srv := n.cfg.HTTP.server(n.mux, slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
-	servers := []*http.Server{srv}
-	g.Go(func() error { return serveHTTP(srv, ln) })
-	if aln != nil {
-		admin := n.cfg.HTTP.server(n.adminMux, srv.ErrorLog)
-		servers = append(servers, admin)
-		g.Go(func() error { return serveHTTP(admin, aln) })
-	}
-	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)
-	n.warnExposed(ln.Addr().String())
+	servers := n.serveListeners(g, ln, aln)
 
 	startErr := n.startParts(failed)
 	n.starting.Store(false)
-	close(n.started)
+	if startErr == nil {
+		close(n.started) // Handler serves from now on
+	}
 	g.Go(func() error {
 		n.stopWhenAsked(failed, startErr != nil)
 		err := n.closeParts()
@@ -95,6 +85,45 @@ func (n *Node) Serve(ln net.Listener) error {
 		err = ErrNodeClosed
 	}
 	return err
+}
+
+// serveListeners serves ln (nil: none, for Start) and aln (nil: none) on
+// g, logs that the node listens and warns about what is exposed.
+func (n *Node) serveListeners(g *errgroup.Group, ln, aln net.Listener) []*http.Server {
+	// Upgrades are served by the door: shed there while a cap is full,
+	// before net/http spends a goroutine and two buffers parsing them, and
+	// otherwise upgraded without net/http's per-connection buffers, which
+	// a hijacked connection leaves behind as garbage
+	// (handshake.ServingListener). Everything else goes to net/http.
+	// Running out of file descriptors is counted and logged (net/http
+	// only retries, and says so at debug level).
+	errorLog := slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
+	var servers []*http.Server
+	addr := "(Handler, on the program's server)"
+	if ln != nil {
+		ln = acceptlog.Wrap(ln, n.metrics.AcceptFDExhausted, n.log)
+		ln = n.gate.ServingListener(ln, "/ws", n.mux)
+		srv := n.cfg.HTTP.server(n.mux, errorLog)
+		servers = append(servers, srv)
+		g.Go(func() error { return serveHTTP(srv, ln) })
+		addr = ln.Addr().String()
+	}
+	if aln != nil {
+		admin := n.cfg.HTTP.server(n.adminMux, errorLog)
+		aln = acceptlog.Wrap(aln, n.metrics.AcceptFDExhausted, n.log)
+		servers = append(servers, admin)
+		g.Go(func() error { return serveHTTP(admin, aln) })
+	}
+	n.log.Info("rtserver listening", "addr", addr, "admin", n.cfg.AdminListen)
+	n.warnExposed(addr)
+	return servers
+}
+
+// closeIf closes ln unless it is nil.
+func closeIf(ln net.Listener) {
+	if ln != nil {
+		ln.Close()
+	}
 }
 
 // claimServe marks the node served; false when it has served or is

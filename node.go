@@ -3,6 +3,7 @@ package rtserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/rpcproxy"
 	"github.com/rtserver/rtserver/server"
+	"github.com/rtserver/rtserver/sse"
 )
 
 // Node is one rtserver instance: the handshake gate, the pressure
@@ -137,6 +139,7 @@ func (n *Node) build() error {
 		// answers instead of the local top publishers.
 		opts.Rates = n.cluster.agg
 		opts.Shared = n.cluster.limiter
+		opts.Ceilings = n.cluster.ceilings
 	}
 	n.admit = message.New(opts)
 	for name, rule := range cfg.Admission.Classes {
@@ -197,6 +200,11 @@ func (n *Node) build() error {
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
 	n.mux = http.NewServeMux()
 	n.mux.Handle("GET /ws", upgrades{n})
+	// Server-Sent Events and POST for clients WebSocket cannot reach: each
+	// one a connection of the server's own, through its handshake tier.
+	events := sse.New(sse.Options{WebSocket: n.server, MaxMessageBytes: limits.MaxMessageBytes})
+	n.mux.Handle("GET /sse", events)
+	n.mux.Handle("POST /sse", events)
 	n.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -265,9 +273,27 @@ func (n *Node) Access() *access.Checker { return n.access }
 func (n *Node) HandleHTTP(pattern string, h http.Handler) { n.mux.Handle(pattern, h) }
 
 // Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
-// /metrics and the server API unless AdminListen is set). Its /ws serves
-// once Serve has started the node's parts.
-func (n *Node) Handler() http.Handler { return n.mux }
+// /metrics and the server API unless AdminListen is set), to mount on a
+// server of the program's own. Until Start or Serve has started the
+// node's parts, it answers every request 503 with ErrNotStarted's text:
+// mounted alone it would report ready while every publish waited on a bus
+// nobody started.
+func (n *Node) Handler() http.Handler { return http.HandlerFunc(n.serveStarted) }
+
+// ErrNotStarted is what Handler answers (503) before Serve has started the
+// node.
+var ErrNotStarted = errors.New("rtserver: the node has not started: call node.Start when its Handler is mounted on your own http.Server, or node.Serve (docs/embedding.md)")
+
+func (n *Node) serveStarted(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-n.started:
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, ErrNotStarted.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	n.mux.ServeHTTP(w, r)
+}
 
 func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {
 	why := n.server.NotReady()
