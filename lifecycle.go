@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/rtserver/rtserver/internal/acceptlog"
 )
 
 // ErrNodeClosed is what Serve and ListenAndServe return after Shutdown or
@@ -103,10 +105,13 @@ func (n *Node) Serve(ln net.Listener) error {
 	// otherwise upgraded without net/http's per-connection buffers, which
 	// a hijacked connection leaves behind as garbage
 	// (handshake.ServingListener). Everything else goes to net/http.
+	// Running out of file descriptors is counted and logged (net/http
+	// only retries, and says so at debug level).
 	errorLog := slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
 	var srv *http.Server
 	addr := "(Handler, on the program's server)"
 	if ln != nil {
+		ln = acceptlog.Wrap(ln, n.metrics.AcceptFDExhausted, n.log)
 		ln = n.gate.ServingListener(ln, "/ws", n.mux)
 		srv = n.cfg.HTTP.server(n.mux, errorLog)
 		g.Go(func() error { return serveHTTP(srv, ln) })
@@ -115,6 +120,7 @@ func (n *Node) Serve(ln net.Listener) error {
 	var admin *http.Server
 	if aln != nil {
 		admin = n.cfg.HTTP.server(n.adminMux, errorLog)
+		aln = acceptlog.Wrap(aln, n.metrics.AcceptFDExhausted, n.log)
 		g.Go(func() error { return serveHTTP(admin, aln) })
 	}
 	n.log.Info("rtserver listening", "addr", addr, "admin", n.cfg.AdminListen)

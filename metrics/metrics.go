@@ -36,6 +36,7 @@ const (
 	AuthUnverifiable = "unverifiable"  // alg or kid matches no configured key, or crit extensions
 	AuthSignature    = "signature"     // signed with another key
 	AuthExpired      = "expired"       // exp in the past
+	AuthLifetime     = "lifetime"      // no exp with auth.jwt.requireExp, or exp past auth.jwt.maxLifetime
 	AuthNotYetValid  = "not_yet_valid" // nbf or iat in the future
 	AuthAudience     = "audience"      // aud lacks auth.jwt.audience
 	AuthIssuer       = "issuer"        // iss is not auth.jwt.issuer
@@ -50,7 +51,7 @@ const (
 // handshake_auth_refused_total, pre-created at zero.
 var AuthRefusalReasons = []string{
 	AuthMissing, AuthTooLarge, AuthMalformed, AuthUnverifiable, AuthSignature,
-	AuthExpired, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject, AuthBadSubject,
+	AuthExpired, AuthLifetime, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject, AuthBadSubject,
 	AuthTopicsClaim, AuthCrit, AuthInvalid,
 }
 
@@ -102,7 +103,8 @@ type Metrics struct {
 	HandshakeAuthRefused *prometheus.CounterVec // reason: why a token was refused (the auth rejections, split)
 	HandshakeInflight    *FuncGauge             // read from the gate at scrape time
 	HandshakeQueueDepth  prometheus.Gauge
-	ConnectionsOpen      *FuncGauge // read from the gate at scrape time
+	ConnectionsOpen      *FuncGauge         // read from the gate at scrape time
+	AcceptFDExhausted    prometheus.Counter // accepts that failed for want of file descriptors (internal/acceptlog)
 
 	PressureReason      *prometheus.GaugeVec // reason
 	PressurePublishRate prometheus.Gauge
@@ -204,6 +206,7 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 		HandshakeInflight:    f.funcGauge("handshake_inflight", "Upgrades in flight (arrived, handshake not finished)."),
 		HandshakeQueueDepth:  f.gauge("handshake_queue_depth", "Upgrades waiting for a pacing tick."),
 		ConnectionsOpen:      f.funcGauge("connections_open", "Open WebSocket connections on this instance."),
+		AcceptFDExhausted:    f.counter("accept_fd_exhausted_total", "Accepts that failed because the process or the system had no file descriptor left (EMFILE, ENFILE)."),
 
 		PressureReason:      f.gaugeVec("pressure_reason", "1 for the active pressure reason, 0 for the others.", "reason"),
 		PressurePublishRate: f.gauge("pressure_publish_rate", "Messages published per second on this instance, over the last sample interval."),

@@ -52,7 +52,7 @@ handshake:
   allowedOrigins: []             # empty: same-host only
   allowNoOrigin: true
 auth:
-  jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", refreshNotice: 30s}
+  jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", requireExp: false, maxLifetime: 0s, refreshNotice: 30s}
 topics:
   namespaces: []                 # ordered; the first whose pattern matches the topic decides
   default: {subscribe: [any], publish: [any], presence: false, joinLeave: false, history: {size: 0, ttl: 0s}}   # topics no namespace matches

@@ -25,10 +25,11 @@ const envPrefix = "RTSERVER_"
 type Action int
 
 const (
-	ActionRun            Action = iota // serve
-	ActionPrintConfig                  // --print-config: write the YAML to stdout, exit 0
-	ActionPrintReference               // --config-reference: write ConfigReference() to stdout, exit 0
-	ActionPrintVersion                 // --version: write the module version to stdout, exit 0
+	ActionRun                Action = iota // serve
+	ActionPrintConfig                      // --print-config: write the YAML, secrets redacted (redactSecrets), to stdout, exit 0
+	ActionPrintConfigSecrets               // --print-config --show-secrets: the YAML with secrets as they are
+	ActionPrintReference                   // --config-reference: write ConfigReference() to stdout, exit 0
+	ActionPrintVersion                     // --version: write the module version to stdout, exit 0
 )
 
 // KeyError is an invalid or unknown configuration key (rtserver.ConfigError).
@@ -42,6 +43,7 @@ type configFlags struct {
 	listen, adminListen, redisURL string
 	logFormat, logLevel           string
 	printConfig, printReference   bool
+	showSecrets                   bool
 	version                       bool
 }
 
@@ -55,7 +57,8 @@ func newConfigFlags() *configFlags {
 	fs.StringVar(&f.redisURL, "redis-url", "", "Redis `URL` (overrides redis.url)")
 	fs.StringVar(&f.logFormat, "log-format", "", "log `format`: text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log `level`: debug | info | warn | error (overrides log.level)")
-	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration as YAML and exit")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration as YAML and exit; secrets (auth.jwt.hmacSecret, publishRate.hmacSecret, api.key, the password of redis.url) print as "+redactedMark+" unless --show-secrets")
+	fs.BoolVar(&f.showSecrets, "show-secrets", false, "with --print-config: print secrets as they are (output that loads back unchanged; treat it as secret)")
 	fs.BoolVar(&f.printReference, "config-reference", false, "print the configuration reference (Markdown) and exit")
 	fs.BoolVar(&f.version, "version", false, "print the module version and exit")
 	return f
@@ -95,6 +98,10 @@ func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 		return cfg, ActionRun, &KeyError{Key: "flags", Msg: "--print-config and --config-reference exclude each other"}
 	case f.printReference:
 		return cfg, ActionPrintReference, nil
+	case f.showSecrets && !f.printConfig:
+		return cfg, ActionRun, &KeyError{Key: "flags", Msg: "--show-secrets goes with --print-config"}
+	case f.printConfig && f.showSecrets:
+		action = ActionPrintConfigSecrets
 	case f.printConfig:
 		action = ActionPrintConfig
 	}
@@ -133,7 +140,7 @@ func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 		overridden[key] = true
 	})
 	cfg = cfg.WithDefaults()
-	valErr := withoutEchoes(cfg.Validate(), errors.Join(srcErr, envErr))
+	valErr := withoutEchoes(errors.Join(cfg.Validate(), redactedSecrets(cfg)), errors.Join(srcErr, envErr))
 	if lines != nil && valErr != nil {
 		set := map[string]bool{}
 		for _, kv := range environ {

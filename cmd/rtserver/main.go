@@ -68,7 +68,10 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch action {
-	case ActionPrintConfig:
+	case ActionPrintConfig, ActionPrintConfigSecrets:
+		if action == ActionPrintConfig {
+			cfg = redactSecrets(cfg)
+		}
 		out, err := conf.EncodeYAML(cfg)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
