@@ -60,7 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rawURL := fs.String("url", "ws://127.0.0.1:8080/ws", "rtserver WebSocket URL (loopback only)")
 	pid := fs.Int("server-pid", 0, "server process id: measure its CPU (/proc/PID/stat) or RSS (/proc/PID/status)")
 	dialTimeout := fs.Duration("dial-timeout", 10*time.Second, "bound on each upgrade attempt")
-	fs.BoolVar(&engineIO, "socketio", false, "speak Socket.IO over Engine.IO v4's websocket transport to a socket.io server (bench/socketio), --url ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket")
+	socketIO := fs.Bool("socketio", false, "speak Socket.IO over Engine.IO v4's websocket transport to a socket.io server (bench/socketio), --url ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket")
 
 	var runMode func(context.Context) (any, error)
 	switch mode {
@@ -251,6 +251,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "rtbench %s: unexpected arguments %q\n", mode, fs.Args())
 		return 2
+	}
+	if *socketIO {
+		engineIO = true // process-wide: rtbench runs one mode per process
 	}
 	ctx, cancel := context.WithTimeout(ctx, *maxTime)
 	defer cancel()
