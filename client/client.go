@@ -37,7 +37,8 @@ type Client struct {
 }
 
 // Dial connects to url (ws:// or wss://, e.g. "ws://host:8080/ws") and
-// returns a client once the server has admitted the connection.
+// returns a client once the server has admitted the connection. A nil
+// opts is DefaultOptions(): the client reconnects after a drop.
 //
 // The first connection is made here, synchronously, and is not retried
 // even with Reconnect: a *HandshakeError reports an HTTP rejection (its

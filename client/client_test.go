@@ -637,3 +637,14 @@ func TestDialUnreachable(t *testing.T) {
 		t.Fatal("Dial to a closed port succeeded")
 	}
 }
+
+// Dial(ctx, url, nil) means the defaults, reconnection included; an
+// Options value keeps its own Reconnect.
+func TestNilOptionsAreTheDefaults(t *testing.T) {
+	if got := (*Options)(nil).withDefaults(); !got.Reconnect || got.MinBackoff != DefaultMinBackoff || got.ReadLimit != DefaultReadLimit {
+		t.Fatalf("nil options: %+v, want DefaultOptions with every default", got)
+	}
+	if got := (&Options{}).withDefaults(); got.Reconnect {
+		t.Fatal("Options{} reconnects: its zero Reconnect must stay off")
+	}
+}

@@ -1,7 +1,57 @@
 // Package client is a Go client for rtserver (docs/protocol.md):
-// JSON-RPC calls matched by id, notifications, topic subscriptions with
-// in-order delivery, and automatic reconnection that honours the server's
-// retry hints.
+// calls, topic subscriptions with in-order delivery, history and presence,
+// and reconnection that honours the server's retry hints.
+//
+//	c, err := client.Dial(ctx, "ws://127.0.0.1:8080/ws", nil) // nil: DefaultOptions, reconnecting
+//	if err != nil {
+//		return err // *HandshakeError: the server's HTTP refusal and its retry hint
+//	}
+//	defer c.Close()
+//	_, err = c.Subscribe(ctx, "room:1", func(topic string, data json.RawMessage) {
+//		fmt.Println(topic, string(data)) // one goroutine, in order
+//	})
+//	err = c.Publish(ctx, "room:1", map[string]string{"text": "hi"})
+//	err = c.Call(ctx, "app.method", params, &result) // your RPC handlers
+//
+// A nil *Options is DefaultOptions(): after a drop the client dials again
+// with backoff and resubscribes every live subscription. Pass Options to
+// set a token (Token, TokenFunc), handlers for system events, presence
+// diffs and recoveries, or to turn reconnection off.
+//
+// History topics (docs/history.md): PublishAt publishes with an
+// idempotency key and returns the message's Position; History reads what
+// the topic stored; SubscribeSince subscribes after a position, replaying
+// what came after it, and the subscription recovers what it missed after
+// every reconnect (Options.OnRecovery says whether it could). See
+// ExampleClient_History.
+//
+// Presence (docs/presence.md): PresenceAll lists the connections
+// subscribed to a topic fleet-wide, PresenceStats counts them, and
+// Options.OnPresence hears the joins and leaves of a joinLeave topic. See
+// ExampleClient_PresenceAll.
+//
+// Errors: a server's refusal of a call is a *protocol.Error (switch on
+// its Code: -32001 overloaded, -32002 rate limited, -32003 forbidden, ...);
+// a call in flight when the connection drops fails with ErrDisconnected
+// and is not retried (PublishAt excepted, which the server makes safe);
+// Dial's *HandshakeError and *CloseError carry the server's retry hint.
+//
+// Authentication (docs/authentication.md): Options.TokenFunc is asked for a
+// token on every connection attempt and whenever the server sends the
+// system event tokenExpiring, which the client answers with the refresh
+// method. A topic the server takes away (system event unsubscribed) is
+// forgotten, not re-sent after a reconnect; a subscribe refused with
+// -32003 is returned to the caller and never retried.
+//
+// # How it works
+//
+// History: a subscription keeps its position (Subscription.Position),
+// advanced on the reader from every message's offset, resubscribes with
+// recover and since after every reconnect and on the resync event, and
+// drops any message at or before its position. PublishAt retries a
+// publish that was shed or cut off by a reconnect with the same
+// idempotencyKey: the one retry the client makes, because the server
+// makes it safe.
 //
 // It owns: one WebSocket connection at a time per Client, the table of calls
 // in flight on it, the set of live subscriptions (re-sent after every
@@ -15,22 +65,6 @@
 // the server asked (Retry-After on 503/429, the close reason's hint on 1012/1013).
 // The one exception is what a fresh token changes: with Options.TokenFunc
 // a close 1008 "token expired" reconnects, and a 401 is retried once.
-//
-// Authentication (docs/authentication.md): Options.TokenFunc is asked for a
-// token on every connection attempt and whenever the server sends the
-// system event tokenExpiring, which the client answers with the refresh
-// method. A topic the server takes away (system event unsubscribed) is
-// forgotten, not re-sent after a reconnect; a subscribe refused with
-// -32003 is returned to the caller and never retried.
-//
-// History topics (docs/history.md): a subscription keeps its position
-// (Subscription.Position), advanced on the reader from every message's
-// offset, resubscribes with recover and since after every reconnect and
-// on the resync event, drops any message at or before its position, and
-// reports each recovery to Options.OnRecovery. PublishAt retries a
-// publish that was shed or cut off by a reconnect with the same
-// idempotencyKey: the one retry the client makes, because the server
-// makes it safe.
 //
 // Invariants:
 //   - Goroutines: per Client one run loop (reconnect) and one dispatcher

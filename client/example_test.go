@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/client"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -110,4 +112,99 @@ func ExampleOptions() {
 	// Output:
 	// closed 1012 retry hint: true
 	// system draining
+}
+
+// startHistoryNode is startNode with room:* keeping presence and the last
+// 100 messages of each room for 5 minutes (docs/history.md,
+// docs/presence.md).
+func startHistoryNode() (url string, stop func()) {
+	cfg := rtserver.DefaultConfig()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Drain.Duration = 50 * time.Millisecond
+	cfg.Topics.Namespaces = []access.Namespace{{Pattern: "room:*", Rule: access.Rule{
+		Subscribe: []string{access.GrantAny}, Publish: []string{access.GrantAny},
+		Presence: true, History: history.Policy{Size: 100, TTL: 5 * time.Minute},
+	}}}
+	node, err := rtserver.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go node.Serve(ln)
+	return "ws://" + ln.Addr().String() + "/ws", func() { node.Shutdown(context.Background()) }
+}
+
+// Read what a history topic stored, then subscribe from where the read
+// ended: nothing published in between is missed, nothing comes twice.
+func ExampleClient_History() {
+	url, stop := startHistoryNode()
+	defer stop()
+	ctx := context.Background()
+	c, err := client.Dial(ctx, url, nil) // nil: DefaultOptions, reconnecting
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	for _, text := range []string{"one", "two", "three"} {
+		if _, err := c.PublishAt(ctx, "room:1", text); err != nil { // stored, retried safely
+			panic(err)
+		}
+	}
+	page, err := c.History(ctx, "room:1", client.Position{}, 2) // the newest 2
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range page.Messages {
+		fmt.Println(m.Offset, string(m.Data))
+	}
+
+	got := make(chan client.Message, 1)
+	since := client.Position{Epoch: page.Epoch, Offset: page.Offset}
+	if _, err := c.SubscribeSince(ctx, "room:1", since, func(m client.Message) { got <- m }); err != nil {
+		panic(err)
+	}
+	if _, err := c.PublishAt(ctx, "room:1", "four"); err != nil {
+		panic(err)
+	}
+	m := <-got
+	fmt.Println(m.Offset, string(m.Data))
+	// Output:
+	// 2 "two"
+	// 3 "three"
+	// 4 "four"
+}
+
+// Who is in a room: every connection subscribed to it, fleet-wide, and
+// the counts.
+func ExampleClient_PresenceAll() {
+	url, stop := startHistoryNode()
+	defer stop()
+	ctx := context.Background()
+	var clients []*client.Client
+	for range 2 {
+		c, err := client.Dial(ctx, url, nil)
+		if err != nil {
+			panic(err)
+		}
+		defer c.Close()
+		if _, err := c.Subscribe(ctx, "room:1", func(string, json.RawMessage) {}); err != nil {
+			panic(err)
+		}
+		clients = append(clients, c)
+	}
+	entries, err := clients[0].PresenceAll(ctx, "room:1")
+	if err != nil {
+		panic(err)
+	}
+	stats, err := clients[0].PresenceStats(ctx, "room:1")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(entries), "connections;", stats.Clients, "connections,", stats.Users, "user (anonymous)")
+	// Output:
+	// 2 connections; 2 connections, 1 user (anonymous)
 }

@@ -53,10 +53,11 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// Options configure Dial. A nil *Options is the zero value: every field's
-// zero value is the documented default. Note that the zero value does not
-// reconnect: use DefaultOptions for the behaviour rtserver applications
-// usually want.
+// Options configure Dial. A nil *Options is DefaultOptions(): reconnect
+// on, every other field at its default. In an Options value each field's
+// zero value is its documented default, except Reconnect, whose zero value
+// (false) closes the client at the first drop: start from DefaultOptions
+// and change fields.
 type Options struct {
 	// Header is sent with the upgrade request.
 	Header http.Header
@@ -138,10 +139,10 @@ func DefaultOptions() *Options {
 
 // withDefaults returns a copy of o with defaults filled in.
 func (o *Options) withDefaults() Options {
-	var v Options
-	if o != nil {
-		v = *o
+	if o == nil {
+		o = DefaultOptions()
 	}
+	v := *o
 	if v.Subprotocols == nil {
 		v.Subprotocols = []string{protocol.BatchSubprotocol}
 	}

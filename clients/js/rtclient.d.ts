@@ -14,6 +14,19 @@ export interface Position {
   offset: number;
 }
 
+/**
+ * What publish and publishAt resolve with on a topic without history: no
+ * position ({} on the wire). Test `result.epoch !== undefined` to narrow
+ * a PublishResult to a Position (and its else branch to NoPosition).
+ */
+export interface NoPosition {
+  epoch?: undefined;
+  offset?: undefined;
+}
+
+/** publish's and publishAt's result: a Position on a history topic, else NoPosition. */
+export type PublishResult = Position | NoPosition;
+
 /** How the client reaches the server. */
 export type Transport = "websocket" | "sse";
 
@@ -185,9 +198,9 @@ export interface Client {
   /** Sends a notification: no id, no answer. */
   notify(method: string, params?: JSONValue | object): void;
   /** Publishes once; resolves with the server's result ({epoch, offset} on a history topic, {} otherwise). */
-  publish(topic: string, data: unknown): Promise<Position | Record<string, never>>;
+  publish(topic: string, data: unknown): Promise<PublishResult>;
   /** Publishes with an idempotency key, retried with the same key after a disconnect or a shed (-32001), until answered. */
-  publishAt(topic: string, data: unknown, opts?: PublishAtOptions): Promise<Position | Record<string, never>>;
+  publishAt(topic: string, data: unknown, opts?: PublishAtOptions): Promise<PublishResult>;
   /** A history topic's messages. */
   history<T = any>(topic: string, opts?: HistoryOptions): Promise<HistoryResult<T>>;
   /** One page of a topic's presence. */

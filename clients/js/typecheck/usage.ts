@@ -3,7 +3,7 @@
 // declaration that drifts from the client, or an export that goes
 // missing, fails it. It is never run.
 import { backoff, connect, parseRetryAfterMs, RPCError } from "@rtserver/client";
-import type { Client, HistoryResult, Position, PresenceDiff, State, StateInfo, SystemEvent, Transport, Unsubscribe } from "@rtserver/client";
+import type { Client, HistoryResult, NoPosition, Position, PresenceDiff, PublishResult, State, StateInfo, SystemEvent, Transport, Unsubscribe } from "@rtserver/client";
 
 interface ChatMessage {
   from: string;
@@ -55,7 +55,20 @@ export async function usage(): Promise<void> {
   off();
 
   const stored = await client.publishAt("room:1", { text: "hi" }, { signal: AbortSignal.timeout(10000) });
-  if ("offset" in stored) console.log(stored.offset);
+  // The result narrows to a Position without a cast: on a history topic it
+  // is one, elsewhere it has no epoch.
+  if (stored.epoch !== undefined) {
+    const at: Position = stored;
+    console.log(at.epoch, at.offset);
+  }
+  const once: PublishResult = await client.publish("room:1", { text: "again" });
+  if (once.epoch !== undefined) {
+    const at: Position = once;
+    console.log(at.offset);
+  } else {
+    const none: NoPosition = once;
+    console.log(none.offset === undefined);
+  }
   await client.publish("room:1", { text: "once" });
   const n: number = await client.call<number>("app.add", { a: 1, b: 2 });
   client.notify("typing", { room: "1" });
