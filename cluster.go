@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
@@ -27,6 +28,12 @@ type cluster struct {
 	client  redis.UniversalClient
 	agg     *publishrate.Aggregator
 	limiter *clusterrate.Limiter
+	// ceilings shares fleet-wide adaptive concurrency limits; admit (set
+	// by Node.build) is exchanged through it while the cluster runs.
+	ceilings     *clusterrate.Ceilings
+	admit        *message.Admission
+	stopCeilings context.CancelFunc
+	ceilingsDone chan struct{}
 	// scoped: some class has a cluster-scoped part, so the limiter is
 	// warmed up at start.
 	scoped bool
@@ -46,10 +53,11 @@ func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	return &cluster{
-		client:  client,
-		agg:     agg,
-		limiter: clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
-		scoped:  cfg.Admission.ClusterScoped(),
+		client:   client,
+		agg:      agg,
+		limiter:  clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
+		ceilings: clusterrate.NewCeilings(client, clusterrate.CeilingOptions{Prefix: cfg.Redis.ChannelPrefix, InstanceID: agg.InstanceID()}),
+		scoped:   cfg.Admission.ClusterScoped(),
 	}, nil
 }
 
@@ -100,6 +108,14 @@ func (c *cluster) start(ctx context.Context, srv *server.Server, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	if c.admit != nil && c.admit.HasCeilings() {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		c.stopCeilings, c.ceilingsDone = cancel, make(chan struct{})
+		go func() {
+			defer close(c.ceilingsDone)
+			c.admit.RunCeilings(ctx, message.DefaultCeilingEvery)
+		}()
+	}
 	if c.scoped {
 		// A cold first cluster-scoped check (dial, cluster slots, script
 		// load) can outlast its 100ms timeout and be decided by the fail
@@ -116,6 +132,11 @@ func (c *cluster) start(ctx context.Context, srv *server.Server, log *slog.Logge
 // stop deactivates the aggregator and closes the client, after the server
 // has closed the bus.
 func (c *cluster) stop() {
+	if c.stopCeilings != nil {
+		c.stopCeilings()
+		<-c.ceilingsDone
+		c.stopCeilings = nil
+	}
 	c.agg.Deactivate()
 	c.client.Close()
 }

@@ -14,6 +14,9 @@ export interface Position {
   offset: number;
 }
 
+/** How the client reaches the server. */
+export type Transport = "websocket" | "sse";
+
 /** The client's state; "closed" is final. */
 export type State = "connecting" | "open" | "disconnected" | "closed";
 
@@ -98,6 +101,21 @@ export interface Options {
   onState?: (state: State, info: StateInfo) => void;
   /** A failed resubscription, an unparsable frame, a handler that threw, a token function that failed. Default: console.error. */
   onError?: (err: unknown) => void;
+  /**
+   * The transport changed: "sse" once the client falls back to Server-Sent
+   * Events and POST (docs/transports.md) after info.failures WebSocket
+   * attempts in a row failed before the server's first frame. It keeps
+   * that transport; the API and its rules stay the same.
+   */
+  onTransport?: (transport: Transport, info: { failures: number }) => void;
+  /** false: never fall back to Server-Sent Events (default true where EventSource and fetch exist). */
+  fallback?: boolean;
+  /** The event stream's URL; default: the WebSocket URL with http(s) and its last "/ws" as "/sse". */
+  sseUrl?: string;
+  /** The EventSource constructor (default globalThis.EventSource). */
+  EventSource?: new (url: string) => EventSource;
+  /** For tests: fetch (default globalThis.fetch). */
+  fetch?: (url: string, init: { method: string; body: string; headers: Record<string, string> }) => Promise<{ status: number }>;
   /** The WebSocket constructor (default globalThis.WebSocket): pass one where there is no global WebSocket. */
   WebSocket?: new (url: string, protocols?: string | string[]) => WebSocket;
   /** For tests: uniform in [0, 1). */
@@ -160,6 +178,8 @@ export interface PresenceStats {
 export interface Client {
   /** The current state. */
   readonly state: State;
+  /** The transport in use: "websocket", or "sse" after a fallback. */
+  readonly transport: Transport;
   /** Calls method; resolves with its result, rejects with an RPCError. */
   call<R = any>(method: string, params?: JSONValue | object): Promise<R>;
   /** Sends a notification: no id, no answer. */
