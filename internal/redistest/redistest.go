@@ -21,7 +21,7 @@ type Server struct {
 	Port int
 	Addr string // 127.0.0.1:port
 	dir  string
-	prog string // redis-server, or redis-sentinel
+	prog string // redis-sentinel; empty: redis-server
 	args []string
 	cmd  *exec.Cmd
 	// exited is closed when cmd has ended and its output is complete.
@@ -87,7 +87,7 @@ func Start(t testing.TB, extra ...string) *Server {
 		}
 		// A directory per attempt: a failed cluster node may leave a nodes
 		// file naming its port behind.
-		s := &Server{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(), prog: "redis-server"}
+		s := &Server{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
 		s.args = append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", s.dir,
@@ -116,6 +116,9 @@ func (s *Server) start() {
 // with the server's own output, when the process exits first (e.g. its
 // port was taken) or does not answer within 10 seconds.
 func (s *Server) launch() error {
+	if s.prog == "" {
+		s.prog = "redis-server"
+	}
 	out := new(bytes.Buffer)
 	cmd := exec.Command(s.prog, s.args...)
 	cmd.Dir = s.dir
