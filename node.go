@@ -3,6 +3,7 @@ package rtserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -53,6 +54,7 @@ type Node struct {
 	cancelDrain context.CancelFunc // Close cuts a Shutdown's drain short
 	done        chan struct{}      // closed when Serve has stopped everything
 	release     sync.Once          // frees what New holds when Serve never runs
+	started     chan struct{}      // closed when Serve has started the parts: Handler serves
 }
 
 // New builds a node in dependency order: every part gets what it needs
@@ -77,7 +79,7 @@ func New(cfg Config) (*Node, error) {
 	// Under a flood the same warning repeats per event (a failing backend,
 	// forged envelopes): one line per kind per interval, with a count.
 	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
-	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{})}
 	m, err := metrics.New(cfg.Registry, cfg.Metrics.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
@@ -241,8 +243,27 @@ func (n *Node) Access() *access.Checker { return n.access }
 func (n *Node) HandleHTTP(pattern string, h http.Handler) { n.mux.Handle(pattern, h) }
 
 // Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
-// /metrics and the server API unless AdminListen is set).
-func (n *Node) Handler() http.Handler { return n.mux }
+// /metrics and the server API unless AdminListen is set), to mount on a
+// server of the program's own. Until Start or Serve has started the
+// node's parts, it answers every request 503 with ErrNotStarted's text:
+// mounted alone it would report ready while every publish waited on a bus
+// nobody started.
+func (n *Node) Handler() http.Handler { return http.HandlerFunc(n.serveStarted) }
+
+// ErrNotStarted is what Handler answers (503) before Serve has started the
+// node.
+var ErrNotStarted = errors.New("rtserver: the node has not started: call node.Start when its Handler is mounted on your own http.Server, or node.Serve (docs/embedding.md)")
+
+func (n *Node) serveStarted(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-n.started:
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, ErrNotStarted.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	n.mux.ServeHTTP(w, r)
+}
 
 func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {
 	if why := n.server.NotReady(); why != "" {

@@ -119,9 +119,11 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 					defer readers.Done()
 					defer open.Add(-1)
 					for {
-						if _, _, err := c.Read(context.Background()); err != nil {
+						_, b, err := c.Read(context.Background())
+						if err != nil {
 							return
 						}
+						sioPing(c, b)
 					}
 				}()
 			}

@@ -29,7 +29,8 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
                    [--interval 5s] [--secret S] [--churn 0.2] [--hot-rate 5000] [--server-pid PID] [--stale]
   rtbench serve503 --listen 127.0.0.1:9503 [--max-time 1h]
 
-Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m).
+Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m),
+--socketio (idle and fanout against a socket.io server: bench/socketio).
 Run "rtbench MODE -h" for a mode's flags.
 `
 
@@ -59,6 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rawURL := fs.String("url", "ws://127.0.0.1:8080/ws", "rtserver WebSocket URL (loopback only)")
 	pid := fs.Int("server-pid", 0, "server process id: measure its CPU (/proc/PID/stat) or RSS (/proc/PID/status)")
 	dialTimeout := fs.Duration("dial-timeout", 10*time.Second, "bound on each upgrade attempt")
+	fs.BoolVar(&engineIO, "socketio", false, "speak Socket.IO over Engine.IO v4's websocket transport to a socket.io server (bench/socketio), --url ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket")
 
 	var runMode func(context.Context) (any, error)
 	switch mode {
@@ -127,11 +129,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return nil, err
 			}
 			m := *murl
-			if m == "" {
+			if m == "" && !engineIO { // a socket.io server has no /metrics
 				m = metricsURL(u)
 			}
-			if _, err := checkURL(m); err != nil {
-				return nil, err
+			if m != "" {
+				if _, err := checkURL(m); err != nil {
+					return nil, err
+				}
 			}
 			return runIdle(ctx, idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m})
 		}

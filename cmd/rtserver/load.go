@@ -21,9 +21,6 @@ import (
 
 const envPrefix = "RTSERVER_"
 
-// usageOutput receives the -h usage text; tests silence it.
-var usageOutput io.Writer = os.Stderr
-
 // Action is what the binary should do once the configuration is loaded.
 type Action int
 
@@ -77,15 +74,14 @@ func (f *configFlags) usage(w io.Writer) {
 // Load builds the configuration: rtserver.DefaultConfig(), then the YAML
 // file named by --config, then RTSERVER_* variables from environ, then
 // flags; and validates the result. args excludes the program name
-// (os.Args[1:]); environ is os.Environ(). On -h/--help it prints usage and
-// returns flag.ErrHelp (exit 0). ActionPrintReference returns before any
+// (os.Args[1:]); environ is os.Environ(). On -h/--help it returns
+// flag.ErrHelp: the caller prints the usage (on stdout, exit 0). ActionPrintReference returns before any
 // file or environment is read.
 func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 	cfg := rtserver.DefaultConfig()
 	f := newConfigFlags()
 	if err := f.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			f.usage(usageOutput)
 			return cfg, ActionRun, flag.ErrHelp
 		}
 		return cfg, ActionRun, &KeyError{Key: "flags", Msg: err.Error() + " (rtserver -h lists them)"}

@@ -10,6 +10,8 @@
 //	rtserver checktoken TOKEN     # which check a token fails
 //	rtserver sub room:1           # each message of a topic, as JSON lines
 //	rtserver pub room:1 '{"a":1}' # publish
+//	rtserver presence room:1      # who is subscribed, as JSON lines
+//	rtserver history room:1       # the stored messages, as JSON lines
 //
 // SIGTERM or SIGINT drains (readiness 503, clients told and closed with
 // 1012 spread over drain.duration) and exits 0; a second signal closes the
@@ -58,6 +60,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	cfg, action, err := Load(args, environ)
 	if errors.Is(err, flag.ErrHelp) {
+		newConfigFlags().usage(stdout) // asked for: stdout, exit 0
 		return 0
 	}
 	if err != nil {
