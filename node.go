@@ -23,6 +23,7 @@ import (
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/rpcproxy"
 	"github.com/rtserver/rtserver/server"
+	"github.com/rtserver/rtserver/sse"
 )
 
 // Node is one rtserver instance: the handshake gate, the pressure
@@ -128,8 +129,12 @@ func (n *Node) build() error {
 		// answers instead of the local top publishers.
 		opts.Rates = n.cluster.agg
 		opts.Shared = n.cluster.limiter
+		opts.Ceilings = n.cluster.ceilings
 	}
 	n.admit = message.New(opts)
+	if n.cluster != nil {
+		n.cluster.admit = n.admit
+	}
 	for name, rule := range cfg.Admission.Classes {
 		if err := n.admit.Register(name, rule); err != nil {
 			return fmt.Errorf("rtserver: %w", err) // "message: class %q: ..."
@@ -188,6 +193,11 @@ func (n *Node) build() error {
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
 	n.mux = http.NewServeMux()
 	n.mux.Handle("GET /ws", n.server)
+	// Server-Sent Events and POST for clients WebSocket cannot reach: each
+	// one a connection of the server's own, through its handshake tier.
+	events := sse.New(sse.Options{WebSocket: n.server, MaxMessageBytes: limits.MaxMessageBytes})
+	n.mux.Handle("GET /sse", events)
+	n.mux.Handle("POST /sse", events)
 	n.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

@@ -97,6 +97,10 @@ type Metrics struct {
 	AdmissionRejected  *prometheus.CounterVec // class, reason
 	AdmissionErrors    *prometheus.CounterVec // class: rules that errored or panicked (decided by failPolicy)
 	AdmissionConcLimit *prometheus.GaugeVec   // class: the current limit of an adaptiveConcurrency part
+	// AdmissionCeilingFallbacks, class: a fleet ceiling (adaptiveConcurrency
+	// scope cluster) could not be shared through Redis, so the class fell
+	// back to its own limit until the next exchange.
+	AdmissionCeilingFallbacks *prometheus.CounterVec
 
 	HandshakeAccepted    prometheus.Counter
 	HandshakeRejected    *prometheus.CounterVec // reason
@@ -195,10 +199,11 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 	}()
 	m = &Metrics{
 
-		AdmissionAccepted:  f.counterVec("admission_accepted_total", "Message-tier calls admitted, by class.", "class"),
-		AdmissionRejected:  f.counterVec("admission_rejected_total", "Message-tier calls shed, by class and binding reason.", "class", "reason"),
-		AdmissionErrors:    f.counterVec("admission_rule_errors_total", "Rule parts that errored or panicked (a predicate, a cluster-scoped check whose Redis failed, an unreadable cost param) and were decided by failPolicy, by class.", "class"),
-		AdmissionConcLimit: f.gaugeVec("admission_concurrency_limit", "The current in-flight limit of each class with an adaptiveConcurrency part.", "class"),
+		AdmissionAccepted:         f.counterVec("admission_accepted_total", "Message-tier calls admitted, by class.", "class"),
+		AdmissionRejected:         f.counterVec("admission_rejected_total", "Message-tier calls shed, by class and binding reason.", "class", "reason"),
+		AdmissionErrors:           f.counterVec("admission_rule_errors_total", "Rule parts that errored or panicked (a predicate, a cluster-scoped check whose Redis failed, an unreadable cost param) and were decided by failPolicy, by class.", "class"),
+		AdmissionConcLimit:        f.gaugeVec("admission_concurrency_limit", "The current in-flight limit of each class with an adaptiveConcurrency part.", "class"),
+		AdmissionCeilingFallbacks: f.counterVec("admission_concurrency_ceiling_fallbacks_total", "Exchanges of a fleet-wide adaptive concurrency limit that failed, so the class used its own limit.", "class"),
 
 		HandshakeAccepted:    f.counter("handshake_accepted_total", "WebSocket upgrades admitted by the handshake tier."),
 		HandshakeRejected:    f.counterVec("handshake_rejected_total", "WebSocket upgrades rejected by the handshake tier, by reason.", "reason"),

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
 )
 
-// engineIO switches every mode's wire from rtserver's JSON-RPC to
+// engineIOMode switches every mode's wire from rtserver's JSON-RPC to
 // Socket.IO v5 over Engine.IO v4's websocket transport (--socketio), so
 // that the same loops measure a socket.io server (bench/socketio) as
 // they measure rtserver. The target URL is then the Engine.IO endpoint,
@@ -23,7 +24,12 @@ import (
 // 42["message",{"topic":...,"data":...}], in which the timestamp scan
 // finds the send time as it does in rtserver's frame. Engine.IO's pings
 // (the server sends "2") are answered "3", as a browser does.
-var engineIO bool
+//
+// It is atomic because a run's reader goroutines may still be winding
+// down when the next run (a test) sets it again.
+var engineIOMode atomic.Bool
+
+func engineIOOn() bool { return engineIOMode.Load() }
 
 // Engine.IO packet types and the Socket.IO packet types rtbench uses.
 const (
@@ -80,7 +86,7 @@ func sioFrames(b []byte) ([]frame, error) {
 
 // sioPing answers an Engine.IO ping and reports whether b was one.
 func sioPing(c *websocket.Conn, b []byte) bool {
-	if !engineIO || len(b) != 1 || b[0] != eioPing {
+	if !engineIOOn() || len(b) != 1 || b[0] != eioPing {
 		return false
 	}
 	write(context.Background(), c, []byte(eioPong))

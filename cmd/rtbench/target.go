@@ -118,7 +118,7 @@ func (d *dialer) dial(ctx context.Context) (*websocket.Conn, *http.Response, err
 	})
 	if c != nil {
 		c.SetReadLimit(16 << 20)
-		if engineIO {
+		if engineIOOn() {
 			if err := sioOpen(ctx, c); err != nil {
 				c.CloseNow()
 				return nil, resp, err

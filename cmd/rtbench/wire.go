@@ -27,7 +27,7 @@ type frame struct {
 // frames decodes one text frame: a single JSON-RPC value, or (rt.batch) an
 // array of them.
 func frames(b []byte) ([]frame, error) {
-	if engineIO {
+	if engineIOOn() {
 		return sioFrames(b)
 	}
 	b = bytes.TrimSpace(b)
@@ -70,7 +70,7 @@ func readFrames(c *websocket.Conn, fn func(at time.Time, f frame) bool) {
 
 // request renders a JSON-RPC request; params must be valid JSON.
 func request(id uint64, method string, params []byte) []byte {
-	if engineIO {
+	if engineIOOn() {
 		return sioRequest(id, method, params)
 	}
 	b := make([]byte, 0, 64+len(method)+len(params))

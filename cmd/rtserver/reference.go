@@ -133,6 +133,7 @@ const exampleAdmission = `admission:
     fanout: {cost: {budget: 1000000, per: 1m, of: fanout, by: user}}
     fair: {rate: {limit: 100, per: 1m, by: user, strategy: slidingWindow}}
     global: {rate: {limit: 50, per: 1s, by: user, scope: cluster}}   # needs redis.url
+    priced: {cost: {budget: 50000, per: 1m, of: "param:maxTokens"}, bidPrice: {valueOf: "param:value", duals: {rate: 0, cost: 0.01}}}
   methods:                       # method name or glob -> class
     publish: cluster-broadcast
     "report.*": expensive-rpc
