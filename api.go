@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
@@ -70,7 +72,7 @@ func newInstanceID() string {
 // errDegraded refuses an API publish while cross-instance delivery is
 // down, before any local subscriber has it: the backend's retry then
 // duplicates nothing.
-var errDegraded = errors.New("cross-instance delivery is down; retry later")
+var errDegraded = fmt.Errorf("cross-instance delivery is down; retry later: %w", bus.ErrDegraded)
 
 // apiBackend carries out server API calls on this node.
 type apiBackend struct{ n *Node }

@@ -1,20 +1,16 @@
 package rtserver
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/bus"
-	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
-	"github.com/rtserver/rtserver/server"
 )
 
 // cluster holds the parts that need Redis: the client, the aggregator and
@@ -28,12 +24,9 @@ type cluster struct {
 	client  redis.UniversalClient
 	agg     *publishrate.Aggregator
 	limiter *clusterrate.Limiter
-	// ceilings shares fleet-wide adaptive concurrency limits; admit (set
-	// by Node.build) is exchanged through it while the cluster runs.
-	ceilings     *clusterrate.Ceilings
-	admit        *message.Admission
-	stopCeilings context.CancelFunc
-	ceilingsDone chan struct{}
+	// ceilings shares fleet-wide adaptive concurrency limits; the message
+	// tier's are exchanged through it while the node runs (parts.go).
+	ceilings *clusterrate.Ceilings
 	// scoped: some class has a cluster-scoped part, so the limiter is
 	// warmed up at start.
 	scoped bool
@@ -89,54 +82,4 @@ func (c *cluster) newBus(cfg bus.Config, secret []byte, m *metrics.Metrics, log 
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	return b, nil
-}
-
-// start activates the aggregator (the server starts the bus), handing it
-// the server's subscriber counts, and warms up the shared limiter.
-func (c *cluster) start(ctx context.Context, srv *server.Server, log *slog.Logger) error {
-	err := c.agg.Activate(ctx, publishrate.Sources{
-		Subjects: func() []publishrate.SubjectCount {
-			local := srv.Subjects()
-			out := make([]publishrate.SubjectCount, len(local))
-			for i, tc := range local {
-				out[i] = publishrate.SubjectCount{Topic: tc.Topic, Count: tc.Count}
-			}
-			return out
-		},
-		LocalSubscribers: srv.LocalSubscribers,
-	})
-	if err != nil {
-		return err
-	}
-	if c.admit != nil && c.admit.HasCeilings() {
-		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		c.stopCeilings, c.ceilingsDone = cancel, make(chan struct{})
-		go func() {
-			defer close(c.ceilingsDone)
-			c.admit.RunCeilings(ctx, message.DefaultCeilingEvery)
-		}()
-	}
-	if c.scoped {
-		// A cold first cluster-scoped check (dial, cluster slots, script
-		// load) can outlast its 100ms timeout and be decided by the fail
-		// policy; warm up before taking clients. Best effort.
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := c.limiter.Preload(ctx); err != nil {
-			log.Warn("cluster-scoped admission: Redis not ready at start; checks decide by admission.failPolicy until it is", "err", err)
-		}
-	}
-	return nil
-}
-
-// stop deactivates the aggregator and closes the client, after the server
-// has closed the bus.
-func (c *cluster) stop() {
-	if c.stopCeilings != nil {
-		c.stopCeilings()
-		<-c.ceilingsDone
-		c.stopCeilings = nil
-	}
-	c.agg.Deactivate()
-	c.client.Close()
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -33,73 +32,64 @@ func (n *Node) ListenAndServe() error {
 	return n.Serve(ln)
 }
 
-// Serve starts the node's parts and serves ln (and AdminListen, when set)
-// until Shutdown or Close, then returns ErrNodeClosed once everything it
-// started has ended. When a part fails (a listener that cannot accept),
-// everything stops at once, without a drain, and Serve returns that
-// error. Serve takes ownership of ln. A nil ln serves no listener of the
-// node's own (see Start).
+// Serve serves ln (and AdminListen, when set) at once, then starts the
+// node's parts in order (see parts.go), and runs until Shutdown or Close;
+// it returns ErrNodeClosed once everything it started has stopped. From
+// its first moment /healthz answers 200 and /readyz 503 ("starting"); a
+// part that needs Redis starts within a second whatever Redis does and
+// keeps connecting in the background (/readyz names the bus until Redis
+// answers). When a part cannot run or a listener fails, everything stops
+// at once, without a drain, and Serve returns that error. Serve takes
+// ownership of ln; a nil ln serves no listener of the node's own (see
+// Start). An upgrade that comes while the parts start waits for
+// them (at most that second), as it would in the listen queue.
 //
-// Order of start: the server (and its bus), the cluster aggregator (handed
-// the server's subscriber counts), the pressure loop (handed the server's
-// connection counts), then the listeners. Order of stop: the drain
-// (listeners still serving /readyz 503 and /metrics), the server and its
-// bus, the listeners, the aggregator and the Redis client, the pressure
-// loop.
+// Order of stop: the drain (listeners still serving /readyz 503 and
+// /metrics), the parts in reverse order of start, the listeners.
 func (n *Node) Serve(ln net.Listener) error {
-	n.life.Lock()
-	if n.served || n.stopping {
-		n.life.Unlock()
-		if ln != nil {
-			ln.Close()
-		}
+	if !n.claimServe() {
+		closeIf(ln)
 		return ErrNodeClosed
 	}
-	n.served = true
-	n.life.Unlock()
 	defer close(n.done)
-
 	// The admin listener is opened first, so that nothing has started
 	// when it fails.
 	var aln net.Listener
 	if n.adminMux != nil {
 		var err error
 		if aln, err = net.Listen("tcp", n.cfg.AdminListen); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
-			n.closeCluster()
+			closeIf(ln)
+			n.closeParts()
 			return fmt.Errorf("rtserver: admin listen: %w", err)
 		}
 	}
-	closeListeners := func() {
-		if ln != nil {
-			ln.Close()
-		}
-		if aln != nil {
-			aln.Close()
-		}
-	}
-	bg, stopBg := context.WithCancel(context.Background())
-	defer stopBg()
-	if err := n.server.Start(bg); err != nil {
-		closeListeners()
-		n.closeCluster()
-		return err
-	}
-	if n.cluster != nil {
-		if err := n.cluster.start(bg, n.server, n.log); err != nil {
-			closeListeners()
-			err = errors.Join(err, n.server.Shutdown(context.Background()))
-			n.closeCluster()
-			return err
-		}
-	}
-
 	g, failed := errgroup.WithContext(context.Background())
-	g.Go(func() error { n.pressure.Run(bg, n.server.Counts); return nil })
-	close(n.started) // Handler serves from now on
+	servers := n.serveListeners(g, ln, aln)
 
+	startErr := n.startParts(failed)
+	n.starting.Store(false)
+	if startErr == nil {
+		close(n.started) // Handler serves from now on
+	}
+	g.Go(func() error {
+		n.stopWhenAsked(failed, startErr != nil)
+		err := n.closeParts()
+		for _, srv := range servers {
+			srv.Close()
+		}
+		return err
+	})
+	err := errors.Join(startErr, g.Wait())
+	n.log.Info("stopped")
+	if err == nil {
+		err = ErrNodeClosed
+	}
+	return err
+}
+
+// serveListeners serves ln (nil: none, for Start) and aln (nil: none) on
+// g, logs that the node listens and warns about what is exposed.
+func (n *Node) serveListeners(g *errgroup.Group, ln, aln net.Listener) []*http.Server {
 	// Upgrades are served by the door: shed there while a cap is full,
 	// before net/http spends a goroutine and two buffers parsing them, and
 	// otherwise upgraded without net/http's per-connection buffers, which
@@ -108,65 +98,73 @@ func (n *Node) Serve(ln net.Listener) error {
 	// Running out of file descriptors is counted and logged (net/http
 	// only retries, and says so at debug level).
 	errorLog := slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
-	var srv *http.Server
+	var servers []*http.Server
 	addr := "(Handler, on the program's server)"
 	if ln != nil {
 		ln = acceptlog.Wrap(ln, n.metrics.AcceptFDExhausted, n.log)
 		ln = n.gate.ServingListener(ln, "/ws", n.mux)
-		srv = n.cfg.HTTP.server(n.mux, errorLog)
+		srv := n.cfg.HTTP.server(n.mux, errorLog)
+		servers = append(servers, srv)
 		g.Go(func() error { return serveHTTP(srv, ln) })
 		addr = ln.Addr().String()
 	}
-	var admin *http.Server
 	if aln != nil {
-		admin = n.cfg.HTTP.server(n.adminMux, errorLog)
+		admin := n.cfg.HTTP.server(n.adminMux, errorLog)
 		aln = acceptlog.Wrap(aln, n.metrics.AcceptFDExhausted, n.log)
+		servers = append(servers, admin)
 		g.Go(func() error { return serveHTTP(admin, aln) })
 	}
 	n.log.Info("rtserver listening", "addr", addr, "admin", n.cfg.AdminListen)
+	n.warnExposed(addr)
+	return servers
+}
+
+// closeIf closes ln unless it is nil.
+func closeIf(ln net.Listener) {
+	if ln != nil {
+		ln.Close()
+	}
+}
+
+// claimServe marks the node served; false when it has served or is
+// stopping already: a node serves once.
+func (n *Node) claimServe() bool {
+	n.life.Lock()
+	defer n.life.Unlock()
+	if n.served || n.stopping {
+		return false
+	}
+	n.served = true
+	return true
+}
+
+// stopWhenAsked waits for Shutdown (and drains), Close or a failure (stop
+// at once); now: a part could not start, stop at once.
+func (n *Node) stopWhenAsked(failed context.Context, now bool) {
+	if now {
+		return
+	}
+	var drainCtx context.Context
+	select {
+	case <-n.stop:
+		n.life.Lock()
+		drainCtx = n.drainCtx
+		n.life.Unlock()
+	case <-failed.Done():
+	}
+	if drainCtx != nil {
+		n.drain(drainCtx, failed)
+	}
+}
+
+// warnExposed says once what is risky about where the node listens.
+func (n *Node) warnExposed(addr string) {
 	if s := len(n.cfg.Auth.JWT.HMACSecret); s > 0 && s < minHMACSecret {
 		n.log.Warn("auth.jwt.hmacSecret is shorter than 32 bytes: a short HS256 secret can be guessed offline from one token; use 32 or more random bytes (docs/authentication.md)", "bytes", s)
 	}
 	if n.access.PublishableByAny() && !loopback(addr) {
 		n.log.Warn("anyone, anonymous clients included, may publish on some topics while the server listens beyond loopback; restrict topics.default.publish and topics.namespaces (docs/access-control.md)", "addr", addr)
 	}
-
-	// The stopper: waits for Shutdown (drain first), Close or a member's
-	// failure (stop at once), then stops everything in order.
-	g.Go(func() error {
-		var drainCtx context.Context
-		select {
-		case <-n.stop:
-			n.life.Lock()
-			drainCtx = n.drainCtx
-			n.life.Unlock()
-		case <-failed.Done():
-		}
-		if drainCtx != nil {
-			n.drain(drainCtx, failed)
-		}
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		err := n.server.Shutdown(shutdownCtx)
-		if n.history != nil {
-			n.history.Close()
-		}
-		if srv != nil {
-			srv.Close()
-		}
-		if admin != nil {
-			admin.Close()
-		}
-		n.closeCluster()
-		stopBg()
-		return err
-	})
-	err := g.Wait()
-	n.log.Info("stopped")
-	if err == nil {
-		err = ErrNodeClosed
-	}
-	return err
 }
 
 // drain closes every client spread over drain.duration; the end of ctx
@@ -227,17 +225,7 @@ func (n *Node) Close() error {
 
 // closeUnserved releases what New holds (the Redis client) for a node that
 // will never serve.
-func (n *Node) closeUnserved() { n.closeCluster() }
-
-// closeCluster deactivates the aggregator and closes the Redis client,
-// once.
-func (n *Node) closeCluster() {
-	n.release.Do(func() {
-		if n.cluster != nil {
-			n.cluster.stop()
-		}
-	})
-}
+func (n *Node) closeUnserved() { n.closeParts() }
 
 // serveHTTP serves srv on ln until srv is closed (which is not an error).
 func serveHTTP(srv *http.Server, ln net.Listener) error {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +48,11 @@ type Node struct {
 	adminMux   *http.ServeMux // nil: /metrics on mux
 	instanceID string
 
+	// parts are the background parts in order of start (parts.go).
+	parts    []namedPart
+	starting atomic.Bool   // until the parts have started: /readyz 503
+	started  chan struct{} // closed once they have: upgrades wait for it
+
 	// life guards the lifecycle state below (lifecycle.go).
 	life        sync.Mutex
 	served      bool               // Serve was called
@@ -54,13 +61,12 @@ type Node struct {
 	drainCtx    context.Context    // Shutdown's context; nil: stop without a drain
 	cancelDrain context.CancelFunc // Close cuts a Shutdown's drain short
 	done        chan struct{}      // closed when Serve has stopped everything
-	release     sync.Once          // frees what New holds when Serve never runs
-	started     chan struct{}      // closed when Serve has started the parts: Handler serves
+	release     sync.Once          // closes the parts once
 }
 
 // New builds a node in dependency order: every part gets what it needs
-// when it is made, and the sources that exist only once the node runs (the
-// server's connection and subscription counts) are handed over by Serve.
+// when it is made, or (the server's connection and subscription counts,
+// for parts built before the server) when Serve starts it.
 // Nothing listens and no goroutine starts until Serve. cfg is validated
 // first: every invalid key is reported at once.
 func New(cfg Config) (*Node, error) {
@@ -106,9 +112,13 @@ func New(cfg Config) (*Node, error) {
 		n.instanceID = n.cluster.agg.InstanceID()
 	}
 	if err := n.build(); err != nil {
-		n.closeCluster()
+		if n.cluster != nil {
+			n.cluster.client.Close()
+		}
 		return nil, err
 	}
+	n.buildParts()
+	n.starting.Store(true)
 	return n, nil
 }
 
@@ -132,9 +142,6 @@ func (n *Node) build() error {
 		opts.Ceilings = n.cluster.ceilings
 	}
 	n.admit = message.New(opts)
-	if n.cluster != nil {
-		n.cluster.admit = n.admit
-	}
 	for name, rule := range cfg.Admission.Classes {
 		if err := n.admit.Register(name, rule); err != nil {
 			return fmt.Errorf("rtserver: %w", err) // "message: class %q: ..."
@@ -192,7 +199,7 @@ func (n *Node) build() error {
 
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
 	n.mux = http.NewServeMux()
-	n.mux.Handle("GET /ws", n.server)
+	n.mux.Handle("GET /ws", upgrades{n})
 	// Server-Sent Events and POST for clients WebSocket cannot reach: each
 	// one a connection of the server's own, through its handshake tier.
 	events := sse.New(sse.Options{WebSocket: n.server, MaxMessageBytes: limits.MaxMessageBytes})
@@ -214,6 +221,19 @@ func (n *Node) build() error {
 		}
 	}
 	return nil
+}
+
+// upgrades serves /ws once the node's parts have started: an upgrade that
+// comes during the start (at most a second, whatever Redis does) waits.
+type upgrades struct{ n *Node }
+
+func (u upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-u.n.started:
+	case <-r.Context().Done():
+		return
+	}
+	u.n.server.ServeHTTP(w, r)
 }
 
 // snapshotRates serves the cluster rule from the local monitor's latest
@@ -276,7 +296,11 @@ func (n *Node) serveStarted(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {
-	if why := n.server.NotReady(); why != "" {
+	why := n.server.NotReady()
+	if n.starting.Load() {
+		why = strings.TrimSuffix("starting; "+why, "; ")
+	}
+	if why != "" {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte("not ready: " + why + "\n"))
 		return

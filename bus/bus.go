@@ -47,7 +47,9 @@ type Holder interface {
 // Bus delivers messages across instances.
 type Bus interface {
 	// Start connects and begins handing received messages to r. It returns
-	// once the bus is running (or degraded and retrying in the background).
+	// once the bus is running, or degraded and retrying in the background,
+	// or when ctx ends, whichever comes first: ctx bounds only the wait,
+	// never the bus. A bus that has not reached Redis yet is degraded.
 	Start(ctx context.Context, r Receiver) error
 	// Publish hands data to the other instances. A nil error means the
 	// message left this instance (for Redis: Redis took it); otherwise it

@@ -68,6 +68,8 @@ func NewClient(c Config) (redis.UniversalClient, error) {
 			MaxIdleConns:     o.MaxIdleConns,
 			ConnMaxIdleTime:  o.ConnMaxIdleTime,
 			ConnMaxLifetime:  o.ConnMaxLifetime,
+			// See contextTimeouts.
+			ContextTimeoutEnabled: true,
 		}
 		if fo.TLSConfig != nil {
 			// ParseURL named the master as the TLS server; the servers
@@ -80,12 +82,21 @@ func NewClient(c Config) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bus: redis.url: %w", err)
 		}
+		opts.ContextTimeoutEnabled = true // see contextTimeouts
 		return redis.NewClusterClient(opts), nil
 	default:
 		opts, err := redis.ParseURL(c.URL)
 		if err != nil {
 			return nil, fmt.Errorf("bus: redis.url: %w", err)
 		}
+		opts.ContextTimeoutEnabled = contextTimeouts
 		return redis.NewClient(opts), nil
 	}
 }
+
+// contextTimeouts is set on every client: every caller bounds its Redis
+// calls with a context deadline (a PING's 500ms, a subscription's open, a
+// history read), and the socket must honour it, or a Redis that accepts
+// and never answers holds each call for go-redis's own 3s read timeout
+// times its retries, start-up and stop included.
+const contextTimeouts = true

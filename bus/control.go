@@ -39,10 +39,12 @@ import (
 // must not disconnect the user again, neither on an instance that acted
 // on it nor on one started since. The sender numbers each control message
 // from a fleet counter in Redis (INCR ChannelPrefix+"ctl:seq"); a
-// receiver accepts a number only once (it remembers those it accepted
-// within the replay window, beyond which the stamp refuses it anyway),
-// and only above its subscription's floor: the counter's value when
-// Redis confirmed the subscription. Whatever was numbered before a
+// receiver accepts a number only once (per sender, a high-water mark and
+// a window of the numbers just below it: see replayWin; beyond the
+// replay window the stamp refuses it anyway), and only above its
+// subscription's floor: the counter's value when Redis confirmed the
+// subscription, which never goes down (a lost or garbled counter refuses
+// rather than admits). Whatever was numbered before a
 // subscription existed is older than it, so an instance started (or a
 // partition subscribed) after a disconnect was sent refuses its replay,
 // while every instance that was subscribed when it was sent, and only
@@ -84,15 +86,16 @@ func isControl(p string) bool { return len(p) > 0 && p[0] == controlVersion }
 
 // decodeControl splits a received control envelope like decodeEnvelope
 // does a data envelope; the key must be a valid control key.
-func decodeControl(p string, self string, maxBytes int) (key string, seq uint64, data string, own bool, reason string) {
+func decodeControl(p string, self string, maxBytes int) (sender, key string, seq uint64, data string, own bool, reason string) {
 	key, rest, own, reason := splitEnvelope(p, controlVersion, self, maxBytes, validControlKey)
 	if own || reason != "" {
-		return "", 0, "", own, reason
+		return "", "", 0, "", own, reason
 	}
 	if len(rest) < seqLen {
-		return "", 0, "", false, DropMalformed
+		return "", "", 0, "", false, DropMalformed
 	}
-	return key, binary.BigEndian.Uint64([]byte(rest[:seqLen])), rest[seqLen:], false, ""
+	sender, _, _ = readField(p[1:], MaxInstanceIDLen) // splitEnvelope read it
+	return sender, key, binary.BigEndian.Uint64([]byte(rest[:seqLen])), rest[seqLen:], false, ""
 }
 
 // publishControl validates, numbers (when signed), encodes and queues one
@@ -120,22 +123,73 @@ func (e *engine) publishControl(channel, key string, data []byte) error {
 	})
 }
 
-// maxSeen bounds the control numbers remembered; past it (after
-// forgetting the expired ones) new control messages are refused rather
-// than accepted without a record.
-const maxSeen = 1 << 16
+// maxSenders bounds the senders whose control numbers are remembered;
+// past it (after forgetting the idle ones) a new sender's control messages
+// are refused rather than accepted without a record.
+const maxSenders = 4096
 
-// pruneSeen is the size past which each admission first forgets the
-// numbers whose stamp is out of the replay window.
-const pruneSeen = 4096
+// pruneSenders is the count past which a new sender first makes the guard
+// forget the senders idle for longer than the replay window.
+const pruneSenders = 256
 
 // controlGuard numbers control messages and admits each number once.
 type controlGuard struct {
 	client redis.UniversalClient
 	key    string // the fleet counter
 
-	mu   sync.Mutex
-	seen map[uint64]int64 // number -> its sender's stamp (ms)
+	mu      sync.Mutex
+	senders map[string]*replayWin // by sender instance id
+}
+
+// replayWin is what a receiver remembers of one sender's control numbers:
+// the highest admitted (hwm) and which of the winSize numbers up to it
+// were. A sender's numbers rise (they come from one fleet counter) and
+// arrive nearly in order (its few writers may overtake one another), so
+// a number above hwm is new, one in the window is new unless its bit is
+// set, and one below the window is refused: O(1) per message and
+// winSize/8 bytes per sender, whatever the rate. A replay within the
+// stamp's window finds its bit set or falls below the window; a replay
+// after it is refused by the stamp.
+type replayWin struct {
+	hwm  uint64
+	last int64 // stamp (ms) of the newest admitted: idle senders are forgotten
+	bits [winSize / 64]uint64
+}
+
+// winSize is how far below a sender's newest number an overtaken one is
+// still admitted: the fleet's control numbers given out while one of its
+// messages waits behind another of the same sender's.
+const winSize = 4096
+
+func (w *replayWin) admit(seq uint64, stamp int64) bool {
+	switch {
+	case seq > w.hwm:
+		from := max(w.hwm+1, seq-min(seq, winSize-1))
+		w.clear(from, seq)
+		w.hwm = seq
+	case w.hwm-seq >= winSize:
+		return false
+	case w.bits[seq%winSize/64]&(1<<(seq%64)) != 0:
+		return false
+	}
+	w.bits[seq%winSize/64] |= 1 << (seq % 64)
+	w.last = max(w.last, stamp)
+	return true
+}
+
+// clear unsets the bits of numbers from..to (at most winSize of them), a
+// word at a time.
+func (w *replayWin) clear(from, to uint64) {
+	for from <= to {
+		i := from % winSize
+		n := min(64-i%64, to-from+1)
+		mask := ^uint64(0)
+		if n < 64 {
+			mask = (uint64(1)<<n - 1) << (i % 64)
+		}
+		w.bits[i/64] &^= mask
+		from += n
+	}
 }
 
 // controlFloor is one subscription's floor: control numbers at or below
@@ -144,7 +198,7 @@ type controlGuard struct {
 type controlFloor struct{ v atomic.Int64 }
 
 func newControlGuard(client redis.UniversalClient, prefix string) *controlGuard {
-	return &controlGuard{client: client, key: prefix + "ctl:seq", seen: map[uint64]int64{}}
+	return &controlGuard{client: client, key: prefix + "ctl:seq", senders: map[string]*replayWin{}}
 }
 
 // next takes the next number from the fleet counter.
@@ -156,16 +210,32 @@ func (g *controlGuard) next(timeout time.Duration) (uint64, error) {
 }
 
 // confirmed sets f from the counter: called when Redis (re)confirms a
-// subscription, before any message that follows is handled.
+// subscription, before any message that follows is handled. The floor
+// never goes down: a counter that went missing (a flushed or restarted
+// Redis) or holds something else must not let numbers given out before
+// count as new again. Unreadable on a first confirmation: unknown, and
+// control messages are refused until it can be read.
 func (g *controlGuard) confirmed(f *controlFloor, timeout time.Duration) {
 	v, err := g.read(timeout)
 	if err != nil {
-		f.v.Store(-1)
-		return
+		return // keep what it was (-1 at first: unknown)
 	}
-	f.v.Store(v)
+	f.raise(v)
 }
 
+// raise sets the floor to v unless it is higher already.
+func (f *controlFloor) raise(v int64) {
+	for {
+		cur := f.v.Load()
+		if cur >= v || f.v.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// read is the counter's value; a missing counter reads 0 (no number given
+// out yet, or Redis lost it: raise keeps any higher floor), anything but
+// an integer is an error.
 func (g *controlGuard) read(timeout time.Duration) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -176,37 +246,36 @@ func (g *controlGuard) read(timeout time.Duration) (int64, error) {
 	return v, err
 }
 
-// admit reports whether control number seq, stamped stamp by its sender
+// admit reports whether control number seq from sender, stamped stamp
 // (already checked against the replay window), is new: above the floor
 // of the subscription it came through and not accepted before.
-func (g *controlGuard) admit(f *controlFloor, seq uint64, stamp int64, now int64, timeout time.Duration) bool {
-	floor := f.v.Load()
-	if floor < 0 {
+func (g *controlGuard) admit(f *controlFloor, sender string, seq uint64, stamp int64, now int64, timeout time.Duration) bool {
+	if f.v.Load() < 0 {
 		v, err := g.read(timeout)
 		if err != nil {
 			return false // cannot tell: refuse rather than act twice
 		}
-		f.v.CompareAndSwap(-1, v)
-		floor = f.v.Load()
+		f.raise(v)
 	}
-	if seq == 0 || seq <= uint64(floor) {
+	if seq == 0 || seq <= uint64(f.v.Load()) {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, dup := g.seen[seq]; dup {
-		return false
-	}
-	if len(g.seen) >= pruneSeen {
-		for k, at := range g.seen {
-			if now-at > 2*replayWindow.Milliseconds() {
-				delete(g.seen, k)
+	w := g.senders[sender]
+	if w == nil {
+		if len(g.senders) >= pruneSenders {
+			for id, o := range g.senders {
+				if now-o.last > 2*replayWindow.Milliseconds() {
+					delete(g.senders, id)
+				}
+			}
+			if len(g.senders) >= maxSenders {
+				return false
 			}
 		}
-		if len(g.seen) >= maxSeen {
-			return false
-		}
+		w = &replayWin{}
+		g.senders[sender] = w
 	}
-	g.seen[seq] = stamp
-	return true
+	return w.admit(seq, stamp)
 }

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -14,11 +15,11 @@ func TestControlEnvelopeRoundTrip(t *testing.T) {
 	if !isControl(string(env)) {
 		t.Fatal("a control envelope is not recognised as one")
 	}
-	key, seq, data, own, reason := decodeControl(string(env), "b", DefaultMaxEnvelopeBytes)
-	if own || reason != "" || key != "__user:alice" || seq != 7 || data != `{"op":"disconnect"}` {
-		t.Fatalf("decode = %q %d %q own=%v reason=%q", key, seq, data, own, reason)
+	sender, key, seq, data, own, reason := decodeControl(string(env), "b", DefaultMaxEnvelopeBytes)
+	if own || reason != "" || sender != "a" || key != "__user:alice" || seq != 7 || data != `{"op":"disconnect"}` {
+		t.Fatalf("decode = %q %q %d %q own=%v reason=%q", sender, key, seq, data, own, reason)
 	}
-	if _, _, _, own, _ := decodeControl(string(env), "a", DefaultMaxEnvelopeBytes); !own {
+	if _, _, _, _, own, _ := decodeControl(string(env), "a", DefaultMaxEnvelopeBytes); !own {
 		t.Error("own control envelope not recognised")
 	}
 	// A data envelope decoder refuses control envelopes, and the other
@@ -36,7 +37,7 @@ func TestControlEnvelopeRoundTrip(t *testing.T) {
 		{"no number", string(env[:len(env)-len(`{"op":"disconnect"}`)-1]), DropMalformed},
 		{"oversize", string(appendControl(nil, "a", UserKey("u"), 1, []byte(`"`+strings.Repeat("x", 5000)+`"`))), DropOversize},
 	} {
-		if _, _, _, _, reason := decodeControl(tt.give, "b", 4096); reason != tt.want {
+		if _, _, _, _, _, reason := decodeControl(tt.give, "b", 4096); reason != tt.want {
 			t.Errorf("%s: reason %q, want %q", tt.name, reason, tt.want)
 		}
 	}
@@ -143,4 +144,69 @@ func TestControlShardedCluster(t *testing.T) {
 		x.Close()
 	}
 	noBusGoroutines(t)
+}
+
+// TestReplayWindowAdmitsEachNumberOnce: against a model (every number
+// admitted at most once; every number above the newest admitted is new;
+// one within winSize below it is new unless admitted), for random
+// sequences with overtaking and replays.
+func TestReplayWindowAdmitsEachNumberOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		var w replayWin
+		seen := map[uint64]bool{}
+		var hwm uint64
+		next := uint64(1)
+		for range 2000 {
+			var seq uint64
+			switch rng.IntN(4) {
+			case 0: // a replay of anything so far, or a number never sent
+				seq = 1 + rng.Uint64N(next)
+			case 1: // overtaken: a little below the newest
+				seq = next - min(next-1, rng.Uint64N(2*winSize))
+			default: // new, after a jump (the other senders' numbers)
+				next += 1 + rng.Uint64N(3*winSize)
+				seq = next
+			}
+			want := !seen[seq] && (seq > hwm || hwm-seq < winSize)
+			if got := w.admit(seq, 0); got != want {
+				t.Fatalf("round %d: admit(%d) = %v, want %v (hwm %d)", round, seq, got, want, hwm)
+			}
+			if want {
+				seen[seq] = true
+				hwm = max(hwm, seq)
+			}
+		}
+	}
+}
+
+// TestControlFloorNeverGoesDown: a counter that went missing or holds
+// something else leaves a subscription's floor where it was.
+func TestControlFloorNeverGoesDown(t *testing.T) {
+	s := redistest.Start(t)
+	g := newControlGuard(newClient(t, s.Addr), "t:")
+	var f controlFloor
+	f.v.Store(-1)
+	if _, err := s.Do("SET", "t:ctl:seq", "100"); err != nil {
+		t.Fatal(err)
+	}
+	g.confirmed(&f, waitLimit)
+	if v := f.v.Load(); v != 100 {
+		t.Fatalf("floor %d, want 100", v)
+	}
+	for _, change := range [][]string{{"DEL", "t:ctl:seq"}, {"SET", "t:ctl:seq", "x"}, {"SET", "t:ctl:seq", "7"}} {
+		if _, err := s.Do(change...); err != nil {
+			t.Fatal(err)
+		}
+		g.confirmed(&f, waitLimit)
+		if v := f.v.Load(); v != 100 {
+			t.Errorf("after %v: floor %d, want it kept at 100", change, v)
+		}
+		if g.admit(&f, "a", 50, 0, 0, waitLimit) {
+			t.Errorf("after %v: number 50, below the floor, admitted", change)
+		}
+	}
+	if !g.admit(&f, "a", 101, 0, 0, waitLimit) || g.admit(&f, "a", 101, 0, 0, waitLimit) {
+		t.Error("number 101 not admitted exactly once")
+	}
 }

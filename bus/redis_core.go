@@ -134,6 +134,9 @@ type engine struct {
 	wait      time.Duration // PublishWait; <= 0: no wait
 	pingEvery time.Duration
 	pingWait  time.Duration
+	pinger1   *redis.Client // the PINGs' own connection; nil: through client
+	slowPings int           // PINGs in a row that timed out; pinger only
+	answered  bool          // some PING has answered; pinger only
 
 	m                           *metrics.Metrics
 	dropDegraded, dropQueueFull prometheus.Counter
@@ -195,6 +198,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	e.ctl = newControlGuard(e.client, o.ChannelPrefix)
 	e.pingEvery = orDefault(o.PingInterval, defaultPingInterval)
 	e.pingWait = orDefault(o.PingTimeout, defaultPingTimeout)
+	e.pinger1 = newPingClient(e.client, e.pingWait)
 	e.queue = make(chan outMsg, orDefault(o.PublishQueue, defaultQueueSize))
 	e.workers = newWorkerQueues(orDefault(o.DeliverQueueSize, defaultDeliverQueue))
 	e.writerStop = make(chan struct{})
@@ -210,7 +214,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	e.dropSlowRecv = d.WithLabelValues(DropSlowRecv)
 	e.health.gauge = e.m.BusDegraded
 	e.health.log = e.log
-	e.m.BusDegraded.Set(0)
+	e.health.init()
 	return e, nil
 }
 
@@ -250,13 +254,15 @@ func (e *engine) start(r Receiver, startLoops func()) error {
 }
 
 // waitFirst waits, at most until ctx ends, for the first PING verdict and
-// for each of extra (first subscription verdicts).
+// for each of extra (first subscription verdicts). When ctx ends first the
+// bus runs on: it stays degraded until Redis answers, retrying in the
+// background, and the caller is not kept waiting on Redis.
 func (e *engine) waitFirst(ctx context.Context, extra ...<-chan struct{}) error {
 	for _, ch := range append([]<-chan struct{}{e.firstPing}, extra...) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		}
 	}
 	return nil
@@ -304,6 +310,9 @@ func (e *engine) close(stopLoops func()) error {
 		}
 	}
 	e.bg.Wait()
+	if e.pinger1 != nil {
+		e.pinger1.Close()
+	}
 	if e.ownClient {
 		return e.client.Close()
 	}

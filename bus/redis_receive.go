@@ -232,11 +232,12 @@ func (e *engine) receive(m inMsg, r Receiver, h Holder) {
 	var own bool
 	var reason string
 	var seq uint64
+	var sender string
 	switch {
 	case control && m.offset > 0:
 		reason = DropMalformed // no control message has a position
 	case control:
-		topic, seq, data, own, reason = decodeControl(p, e.id, e.maxEnv)
+		sender, topic, seq, data, own, reason = decodeControl(p, e.id, e.maxEnv)
 	case m.offset > 0:
 		topic, data, own, reason = decodeEnvelope(p, "", e.maxEnv) // our own too (position.go)
 	default:
@@ -251,7 +252,7 @@ func (e *engine) receive(m inMsg, r Receiver, h Holder) {
 		e.dropReceived(reason, m.in.channel, len(p))
 		return
 	}
-	if control && e.signer != nil && !e.ctl.admit(&m.in.floor, seq, stamp, time.Now().UnixMilli(), e.pingWait) {
+	if control && e.signer != nil && !e.ctl.admit(&m.in.floor, sender, seq, stamp, time.Now().UnixMilli(), e.pingWait) {
 		e.dropReceived("replayed", m.in.channel, len(p))
 		return
 	}

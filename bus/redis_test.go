@@ -287,6 +287,9 @@ func TestRedisPublishRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	// As if a PING had answered: a bus that has not reached Redis yet
+	// refuses every publish as degraded.
+	b.e.health.setLink(true)
 	tests := []struct {
 		name   string
 		topic  string
@@ -771,4 +774,35 @@ func TestRedisHoldingReceiverFlushesEveryBurst(t *testing.T) {
 	a.Close()
 	b.Close()
 	noBusGoroutines(t)
+}
+
+// TestPingNotStarvedBySharedPool: traffic that holds every connection of
+// the shared client (slow reads: a replay storm, presence writes) cannot
+// delay the liveness PING, which has a connection of its own, so a Redis
+// that answers is never reported down.
+func TestPingNotStarvedBySharedPool(t *testing.T) {
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 2, PoolTimeout: 5 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	o := testOptions(c, "a")
+	o.PingTimeout = 200 * time.Millisecond
+	b, rb := startRedis(t, o)
+	defer b.Close()
+	if b.Degraded() {
+		t.Fatal("degraded after a start with Redis up")
+	}
+	// Every pooled connection blocked for a second and a half, while the
+	// pinger PINGs every 50ms with a 200ms timeout.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if err := c.BLPop(t.Context(), 1500*time.Millisecond, "test:nothing").Err(); err != redis.Nil {
+				t.Errorf("BLPOP: %v, want a timeout (redis.Nil)", err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, states := rb.snapshot(); slices.Contains(states, true) || b.Degraded() {
+		t.Fatalf("reported down while Redis answered: states %v", states)
+	}
 }

@@ -178,7 +178,7 @@ func (s *Subscription) run() {
 		if pinged {
 			wait = s.cfg.PingTimeout
 		}
-		msg, err := ps.ReceiveTimeout(s.ctx, wait)
+		msg, err := s.receive(ps, wait)
 		if s.ctx.Err() != nil {
 			return
 		}
@@ -192,7 +192,7 @@ func (s *Subscription) run() {
 				// so; replace it.
 				if !pinged {
 					pinged = true
-					if ps.Ping(s.ctx) == nil {
+					if s.ping(ps) == nil {
 						continue
 					}
 				}
@@ -251,6 +251,30 @@ func (s *Subscription) handle(p string) {
 
 // open replaces the PubSub with a new one subscribed to the channel, or
 // returns nil when the subscription is stopped.
+// receive reads the next message, waiting at most wait. While the
+// subscription is down or not yet confirmed the read may have to redial
+// and greet Redis first, under the PubSub's lock that Stop needs too: then
+// the whole call is bounded by a deadline (honoured by a client whose
+// ContextTimeoutEnabled is set), so that a Redis that accepts and never
+// answers cannot hold Stop for the client's read timeout. A confirmed
+// subscription reads without one: no timer per message.
+func (s *Subscription) receive(ps *redis.PubSub, wait time.Duration) (any, error) {
+	if !s.down && s.confirmed.Load() {
+		return ps.ReceiveTimeout(s.ctx, wait)
+	}
+	bound := 2 * s.cfg.PingTimeout
+	ctx, cancel := context.WithTimeout(s.ctx, bound)
+	defer cancel()
+	return ps.ReceiveTimeout(ctx, min(wait, bound))
+}
+
+// ping asks a silent connection to answer, bounded as receive is.
+func (s *Subscription) ping(ps *redis.PubSub) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PingTimeout)
+	defer cancel()
+	return ps.Ping(ctx)
+}
+
 func (s *Subscription) open() *redis.PubSub {
 	var ps *redis.PubSub
 	if s.cfg.Sharded {
@@ -274,11 +298,17 @@ func (s *Subscription) open() *redis.PubSub {
 	if old != nil {
 		_ = old.Close()
 	}
+	// Bounded: opening may dial and greet Redis (HELLO) under the
+	// PubSub's lock, which Stop needs too; a Redis that accepts and never
+	// answers must not hold Stop for the client's read timeout times its
+	// retries (with a client whose ContextTimeoutEnabled is set).
+	octx, cancel := context.WithTimeout(s.ctx, 2*s.cfg.PingTimeout)
+	defer cancel()
 	var err error
 	if s.cfg.Sharded {
-		err = ps.SSubscribe(s.ctx, s.cfg.Channel)
+		err = ps.SSubscribe(octx, s.cfg.Channel)
 	} else {
-		err = ps.Subscribe(s.ctx, s.cfg.Channel)
+		err = ps.Subscribe(octx, s.cfg.Channel)
 	}
 	// On error the channel is remembered and the next receive retries.
 	if err != nil && s.ctx.Err() == nil {

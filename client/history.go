@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rtserver/rtserver/protocol"
@@ -170,9 +171,13 @@ func (c *Client) PublishAt(ctx context.Context, topic string, data any) (Positio
 		Data           any    `json:"data"`
 		IdempotencyKey string `json:"idempotencyKey"`
 	}{topic, data, hex.EncodeToString(k[:])}
+	var last error // the last refusal, named when the deadline ends the retries
 	for attempt := 0; ; attempt++ {
 		var pos Position
 		err := c.Call(ctx, "publish", p, &pos)
+		if last != nil && ctx.Err() != nil {
+			return Position{}, fmt.Errorf("%w; last refusal: %w", err, last)
+		}
 		var pe *protocol.Error
 		var wait time.Duration
 		switch {
@@ -187,9 +192,12 @@ func (c *Client) PublishAt(ctx context.Context, topic string, data any) (Positio
 		default:
 			return Position{}, err
 		}
+		last = err
 		d := backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff, wait, c.opts.Rand())
 		if err := c.opts.Sleep(ctx, d); err != nil {
-			return Position{}, err
+			// Say why it was still unpublished (BUS, HISTORY_UNAVAILABLE,
+			// a shed), not only that time ran out.
+			return Position{}, fmt.Errorf("%w; last refusal: %w", err, last)
 		}
 	}
 }

@@ -3,7 +3,7 @@
 //
 // # What it owns
 //
-// A Monitor samples every Config.SampleInterval (Run) or on demand
+// A Monitor samples every Config.SampleInterval (Start, until Close) or on demand
 // (Sample) and publishes one *Snapshot with a single atomic pointer store:
 //
 //   - MEMORY: Go heap in use divided by the memory limit. "Heap in use" is

@@ -17,7 +17,7 @@ func Example() {
 	cfg.TopicPublishRatePerSec = 50
 	cfg.Now = func() time.Time { return now }
 	// Connection and subscription counts come from the server, handed
-	// over by Run(ctx, counts); without them SUBSCRIBERS never rises.
+	// over by Start(ctx, counts); without them SUBSCRIBERS never rises.
 	mon, err := pressure.New(cfg, pressure.Deps{})
 	if err != nil {
 		panic(err)

@@ -3,6 +3,7 @@ package pressure
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -136,6 +137,11 @@ type Monitor struct {
 	counts Counts
 	log    *slog.Logger
 
+	// life guards the sampler's start and stop.
+	life          sync.Mutex
+	stop, stopped chan struct{}
+	closed        bool
+
 	// Metric handles, nil when New got nil metrics.
 	reasonGauges [numReasons]prometheus.Gauge
 	publishRate  prometheus.Gauge
@@ -174,7 +180,7 @@ type Deps struct {
 }
 
 // New validates cfg and returns a monitor. It does not start sampling:
-// call Run, or Sample.
+// call Start, or Sample.
 func New(cfg Config, deps Deps) (*Monitor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -273,21 +279,49 @@ func (m *Monitor) publishListeners() {
 	m.listeners.Store(&listenerSet{reason: m.onReason, hot: m.onHot, sample: m.onSample})
 }
 
-// Run samples every SampleInterval until ctx ends. The first sample is one
-// interval after Run starts, so the first rates cover a whole interval.
+// Start starts sampling every SampleInterval, on a goroutine of its own,
+// until Close. The first sample is one interval after Start, so the first
+// rates cover a whole interval. ctx is not kept: sampling needs nothing
+// that could keep Start waiting.
 //
 // counts reports the live connection and subscription counts; it may be
 // nil (0 and 0). It is handed over here, not to New, because its source
 // (the server) is built after the monitor and exists once it runs.
-func (m *Monitor) Run(ctx context.Context, counts Counts) {
+func (m *Monitor) Start(_ context.Context, counts Counts) error {
+	m.life.Lock()
+	defer m.life.Unlock()
+	if m.stop != nil {
+		return errors.New("pressure: already started")
+	}
 	m.smu.Lock()
 	m.counts = counts
 	m.smu.Unlock()
+	m.stop, m.stopped = make(chan struct{}), make(chan struct{})
+	go m.run(m.stop, m.stopped)
+	return nil
+}
+
+// Close stops sampling and waits for the sampler to end. It returns nil;
+// closing a monitor that never started does nothing.
+func (m *Monitor) Close() error {
+	m.life.Lock()
+	defer m.life.Unlock()
+	if m.stop == nil || m.closed {
+		return nil
+	}
+	m.closed = true
+	close(m.stop)
+	<-m.stopped
+	return nil
+}
+
+func (m *Monitor) run(stop <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
 	t := time.NewTicker(m.cfg.SampleInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-stop:
 			return
 		case <-t.C:
 			m.Sample()

@@ -1,7 +1,6 @@
 package pressure
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -583,9 +582,9 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 			at = append(at, s.At.Sub(start))
 			mu.Unlock()
 		})
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() { mon.Run(ctx, nil); close(done) }()
+		if err := mon.Start(t.Context(), nil); err != nil {
+			t.Fatal(err)
+		}
 
 		time.Sleep(interval - time.Nanosecond)
 		synctest.Wait()
@@ -609,8 +608,7 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 			t.Fatalf("latest rate = %v, want 0", r)
 		}
 
-		cancel()
-		<-done
+		mon.Close()
 	})
 }
 

@@ -53,7 +53,7 @@ type Aggregator struct {
 	// per-user sums are read from mg, which publishes them itself.
 	top      atomic.Pointer[[]Entry]
 	siblings atomic.Int64
-	src      atomic.Pointer[Sources] // set by Activate; never nil
+	src      atomic.Pointer[Sources] // set by Start; never nil
 
 	// mu guards the merge state. Lock order: life, then mu.
 	mu     sync.Mutex
@@ -81,13 +81,13 @@ type Aggregator struct {
 	viewInstances     int
 	fleet             *merger
 
-	// life serialises Activate and Deactivate.
+	// life serialises Start and Close.
 	life   sync.Mutex
 	cancel context.CancelFunc
 	sub    *bus.Subscription
 	// subClient is the subscriptions' own client, its connections polled
-	// (nil: they share client). Set by Activate before the loops start,
-	// cleared by Deactivate after they end.
+	// (nil: they share client). Set by Start before the loops start,
+	// cleared by Close after they end.
 	subClient *redis.Client
 	wg        sync.WaitGroup
 	// lead is the merging role, owned by the lead loop's goroutine.
@@ -127,7 +127,7 @@ type Stats struct {
 
 // New returns an inactive aggregator. It registers an OnSample listener on
 // local at once, so RateOf answers this instance's own rates before
-// Activate and after Deactivate.
+// Start and after Close.
 func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, error) {
 	if client == nil || local == nil {
 		return nil, errors.New("publishrate: nil client or local")
@@ -240,14 +240,14 @@ func (a *Aggregator) subscribe(channel string, handle func(string)) *bus.Subscri
 // InstanceID is the id this instance tags its envelopes with.
 func (a *Aggregator) InstanceID() string { return a.id }
 
-// Activate subscribes to the channel and starts the broadcast timer. It
+// Start subscribes to the channel and starts the broadcast timer. It
 // returns once Redis confirmed the subscription, retrying while Redis is
 // unreachable until ctx ends (then it returns the error and stays
-// inactive). Once active, the aggregator runs until Deactivate, whatever
+// inactive). Once active, the aggregator runs until Close, whatever
 // becomes of ctx, and rides out Redis outages on its own. Calling it while
 // active does nothing. src is this instance's subscriber counts (its zero
 // value: none).
-func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
+func (a *Aggregator) Start(ctx context.Context, src Sources) error {
 	a.life.Lock()
 	defer a.life.Unlock()
 	if a.sub != nil {
@@ -291,14 +291,15 @@ func (a *Aggregator) Activate(ctx context.Context, src Sources) error {
 	return nil
 }
 
-// Deactivate stops the broadcast timer and the subscriber, waits for both
+// Close stops the broadcast timer and the subscriber, waits for both
 // goroutines, and forgets every sibling's slice: the view falls back to
-// this instance's own rates. Calling it while inactive does nothing.
-func (a *Aggregator) Deactivate() {
+// this instance's own rates. Calling it while inactive does nothing; the
+// aggregator may be started again. It returns nil.
+func (a *Aggregator) Close() error {
 	a.life.Lock()
 	defer a.life.Unlock()
 	if a.sub == nil {
-		return
+		return nil
 	}
 	a.cancel()
 	a.sub.Close()
@@ -321,6 +322,7 @@ func (a *Aggregator) Deactivate() {
 	a.mergeLocked(now)
 	a.refreshTopLocked()
 	a.mu.Unlock()
+	return nil
 }
 
 // TopPublishers returns the merged cluster-wide top-N topics, by messages
@@ -630,7 +632,7 @@ func (a *Aggregator) broadcast(ctx context.Context) {
 	err = a.client.Publish(pctx, a.sliceChannel, payload).Err()
 	cancel()
 	if ctx.Err() != nil {
-		return // Deactivate: neither a success nor a failure of Redis
+		return // Close: neither a success nor a failure of Redis
 	}
 	if err != nil {
 		a.opts.Breaker.Failure()

@@ -73,7 +73,7 @@ func TestBroadcastThroughBreaker(t *testing.T) {
 		t.Fatalf("failed publish: stats %+v, breaker %+v", st, br)
 	}
 
-	// A broadcast cut short by Deactivate is not Redis's fault.
+	// A broadcast cut short by Close is not Redis's fault.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	a.broadcast(ctx)

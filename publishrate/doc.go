@@ -9,7 +9,7 @@
 // An Aggregator broadcasts, every PublishInterval, the envelope of
 // docs/cluster.md on Options.Channel: this instance's top-N topics
 // (messages and bytes per second), top-N users (messages per second) and,
-// when Sources.Subjects is handed to Activate, top-N local subscriber counts. The rates
+// when Sources.Subjects is handed to Start, top-N local subscriber counts. The rates
 // are averaged over the whole interval: every pressure sample is weighted by
 // the time it covers (see window), not just the latest one.
 //
@@ -51,7 +51,7 @@
 // and every TopPublishers call, not per envelope, so the gauges trail the
 // sums by at most one pressure sample interval.
 //
-// Before Activate and after Deactivate the view is this instance's own
+// Before Start and after Close the view is this instance's own
 // rates alone (the OnSample listener registered by New keeps it current).
 //
 // # Merged mode
@@ -129,10 +129,10 @@
 //
 // # Concurrency
 //
-// Lock order: the lifecycle lock (Activate/Deactivate), then the merge
+// Lock order: the lifecycle lock (Start/Close), then the merge
 // lock. Goroutines: one bus.Subscription (the receive loop shared with the
-// buses) and one ticker per active aggregator, both owned by Activate and
-// stopped and awaited by Deactivate; in merged mode also the lead loop,
+// buses) and one ticker per active aggregator, both owned by Start and
+// stopped and awaited by Close; in merged mode also the lead loop,
 // and while this instance merges, the subscription to the slices, which
 // the lead loop owns and closes (never under the merge lock: its handler
 // takes it).

@@ -12,7 +12,7 @@ import (
 	"github.com/rtserver/rtserver/publishrate"
 )
 
-// Before Activate (and without Redis traffic) the aggregator answers from
+// Before Start (and without Redis traffic) the aggregator answers from
 // this instance's own pressure samples, so a clusterTopPublisher rule works
 // from the start. New does no I/O.
 func ExampleAggregator_RateOf() {
@@ -21,7 +21,7 @@ func ExampleAggregator_RateOf() {
 	cfg.Now = func() time.Time { return now }
 	mon, _ := pressure.New(cfg, pressure.Deps{}) // a valid configuration: no error
 
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // not dialled until Activate
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // not dialled until Start
 	defer client.Close()
 	agg, err := publishrate.New(client, mon, publishrate.Options{InstanceID: "node-a"})
 	if err != nil {
@@ -46,10 +46,11 @@ func ExampleAggregator_RateOf() {
 // A fleet member: activate the aggregator on Redis and let the message
 // tier's clusterTopPublisher rules read the cluster-wide view. (Not run:
 // it needs a Redis server.)
-func ExampleAggregator_Activate() {
+func ExampleAggregator_Start() {
 	ctx := context.Background()
 	mon, _ := pressure.New(pressure.DefaultConfig(), pressure.Deps{})
-	go mon.Run(ctx, nil)
+	_ = mon.Start(ctx, nil)
+	defer mon.Close()
 
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
@@ -62,10 +63,10 @@ func ExampleAggregator_Activate() {
 	if err != nil {
 		panic(err)
 	}
-	if err := agg.Activate(ctx, publishrate.Sources{}); err != nil { // waits for Redis to confirm the subscription
+	if err := agg.Start(ctx, publishrate.Sources{}); err != nil { // waits for Redis to confirm the subscription
 		panic(err)
 	}
-	defer agg.Deactivate()
+	defer agg.Close()
 
 	adm := message.New(message.Options{Snapshot: mon.Snapshot, Rates: agg})
 	_ = adm.Register("broadcast", message.Rule{

@@ -93,7 +93,7 @@ func newOffline(t testing.TB, local Local, opts Options, src ...Sources) *Aggreg
 		t.Fatal(err)
 	}
 	for _, s := range src {
-		a.src.Store(&s) // as Activate would hand them over
+		a.src.Store(&s) // as Start would hand them over
 	}
 	a.mu.Lock()
 	a.active = true

@@ -116,7 +116,7 @@ func mergedNode(t *testing.T, srv *redistest.Server, id string, local Local) (no
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(a.Deactivate)
+	t.Cleanup(func() { a.Close() })
 	return node{a, m}, c
 }
 
@@ -211,7 +211,7 @@ func TestMergedModeOnRealRedis(t *testing.T) {
 
 	// A clean stop releases the lease: the other takes over.
 	m := merging(rest...)
-	m.agg.Deactivate()
+	m.agg.Close()
 	var other node
 	for _, n := range rest {
 		if n.agg != m.agg {

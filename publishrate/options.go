@@ -59,10 +59,10 @@ type Entry struct {
 
 // Sources are this instance's live subscriber counts. They come from the
 // server, which is built after the aggregator (it answers the sharded
-// bus), so they are handed over at Activate.
+// bus), so they are handed over at Start.
 type Sources struct {
 	// Subjects optionally reports this instance's subscriber counts per
-	// topic. It is called once per broadcast tick (and at Activate); its
+	// topic. It is called once per broadcast tick (and at Start); its
 	// top-N by count is broadcast as "subs", and the whole list is the
 	// local part of SubscribersOf unless LocalSubscribers is set. Nil: no
 	// "subs" field and no local part.

@@ -41,7 +41,7 @@ func newNode(t *testing.T, srv *redistest.Server, id string, local Local, secret
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(a.Deactivate)
+	t.Cleanup(func() { a.Close() })
 	return node{a, m}
 }
 
@@ -49,7 +49,7 @@ func activate(t *testing.T, a *Aggregator) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), awaitFor)
 	defer cancel()
-	if err := a.Activate(ctx, Sources{}); err != nil {
+	if err := a.Start(ctx, Sources{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -81,7 +81,7 @@ func TestClusterOfThreeOnRealRedis(t *testing.T) {
 	}
 
 	// B stops broadcasting: C forgets it within StaleAfter + one interval.
-	b.agg.Deactivate()
+	b.agg.Close()
 	testkit.Eventually(t, awaitFor, "C drops B", func() bool {
 		return c.agg.RateOf("hot") == 600 && value(c.m.ClusterInstances) == 1
 	})
@@ -112,14 +112,14 @@ func TestForgedSiblingOnRealRedis(t *testing.T) {
 	}
 }
 
-func TestActivateDeactivateIdempotentNoLeak(t *testing.T) {
+func TestStartCloseIdempotentNoLeak(t *testing.T) {
 	srv := redistest.Start(t)
 	n := newNode(t, srv, "A", newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), nil)
 	peer := newNode(t, srv, "B", newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 2}), nil)
 	activate(t, peer.agg)
 
 	base := runtime.NumGoroutine()
-	n.agg.Deactivate() // inactive: nothing to stop
+	n.agg.Close() // inactive: nothing to stop
 	for range 3 {
 		activate(t, n.agg)
 		activate(t, n.agg) // already active: nothing more starts
@@ -127,37 +127,37 @@ func TestActivateDeactivateIdempotentNoLeak(t *testing.T) {
 		if got := runtime.NumGoroutine(); got > base+2 {
 			t.Errorf("%d goroutines while active, want at most %d", got, base+2)
 		}
-		n.agg.Deactivate()
-		n.agg.Deactivate()
+		n.agg.Close()
+		n.agg.Close()
 		if got := n.agg.RateOf("hot"); got != 1 {
-			t.Errorf("after Deactivate RateOf = %v, want the local 1 only", got)
+			t.Errorf("after Close RateOf = %v, want the local 1 only", got)
 		}
 		if got := n.agg.Stats().Instances; got != 0 {
-			t.Errorf("after Deactivate %d siblings held", got)
+			t.Errorf("after Close %d siblings held", got)
 		}
 		testkit.Eventually(t, awaitFor, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= base })
 	}
 }
 
-func TestActivateGivesUpWithContext(t *testing.T) {
+func TestStartGivesUpWithContext(t *testing.T) {
 	srv := redistest.Start(t)
 	n := newNode(t, srv, "A", newFakeLocal(), nil)
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if err := n.agg.Activate(ctx, Sources{}); err == nil {
-		t.Fatal("Activate with Redis down returned nil")
+	if err := n.agg.Start(ctx, Sources{}); err == nil {
+		t.Fatal("Start with Redis down returned nil")
 	}
-	// Still inactive: a later Activate really subscribes.
+	// Still inactive: a later Start really subscribes.
 	srv.Restart()
 	activate(t, n.agg)
-	n.agg.Deactivate()
+	n.agg.Close()
 }
 
 // TestSubscriptionHasItsOwnPolledClient: on a plain client the
 // subscription dials through a client of its own (its connection polled,
-// internal/pollconn), which Deactivate closes, leaving no subscriber on
-// Redis; Activate again works as the first time.
+// internal/pollconn), which Close closes, leaving no subscriber on
+// Redis; Start again works as the first time.
 func TestSubscriptionHasItsOwnPolledClient(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newNode(t, srv, "A", newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 5}), nil)
@@ -178,9 +178,9 @@ func TestSubscriptionHasItsOwnPolledClient(t *testing.T) {
 			t.Fatal("the subscription shares the aggregator's client")
 		}
 		testkit.Eventually(t, awaitFor, "B sees A's rate", func() bool { return b.agg.RateOf("hot") == 5 })
-		b.agg.Deactivate()
+		b.agg.Close()
 		if b.agg.subClient != nil {
-			t.Fatal("Deactivate kept the subscription's client")
+			t.Fatal("Close kept the subscription's client")
 		}
 		testkit.Eventually(t, awaitFor, "only A subscribed", func() bool { return subscribers() == 1 })
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/jsonexact"
+	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
@@ -174,7 +175,8 @@ type apiError struct {
 	status     int
 	code       int
 	message    string
-	retryAfter bool // a 503 the caller should retry: Retry-After: 1
+	retryAfter bool   // a 503 the caller should retry: Retry-After: 1
+	reason     string // the -32001 data's reason (BUS, HISTORY_UNAVAILABLE); "": no data
 }
 
 func fail(status, code int, format string, args ...any) *apiError {
@@ -209,6 +211,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b = append(b, `,"message":`...)
 		msg, _ := json.Marshal(aerr.message)
 		b = append(b, msg...)
+		if aerr.reason != "" {
+			b = append(b, `,"data":{"reason":`...)
+			r, _ := json.Marshal(aerr.reason)
+			b = append(b, r...)
+			b = append(b, `,"retryAfterMs":1000}`...)
+		}
 		result = append(b, "}}"...)
 		if status >= 500 {
 			h.log.Warn("server API call failed", "method", label, "status", status, "err", aerr.message)
@@ -358,13 +366,24 @@ func checkUser(user string) *apiError {
 // unavailable answers a call the Backend could not carry out now: 503
 // with Retry-After, -32001 when the cross-instance bus could not take the
 // message (it was delivered nowhere: retrying cannot duplicate it).
+//
+// Every refusal for an unreachable Redis carries the reason a client's
+// publish gets for it: BUS for the bus, HISTORY_UNAVAILABLE for the
+// history store.
 func (h *Handler) unavailable(err error) *apiError {
-	code := protocol.CodeInternal
-	if errors.Is(err, bus.ErrQueueFull) || errors.Is(err, bus.ErrDegraded) {
-		code = protocol.CodeOverloaded
+	code, reason := protocol.CodeInternal, ""
+	var pe *protocol.Error
+	switch {
+	case errors.Is(err, bus.ErrQueueFull) || errors.Is(err, bus.ErrDegraded):
+		code, reason = protocol.CodeOverloaded, message.ReasonBus
+	case errors.As(err, &pe) && pe.Code == protocol.CodeOverloaded:
+		code = pe.Code
+		if d, ok := pe.Data.(protocol.OverloadedData); ok {
+			reason = d.Reason
+		}
 	}
 	e := fail(http.StatusServiceUnavailable, code, "%v", err)
-	e.retryAfter = true
+	e.retryAfter, e.reason = true, reason
 	return e
 }
 

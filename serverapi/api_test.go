@@ -18,6 +18,7 @@ import (
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/presence"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 const testKey = "k3y-for-tests"
@@ -104,6 +105,9 @@ type answer struct {
 	Error      *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
+		Data    *struct {
+			Reason string `json:"reason"`
+		} `json:"data"`
 	} `json:"error"`
 }
 
@@ -272,9 +276,15 @@ func TestDrainingAndBackendFailure(t *testing.T) {
 	for _, err := range []error{bus.ErrQueueFull, bus.ErrDegraded} {
 		rec.set(fmt.Errorf("server: %w", err), false)
 		a = call(t, srv, "POST", "publish", auth, `{"topic":"a","data":1}`)
-		if a.status != 503 || a.Error.Code != -32001 || a.retryAfter != "1" {
-			t.Errorf("bus refusal %v: %d %+v Retry-After %q, want 503 -32001 with Retry-After 1", err, a.status, a.Error, a.retryAfter)
+		if a.status != 503 || a.Error.Code != -32001 || a.retryAfter != "1" || a.Error.Data == nil || a.Error.Data.Reason != "BUS" {
+			t.Errorf("bus refusal %v: %d %+v Retry-After %q, want 503 -32001 reason BUS with Retry-After 1", err, a.status, a.Error, a.retryAfter)
 		}
+	}
+	// A history store that cannot be reached: the reason a client gets.
+	rec.set(fmt.Errorf("server: %w", protocol.NewError(protocol.CodeOverloaded, "", protocol.OverloadedData{Reason: protocol.ReasonHistoryUnavailable})), false)
+	a = call(t, srv, "POST", "publish", auth, `{"topic":"a","data":1}`)
+	if a.status != 503 || a.Error.Code != -32001 || a.Error.Data == nil || a.Error.Data.Reason != protocol.ReasonHistoryUnavailable {
+		t.Errorf("history refusal: %d %+v, want 503 -32001 reason HISTORY_UNAVAILABLE", a.status, a.Error)
 	}
 	rec.set(errors.New("cross-instance delivery is down"), false)
 	a = call(t, srv, "POST", "broadcast", auth, `{"topics":["a","b"],"data":1}`)

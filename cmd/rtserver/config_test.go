@@ -39,6 +39,9 @@ redis:
   channelPrefix: "rt:"           # multi-tenant isolation
   publishQueue: 8192             # publishes waiting for Redis; past it they wait, then are shed (BUS)
   publishWait: 50ms              # how long a publish waits for room in a full queue
+  sentinel:
+    addrs: []                    # Redis Sentinels; redis.url's host names the primary
+    password: ""                 # the Sentinels' own password
 handshake:
   maxConnections: 0
   maxConcurrent: 1000

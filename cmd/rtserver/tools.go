@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -253,7 +254,20 @@ func (f *toolFlags) dial(ctx context.Context, opts client.Options) (*client.Clie
 		}
 		opts.TokenFunc = func(context.Context) (string, error) { return f.sign() }
 	}
-	return client.Dial(ctx, url, &opts)
+	// A server that sheds the upgrade for now (starting, draining, a full
+	// door) says when to come back: do, until ctx ends.
+	for {
+		c, err := client.Dial(ctx, url, &opts)
+		var he *client.HandshakeError
+		if !errors.As(err, &he) || he.Status != http.StatusServiceUnavailable || he.RetryAfter <= 0 {
+			return c, err
+		}
+		select {
+		case <-time.After(he.RetryAfter):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
 }
 
 // subLine is one line sub prints: Offset only on a history topic.
@@ -351,7 +365,12 @@ func toolPub(f *toolFlags) error {
 		return err
 	}
 	defer c.Close()
-	pos, err := c.PublishAt(ctx, a[0], data)
+	// A refusal (BUS, HISTORY_UNAVAILABLE, a shed) is retried with the
+	// same key for a moment, then named: a one-shot command must not sit
+	// out an outage.
+	pctx, pcancel := context.WithTimeout(ctx, pubRetryFor)
+	defer pcancel()
+	pos, err := c.PublishAt(pctx, a[0], data)
 	if err != nil {
 		return refusal("publish", a[0], err)
 	}
@@ -360,6 +379,10 @@ func toolPub(f *toolFlags) error {
 	}
 	return nil
 }
+
+// pubRetryFor is how long rtserver pub retries a refused publish before it
+// names the refusal and exits.
+const pubRetryFor = 1500 * time.Millisecond
 
 // refusal names the call and topic a server refused and, for the refusals
 // a newcomer meets first, where to find out why.
@@ -377,8 +400,31 @@ func refusal(method, topic string, err error) error {
 		hint = " (no topic grant allows it: docs/access-control.md; the server logs the deciding namespace at --log-level debug)"
 	case protocol.CodeOverloaded, protocol.CodeRateLimited:
 		hint = " (shed by admission: retry after the hint; docs/admission.md)"
+		switch reason := refusalReason(rpc); reason {
+		case "BUS":
+			hint = " (reason BUS: the server cannot reach Redis, or its bus is full; nothing was delivered; docs/operations.md)"
+		case protocol.ReasonHistoryUnavailable:
+			hint = " (reason HISTORY_UNAVAILABLE: the server cannot reach the topic's history store; nothing was stored; docs/operations.md)"
+		case "":
+		default:
+			hint = " (reason " + reason + ": shed by admission; retry after the hint; docs/admission.md)"
+		}
 	}
 	return fmt.Errorf("%s %s refused: %w%s", method, topic, err, hint)
+}
+
+// refusalReason is the reason in a -32001 or -32002 error's data ("" when
+// there is none).
+func refusalReason(e *protocol.Error) string {
+	b, err := json.Marshal(e.Data)
+	if err != nil {
+		return ""
+	}
+	var d struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(b, &d)
+	return d.Reason
 }
 
 // toolPresence prints a topic's presence, every page, one JSON line per

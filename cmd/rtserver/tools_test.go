@@ -349,13 +349,13 @@ func TestHelpOnStdout(t *testing.T) {
 			t.Errorf("rtserver %q: exit %d, stdout %q, stderr %q; want the usage on stdout, exit 0", args, code, out, stderr)
 		}
 	}
-	code, out, stderr := runCmd(t, "--help")
+	_, out, _ := runCmd(t, "--help")
 	for _, sub := range []string{"rtserver presence", "rtserver history"} {
 		if !strings.Contains(out, sub) {
 			t.Errorf("--help does not list %s:\n%s", sub, out)
 		}
 	}
-	code, out, stderr = runCmd(t, "sub", "--nope")
+	code, out, stderr := runCmd(t, "sub", "--nope")
 	if code != 2 || out != "" || !strings.Contains(stderr, "flag provided but not defined: -nope") || !strings.Contains(stderr, "Usage: rtserver sub") {
 		t.Errorf("sub --nope: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}

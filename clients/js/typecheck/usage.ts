@@ -3,7 +3,7 @@
 // declaration that drifts from the client, or an export that goes
 // missing, fails it. It is never run.
 import { backoff, connect, parseRetryAfterMs, RPCError } from "@rtserver/client";
-import type { Client, HistoryResult, Position, PresenceDiff, State, StateInfo, SystemEvent, Unsubscribe } from "@rtserver/client";
+import type { Client, HistoryResult, Position, PresenceDiff, State, StateInfo, SystemEvent, Transport, Unsubscribe } from "@rtserver/client";
 
 interface ChatMessage {
   from: string;
@@ -28,6 +28,13 @@ export async function usage(): Promise<void> {
     onError: (err: unknown) => console.error(err),
   });
   connect("wss://example.com/ws", { token: "fixed" }).close();
+  connect("wss://example.com/ws", {
+    sseUrl: "https://example.com/events/sse",
+    onTransport: (t: Transport, info) => console.log(t === "sse", info.failures),
+  }).close();
+  connect("/ws", { fallback: false }).close();
+  const transport: Transport = client.transport;
+  console.log(transport);
 
   const state: State = client.state;
   console.log(state);

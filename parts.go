@@ -1,0 +1,223 @@
+package rtserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/history"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/message/clusterrate"
+	"github.com/rtserver/rtserver/pressure"
+	"github.com/rtserver/rtserver/publishrate"
+	"github.com/rtserver/rtserver/server"
+)
+
+// A part is a background part of a node. Start brings it up, waiting at
+// most until ctx ends: a part that needs Redis and cannot reach it in time
+// runs on, degraded, and keeps connecting in the background (an error
+// means it cannot run at all). Close stops it and waits for its
+// goroutines; it is safe on a part that never started.
+type part interface {
+	Start(ctx context.Context) error
+	Close() error
+}
+
+// namedPart is a part with the name its errors carry.
+type namedPart struct {
+	name string
+	part
+}
+
+// startWait bounds the start of all parts together, whatever Redis does:
+// a PING times out in half of it, so a dead Redis is known by then.
+const startWait = time.Second
+
+// parts lists the node's parts in order of start; they close in reverse.
+// Each gets at construction or at Start what it needs: the server's
+// counts exist once New has built the server, before any part starts.
+func (n *Node) buildParts() {
+	if n.cluster != nil {
+		n.parts = append(n.parts, namedPart{"redis client", clientPart{n.cluster.client}})
+	}
+	if n.history != nil {
+		// After the server in the order of stop: it still delivers to it.
+		n.parts = append(n.parts, namedPart{"history store", historyPart{n.history}})
+	}
+	n.parts = append(n.parts, namedPart{"server", serverPart{n.server}})
+	if n.cluster != nil {
+		n.parts = append(n.parts, namedPart{"cluster aggregator", &aggregatorPart{
+			agg:     n.cluster.agg,
+			src:     subjectSources(n.server),
+			limiter: n.cluster.limiter,
+			scoped:  n.cluster.scoped,
+			log:     n.log,
+		}})
+	}
+	if n.cluster != nil && n.admit.HasCeilings() {
+		n.parts = append(n.parts, namedPart{"shared ceilings", &ceilingsPart{admit: n.admit}})
+	}
+	n.parts = append(n.parts, namedPart{"pressure monitor", pressurePart{n.pressure, n.server.Counts}})
+}
+
+// startParts starts the parts in order, all within startWait; a stop
+// (Shutdown, Close) or a failed listener cuts the wait short.
+func (n *Node) startParts(failed context.Context) error {
+	ctx, cancel := context.WithTimeout(failed, startWait)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for _, p := range n.parts {
+		if err := p.Start(ctx); err != nil {
+			return fmt.Errorf("rtserver: start %s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// closeParts closes every part in reverse order of start, once.
+func (n *Node) closeParts() error {
+	var err error
+	n.release.Do(func() {
+		for i := len(n.parts) - 1; i >= 0; i-- {
+			if e := n.parts[i].Close(); e != nil {
+				err = errors.Join(err, fmt.Errorf("rtserver: close %s: %w", n.parts[i].name, e))
+			}
+		}
+	})
+	return err
+}
+
+// clientPart is the Redis client the cluster parts share: closed last.
+type clientPart struct{ c redis.UniversalClient }
+
+func (clientPart) Start(context.Context) error { return nil }
+func (p clientPart) Close() error              { return p.c.Close() }
+
+// historyPart is the Redis history store, which starts its writer on the
+// first publish.
+type historyPart struct{ h *history.Redis }
+
+func (historyPart) Start(context.Context) error { return nil }
+func (p historyPart) Close() error              { return p.h.Close() }
+
+// serverPart is the server and its bus. Close closes what a drain left
+// open at once, bounded.
+type serverPart struct{ s *server.Server }
+
+func (p serverPart) Start(ctx context.Context) error { return p.s.Start(ctx) }
+
+func (p serverPart) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return p.s.Shutdown(ctx)
+}
+
+// pressurePart is the pressure monitor, handed the server's counts.
+type pressurePart struct {
+	m      *pressure.Monitor
+	counts pressure.Counts
+}
+
+func (p pressurePart) Start(ctx context.Context) error { return p.m.Start(ctx, p.counts) }
+func (p pressurePart) Close() error                    { return p.m.Close() }
+
+// aggregatorPart is the cluster aggregator and the shared limiter's
+// warm-up. The aggregator's Start waits for Redis to confirm its
+// subscription; here it runs in the background until it does (or Close),
+// and the node's start waits for it only while its own start lasts.
+type aggregatorPart struct {
+	agg     *publishrate.Aggregator
+	src     publishrate.Sources
+	limiter *clusterrate.Limiter
+	scoped  bool // some class has a cluster-scoped part: warm the limiter up
+	log     *slog.Logger
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (p *aggregatorPart) Start(ctx context.Context) error {
+	life, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan struct{})
+	go func() {
+		defer close(p.done)
+		if p.agg.Start(life, p.src) != nil {
+			return // closed before Redis answered
+		}
+		if p.scoped {
+			// A cold first cluster-scoped check (dial, cluster slots,
+			// script load) can outlast its 100ms timeout and be decided
+			// by the fail policy; warm up. Best effort.
+			ctx, cancel := context.WithTimeout(life, 5*time.Second)
+			defer cancel()
+			if err := p.limiter.Preload(ctx); err != nil {
+				p.log.Warn("cluster-scoped admission: Redis not ready at start; checks decide by admission.failPolicy until it is", "err", err)
+			}
+		}
+	}()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.log.Info("cluster aggregator: Redis has not answered yet; connecting in the background")
+	}
+	return nil
+}
+
+func (p *aggregatorPart) Close() error {
+	if p.cancel != nil {
+		p.cancel()
+		<-p.done
+	}
+	return p.agg.Close()
+}
+
+// ceilingsPart exchanges the message tier's adaptive concurrency
+// ceilings with the fleet through Redis, in the background, until Close.
+type ceilingsPart struct {
+	admit  *message.Admission
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (p *ceilingsPart) Start(context.Context) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan struct{})
+	go func() {
+		defer close(p.done)
+		p.admit.RunCeilings(ctx, message.DefaultCeilingEvery)
+	}()
+	return nil
+}
+
+func (p *ceilingsPart) Close() error {
+	if p.cancel != nil {
+		p.cancel()
+		<-p.done
+	}
+	return nil
+}
+
+// subjectSources hands the aggregator the server's subscriber counts.
+func subjectSources(srv *server.Server) publishrate.Sources {
+	return publishrate.Sources{
+		Subjects: func() []publishrate.SubjectCount {
+			local := srv.Subjects()
+			out := make([]publishrate.SubjectCount, len(local))
+			for i, tc := range local {
+				out[i] = publishrate.SubjectCount{Topic: tc.Topic, Count: tc.Count}
+			}
+			return out
+		},
+		LocalSubscribers: srv.LocalSubscribers,
+	}
+}
