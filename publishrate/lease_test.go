@@ -54,7 +54,7 @@ func TestForgedLeaseAndCorruptEpochFailSafe(t *testing.T) {
 			if e, err := client.Get(ctx, nd.agg.epochKey).Int64(); err != nil || e < 1 {
 				t.Errorf("epoch counter %d, %v", e, err)
 			}
-			nd.agg.Deactivate()
+			_ = nd.agg.Close()
 			client.Del(ctx, nd.agg.leaseKey, nd.agg.epochKey)
 		})
 	}
