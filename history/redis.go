@@ -127,16 +127,30 @@ func (r *Redis) keys(topic string) (list, meta string) {
 	return tag + "h:l:" + topic, tag + "h:m:" + topic
 }
 
+// validMetaLua defines validMeta(e, o) for the scripts: whether a topic's
+// metadata is what the scripts write, an epoch of 1 to 32 letters or
+// digits and an offset of 1 to 15 decimal digits. Whoever can write Redis
+// keys can write anything there; metadata that is not of that form is
+// taken as lost (a new epoch, the list deleted, as when Redis evicted it),
+// so a corrupt position never fails a topic's publishes or reads for
+// metaTtl, and is never trusted: clients holding the old one recover with
+// reason "epoch".
+const validMetaLua = `
+local function validMeta(e, o)
+  return e and o and #e <= 32 and string.match(e, '^%w+$') ~= nil and #o <= 15 and string.match(o, '^%d+$') ~= nil
+end
+`
+
 // publishScript: KEYS list, meta[, idem]; ARGV channel, envelope, data
 // start (1-based), data end, now ms, size, ttl ms, meta ttl ms, idem ttl
 // ms, new epoch, sharded "1"|"0". Returns {"epoch offset", dup 0|1}.
-var publishScript = redis.NewScript(`
+var publishScript = redis.NewScript(validMetaLua + `
 if KEYS[3] then
   local prev = redis.call('GET', KEYS[3])
   if prev then return {prev, 1} end
 end
 local epoch = redis.call('HGET', KEYS[2], 'e')
-if not epoch then
+if not epoch or not validMeta(epoch, redis.call('HGET', KEYS[2], 'o')) then
   epoch = ARGV[10]
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'e', epoch, 'o', 0)
@@ -161,9 +175,9 @@ return {pos, 0}
 // readScript: KEYS list, meta; ARGV after, limit, new epoch, ttl ms of a
 // position it creates,
 // newest "1"|"0". Returns {epoch, last, items newest first}.
-var readScript = redis.NewScript(`
+var readScript = redis.NewScript(validMetaLua + `
 local epoch = redis.call('HGET', KEYS[2], 'e')
-if not epoch then
+if not epoch or not validMeta(epoch, redis.call('HGET', KEYS[2], 'o')) then
   epoch = ARGV[3]
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'e', epoch, 'o', 0)

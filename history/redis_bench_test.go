@@ -59,3 +59,41 @@ func BenchmarkRedisStorePublish(b *testing.B) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "publishes/s")
 }
+
+// BenchmarkVerifyOffsetOnReceipt measures what checking each received
+// history message's offset against the stream would cost an instance:
+// one LINDEX of the topic's list per message, pipelined 128 at a time as
+// a receiving goroutine could batch them, beside the publish itself
+// (BenchmarkRedisStorePublish). Every instance would pay it for every
+// message of every history topic it has subscribers for, so Redis would
+// serve one such read per message per instance.
+//
+//	go test -run '^$' -bench BenchmarkVerifyOffsetOnReceipt -benchtime 50000x ./history
+func BenchmarkVerifyOffsetOnReceipt(b *testing.B) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
+	defer client.Close()
+	const topics = 100
+	for t := range topics {
+		for i := range 100 {
+			client.LPush(ctx, fmt.Sprint("b:h:l:room:", t), fmt.Sprint(i+1, " 1700000000000 x"))
+		}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for done := 0; done < b.N; {
+		n := min(128, b.N-done)
+		cmds := make([]*redis.StringCmd, n)
+		_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range n {
+				cmds[i] = p.LIndex(ctx, fmt.Sprint("b:h:l:room:", (done+i)%topics), int64(i%100))
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		done += n
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "checks/s")
+}

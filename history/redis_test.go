@@ -243,3 +243,50 @@ func TestRedisStoreOnClusterWithTheShardedBus(t *testing.T) {
 		}
 	}
 }
+
+// Whoever can write Redis keys can corrupt a topic's metadata: an offset
+// that is not a number, an epoch with a space (positions are "epoch
+// offset") or too long. Each is taken as lost metadata: the next publish
+// starts a new epoch at offset 1 and the next read answers one, instead of
+// failing the topic until metaTtl; the old messages go with it. Before, a
+// non-numeric offset failed every publish and read of the topic.
+func TestRedisStoreCorruptMetadataStartsANewEpoch(t *testing.T) {
+	defer leakcheck.Check(t)
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer client.Close()
+	a, _ := bus.NewRedis(bus.RedisOptions{Client: client, ChannelPrefix: "t:", InstanceID: "a"})
+	startBus(t, a, newPositions())
+	store := newStore(t, client, a, 0, nil)
+	pol := Policy{Size: 10, TTL: time.Minute}
+	for i, corrupt := range []map[string]any{
+		{"o": "not a number"},
+		{"o": "-3"},
+		{"o": "1e300"},
+		{"e": "two words"},
+		{"e": "0123456789abcdef0123456789abcdef0"},
+		{"e": ""},
+	} {
+		topic := fmt.Sprint("c", i)
+		first, _, err := store.Publish(ctx, Publish{Topic: topic, Data: []byte(`1`), Policy: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, meta := store.keys(topic)
+		if err := client.HSet(ctx, meta, corrupt).Err(); err != nil {
+			t.Fatal(err)
+		}
+		pos, ms, err := store.Read(ctx, topic, 0, 10, pol)
+		if err != nil || pos.Epoch == first.Epoch || pos.Offset != 0 || len(ms) != 0 {
+			t.Errorf("%v: read %+v %v %v, want a new epoch at 0", corrupt, pos, offsets(ms), err)
+		}
+		client.HSet(ctx, meta, corrupt) // again: the read repaired it
+		p, _, err := store.Publish(ctx, Publish{Topic: topic, Data: []byte(`2`), Policy: pol})
+		if err != nil || p.Epoch == first.Epoch || p.Offset != 1 {
+			t.Errorf("%v: publish %+v %v, want a new epoch at 1", corrupt, p, err)
+		}
+		if _, ms, _ := store.Read(ctx, topic, 0, 10, pol); fmt.Sprint(offsets(ms)) != "[1]" {
+			t.Errorf("%v: the new epoch holds %v", corrupt, offsets(ms))
+		}
+	}
+}

@@ -2,12 +2,17 @@ package publishrate
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/internal/envsign"
 )
 
 // Merged mode (Options.Mode "merged", docs/cluster.md "Merged mode").
@@ -38,31 +43,108 @@ type leadState struct {
 	ticks int // renewals since elected: the first view waits a full interval of slices
 	// renewed: when Redis last confirmed the lease.
 	renewed time.Time
+	claim   string // the lease value Redis holds for this instance
 	sub     *bus.Subscription
 }
 
 // The lease scripts. KEYS[1] the lease, KEYS[2] the epoch counter (one
-// hash tag, one slot); ARGV[1] this instance's id, ARGV[2] the TTL in ms.
+// hash tag, one slot); ARGV[1] this instance's claim (leaseClaim), ARGV[2]
+// the TTL in ms.
+//
+// Whoever can write Redis keys can write these two. A lease value that is
+// not a valid claim (leaseValid: signed with the fleet key when there is
+// one, current, with a TTL) is ignored and overwritten, so a stuck or
+// forged value cannot stop the fleet from merging; a counter that is not a
+// plain non-negative integer counts as absent, so the epoch still rises
+// above every one seen in a view and a claim never fails on it.
 var (
-	// claimLease takes the lease if it is free and returns the new epoch:
+	// claimLease takes the lease if it is free, or if it holds ARGV[4]
+	// (a value the claimant found invalid), and returns {the new epoch}:
 	// one more than the larger of the stored counter and ARGV[3], the
 	// highest epoch the claimant has seen in a view (a Redis that failed
-	// over may have lost the counter). 0: someone holds the lease.
+	// over may have lost the counter). Otherwise {0, the value, its PTTL}.
 	claimLease = redis.NewScript(`
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
-local e = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), tonumber(ARGV[3])) + 1
-redis.call('SET', KEYS[2], e)
-return e`)
-	// renewLease extends the lease if this instance still holds it: 1,
-	// else 0.
+local took = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not took and ARGV[4] ~= '' and redis.call('GET', KEYS[1]) == ARGV[4] then
+  took = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+if not took then return {0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1])} end
+local c = redis.call('GET', KEYS[2])
+if not c or not string.match(c, '^%d+$') or #c > 15 then c = '0' end
+local e = math.max(tonumber(c), tonumber(ARGV[3])) + 1
+redis.call('SET', KEYS[2], string.format('%d', e))
+return {e}`)
+	// renewLease extends the lease, as the new claim ARGV[3], if it still
+	// holds this instance's claim ARGV[1]: 1, else 0.
 	renewLease = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+  return 1
+end
 return 0`)
-	// releaseLease frees the lease if this instance holds it.
+	// releaseLease frees the lease if it holds this instance's claim.
 	releaseLease = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 )
+
+// leaseClaim is the lease value of this instance until until: "<until
+// ms> <id> <MAC>", the MAC the fleet signer's over the rest under the
+// lease domain ("-" without a signer).
+func (a *Aggregator) leaseClaim(until time.Time) string {
+	body := strconv.FormatInt(until.UnixMilli(), 10) + " " + a.id
+	if a.signer == nil {
+		return body + " -"
+	}
+	mac := a.signer.MAC(envsign.MergerLease, body)
+	return body + " " + hex.EncodeToString(mac[:])
+}
+
+// leaseValid reports whether v, with pttl ms left in Redis, is a claim a
+// live instance could hold now: it expires (pttl > 0), names an instance,
+// runs out no later than a TTL (plus the fleet's clock window) from now
+// and not before now minus that window, and carries the fleet signer's
+// MAC when there is a signer. Anything else is ignored and overwritten.
+func (a *Aggregator) leaseValid(v string, pttl int64, now time.Time) bool {
+	untilMs, rest, ok1 := strings.Cut(v, " ")
+	id, mac, ok2 := strings.Cut(rest, " ")
+	ms, err := strconv.ParseInt(untilMs, 10, 64)
+	if pttl <= 0 || !ok1 || !ok2 || err != nil || id == "" {
+		return false
+	}
+	until := time.UnixMilli(ms)
+	if until.Before(now.Add(-envsign.Window)) || until.After(now.Add(a.leaseTTL+envsign.Window)) {
+		return false
+	}
+	if a.signer == nil {
+		return true
+	}
+	got, err := hex.DecodeString(mac)
+	return err == nil && envsign.Equal(a.signer.MAC(envsign.MergerLease, untilMs+" "+id), string(got))
+}
+
+// claim runs claimLease, taking over a value found invalid at once.
+func (a *Aggregator) claim(ctx context.Context, now time.Time, ttl int64) (epoch int64, claim string, err error) {
+	claim = a.leaseClaim(now.Add(a.leaseTTL))
+	invalid := ""
+	for range 2 {
+		v, err := claimLease.Run(ctx, a.client, []string{a.leaseKey, a.epochKey}, claim, ttl, a.epochSeen.Load(), invalid).Slice()
+		if err != nil {
+			return 0, "", err
+		}
+		if e, _ := v[0].(int64); e > 0 || len(v) < 3 {
+			return e, claim, nil
+		}
+		held, _ := v[1].(string)
+		pttl, _ := v[2].(int64)
+		if held == "" || a.leaseValid(held, pttl, now) {
+			return 0, "", nil
+		}
+		a.leaseTrouble(now, "the merging instance's lease in Redis is not a valid claim: overwriting it", errors.New("invalid lease value"))
+		invalid = held
+	}
+	return 0, "", nil
+}
 
 // leadLoop runs the election every half PublishInterval: claim the lease
 // when it is free, renew it while held, and publish the merged view once
@@ -97,17 +179,19 @@ func (a *Aggregator) leadTick(ctx context.Context) {
 			a.fleet.expire(now, a.opts.StaleAfter) // what it merged before: drains
 		}
 		a.mu.Unlock()
-		epoch, err := claimLease.Run(rctx, a.client, []string{a.leaseKey, a.epochKey}, a.id, ttl, a.epochSeen.Load()).Int64()
+		epoch, claim, err := a.claim(rctx, now, ttl)
 		if err != nil {
 			a.leaseTrouble(now, "cannot claim the merging instance's lease", err)
 			return
 		}
 		if epoch > 0 {
 			a.becomeMerger(epoch, now)
+			a.lead.claim = claim
 		}
 		return
 	}
-	held, err := renewLease.Run(rctx, a.client, []string{a.leaseKey}, a.id, ttl).Int()
+	renewed := a.leaseClaim(now.Add(a.leaseTTL))
+	held, err := renewLease.Run(rctx, a.client, []string{a.leaseKey}, a.lead.claim, ttl, renewed).Int()
 	switch {
 	case ctx.Err() != nil:
 		return
@@ -122,7 +206,7 @@ func (a *Aggregator) leadTick(ctx context.Context) {
 		a.stepDown(false)
 		return
 	}
-	a.lead.renewed = now
+	a.lead.renewed, a.lead.claim = now, renewed
 	if a.lead.ticks++; a.lead.ticks >= 2 {
 		a.publishView(rctx, now)
 	}
@@ -164,7 +248,7 @@ func (a *Aggregator) stepDown(release bool) {
 	a.merging.Store(false)
 	if release {
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.PublishInterval/2)
-		_ = releaseLease.Run(ctx, a.client, []string{a.leaseKey}, a.id).Err()
+		_ = releaseLease.Run(ctx, a.client, []string{a.leaseKey}, a.lead.claim).Err()
 		cancel()
 	}
 	a.lead = leadState{}

@@ -34,6 +34,8 @@ const (
 	// RateView is the merged view a merging instance publishes
 	// (publishRate.mode merged).
 	RateView Domain = "rtserver rate view v1"
+	// MergerLease is the lease value of the merging instance, in Redis.
+	MergerLease Domain = "rtserver merger lease v1"
 )
 
 // Size is the length of a MAC.
