@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/coder/websocket"
 
@@ -165,13 +164,5 @@ func TestFirstFrameWithTheUpgradeRequest(t *testing.T) {
 	}
 	if !bytes.Contains(body, []byte(`"result"`)) || !bytes.Contains(body, []byte(`"id":1`)) {
 		t.Fatalf("answer %s, want the subscribe's result", body)
-	}
-}
-
-// Every idle connection pays for its rawConn too: the parking state and
-// the back pointer fit in the 240-byte size class it had.
-func TestRawConnStaysInItsSizeClass(t *testing.T) {
-	if n := unsafe.Sizeof(rawConn{}); n > 240 {
-		t.Fatalf("rawConn is %d bytes, over the 240-byte size class", n)
 	}
 }
