@@ -145,6 +145,7 @@ func (c *conn) read() (parked bool) {
 			return false
 		}
 		c.raw.Heard()
+		c.raw.MessageBegins() // until it is read whole: limits.messageTimeout (keepalive)
 		if typ == websocket.MessageBinary {
 			s.m.ProtocolErrors.WithLabelValues("1003").Inc()
 			c.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false)
@@ -152,6 +153,7 @@ func (c *conn) read() (parked bool) {
 		}
 		buf := bufpool.Get()
 		tooBig, err := c.readLimited(buf, r)
+		c.raw.MessageEnds()
 		if err != nil {
 			bufpool.Put(buf)
 			c.readFailed(err)
@@ -557,6 +559,14 @@ func (c *conn) keepalive() {
 		return // the close ends the connection, within its own bound (closeWith)
 	}
 	s := c.s
+	if c.raw.MessageOverdue(s.millis(), s.cfg.MessageTimeout) {
+		// A client that answers pings but never finishes a message
+		// (a fragmented one) would otherwise hold its connection, and
+		// up to limits.maxMessageBytes of it, for ever.
+		s.m.ProtocolErrors.WithLabelValues("1008").Inc()
+		c.closeLater(websocket.StatusPolicyViolation, MessageTimeoutReason, false, nil)
+		return
+	}
 	switch c.raw.PingState() {
 	case wsock.PingSent:
 		go c.abort() // its close may wait: not on the heap's goroutine
@@ -581,6 +591,10 @@ func (c *conn) keepalive() {
 		c.pinged(nil)
 	}
 }
+
+// MessageTimeoutReason is the reason of the 1008 close of a client
+// whose message took longer than limits.messageTimeout to arrive.
+const MessageTimeoutReason = "message not completed in time"
 
 // pongWait is how long a ping's pong may take.
 func (c *conn) pongWait() time.Duration {

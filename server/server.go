@@ -104,6 +104,7 @@ type Options struct {
 // Server serves WebSocket connections. Create it with New.
 type Server struct {
 	cfg       Config
+	epoch     time.Time // millis counts from here
 	gate      *handshake.Gate
 	router    *message.Router
 	access    *access.Checker
@@ -151,6 +152,7 @@ func New(opts Options) *Server {
 	cfg.setDefaults()
 	s := &Server{
 		cfg:          cfg,
+		epoch:        time.Now(),
 		tooBigReason: fmt.Sprintf("message larger than limits.maxMessageBytes (%d)", cfg.MaxMessageBytes),
 		gate:         opts.Gate,
 		router:       opts.Router,
@@ -326,6 +328,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }
+
+// millis is a millisecond clock for the keepalive's checks
+// (wsock.Conn.MessageOverdue), wrapping at 2^31.
+func (s *Server) millis() uint32 { return uint32(time.Since(s.epoch) / time.Millisecond) }
 
 // connPool holds connection structs that were never used: only a rejected
 // upgrade's struct goes back (the gate released its ticket; nothing else

@@ -69,8 +69,12 @@ type Conn struct {
 
 	// Keepalive: pings are written here and their pongs are taken here
 	// (AwaitInput) or reported by the WebSocket library (Upgrade.OnPong).
-	pingState atomic.Uint32 // PingIdle, PingSent or PingAnswered
-	pongs     atomic.Uint32 // pongs seen, for tests
+	pingState atomic.Uint32 // low two bits: PingIdle, PingSent or PingAnswered; above: pongs seen (tests)
+
+	// A message is being read (MessageBegins), and when the keepalive
+	// first saw it so (MessageOverdue): bit 0 set while one is, bits 1-31
+	// that time in milliseconds (+1, so 0 is "not yet seen").
+	msg atomic.Uint32
 
 	// Read side, used by the read goroutine only; br also under brMu
 	// (the library's close handshake reads it from another goroutine).
@@ -441,15 +445,70 @@ const (
 	PingAnswered
 )
 
+// pingStateMask is the keepalive state's bits of pingState.
+const pingStateMask = 3
+
 // PingState is PingIdle, PingSent (a pong is due) or PingAnswered.
-func (c *Conn) PingState() uint32 { return c.pingState.Load() }
+func (c *Conn) PingState() uint32 { return c.pingState.Load() & pingStateMask }
 
 // SetPingState sets the keepalive state; PingSent before a ping is
 // written (its pong may come at once).
-func (c *Conn) SetPingState(s uint32) { c.pingState.Store(s) }
+func (c *Conn) SetPingState(s uint32) {
+	for {
+		old := c.pingState.Load()
+		if c.pingState.CompareAndSwap(old, old&^pingStateMask|s) {
+			return
+		}
+	}
+}
+
+// answer moves PingSent to PingAnswered, adding add to the pong count.
+func (c *Conn) answer(add uint32) {
+	for {
+		old := c.pingState.Load()
+		s := old & pingStateMask
+		if s == PingSent {
+			s = PingAnswered
+		}
+		if add == 0 && s == old&pingStateMask {
+			return
+		}
+		if c.pingState.CompareAndSwap(old, (old&^pingStateMask)+add<<2|s) {
+			return
+		}
+	}
+}
 
 // Pongs is how many pongs were seen (tests).
-func (c *Conn) Pongs() uint32 { return c.pongs.Load() }
+func (c *Conn) Pongs() uint32 { return c.pingState.Load() >> 2 }
+
+// MessageBegins records that the read goroutine has begun reading a
+// message (its first frame's header is in), MessageEnds that it is done
+// with it. A message that stays begun is found by MessageOverdue.
+func (c *Conn) MessageBegins() { c.msg.Store(1) }
+
+// MessageEnds: see MessageBegins.
+func (c *Conn) MessageEnds() { c.msg.Store(0) }
+
+// MessageOverdue reports whether a message has been in progress for at
+// least limit, as seen by the calls of this function (the keepalive's
+// steps): now is a millisecond clock, wrapping at 2^31. The first call
+// that finds a message begun records now; a later one, while the same
+// message is still begun, compares. So the message has taken at least
+// limit when it reports true, and at most limit plus the time between two
+// calls when it first could.
+func (c *Conn) MessageOverdue(now uint32, limit time.Duration) bool {
+	w := c.msg.Load()
+	if w&1 == 0 {
+		return false
+	}
+	if w == 1 {
+		c.msg.CompareAndSwap(1, (now+1)<<1|1) // the read goroutine may have moved on: fine
+		return false
+	}
+	seen := (w >> 1) - 1
+	return time.Duration((now-seen)&(1<<31-1))*time.Millisecond >= limit
+}
 
 // finishTail writes the unsent rest of a frame, if any, so that whatever
 // follows starts on a frame boundary. c.mu held.
@@ -477,22 +536,19 @@ func (c *Conn) Ping(timeout time.Duration) error {
 	if err := c.finishTail(); err != nil {
 		return err
 	}
-	c.pingState.Store(PingSent) // before the write: the pong may come at once
+	c.SetPingState(PingSent) // before the write: the pong may come at once
 	return c.write(PingFrame)
 }
 
 // pong records a pong from the client.
-func (c *Conn) pong() {
-	c.pongs.Add(1)
-	c.pingState.CompareAndSwap(PingSent, PingAnswered)
-}
+func (c *Conn) pong() { c.answer(1) }
 
 // Heard records a message from the client: a peer that sends is alive,
 // whether or not its library answers pings while it is not reading (a
 // publisher that never reads answers none).
 func (c *Conn) Heard() {
-	if c.pingState.Load() == PingSent {
-		c.pingState.CompareAndSwap(PingSent, PingAnswered)
+	if c.pingState.Load()&pingStateMask == PingSent {
+		c.answer(0)
 	}
 }
 
