@@ -32,6 +32,7 @@ func serverGoroutines() int {
 // queued; its keepalive is one entry in the server's ping heap, not a
 // timer of its own.
 func TestIdleConnectionHasNoGoroutine(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
 	const n = 50
@@ -155,6 +156,7 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 // WebSocket library: after several ping rounds every idle connection is
 // still open and parked again, with no goroutine.
 func TestPingRoundsLeaveConnectionsParked(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{Config: Config{PingInterval: 20 * time.Millisecond, WriteTimeout: time.Second}})
 	const n = 10

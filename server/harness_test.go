@@ -38,6 +38,15 @@ func withPortable(t *testing.T) {
 	t.Cleanup(func() { portableTest.Store(was) })
 }
 
+// fastPathOnly skips a test of what only the fast path does (parking,
+// a send queue limit counted against what the socket would not take) when
+// every server runs with limits.portableSockets on.
+func fastPathOnly(t *testing.T) {
+	if portableRun {
+		t.Skip("a property of the fast path; RTSERVER_PORTABLE_SOCKETS=1 turns it off")
+	}
+}
+
 // serve starts s, serves it over TCP until the test ends, and returns
 // its WebSocket URL.
 func serve(t *testing.T, s *Server) string {

@@ -25,6 +25,7 @@ import (
 // Shutdown would wait forever), nothing stays open or known to the
 // poller, and no goroutine is left (leakcheck).
 func TestParkedConnectionsCloseExactlyOnce(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
 	const rounds, n = 5, 24
@@ -85,6 +86,7 @@ func TestParkedConnectionsCloseExactlyOnce(t *testing.T) {
 // ends it from outside, and by the client's input: a closed socket is out
 // of the poller's set, so without the resume its cleanup would never run.
 func TestParkedConnectionResumes(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	for name, end := range map[string]func(s *Server, c *conn, client *wstest.Conn){
 		"server API disconnect": func(s *Server, c *conn, _ *wstest.Conn) {
