@@ -53,6 +53,10 @@ func TestAPIBesideApplicationRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
 	n.HandleHTTP("GET /", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("page")) }))
 	for _, tt := range []struct {
 		method, path, body string
@@ -89,6 +93,10 @@ func TestAPIOnHistoryTopics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
 	for _, tt := range []struct {
 		path, body string
 		want       int

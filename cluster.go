@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
@@ -21,22 +21,28 @@ import (
 // the limiter of cluster-scoped admission parts. The bus and the
 // aggregator share one instance id, so logs and envelopes agree.
 //
-// For a Redis Cluster, name more seed nodes in redis.url's query:
-// redis://host1:6379?addr=host2:6379&addr=host3:6379 (any addr parameter
-// selects the cluster client).
+// bus.NewClient builds the one client from redis.* (one server, a
+// primary found through Sentinel, or a Redis Cluster); every part here
+// and the bus, history and presence stores share it.
 type cluster struct {
 	client  redis.UniversalClient
 	agg     *publishrate.Aggregator
 	limiter *clusterrate.Limiter
+	// ceilings shares fleet-wide adaptive concurrency limits; admit (set
+	// by Node.build) is exchanged through it while the cluster runs.
+	ceilings     *clusterrate.Ceilings
+	admit        *message.Admission
+	stopCeilings context.CancelFunc
+	ceilingsDone chan struct{}
 	// scoped: some class has a cluster-scoped part, so the limiter is
 	// warmed up at start.
 	scoped bool
 }
 
 func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
-	client, err := redisClient(cfg.Redis.URL)
+	client, err := bus.NewClient(cfg.Redis)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	rates := cfg.PublishRate
 	rates.Metrics = m
@@ -47,10 +53,11 @@ func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	return &cluster{
-		client:  client,
-		agg:     agg,
-		limiter: clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
-		scoped:  cfg.Admission.ClusterScoped(),
+		client:   client,
+		agg:      agg,
+		limiter:  clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
+		ceilings: clusterrate.NewCeilings(client, clusterrate.CeilingOptions{Prefix: cfg.Redis.ChannelPrefix, InstanceID: agg.InstanceID()}),
+		scoped:   cfg.Admission.ClusterScoped(),
 	}, nil
 }
 
@@ -84,27 +91,6 @@ func (c *cluster) newBus(cfg bus.Config, secret []byte, m *metrics.Metrics, log 
 	return b, nil
 }
 
-// redisClient opens a plain client, or a cluster client when the URL names
-// more nodes with addr parameters.
-func redisClient(raw string) (redis.UniversalClient, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-	}
-	if u.Query().Has("addr") {
-		opts, err := redis.ParseClusterURL(raw)
-		if err != nil {
-			return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-		}
-		return redis.NewClusterClient(opts), nil
-	}
-	opts, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, fmt.Errorf("rtserver: redis.url: %w", err)
-	}
-	return redis.NewClient(opts), nil
-}
-
 // start activates the aggregator (the server starts the bus), handing it
 // the server's subscriber counts, and warms up the shared limiter.
 func (c *cluster) start(ctx context.Context, srv *server.Server, log *slog.Logger) error {
@@ -122,6 +108,14 @@ func (c *cluster) start(ctx context.Context, srv *server.Server, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	if c.admit != nil && c.admit.HasCeilings() {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		c.stopCeilings, c.ceilingsDone = cancel, make(chan struct{})
+		go func() {
+			defer close(c.ceilingsDone)
+			c.admit.RunCeilings(ctx, message.DefaultCeilingEvery)
+		}()
+	}
 	if c.scoped {
 		// A cold first cluster-scoped check (dial, cluster slots, script
 		// load) can outlast its 100ms timeout and be decided by the fail
@@ -138,6 +132,11 @@ func (c *cluster) start(ctx context.Context, srv *server.Server, log *slog.Logge
 // stop deactivates the aggregator and closes the client, after the server
 // has closed the bus.
 func (c *cluster) stop() {
+	if c.stopCeilings != nil {
+		c.stopCeilings()
+		<-c.ceilingsDone
+		c.stopCeilings = nil
+	}
 	c.agg.Deactivate()
 	c.client.Close()
 }

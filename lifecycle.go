@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/rtserver/rtserver/internal/acceptlog"
 )
 
 // ErrNodeClosed is what Serve and ListenAndServe return after Shutdown or
@@ -35,7 +37,8 @@ func (n *Node) ListenAndServe() error {
 // until Shutdown or Close, then returns ErrNodeClosed once everything it
 // started has ended. When a part fails (a listener that cannot accept),
 // everything stops at once, without a drain, and Serve returns that
-// error. Serve takes ownership of ln.
+// error. Serve takes ownership of ln. A nil ln serves no listener of the
+// node's own (see Start).
 //
 // Order of start: the server (and its bus), the cluster aggregator (handed
 // the server's subscriber counts), the pressure loop (handed the server's
@@ -47,7 +50,9 @@ func (n *Node) Serve(ln net.Listener) error {
 	n.life.Lock()
 	if n.served || n.stopping {
 		n.life.Unlock()
-		ln.Close()
+		if ln != nil {
+			ln.Close()
+		}
 		return ErrNodeClosed
 	}
 	n.served = true
@@ -60,13 +65,17 @@ func (n *Node) Serve(ln net.Listener) error {
 	if n.adminMux != nil {
 		var err error
 		if aln, err = net.Listen("tcp", n.cfg.AdminListen); err != nil {
-			ln.Close()
+			if ln != nil {
+				ln.Close()
+			}
 			n.closeCluster()
 			return fmt.Errorf("rtserver: admin listen: %w", err)
 		}
 	}
 	closeListeners := func() {
-		ln.Close()
+		if ln != nil {
+			ln.Close()
+		}
 		if aln != nil {
 			aln.Close()
 		}
@@ -89,26 +98,37 @@ func (n *Node) Serve(ln net.Listener) error {
 
 	g, failed := errgroup.WithContext(context.Background())
 	g.Go(func() error { n.pressure.Run(bg, n.server.Counts); return nil })
+	close(n.started) // Handler serves from now on
 
 	// Upgrades are served by the door: shed there while a cap is full,
 	// before net/http spends a goroutine and two buffers parsing them, and
 	// otherwise upgraded without net/http's per-connection buffers, which
 	// a hijacked connection leaves behind as garbage
 	// (handshake.ServingListener). Everything else goes to net/http.
-	ln = n.gate.ServingListener(ln, "/ws", n.mux)
-	srv := n.cfg.HTTP.server(n.mux, slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
-	g.Go(func() error { return serveHTTP(srv, ln) })
+	// Running out of file descriptors is counted and logged (net/http
+	// only retries, and says so at debug level).
+	errorLog := slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)
+	var srv *http.Server
+	addr := "(Handler, on the program's server)"
+	if ln != nil {
+		ln = acceptlog.Wrap(ln, n.metrics.AcceptFDExhausted, n.log)
+		ln = n.gate.ServingListener(ln, "/ws", n.mux)
+		srv = n.cfg.HTTP.server(n.mux, errorLog)
+		g.Go(func() error { return serveHTTP(srv, ln) })
+		addr = ln.Addr().String()
+	}
 	var admin *http.Server
 	if aln != nil {
-		admin = n.cfg.HTTP.server(n.adminMux, srv.ErrorLog)
+		admin = n.cfg.HTTP.server(n.adminMux, errorLog)
+		aln = acceptlog.Wrap(aln, n.metrics.AcceptFDExhausted, n.log)
 		g.Go(func() error { return serveHTTP(admin, aln) })
 	}
-	n.log.Info("rtserver listening", "addr", ln.Addr().String(), "admin", n.cfg.AdminListen)
+	n.log.Info("rtserver listening", "addr", addr, "admin", n.cfg.AdminListen)
 	if s := len(n.cfg.Auth.JWT.HMACSecret); s > 0 && s < minHMACSecret {
 		n.log.Warn("auth.jwt.hmacSecret is shorter than 32 bytes: a short HS256 secret can be guessed offline from one token; use 32 or more random bytes (docs/authentication.md)", "bytes", s)
 	}
-	if n.access.PublishableByAny() && !loopback(ln.Addr().String()) {
-		n.log.Warn("anyone, anonymous clients included, may publish on some topics while the server listens beyond loopback; restrict topics.default.publish and topics.namespaces (docs/access-control.md)", "addr", ln.Addr().String())
+	if n.access.PublishableByAny() && !loopback(addr) {
+		n.log.Warn("anyone, anonymous clients included, may publish on some topics while the server listens beyond loopback; restrict topics.default.publish and topics.namespaces (docs/access-control.md)", "addr", addr)
 	}
 
 	// The stopper: waits for Shutdown (drain first), Close or a member's
@@ -131,7 +151,9 @@ func (n *Node) Serve(ln net.Listener) error {
 		if n.history != nil {
 			n.history.Close()
 		}
-		srv.Close()
+		if srv != nil {
+			srv.Close()
+		}
 		if admin != nil {
 			admin.Close()
 		}

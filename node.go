@@ -3,6 +3,7 @@ package rtserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/rpcproxy"
 	"github.com/rtserver/rtserver/server"
+	"github.com/rtserver/rtserver/sse"
 )
 
 // Node is one rtserver instance: the handshake gate, the pressure
@@ -53,6 +55,7 @@ type Node struct {
 	cancelDrain context.CancelFunc // Close cuts a Shutdown's drain short
 	done        chan struct{}      // closed when Serve has stopped everything
 	release     sync.Once          // frees what New holds when Serve never runs
+	started     chan struct{}      // closed when Serve has started the parts: Handler serves
 }
 
 // New builds a node in dependency order: every part gets what it needs
@@ -77,7 +80,7 @@ func New(cfg Config) (*Node, error) {
 	// Under a flood the same warning repeats per event (a failing backend,
 	// forged envelopes): one line per kind per interval, with a count.
 	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
-	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{})}
 	m, err := metrics.New(cfg.Registry, cfg.Metrics.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
@@ -126,8 +129,12 @@ func (n *Node) build() error {
 		// answers instead of the local top publishers.
 		opts.Rates = n.cluster.agg
 		opts.Shared = n.cluster.limiter
+		opts.Ceilings = n.cluster.ceilings
 	}
 	n.admit = message.New(opts)
+	if n.cluster != nil {
+		n.cluster.admit = n.admit
+	}
 	for name, rule := range cfg.Admission.Classes {
 		if err := n.admit.Register(name, rule); err != nil {
 			return fmt.Errorf("rtserver: %w", err) // "message: class %q: ..."
@@ -186,6 +193,11 @@ func (n *Node) build() error {
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
 	n.mux = http.NewServeMux()
 	n.mux.Handle("GET /ws", n.server)
+	// Server-Sent Events and POST for clients WebSocket cannot reach: each
+	// one a connection of the server's own, through its handshake tier.
+	events := sse.New(sse.Options{WebSocket: n.server, MaxMessageBytes: limits.MaxMessageBytes})
+	n.mux.Handle("GET /sse", events)
+	n.mux.Handle("POST /sse", events)
 	n.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -241,8 +253,27 @@ func (n *Node) Access() *access.Checker { return n.access }
 func (n *Node) HandleHTTP(pattern string, h http.Handler) { n.mux.Handle(pattern, h) }
 
 // Handler is the main listener's HTTP handler (/ws, /healthz, /readyz, and
-// /metrics and the server API unless AdminListen is set).
-func (n *Node) Handler() http.Handler { return n.mux }
+// /metrics and the server API unless AdminListen is set), to mount on a
+// server of the program's own. Until Start or Serve has started the
+// node's parts, it answers every request 503 with ErrNotStarted's text:
+// mounted alone it would report ready while every publish waited on a bus
+// nobody started.
+func (n *Node) Handler() http.Handler { return http.HandlerFunc(n.serveStarted) }
+
+// ErrNotStarted is what Handler answers (503) before Serve has started the
+// node.
+var ErrNotStarted = errors.New("rtserver: the node has not started: call node.Start when its Handler is mounted on your own http.Server, or node.Serve (docs/embedding.md)")
+
+func (n *Node) serveStarted(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-n.started:
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, ErrNotStarted.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	n.mux.ServeHTTP(w, r)
+}
 
 func (n *Node) readyz(w http.ResponseWriter, _ *http.Request) {
 	if why := n.server.NotReady(); why != "" {

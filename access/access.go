@@ -183,7 +183,8 @@ func New(cfg Config, deps Deps) (*Checker, error) {
 		}
 		return out
 	}
-	for _, n := range cfg.Namespaces {
+	for i, n := range cfg.Namespaces {
+		warnOmitted(log, fmt.Sprintf("topics.namespaces[%d]", i), n.Pattern, n.Rule)
 		p, _ := compilePattern(n.Pattern) // validated above
 		k := keeps{n.Presence, n.JoinLeave}
 		c.ns = append(c.ns, namespace{pat: p, rule: compile(n.Rule), keep: k, hist: n.History,
@@ -194,6 +195,7 @@ func New(cfg Config, deps Deps) (*Checker, error) {
 	def := anyRule
 	if cfg.Default != nil {
 		def = *cfg.Default
+		warnOmitted(log, "topics.default", "", def)
 	}
 	c.def = compile(def)
 	c.defKeep = keeps{def.Presence, def.JoinLeave}
@@ -371,4 +373,19 @@ func claimAllows(claim *handshake.TopicClaim, a Action, topic string) bool {
 		}
 	}
 	return false
+}
+
+// warnOmitted warns, once at start-up, about a rule that closes an action
+// by leaving its list out: an omitted list allows no client, as an empty
+// one does, but only the empty one says it was meant.
+func warnOmitted(log *slog.Logger, key, pattern string, r Rule) {
+	for _, a := range [...]struct {
+		name  string
+		grant []string
+	}{{"subscribe", r.Subscribe}, {"publish", r.Publish}} {
+		if a.grant == nil {
+			log.Warn(key+" has no "+a.name+" list: no client may "+a.name+" on its topics (the server API still may); write "+a.name+": [] if that is meant, or list the grants (docs/access-control.md)",
+				"key", key+"."+a.name, "pattern", pattern)
+		}
+	}
 }

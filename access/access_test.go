@@ -1,9 +1,11 @@
 package access
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -412,5 +414,41 @@ func TestHistoryPolicyByShape(t *testing.T) {
 	_, err = New(Config{Namespaces: []Namespace{{Pattern: "a", Rule: Rule{History: history.Policy{Size: 1}}}}}, Deps{})
 	if err == nil || !strings.Contains(err.Error(), "topics.namespaces[0].history") {
 		t.Fatalf("size without ttl: %v", err)
+	}
+}
+
+// A namespace that leaves a list out closes that action to every client,
+// as an empty list does; New says so once at start-up, naming the key,
+// and says nothing about a list written empty.
+func TestOmittedListWarns(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	cfg := Config{
+		Namespaces: []Namespace{
+			{Pattern: "news:*", Rule: Rule{Subscribe: []string{GrantAny}}},                             // publish left out
+			{Pattern: "user:{user}", Rule: Rule{Subscribe: []string{GrantOwner}, Publish: []string{}}}, // written empty
+		},
+		Default: &Rule{Publish: []string{GrantAuthenticated}}, // subscribe left out
+	}
+	c, err := New(cfg, Deps{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		`topics.namespaces[0] has no publish list: no client may publish on its topics`,
+		`key=topics.namespaces[0].publish pattern=news:*`,
+		`topics.default has no subscribe list: no client may subscribe`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "level=WARN"); n != 2 {
+		t.Errorf("%d warnings, want 2 (none for a list written empty):\n%s", n, out)
+	}
+	// What the warning says is what the checker does.
+	if c.Check(context.Background(), Question{Action: Publish, Topic: "news:today", User: "alice"}) != Deny {
+		t.Error("publish on a namespace without a publish list was allowed")
 	}
 }

@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"fmt"
+	"net"
 	"net/url"
 	"time"
 
@@ -11,7 +13,7 @@ import (
 // empty URL means a single instance: the in-memory bus. The zero value
 // is the in-memory bus; the Redis keys' zero values are their defaults.
 type Config struct {
-	URL           string `yaml:"url" help:"redis:// or rediss:// URL; empty: single instance with the in-memory bus"`
+	URL           string `yaml:"url" help:"redis:// or rediss:// URL of the server (with redis.sentinel.addrs, its host is the monitored primary's name: redis://:password@mymaster/0; with addr query parameters, the nodes of a Redis Cluster); empty: single instance with the in-memory bus"`
 	Bus           string `yaml:"bus" help:"single (one channel) | sharded (SSUBSCRIBE, Redis 7+, Redis Cluster); empty: single"`
 	Partitions    int    `yaml:"partitions" help:"sharded bus: topics are hashed into this many channels; 0 = 16"`
 	ChannelPrefix string `yaml:"channelPrefix" help:"prefix of every Redis channel, for multi-tenant isolation"`
@@ -20,6 +22,16 @@ type Config struct {
 	// it, and one the bus cannot take is refused, never dropped.
 	PublishQueue int           `yaml:"publishQueue" help:"publishes waiting to be written to Redis; when full, a publish waits publishWait for room, then is shed with -32001 reason BUS (the server API: 503 with Retry-After); 0 = 8192"`
 	PublishWait  time.Duration `yaml:"publishWait" help:"how long a publish waits for room in a full publishQueue before it is shed; 0 = 50ms, negative = shed at once"`
+	// Sentinel finds the primary through Redis Sentinel (NewClient).
+	Sentinel Sentinel `yaml:"sentinel"`
+}
+
+// Sentinel is how the primary is found when Redis Sentinel watches it
+// (redis.sentinel.*). Its zero value means no Sentinel: redis.url names
+// the server itself.
+type Sentinel struct {
+	Addrs    []string `yaml:"addrs" help:"host:port of each Redis Sentinel (three or more, so that a quorum survives one loss); set, rtserver asks them for the primary named by redis.url's host and follows their fail-overs; empty: no Sentinel"`
+	Password string   `yaml:"password" help:"password of the Sentinels (requirepass in sentinel.conf), which may differ from the primary's in redis.url; empty: none"`
 }
 
 // DefaultConfig is the redis.* defaults of docs/configuration.md.
@@ -34,6 +46,21 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
 			p.Add("redis.url", "must be a redis:// or rediss:// URL with a host, got %q", c.URL)
 		}
+	}
+	for i, a := range c.Sentinel.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			p.Add(fmt.Sprintf("redis.sentinel.addrs[%d]", i), "must be host:port, got %q", a)
+		}
+	}
+	if len(c.Sentinel.Addrs) > 0 {
+		switch u, err := url.Parse(c.URL); {
+		case c.URL == "":
+			p.Add("redis.sentinel.addrs", "needs redis.url, whose host names the primary the Sentinels monitor (redis://mymaster)")
+		case err == nil && u.Query().Has("addr"):
+			p.Add("redis.sentinel.addrs", "excludes addr parameters in redis.url: those select a Redis Cluster")
+		}
+	} else if c.Sentinel.Password != "" {
+		p.Add("redis.sentinel.password", "needs redis.sentinel.addrs")
 	}
 	switch c.Bus {
 	case "", "single", "sharded":

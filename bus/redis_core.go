@@ -24,8 +24,8 @@ type RedisOptions struct {
 	// needs every instance on one server or on a cluster's global pub/sub).
 	// The bus does not close it.
 	Client redis.UniversalClient
-	// URL is used when Client is nil: a redis:// or rediss:// URL for one
-	// server (redis.ParseURL). The bus opens that client and closes it.
+	// URL is used when Client is nil: redis.url, for NewClient (one server
+	// or a Redis Cluster). The bus opens that client and closes it.
 	URL string
 	// ChannelPrefix prefixes every channel name, for multi-tenant
 	// isolation. "" means no prefix; rtserver's config default is "rt:".
@@ -163,11 +163,11 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 		if o.URL == "" {
 			return nil, errors.New("bus: redis options need a Client or a URL")
 		}
-		ro, err := redis.ParseURL(o.URL)
+		c, err := NewClient(Config{URL: o.URL})
 		if err != nil {
-			return nil, fmt.Errorf("bus: redis url: %w", err)
+			return nil, err
 		}
-		e.client, e.ownClient = redis.NewClient(ro), true
+		e.client, e.ownClient = c, true
 	}
 	if e.id == "" {
 		var b [8]byte

@@ -46,7 +46,7 @@ import (
 // output is compared at the end, once it printed as many lines as shown.
 // A line ending in "&" that starts rtserver is waited for until the
 // server is ready, as a reader would.
-var docsThatRun = []string{"../README.md", "../docs/server-api.md", "../docs/access-control.md", "../docs/embedding.md", "../docs/history.md"}
+var docsThatRun = []string{"../README.md", "../docs/server-api.md", "../docs/access-control.md", "../docs/embedding.md", "../docs/history.md", "../docs/transports.md"}
 
 // docPorts are the ports the docs use. Each session maps them to free
 // ports, in commands, files and expected output alike, and its listen

@@ -38,6 +38,9 @@ var (
 	// cannot travel in the RPC proxy's X-Rtserver-User header).
 	errBadSubject = errors.New("token sub is over 1024 bytes or holds a control character")
 	errAlg        = errors.New("signing method not configured")
+	errNoExp      = fmt.Errorf("%w: no exp, and auth.jwt.requireExp is on", errLifetime)
+	errLongLife   = fmt.Errorf("%w: exp is further ahead than auth.jwt.maxLifetime", errLifetime)
+	errLifetime   = errors.New("token lifetime")
 	errCrit       = errors.New(`token header lists "crit" extensions, and the server understands none`)
 	// errTopicsClaim wraps a validly signed token whose "topics" claim has
 	// the wrong shape: a backend bug worth a log line, not an attack.
@@ -51,14 +54,18 @@ var (
 // every other alg (including "none"), and the key function hands out a
 // key only for its own algorithm, so a token cannot make the server
 // verify an HMAC with the public key (alg confusion). exp and nbf are
-// enforced when present (a token without exp does not expire, as in
+// enforced when present; exp is required with auth.jwt.requireExp or
+// maxLifetime (otherwise a token without exp does not expire, as in
 // Centrifugo); aud and iss when configured; sub is required.
 type verifier struct {
-	parser *jwt.Parser
-	hmac   []byte
-	rsa    *rsa.PublicKey
-	ec     *ecdsa.PublicKey
-	jwks   *jwks // nil without a JWKS URL
+	parser     *jwt.Parser
+	requireExp bool
+	maxLife    time.Duration
+	now        func() time.Time
+	hmac       []byte
+	rsa        *rsa.PublicKey
+	ec         *ecdsa.PublicKey
+	jwks       *jwks // nil without a JWKS URL
 }
 
 // newVerifier returns nil (anonymous connections) when no key is set.
@@ -116,6 +123,8 @@ func newVerifier(cfg *Config, jwksClient *http.Client, log *slog.Logger) (*verif
 		opts = append(opts, jwt.WithIssuer(cfg.JWT.Issuer))
 	}
 	v.parser = jwt.NewParser(opts...)
+	v.requireExp = cfg.JWT.RequireExp || cfg.JWT.MaxLifetime > 0
+	v.maxLife, v.now = cfg.JWT.MaxLifetime, cfg.Now
 	return v, nil
 }
 
@@ -244,6 +253,12 @@ func (v *verifier) verifyToken(ctx context.Context, tok string, id *Identity) er
 	keyOf := func(t *jwt.Token) (any, error) { return v.key(ctx, t) }
 	if _, err := v.parser.ParseWithClaims(tok, &c, keyOf); err != nil {
 		return err
+	}
+	if v.requireExp && c.ExpiresAt == nil {
+		return errNoExp
+	}
+	if v.maxLife > 0 && c.ExpiresAt.Sub(v.now()) > v.maxLife {
+		return errLongLife
 	}
 	if c.Subject == "" {
 		return errNoSubject

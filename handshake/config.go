@@ -101,6 +101,13 @@ type JWT struct {
 	// them) and iss; otherwise the upgrade is refused with 401.
 	Audience string `yaml:"audience" help:"when set, a token's aud must contain it, else 401"`
 	Issuer   string `yaml:"issuer" help:"when set, a token's iss must equal it, else 401"`
+	// RequireExp refuses a token without exp (or with "exp": null): such
+	// a token never expires, so one that leaks is good forever. Off, the
+	// gate warns at start-up. MaxLifetime, when positive, also refuses a
+	// token whose exp is further ahead than it (and one without exp),
+	// bounding what a token minted by mistake for years is worth.
+	RequireExp  bool          `yaml:"requireExp" help:"refuse a token without exp (or with exp null) with 401, reason lifetime; off: such a token never expires, and start-up logs a warning (docs/authentication.md)"`
+	MaxLifetime time.Duration `yaml:"maxLifetime" help:"when > 0, refuse a token whose exp is further ahead than this, or that has no exp, with 401, reason lifetime; 0 = no bound"`
 }
 
 // Deps are what a Gate uses beside its configuration.
@@ -201,6 +208,9 @@ func (j JWT) Validate() error {
 	noKey := len(j.HMACSecret) == 0 && len(j.PublicKey) == 0 && j.PublicKeyFile == "" && j.JWKSURL == ""
 	if noKey && (j.Audience != "" || j.Issuer != "") {
 		p.Add("auth.jwt", "audience and issuer need a key: set hmacSecret, publicKeyFile or jwksUrl")
+	}
+	if j.MaxLifetime < 0 {
+		p.Add("auth.jwt.maxLifetime", "must not be negative, got %s", j.MaxLifetime)
 	}
 	if j.JWKSURL != "" {
 		if u, err := url.Parse(j.JWKSURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -192,6 +192,9 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if g.auth, err = newVerifier(&cfg, deps.JWKSClient, log); err != nil {
 		return nil, err
 	}
+	if g.auth != nil && !g.auth.requireExp {
+		log.Warn("auth.jwt.requireExp is off: a token without exp (or with exp null) never expires; set auth.jwt.requireExp: true and auth.jwt.maxLifetime (docs/authentication.md)")
+	}
 	if cfg.PerIP.Limit > 0 {
 		g.perIP = ratelimit.NewKeyed(cfg.PerIP.Limit, cfg.PerIP.Per, cfg.PerIP.MaxKeys)
 	}

@@ -27,6 +27,7 @@ var refusals = map[string]string{
 	metrics.AuthUnverifiable: "token's alg or kid matches no configured key",
 	metrics.AuthSignature:    "token signature does not verify with the configured key",
 	metrics.AuthExpired:      "token expired (exp is in the past)",
+	metrics.AuthLifetime:     "token has no exp, or its exp is further ahead than auth.jwt.maxLifetime",
 	metrics.AuthNotYetValid:  "token not valid yet (nbf or iat is in the future)",
 	metrics.AuthAudience:     "token aud does not include auth.jwt.audience",
 	metrics.AuthIssuer:       "token iss is not auth.jwt.issuer",
@@ -60,6 +61,8 @@ func refusalReason(err error) string {
 		return metrics.AuthTopicsClaim
 	case errors.Is(err, errCrit):
 		return metrics.AuthCrit
+	case errors.Is(err, errLifetime):
+		return metrics.AuthLifetime
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return metrics.AuthMalformed
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):

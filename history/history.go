@@ -150,8 +150,10 @@ type Store interface {
 	Publish(ctx context.Context, p Publish) (pos Position, dup bool, err error)
 	// Read returns the topic's position and up to limit of its messages
 	// with offsets after after, oldest first, without those older than
-	// policy.TTL. A topic that has no position yet gets one (offset 0, a
-	// new epoch), so that a subscriber of an empty topic can recover.
+	// policy.TTL. A topic that has no position yet answers offset 0 in
+	// the epoch its first publish takes, so that a subscriber of an empty
+	// topic can recover; the memory store keeps nothing for it, Redis a
+	// small hash for 2 TTL (reads must not grow a store without bound).
 	Read(ctx context.Context, topic string, after uint64, limit int, policy Policy) (Position, []Message, error)
 }
 

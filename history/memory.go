@@ -3,6 +3,10 @@ package history
 import (
 	"container/list"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -19,6 +23,14 @@ import (
 // published topics lose their streams and positions (their next epoch is
 // new), counted by Evicted.
 //
+// Only a publish creates a stream. A read of a topic that has none keeps
+// nothing: it answers offset 0 in the epoch the topic's first publish will
+// take (epochOf), so that anyone may ask about any number of made-up
+// topics without the store growing, and a subscriber of an empty topic
+// still recovers its first messages. So the streams are at most the
+// publishes, and one publish's sweep removes at most what that publish
+// added (a message's bytes, at least streamOverhead a stream) plus two.
+//
 // Delivery: Publish calls Deliver (set before use) with each new message
 // under the topic's lock, so the instance's subscribers see a topic's
 // messages in offset order whatever the publishers race.
@@ -32,8 +44,8 @@ type Memory struct {
 	// back into the store for the same topic.
 	Deliver func(topic string, epoch string, m Message)
 
-	// mu guards topics, lru, idem and bytes. Lock order: a stream's mu,
-	// then mu (mu is never held while taking a stream's mu, except by
+	// mu guards topics, lru, idem, bytes and gens. Lock order: a stream's
+	// mu, then mu (mu is never held while taking a stream's mu, except by
 	// evict, which only try-locks).
 	mu     sync.Mutex
 	topics map[string]*stream
@@ -41,7 +53,19 @@ type Memory struct {
 	idem   map[string]idemEntry
 	idemQ  []idemKey // in expiry order (one TTL for all)
 	bytes  int64
+	// gens counts the streams removed per slot of topics (a hash of the
+	// name): a topic's epoch is derived from its slot's count, so a topic
+	// that loses its stream gets a new epoch without the store keeping
+	// anything per topic it does not hold.
+	gens [genSlots]uint32
+	seed maphash.Seed
+	salt uint64 // random per store: a restart changes every epoch
 }
+
+// genSlots is the number of removal counters: more slots, fewer topics
+// whose unheld epoch moves when another topic of their slot is removed
+// (which costs a subscriber of an empty topic one recovery, nothing more).
+const genSlots = 1024
 
 type stream struct {
 	topic string
@@ -89,7 +113,11 @@ type MemoryOptions struct {
 // NewMemory returns an empty memory store.
 func NewMemory(o MemoryOptions) *Memory {
 	m := &Memory{cfg: o.Config.WithDefaults(), now: o.Now, evicted: o.Evicted,
-		topics: map[string]*stream{}, idem: map[string]idemEntry{}}
+		topics: map[string]*stream{}, idem: map[string]idemEntry{},
+		seed: maphash.MakeSeed()}
+	var salt [8]byte
+	_, _ = rand.Read(salt[:])
+	m.salt = binary.LittleEndian.Uint64(salt[:])
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -112,7 +140,7 @@ func (m *Memory) Publish(_ context.Context, p Publish) (Position, bool, error) {
 		}
 	}
 	for {
-		s := m.stream(p.Topic, now, true)
+		s := m.stream(p.Topic, now)
 		s.mu.Lock()
 		if s.dead {
 			s.mu.Unlock()
@@ -158,29 +186,58 @@ func (m *Memory) Publish(_ context.Context, p Publish) (Position, bool, error) {
 	}
 }
 
-// stream returns topic's stream, creating it (a new epoch, offset 0) when
-// create is set, and marks it most recently used when it is published to.
-func (m *Memory) stream(topic string, now time.Time, publish bool) *stream {
+// stream returns topic's stream, creating it (offset 0, in the epoch
+// epochOf gives it) if need be, and marks it most recently published.
+func (m *Memory) stream(topic string, now time.Time) *stream {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.topics[topic]
 	if s == nil {
-		s = &stream{topic: topic, epoch: newEpoch(), touched: now}
-		if publish {
-			s.elem = m.lru.PushFront(s)
-		} else {
-			// Created by a read (a subscriber of an empty topic, or anyone
-			// asking about any topic): first in line for eviction, so
-			// reads of made-up topics cannot push out real streams.
-			s.elem = m.lru.PushBack(s)
-		}
+		s = &stream{topic: topic, epoch: m.epochOf(topic), touched: now}
+		s.elem = m.lru.PushFront(s)
 		m.topics[topic] = s
 		s.accounted = streamOverhead + int64(len(topic))
 		m.bytes += s.accounted
-	} else if publish {
+	} else {
 		m.lru.MoveToFront(s.elem)
 	}
 	return s
+}
+
+// lookup returns topic's stream, or nil and the epoch the topic's first
+// publish will take.
+func (m *Memory) lookup(topic string) (*stream, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.topics[topic]; s != nil {
+		return s, ""
+	}
+	return nil, m.epochOf(topic)
+}
+
+// slot is topic's removal counter.
+func (m *Memory) slot(topic string) int {
+	return int(maphash.String(m.seed, topic) % genSlots)
+}
+
+// epochOf is the epoch of a stream topic does not have yet: 8 hex digits
+// of a bijective mix of the store's salt, the topic's slot and the
+// removals counted there. Every removal in the slot moves it, so a
+// position of a removed stream never names its successor (as with random
+// epochs, up to a 2^-32 chance of two epochs agreeing). Caller holds mu.
+func (m *Memory) epochOf(topic string) string {
+	sl := m.slot(topic)
+	x := m.salt ^ uint64(sl)<<32 ^ uint64(m.gens[sl])
+	// splitmix64's finaliser: a bijection, so distinct inputs stay
+	// distinct before the cut to 32 bits.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(x))
+	return hex.EncodeToString(b[:])
 }
 
 // trim drops messages past keep (the newest keep stay) and those older
@@ -255,9 +312,11 @@ func (m *Memory) sweep(now time.Time, keep *stream) {
 	}
 }
 
-// remove forgets s. Caller holds mu and s.mu.
+// remove forgets s, and moves the epoch its topic's next stream takes.
+// Caller holds mu and s.mu.
 func (m *Memory) remove(s *stream) {
 	s.dead = true
+	m.gens[m.slot(s.topic)]++
 	m.lru.Remove(s.elem)
 	delete(m.topics, s.topic)
 	m.bytes -= s.accounted
@@ -270,7 +329,10 @@ func (m *Memory) remove(s *stream) {
 func (m *Memory) Read(_ context.Context, topic string, after uint64, limit int, policy Policy) (Position, []Message, error) {
 	now := m.now()
 	for {
-		s := m.stream(topic, now, false)
+		s, epoch := m.lookup(topic)
+		if s == nil {
+			return Position{Epoch: epoch}, nil, nil
+		}
 		s.mu.Lock()
 		if s.dead {
 			s.mu.Unlock()

@@ -132,3 +132,88 @@ func TestMemoryDeliversInOffsetOrderUnderRacingPublishers(t *testing.T) {
 		}
 	}
 }
+
+// Reads of topics nobody published to keep nothing: 150,000 of them (one
+// client's two seconds) leave the store empty, and the next publish has
+// nothing to evict. Before, each read created an accounted stream and
+// the next publish swept 100,000 of them at once under the store's lock.
+func TestMemoryReadsOfMadeUpTopicsKeepNothing(t *testing.T) {
+	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	m := NewMemory(MemoryOptions{Config: Config{MemoryMaxBytes: 8 << 20}, Evicted: evicted})
+	pol := Policy{Size: 100, TTL: time.Hour}
+	for i := range 150_000 {
+		pos, ms, err := m.Read(ctx, fmt.Sprint("room:made-up-", i), 0, 100, pol)
+		if err != nil || pos.Offset != 0 || pos.Epoch == "" || len(ms) != 0 {
+			t.Fatalf("read %d: %+v %v %v", i, pos, ms, err)
+		}
+	}
+	m.mu.Lock()
+	streams := len(m.topics)
+	m.mu.Unlock()
+	if streams != 0 || m.Bytes() != 0 {
+		t.Fatalf("after 150,000 reads of made-up topics: %d streams, %d bytes", streams, m.Bytes())
+	}
+	publish(t, m, "room:real", pol, `"x"`)
+	if n := testutil.ToFloat64(evicted); n != 0 {
+		t.Fatalf("the publish after the reads evicted %v streams", n)
+	}
+}
+
+// A subscriber of an empty topic still recovers its first messages: the
+// position a read answers is the one the first publish continues. And a
+// topic that lost its stream answers another epoch, from a read or a
+// publish alike.
+func TestMemoryEmptyTopicPositionIsTheFirstPublishes(t *testing.T) {
+	m := NewMemory(MemoryOptions{Config: Config{MemoryMaxBytes: 1024}})
+	pol := Policy{Size: 10, TTL: time.Hour}
+	for i := range 200 {
+		topic := fmt.Sprint("t", i)
+		before, _, _ := m.Read(ctx, topic, 0, 10, pol)
+		pos := publish(t, m, topic, pol, `"x"`) // the cap evicts older topics as it goes
+		if pos.Epoch != before.Epoch || pos.Offset != 1 {
+			t.Fatalf("%s: read %+v, then published at %+v", topic, before, pos)
+		}
+		_, ms, _ := m.Read(ctx, topic, before.Offset, 10, pol)
+		if fmt.Sprint(offsets(ms)) != "[1]" {
+			t.Fatalf("%s: recovery from the empty position got %v", topic, offsets(ms))
+		}
+	}
+	// Every topic but the newest few was evicted: each answers a new epoch.
+	seen := map[string]bool{}
+	for i := range 150 {
+		topic := fmt.Sprint("t", i)
+		pos, _, _ := m.Read(ctx, topic, 0, 10, pol)
+		again := publish(t, m, topic, pol, `"y"`)
+		if again.Offset == 1 && again.Epoch == pos.Epoch {
+			seen[topic] = true
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("no evicted topic started over")
+	}
+}
+
+// One publish's sweep removes a bounded number of streams: at most what
+// the publish added, in streams' overhead, plus the two it ages.
+func TestMemorySweepIsBoundedByThePublish(t *testing.T) {
+	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	const capBytes = 1 << 20
+	m := NewMemory(MemoryOptions{Config: Config{MemoryMaxBytes: capBytes}, Evicted: evicted})
+	pol := Policy{Size: 1, TTL: time.Hour}
+	for i := 0; m.Bytes() < capBytes-512; i++ {
+		publish(t, m, fmt.Sprint("s", i), pol, `1`)
+	}
+	for _, size := range []int{10, 1000, 64 << 10} {
+		before := testutil.ToFloat64(evicted)
+		data := fmt.Sprintf("%q", make([]byte, size))
+		publish(t, m, fmt.Sprint("big", size), pol, data)
+		n := testutil.ToFloat64(evicted) - before
+		bound := float64((len(data)+msgOverhead+streamOverhead+16)/streamOverhead + 2)
+		if n > bound {
+			t.Fatalf("a publish of %d bytes evicted %v streams, bound %v", len(data), n, bound)
+		}
+		if m.Bytes() > capBytes {
+			t.Fatalf("store holds %d bytes, cap %d", m.Bytes(), capBytes)
+		}
+	}
+}

@@ -69,7 +69,8 @@ type adaptiveLimit struct {
 	epoch      time.Time
 	gauge      prometheus.Gauge
 
-	limit     atomic.Int64 // what Check enforces: est, or Min while probing
+	limit     atomic.Int64 // the controller's limit: est, or Min while probing
+	ceiling   atomic.Int64 // the fleet's share (scope cluster); 0: none, the limit applies
 	probing   atomic.Bool
 	dropFloor atomic.Int64 // ns: a dropped call's least sample, 2 × Tolerance × minRTT
 	winStart  atomic.Int64
@@ -136,11 +137,34 @@ func (al *adaptiveLimit) elapsed() int64 {
 	return int64(al.now().Sub(al.epoch))
 }
 
-func (al *adaptiveLimit) current() int64 { return al.limit.Load() }
+// current is the limit Check enforces: the fleet's share when one is set
+// (scope cluster), except while the no-load latency is probed (the probe
+// must run at Min in flight), else the controller's own limit.
+func (al *adaptiveLimit) current() int64 {
+	if c := al.ceiling.Load(); c > 0 && !al.probing.Load() {
+		return c
+	}
+	return al.limit.Load()
+}
+
+// estimate is the controller's inferred limit (not Min while probing): what
+// a fleet-wide part publishes.
+func (al *adaptiveLimit) estimate() int64 {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	return int64(al.est)
+}
+
+// setCeiling sets the fleet's share (0: none) and the gauge to what is
+// enforced.
+func (al *adaptiveLimit) setCeiling(c int64) {
+	al.ceiling.Store(c)
+	al.gauge.Set(float64(al.current()))
+}
 
 func (al *adaptiveLimit) set(l int64) {
 	al.limit.Store(l)
-	al.gauge.Set(float64(l))
+	al.gauge.Set(float64(al.current()))
 }
 
 // observe feeds one released call: it started at start and ended at end (ns

@@ -74,6 +74,16 @@ type AdaptiveConcurrency struct {
 	// 15% random jitter, so a fleet does not probe in step).
 	ProbeEvery time.Duration `yaml:"-"`
 	ProbeCalls int           `yaml:"-"` // default 25
+	// Scope is "local" (default: the limit is this instance's) or
+	// "cluster": every instance publishes its inferred limit through
+	// Options.Ceilings (Redis) and applies the fleet's Aggregate of the
+	// live instances' limits divided by their count, so a backend behind
+	// the fleet sees one ceiling. While the exchange fails, the instance
+	// uses its own limit (counted). While probing, Min applies.
+	Scope string `yaml:"scope" help:"local (this instance's limit) | cluster (every instance publishes its inferred limit through Redis and applies the fleet's aggregate divided by the live instance count, so a backend sees one ceiling for the fleet; needs redis.url; exchanged every second; while Redis fails, the local limit, counted in admission_concurrency_ceiling_fallbacks_total); empty: local"`
+	// Aggregate reduces the fleet's limits (scope cluster): "median" (the
+	// default), "mean", "min" or "max".
+	Aggregate string `yaml:"aggregate" help:"scope cluster: how the live instances' limits make the fleet's ceiling: median | mean | min | max; empty: median"`
 }
 
 // Cost charges each call's cost against a per-key budget: a token bucket
@@ -109,6 +119,7 @@ type Rule struct {
 	ClusterTopPublisher *ClusterTopPublisher                              `yaml:"clusterTopPublisher,omitempty"`
 	Rate                *Rate                                             `yaml:"rate,omitempty"`
 	Cost                *Cost                                             `yaml:"cost,omitempty"`
+	BidPrice            *BidPrice                                         `yaml:"bidPrice,omitempty"`
 	Concurrency         *Concurrency                                      `yaml:"concurrency,omitempty"`
 	AdaptiveConcurrency *AdaptiveConcurrency                              `yaml:"adaptiveConcurrency,omitempty"`
 }
@@ -156,6 +167,10 @@ type Options struct {
 	// RateMaxKeys bounds each local Rate and Cost part's key store
 	// (ratelimit.NewKeyed's maxKeys); <= 0 means ratelimit's default.
 	RateMaxKeys int
+	// Ceilings shares the limits of AdaptiveConcurrency parts with Scope
+	// "cluster" (e.g. clusterrate.Ceilings on Redis); Admission.RunCeilings
+	// drives it. nil: registering such a part is an error.
+	Ceilings CeilingStore
 	// Shared decides the Rate and Cost parts with Scope "cluster" (e.g.
 	// clusterrate.Limiter on Redis). nil: registering such a part is an
 	// error.
@@ -175,6 +190,7 @@ type Admission struct {
 	epoch       time.Time        // a time.Now reading taken by New (see localNow)
 	rateMaxKeys int
 	shared      SharedLimiter
+	ceilings    CeilingStore
 
 	mu      sync.Mutex
 	classes map[string]*Class
@@ -192,6 +208,7 @@ func New(opts Options) *Admission {
 		epoch:       time.Now(),
 		rateMaxKeys: opts.RateMaxKeys,
 		shared:      opts.Shared,
+		ceilings:    opts.Ceilings,
 		rates:       opts.Rates,
 		classes:     map[string]*Class{},
 	}

@@ -17,7 +17,8 @@ var errLeaseHeld = errors.New("message: Check on a Call that still holds a concu
 //
 // Parts run cheapest and stateless first, stateful last, and the first part
 // that denies decides: pressure reasons, then the cluster top-publisher
-// view, then the predicate, then the local rate limiter (which spends a
+// view, then the predicate, then the bid price (which spends nothing),
+// then the local rate limiter (which spends a
 // token), then the local cost budget (which spends the call's cost), then
 // the cluster-scoped rate and cost (one round trip to the shared store,
 // charged together or not at all), then concurrency (which takes a lease).
@@ -45,6 +46,18 @@ func (c *Class) Check(call *Call) Decision {
 	}
 	if c.predicate != nil && !c.runPredicate(snap, call) {
 		return c.reject(codePredicate)
+	}
+
+	// The bid price needs the call's cost (a BidPrice part comes with a
+	// Cost part); price it once for both. -1: unknown.
+	costPrice := int64(-1)
+	if c.bid != nil {
+		if n, ok := c.cost.price(call); ok {
+			costPrice = n
+		}
+		if !c.clearsBid(call, costPrice) {
+			return c.reject(codePolicy)
+		}
 	}
 
 	d := AllowFull
@@ -75,7 +88,10 @@ func (c *Class) Check(call *Call) Decision {
 	}
 	cost := int64(-1) // the call's price; -1: unknown (or no Cost part)
 	if c.cost != nil {
-		n, ok := c.cost.price(call)
+		n, ok := costPrice, costPrice >= 0
+		if c.bid == nil {
+			n, ok = c.cost.price(call)
+		}
 		switch {
 		case ok:
 			cost = n
@@ -126,6 +142,22 @@ func (c *Class) Check(call *Call) Decision {
 	}
 	c.accepted.Inc()
 	return d
+}
+
+// clearsBid reports whether the call's value clears its bid price. A value
+// that cannot be read is a rule error decided by the fail policy; an
+// unknown cost skips the filter (the Cost part decides that call by the
+// fail policy, and counts the error once).
+func (c *Class) clearsBid(call *Call, cost int64) bool {
+	if cost < 0 {
+		return true
+	}
+	v, ok := c.bid.valueOf(call)
+	if !ok {
+		c.errors.Inc()
+		return !c.a.failClosed
+	}
+	return c.bid.Admits(v, float64(cost))
 }
 
 // rejectPressure is a denial by a listed pressure reason.

@@ -28,13 +28,14 @@ const (
 	codeRate
 	codeCost
 	codeBus
+	codePolicy
 	numCodes
 )
 
 var codeText = [numCodes]string{
 	ReasonMemory, ReasonPublishRate, ReasonSubscribers,
 	ReasonClusterTopPublisher, ReasonPredicate, ReasonConcurrency, ReasonRate, ReasonCost,
-	ReasonBus,
+	ReasonBus, ReasonPolicy,
 }
 
 // Class is one registered class; resolve it once and check it per call.
@@ -51,12 +52,14 @@ type Class struct {
 	clusterByUser bool
 	clusterThresh float64
 	predicate     func(*pressure.Snapshot, *Call) (bool, error)
+	bid           *bidPart  // BidPrice, or nil
 	rate          *ratePart // local Rate part, or nil
 	cost          *costPart // local Cost part, or nil
 	shared        *sharedPart
 	concMax       int64 // Concurrency.Max; math.MaxInt64 when only adaptive
 	hasConc       bool  // a Concurrency or AdaptiveConcurrency part is set
 	adaptive      *adaptiveLimit
+	fleet         *fleetPart // the adaptive part is scope cluster
 	accepted      prometheus.Counter
 	rejected      [numCodes]prometheus.Counter // nil for reasons this class cannot produce
 	errors        prometheus.Counter
@@ -216,6 +219,13 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		c.shared = &sharedPart{rate: sharedRate, cost: sharedCost}
 	}
 
+	if p := r.BidPrice; p != nil {
+		var err error
+		if c.bid, err = buildBidPrice(p, c.cost != nil); err != nil {
+			return nil, err
+		}
+	}
+
 	c.concMax = math.MaxInt64
 	if p := r.Concurrency; p != nil {
 		if p.Max <= 0 {
@@ -231,6 +241,20 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		}
 		c.adaptive = al
 		c.hasConc = true
+		switch p.Scope {
+		case "", "local":
+		case "cluster":
+			g, err := parseAggregate(p.Aggregate)
+			if err != nil {
+				return nil, fmt.Errorf("adaptiveConcurrency: %w", err)
+			}
+			if a.ceilings == nil {
+				return nil, errors.New("adaptiveConcurrency: scope cluster: no store to share the fleet's limits in (message.Options.Ceilings; a node has one when redis.url is set)")
+			}
+			c.fleet = &fleetPart{agg: g, fallbacks: a.m.AdmissionCeilingFallbacks.WithLabelValues(name)}
+		default:
+			return nil, fmt.Errorf("adaptiveConcurrency: scope must be local or cluster (got %q)", p.Scope)
+		}
 	}
 	return c, nil
 }
@@ -347,6 +371,9 @@ func (c *Class) resolveMetrics(m *metrics.Metrics) {
 	if c.predicate != nil {
 		rej(codePredicate)
 	}
+	if c.bid != nil {
+		rej(codePolicy)
+	}
 	if c.rate != nil || (c.shared != nil && c.shared.rate != nil) {
 		rej(codeRate)
 	}
@@ -372,6 +399,14 @@ func (a *Admission) Class(name string) (*Class, bool) {
 
 // Name is the class name.
 func (c *Class) Name() string { return c.name }
+
+// BidPrice is the class's bid prices, and whether it has a BidPrice part.
+func (c *Class) BidPrice() (Duals, bool) {
+	if c.bid == nil {
+		return Duals{}, false
+	}
+	return c.bid.Duals, true
+}
 
 // InFlight is the number of concurrency leases of this class held now (0
 // for a class without a Concurrency or AdaptiveConcurrency part).

@@ -69,17 +69,27 @@ func (c Config) WithDefaults() Config {
 			q.Scope = cmp.Or(q.Scope, "local")
 			r.Cost = &q
 		}
+		if p := r.AdaptiveConcurrency; p != nil {
+			q := *p
+			q.Scope = cmp.Or(q.Scope, "local")
+			if q.Scope == "cluster" {
+				q.Aggregate = cmp.Or(q.Aggregate, "median")
+			}
+			r.AdaptiveConcurrency = &q
+		}
 		classes[name] = r
 	}
 	c.Classes = classes
 	return c
 }
 
-// ClusterScoped reports whether some class has a rate or cost part with
-// scope cluster (it needs a shared store such as Redis).
+// ClusterScoped reports whether some class has a rate, cost or adaptive
+// concurrency part with scope cluster (it needs a shared store such as
+// Redis).
 func (c Config) ClusterScoped() bool {
 	for _, r := range c.Classes {
-		if (r.Rate != nil && r.Rate.Scope == "cluster") || (r.Cost != nil && r.Cost.Scope == "cluster") {
+		if (r.Rate != nil && r.Rate.Scope == "cluster") || (r.Cost != nil && r.Cost.Scope == "cluster") ||
+			(r.AdaptiveConcurrency != nil && r.AdaptiveConcurrency.Scope == "cluster") {
 			return true
 		}
 	}
@@ -114,7 +124,7 @@ func (c Config) Validate() error {
 		if name == "" || !utf8.ValidString(name) {
 			p.Add(key, "class name must be non-empty UTF-8 text")
 		}
-		if len(r.Reasons) == 0 && r.Predicate == nil && r.ClusterTopPublisher == nil && r.Rate == nil && r.Cost == nil && r.Concurrency == nil && r.AdaptiveConcurrency == nil {
+		if len(r.Reasons) == 0 && r.Predicate == nil && r.ClusterTopPublisher == nil && r.Rate == nil && r.Cost == nil && r.BidPrice == nil && r.Concurrency == nil && r.AdaptiveConcurrency == nil {
 			p.Add(key, "a rule needs at least one of reasons, clusterTopPublisher, rate, cost, concurrency, adaptiveConcurrency")
 		}
 		for i, reason := range r.Reasons {
@@ -165,11 +175,21 @@ func (c Config) Validate() error {
 				}
 			}
 		}
+		if b := r.BidPrice; b != nil {
+			if r.Cost == nil {
+				p.Add(key+".bidPrice", "needs a cost part (the price is per unit of its cost)")
+			}
+			if _, err := buildBidPrice(b, true); err != nil {
+				p.Add(key+".bidPrice", "%s", strings.TrimPrefix(err.Error(), "bidPrice: "))
+			}
+		}
 		if ac := r.AdaptiveConcurrency; ac != nil {
 			positive(key+".adaptiveConcurrency.min", int64(ac.Min))
 			if ac.Max < ac.Min || ac.Max < 1 {
 				p.Add(key+".adaptiveConcurrency.max", "must be at least min (%d), got %d", ac.Min, ac.Max)
 			}
+			oneOf(key+".adaptiveConcurrency.scope", cmp.Or(ac.Scope, "local"), "local", "cluster")
+			oneOf(key+".adaptiveConcurrency.aggregate", cmp.Or(ac.Aggregate, "median"), "median", "mean", "min", "max")
 		}
 		if cc := r.Concurrency; cc != nil {
 			positive(key+".concurrency.max", int64(cc.Max))

@@ -21,6 +21,9 @@ const (
 	ReasonConcurrency         = "CONCURRENCY"
 	ReasonRate                = "RATE"
 	ReasonCost                = "COST"
+	// ReasonPolicy: the class's bid-price filter (BidPrice) judged the
+	// call worth less than the budget it would spend.
+	ReasonPolicy = "POLICY"
 )
 
 // IsRateLimited reports whether a denial's reason is a per-key budget (RATE
@@ -40,7 +43,7 @@ type Decision struct {
 	Limit      int64 // binding limit (math.MaxInt64 when no part limits)
 	Remaining  int64
 	RetryAfter time.Duration // > 0 when denied
-	Reason     string        // binding part when denied: MEMORY, BUS, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, CONCURRENCY, RATE, COST
+	Reason     string        // binding part when denied: MEMORY, BUS, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE, POLICY, CONCURRENCY, RATE, COST
 }
 
 // AllowFull is the identity of Combine: allowed, no limit, nothing to wait
@@ -53,7 +56,7 @@ var AllowFull = Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.Ma
 // denial binds over an allowance; between two denials the one with the
 // larger RetryAfter binds, and equal waits are broken by a fixed priority
 // (MEMORY, BUS, PUBLISH_RATE, SUBSCRIBERS, CLUSTER_TOP_PUBLISHER, PREDICATE,
-// CONCURRENCY, RATE, COST, then any other word in byte order), so that Combine is
+// POLICY, CONCURRENCY, RATE, COST, then any other word in byte order), so that Combine is
 // commutative and the binding reason does not depend on evaluation order.
 //
 // Over well-formed decisions Combine is associative, commutative and
@@ -98,16 +101,18 @@ func reasonRank(r string) int {
 	case "":
 		return 0
 	case ReasonMemory:
-		return 10
+		return 11
 	case ReasonBus:
-		return 9
+		return 10
 	case ReasonPublishRate:
-		return 8
+		return 9
 	case ReasonSubscribers:
-		return 7
+		return 8
 	case ReasonClusterTopPublisher:
-		return 6
+		return 7
 	case ReasonPredicate:
+		return 6
+	case ReasonPolicy:
 		return 5
 	case ReasonConcurrency:
 		return 4

@@ -20,9 +20,9 @@
 // the first time a Call is checked with that ConnID.)
 //
 // Evaluation order (documented because it decides what a denial costs):
-// pressure reasons, cluster top publisher, predicate, local rate, local
-// cost, cluster-scoped rate and cost (one round trip, charged together or
-// not at all), concurrency (fixed and adaptive: one lease); the first part
+// pressure reasons, cluster top publisher, predicate, bid price (spends
+// nothing), local rate, local cost, cluster-scoped rate and cost (one round
+// trip, charged together or not at all), concurrency (fixed and adaptive: one lease); the first part
 // that denies decides. Stateless parts first so that a call shed by
 // pressure spends no token and takes no lease; concurrency last so that a
 // lease is only taken by a call that is then certainly admitted.

@@ -1,10 +1,12 @@
 package message_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/message/fluidlp"
 	"github.com/rtserver/rtserver/pressure"
 )
 
@@ -128,4 +130,72 @@ func ExampleCombine() {
 	fmt.Println(d.Allowed, d.Reason, d.RetryAfter, d.Limit)
 	// Output:
 	// false CONCURRENCY 1s 8
+}
+
+// Value-aware admission: the class prices its calls with the duals of the
+// workload's fluid LP (solved once at Register). Small calls (100 units,
+// worth 1) clear the price of 0.01 a unit; large ones (10,000 units, worth
+// 50) do not, and are denied POLICY without spending any of the budget,
+// which stays for the small calls.
+func ExampleBidPrice() {
+	adm := message.New(message.Options{})
+	if err := adm.Register("llm", message.Rule{
+		Cost: &message.Cost{Budget: 50_000, Per: time.Minute, Of: "param:maxTokens"},
+		BidPrice: &message.BidPrice{
+			ValueOf: "param:value",
+			Workload: &fluidlp.Workload{
+				Types: []fluidlp.Type{
+					{Cost: 100, Value: 1, Weight: 0.5},     // small completions
+					{Cost: 10_000, Value: 50, Weight: 0.5}, // large completions
+				},
+				Arrivals:   1000, // calls a minute
+				RateBudget: 1000,
+				CostBudget: 50_000,
+			},
+			// or the prices directly: Duals: &message.Duals{Rate: 0, Cost: 0.01},
+		},
+	}); err != nil {
+		panic(err)
+	}
+	llm, _ := adm.Class("llm")
+	duals, _ := llm.BidPrice()
+	fmt.Printf("p_rate=%g p_cost=%g\n", duals.Rate, duals.Cost)
+	small := message.Call{User: "alice", Params: []byte(`{"maxTokens":100,"value":1}`)}
+	large := message.Call{User: "alice", Params: []byte(`{"maxTokens":10000,"value":50}`)}
+	fmt.Println("small:", verdict(llm.Check(&small)))
+	fmt.Println("large:", verdict(llm.Check(&large)))
+	// Output:
+	// p_rate=0 p_cost=0.01
+	// small: allowed
+	// large: denied POLICY
+}
+
+// fleet is a message.CeilingStore in memory for the example: two other
+// instances have inferred limits of 30 and 90. (clusterrate.NewCeilings
+// keeps them in Redis.)
+type fleet struct{}
+
+func (fleet) ShareLimit(_ context.Context, _ string, own int64) ([]int64, error) {
+	return []int64{30, 90, own}, nil
+}
+
+// A fleet-wide adaptive concurrency ceiling: every instance applies the
+// median of the live instances' limits divided by their count.
+func ExampleAdmission_ShareCeilings() {
+	adm := message.New(message.Options{Ceilings: fleet{}})
+	if err := adm.Register("backend", message.Rule{
+		AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: 60, Max: 256, ProbeCalls: 1, Scope: "cluster"},
+	}); err != nil {
+		panic(err)
+	}
+	backend, _ := adm.Class("backend")
+	var call message.Call
+	backend.Check(&call) // the first no-load probe: one call at Min
+	call.Release()
+	fmt.Println("own limit:", backend.ConcurrencyLimit())
+	adm.ShareCeilings(context.Background(), time.Second) // RunCeilings does this every second
+	fmt.Println("fleet share:", backend.ConcurrencyLimit())
+	// Output:
+	// own limit: 60
+	// fleet share: 20
 }

@@ -36,6 +36,7 @@ const (
 	AuthUnverifiable = "unverifiable"  // alg or kid matches no configured key, or crit extensions
 	AuthSignature    = "signature"     // signed with another key
 	AuthExpired      = "expired"       // exp in the past
+	AuthLifetime     = "lifetime"      // no exp with auth.jwt.requireExp, or exp past auth.jwt.maxLifetime
 	AuthNotYetValid  = "not_yet_valid" // nbf or iat in the future
 	AuthAudience     = "audience"      // aud lacks auth.jwt.audience
 	AuthIssuer       = "issuer"        // iss is not auth.jwt.issuer
@@ -50,7 +51,7 @@ const (
 // handshake_auth_refused_total, pre-created at zero.
 var AuthRefusalReasons = []string{
 	AuthMissing, AuthTooLarge, AuthMalformed, AuthUnverifiable, AuthSignature,
-	AuthExpired, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject, AuthBadSubject,
+	AuthExpired, AuthLifetime, AuthNotYetValid, AuthAudience, AuthIssuer, AuthNoSubject, AuthBadSubject,
 	AuthTopicsClaim, AuthCrit, AuthInvalid,
 }
 
@@ -96,13 +97,18 @@ type Metrics struct {
 	AdmissionRejected  *prometheus.CounterVec // class, reason
 	AdmissionErrors    *prometheus.CounterVec // class: rules that errored or panicked (decided by failPolicy)
 	AdmissionConcLimit *prometheus.GaugeVec   // class: the current limit of an adaptiveConcurrency part
+	// AdmissionCeilingFallbacks, class: a fleet ceiling (adaptiveConcurrency
+	// scope cluster) could not be shared through Redis, so the class fell
+	// back to its own limit until the next exchange.
+	AdmissionCeilingFallbacks *prometheus.CounterVec
 
 	HandshakeAccepted    prometheus.Counter
 	HandshakeRejected    *prometheus.CounterVec // reason
 	HandshakeAuthRefused *prometheus.CounterVec // reason: why a token was refused (the auth rejections, split)
 	HandshakeInflight    *FuncGauge             // read from the gate at scrape time
 	HandshakeQueueDepth  prometheus.Gauge
-	ConnectionsOpen      *FuncGauge // read from the gate at scrape time
+	ConnectionsOpen      *FuncGauge         // read from the gate at scrape time
+	AcceptFDExhausted    prometheus.Counter // accepts that failed for want of file descriptors (internal/acceptlog)
 
 	PressureReason      *prometheus.GaugeVec // reason
 	PressurePublishRate prometheus.Gauge
@@ -193,10 +199,11 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 	}()
 	m = &Metrics{
 
-		AdmissionAccepted:  f.counterVec("admission_accepted_total", "Message-tier calls admitted, by class.", "class"),
-		AdmissionRejected:  f.counterVec("admission_rejected_total", "Message-tier calls shed, by class and binding reason.", "class", "reason"),
-		AdmissionErrors:    f.counterVec("admission_rule_errors_total", "Rule parts that errored or panicked (a predicate, a cluster-scoped check whose Redis failed, an unreadable cost param) and were decided by failPolicy, by class.", "class"),
-		AdmissionConcLimit: f.gaugeVec("admission_concurrency_limit", "The current in-flight limit of each class with an adaptiveConcurrency part.", "class"),
+		AdmissionAccepted:         f.counterVec("admission_accepted_total", "Message-tier calls admitted, by class.", "class"),
+		AdmissionRejected:         f.counterVec("admission_rejected_total", "Message-tier calls shed, by class and binding reason.", "class", "reason"),
+		AdmissionErrors:           f.counterVec("admission_rule_errors_total", "Rule parts that errored or panicked (a predicate, a cluster-scoped check whose Redis failed, an unreadable cost param) and were decided by failPolicy, by class.", "class"),
+		AdmissionConcLimit:        f.gaugeVec("admission_concurrency_limit", "The current in-flight limit of each class with an adaptiveConcurrency part.", "class"),
+		AdmissionCeilingFallbacks: f.counterVec("admission_concurrency_ceiling_fallbacks_total", "Exchanges of a fleet-wide adaptive concurrency limit that failed, so the class used its own limit.", "class"),
 
 		HandshakeAccepted:    f.counter("handshake_accepted_total", "WebSocket upgrades admitted by the handshake tier."),
 		HandshakeRejected:    f.counterVec("handshake_rejected_total", "WebSocket upgrades rejected by the handshake tier, by reason.", "reason"),
@@ -204,6 +211,7 @@ func New(reg prometheus.Registerer, namespace string) (m *Metrics, err error) {
 		HandshakeInflight:    f.funcGauge("handshake_inflight", "Upgrades in flight (arrived, handshake not finished)."),
 		HandshakeQueueDepth:  f.gauge("handshake_queue_depth", "Upgrades waiting for a pacing tick."),
 		ConnectionsOpen:      f.funcGauge("connections_open", "Open WebSocket connections on this instance."),
+		AcceptFDExhausted:    f.counter("accept_fd_exhausted_total", "Accepts that failed because the process or the system had no file descriptor left (EMFILE, ENFILE)."),
 
 		PressureReason:      f.gaugeVec("pressure_reason", "1 for the active pressure reason, 0 for the others.", "reason"),
 		PressurePublishRate: f.gauge("pressure_publish_rate", "Messages published per second on this instance, over the last sample interval."),

@@ -23,17 +23,26 @@ type params struct {
 }
 
 func newParams(limit int, per time.Duration) params {
-	if limit < 1 || per <= 0 {
-		panic(fmt.Sprintf("ratelimit: invalid limit %d per %v (want limit >= 1, per > 0)", limit, per))
-	}
 	l := int64(limit)
-	t := (int64(per) + l - 1) / l
+	t := EmissionInterval(l, per)
 	span := l * t
 	if span/l != t { // overflow: an absurd period; clamp to "burst only, no refill"
 		span = math.MaxInt64 / 2
 		t = span / l
 	}
 	return params{limit: l, t: t, span: span}
+}
+
+// EmissionInterval is the time one unit of a limit of limit units per per
+// refills, in nanoseconds: per/limit rounded up to a whole nanosecond (at
+// least 1), the constant every limiter of this package decides with. A
+// limiter that must decide as they do elsewhere (message/clusterrate, on
+// Redis) uses it. It panics when limit < 1 or per <= 0.
+func EmissionInterval(limit int64, per time.Duration) int64 {
+	if limit < 1 || per <= 0 {
+		panic(fmt.Sprintf("ratelimit: invalid limit %d per %v (want limit >= 1, per > 0)", limit, per))
+	}
+	return max((int64(per)+limit-1)/limit, 1)
 }
 
 // decide applies GCRA to an event of weight n (1 for a plain event, a cost

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # The performance matrix: every regime that a change to the write path can
-# make better or worse, measured for the working tree and a base build in
-# interleaved runs (base, new, new, base, base, new, ...: which build goes
-# first alternates, so load that rises or falls during a set does not
-# always count against the same one), a fresh server per run, and
-# printed as one table of medians and new/base ratios. On a shared machine
+# make better or worse, measured for the working tree and one or more base
+# builds in interleaved runs (base, new, new, base, base, new, ...: which
+# build goes first rotates, so load that rises or falls during a set does
+# not always count against the same one), a fresh server per run, and
+# printed as one table of medians, new/base ratios and a verdict (worse or
+# better only when the runs do not overlap). Every regime reports server
+# CPU, throughput (or memory) and send -> receipt latency p50 and p99: a
+# change is judged on all three. On a shared machine
 # absolute figures drift with the load; the ratios within one run are what
 # to quote (BENCHMARKS.md, "The performance matrix").
 #
-# Usage: scripts/bench-matrix.sh [BASE]   (BASE: a commit, default main)
+# Usage: scripts/bench-matrix.sh [BASE...]   (BASE: a commit, default main;
+#        with several, each gets its own table against the working tree,
+#        all from the same interleaved runs; a BASE that is an executable
+#        file is taken as an rtserver built before)
 # Environment:
 #   RUNS=3          runs per regime and build (the table shows medians)
 #   DURATION=3s     publishing time of each fan-out run
 #   REGIMES="fan1000 window1 rooms sparse idle storm"   a subset to run; also,
 #                   not run unless named: recover and redis-recover, the recovery
 #                   storm on the memory and the Redis history store
-#   BASE_BIN=path   an already built base rtserver (BASE then only labels it)
+#   BASE_BIN=path   an already built base rtserver (one BASE, which then only
+#                   labels it)
 #   KEEP=dir        keep every run's JSON there
 #   PORT=18611      first of the five loopback ports the servers (and the
 #                   recovery storm's redis-server) listen on
@@ -23,7 +30,8 @@
 # redis-server for redis-recover. Builds
 # into a temporary folder under /tmp; nothing is written to the tree.
 set -euo pipefail
-base=${1:-main}
+if [ $# -eq 0 ]; then set -- main; fi
+bases=("$@")
 runs=${RUNS:-3}
 dur=${DURATION:-3s}
 regimes=${REGIMES:-fan1000 window1 rooms sparse idle storm}
@@ -36,17 +44,25 @@ cd "$(dirname "$0")/.."
 tmp=$(mktemp -d /tmp/bench-matrix.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 out=${KEEP:-$tmp/out}
-mkdir -p "$out" "$tmp/new" "$tmp/base"
+mkdir -p "$out" "$tmp/new"
 
 go build -o "$tmp/new/rtserver" ./cmd/rtserver
 go build -o "$tmp/rtbench" ./cmd/rtbench # the working tree's rtbench drives both builds
-if [ -n "${BASE_BIN:-}" ]; then
-	cp "$BASE_BIN" "$tmp/base/rtserver"
-else
-	mkdir -p "$tmp/src"
-	git archive "$base" | tar -x -C "$tmp/src"
-	(cd "$tmp/src" && go build -o "$tmp/base/rtserver" ./cmd/rtserver)
-fi
+# Build k of base k is in $tmp/base$k, its runs in $out/REGIME.base$k.RUN.json.
+builds=(new)
+for k in "${!bases[@]}"; do
+	mkdir -p "$tmp/base$k"
+	builds+=("base$k")
+	if [ -n "${BASE_BIN:-}" ]; then
+		cp "$BASE_BIN" "$tmp/base$k/rtserver"
+	elif [ -f "${bases[$k]}" ] && [ -x "${bases[$k]}" ]; then
+		cp "${bases[$k]}" "$tmp/base$k/rtserver" # an rtserver built before
+	else
+		rm -rf "$tmp/src" && mkdir -p "$tmp/src"
+		git archive "${bases[$k]}" | tar -x -C "$tmp/src"
+		(cd "$tmp/src" && go build -o "$tmp/base$k/rtserver" ./cmd/rtserver)
+	fi
+done
 bench=$tmp/rtbench
 
 wait_port() { # $1 port: until the server accepts
@@ -99,7 +115,8 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 	idle)
 		start_server "$2" "$tmp/idle.yaml"
 		wait_port $idleport
-		"$bench" idle --url ws://127.0.0.1:$idleport/ws -n 10000 -c 100 --settle 5s --server-pid "$sp" --max-time 90s --json > "$f"
+		"$bench" idle --url ws://127.0.0.1:$idleport/ws -n 10000 -c 100 --settle 5s --server-pid "$sp" \
+			--probe-clients 10 --probe-rate 200 --probe-time 3s --max-time 90s --json > "$f"
 		stop_server
 		;;
 	storm)
@@ -128,44 +145,80 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 	esac
 }
 
-echo "base $base ($(git rev-parse --short "$base" 2>/dev/null || echo binary)) vs working tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified')); runs $runs, fan-out $dur each"
+for k in "${!bases[@]}"; do
+	echo "base$k: ${bases[$k]} ($(git rev-parse --short "${bases[$k]}" 2>/dev/null || echo binary))"
+done
+echo "new: working tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified')); runs $runs, fan-out $dur each"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq 1 "$runs"); do
 	for r in $regimes; do
-		order="base new"
-		if [ $((i % 2)) -eq 0 ]; then order="new base"; fi
-		for b in $order; do
+		# Rotate the order by one build per run, and reverse it every
+		# other run, so that no build always follows the same one.
+		n=${#builds[@]}
+		order=()
+		for j in $(seq 0 $((n - 1))); do order+=("${builds[$(((i + j) % n))]}"); done
+		if [ $((i % 2)) -eq 0 ]; then
+			rev=()
+			for ((j = n - 1; j >= 0; j--)); do rev+=("${order[$j]}"); done
+			order=("${rev[@]}")
+		fi
+		for b in "${order[@]}"; do
 			run_regime "$r" "$b" "$i"
 		done
 	done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$out" "$runs" "$regimes" <<'EOF'
+python3 - "$out" "$runs" "$regimes" "${bases[@]}" <<'EOF'
 import sys
 sys.path.insert(0, "scripts")
 from benchtable import table
-out, runs, regimes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+out, runs, regimes, bases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
+# Every regime is judged on three things: server CPU, throughput (or
+# memory), and send -> receipt latency (p50, p99). Latency is that of the
+# regime's own messages (fan-out: publish sent to each delivery
+# received), or of established probe clients' publish round trips while
+# the regime's load is on (idle, storm); the recovery storm's is each
+# client's reconnect to caught up.
+lat = lambda name, q: (lambda j: j[name]["p%sMs" % q])
 rows = {
     "fan1000": [("1 -> 1,000, 64 in flight: server CPU s per million delivered", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
-                ("1 -> 1,000, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"])],
-    "window1": [("1 -> 1,000, one at a time: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"])],
+                ("1 -> 1,000, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
+                ("1 -> 1,000, 64 in flight: send -> receipt p50 ms", lat("latency", 50)),
+                ("1 -> 1,000, 64 in flight: send -> receipt p99 ms", lat("latency", 99))],
+    "window1": [("1 -> 1,000, one at a time: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
+                ("1 -> 1,000, one at a time: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
+                ("1 -> 1,000, one at a time: send -> receipt p50 ms", lat("latency", 50)),
+                ("1 -> 1,000, one at a time: send -> receipt p99 ms", lat("latency", 99))],
     "rooms": [("100 x 10, a publisher per topic, 64 in flight: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
-              ("100 x 10, a publisher per topic, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"])],
+              ("100 x 10, a publisher per topic, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
+              ("100 x 10, 64 in flight: send -> receipt p50 ms", lat("latency", 50)),
+              ("100 x 10, 64 in flight: send -> receipt p99 ms", lat("latency", 99))],
     "sparse": [("100 x 10 sparse (20 msg/s per publisher): server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
-               ("100 x 10 sparse: latency p50 ms", lambda j: j["latency"]["p50Ms"]),
-               ("100 x 10 sparse: latency p99 ms", lambda j: j["latency"]["p99Ms"])],
-    "idle": [("idle at 10k: KiB RSS per connection", lambda j: j["serverRssPerConnBytes"] / 1024)],
+               ("100 x 10 sparse: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
+               ("100 x 10 sparse: send -> receipt p50 ms", lat("latency", 50)),
+               ("100 x 10 sparse: send -> receipt p99 ms", lat("latency", 99))],
+    "idle": [("idle at 10k: KiB RSS per connection", lambda j: j["serverRssPerConnBytes"] / 1024),
+             ("idle at 10k: probes' send -> receipt p50 ms", lat("probe", 50)),
+             ("idle at 10k: probes' send -> receipt p99 ms", lat("probe", 99))],
     "storm": [("connect storm (10x cap): probes' p99 factor, storm/quiet", lambda j: j["probe"]["p99Factor"]),
+              ("connect storm: probes' quiet send -> receipt p50 ms", lambda j: j["probe"]["baseline"]["p50Ms"]),
+              ("connect storm: probes' quiet send -> receipt p99 ms", lambda j: j["probe"]["baseline"]["p99Ms"]),
+              ("connect storm: probes' send -> receipt p50 ms during the storm", lambda j: j["probe"]["storm"]["p50Ms"]),
+              ("connect storm: probes' send -> receipt p99 ms during the storm", lambda j: j["probe"]["storm"]["p99Ms"]),
               ("connect storm: server CPU us per attempt", lambda j: j["serverCpuUsPerAttempt"]),
-              ("connect storm: peak open connections (cap 500)", lambda j: j["peakOpen"])],
+              ("connect storm: peak open connections (cap 500)", lambda j: j["peakOpen"], None)],
 }
 for store in ("", "redis-"):
     name = "Redis" if store else "memory"
     rows[store + "recover"] = [
         (f"recovery storm, {name} store: seconds until all caught up", lambda j: j["seconds"] if j["caughtUp"] == j["clients"] else float("inf")),
+        (f"recovery storm, {name} store: reconnect -> caught up p50 ms", lat("perClient", 50)),
+        (f"recovery storm, {name} store: reconnect -> caught up p99 ms", lat("perClient", 99)),
         (f"recovery storm, {name} store: server RSS growth MiB", lambda j: j["serverRssGrowthMiB"]),
         (f"recovery storm, {name} store: server CPU s", lambda j: j["serverCpuSeconds"]),
         (f"recovery storm, {name} store: 1013 closes", lambda j: j["closed1013"])]
-table(out, runs, regimes, rows, "base", "new")
+for k, name in enumerate(bases):
+    print("\nagainst base%d (%s):" % (k, name))
+    table(out, runs, regimes, rows, "base%d" % k, "new")
 EOF

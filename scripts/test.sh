@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v curl >/dev/null 2>&1 || need+=(curl)   # the docs' examples, run as written
 [ -x /usr/bin/chromium ] || need+=(chromium)   # the browser tests of examples/chat
@@ -20,8 +21,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# The Debian package starts a system redis on 6379; the tests start their
-# own on free ports and do not need it.
+# The Debian packages start a system redis on 6379 (and a sentinel on
+# 26379); the tests start their own on free ports and do not need them.
 
 # Hygiene first, cheapest first: each check fails the run with a message
 # that says what to do.

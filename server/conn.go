@@ -47,7 +47,8 @@ type conn struct {
 	// stays in the 352-byte size class, which every idle connection pays.)
 
 	pingAt  deadlines.Handle // the next keepalive step, in the server's ping heap (keepalive)
-	invalid int32            // invalid requests since the last frame without one, up to maxInvalid (read goroutine)
+	invalid int16            // invalid requests since the last frame without one, up to maxInvalid (read goroutine)
+	refused uint8            // built-in requests refused in a row by admission, up to 255 (read goroutine; shedpace.go); with invalid, in pingAt's word
 	expiry  *tokenExpiry     // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
@@ -110,6 +111,9 @@ func (c *conn) read() (parked bool) {
 		// quiet for a while. Otherwise it waits here, a few frames deep,
 		// rather than inside the WebSocket library's read: its goroutine
 		// then keeps the smallest stack (see wsock.Conn.AwaitInput).
+		if c.refused >= refusedBeforePause {
+			c.pauseRefused()
+		}
 		closeNext, wait := c.raw.AwaitInput(mayPark, quiet)
 		if wait {
 			if c.park() {
@@ -350,7 +354,7 @@ func (c *conn) countInvalid(n int) bool {
 		c.invalid = 0
 		return false
 	}
-	c.invalid = int32(min(int(c.invalid)+n, maxInvalid))
+	c.invalid = int16(min(int(c.invalid)+n, maxInvalid))
 	return c.invalid >= maxInvalid
 }
 
@@ -420,6 +424,11 @@ func (c *conn) handle(r *protocol.Request, raw []byte, framed bool) []byte {
 		return protocol.AppendError(answerDst(framed), r.ID, r.Err)
 	}
 	result, perr := c.dispatch(r, raw)
+	if isBuiltin(r.Method) {
+		// A frame with a built-in runs on the read goroutine, which
+		// alone reads and writes the count.
+		c.countRefused(perr)
+	}
 	if r.IsNotification() || (perr == nil && isAnsweredLater(result)) {
 		return nil
 	}

@@ -19,9 +19,20 @@ const (
 	MethodHistory     = "history" // a history topic's messages (docs/history.md)
 )
 
+// builtinMethods are the methods the server answers itself. Each reads
+// its params with package protocol's decoders, by one exact rule (names
+// case-sensitive, a repeated member -32600, docs/protocol.md); a test
+// walks this list and proves it for every member of every method.
+var builtinMethods = [...]string{MethodSubscribe, MethodUnsubscribe, MethodPublish, MethodRefresh,
+	MethodPresence, MethodPresenceStats, MethodHistory}
+
 func isBuiltin(m string) bool {
-	return m == MethodSubscribe || m == MethodUnsubscribe || m == MethodPublish || m == MethodRefresh ||
-		m == MethodPresence || m == MethodPresenceStats || m == MethodHistory
+	for _, b := range builtinMethods {
+		if m == b {
+			return true
+		}
+	}
+	return false
 }
 
 var emptyResult = json.RawMessage("{}")

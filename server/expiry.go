@@ -134,11 +134,9 @@ func (c *conn) watchExpiry(expires time.Time) {
 // replaces the connection's, moving (or lifting) its expiry. Any failure
 // is -32003 and leaves the connection as it was.
 func (c *conn) refresh(r *protocol.Request) (json.RawMessage, *protocol.Error) {
-	var p struct {
-		Token string `json:"token"`
-	}
-	if len(r.Params) == 0 || json.Unmarshal(r.Params, &p) != nil || p.Token == "" {
-		return nil, protocol.NewError(protocol.CodeInvalidParams, `params must be {"token": T}`, nil)
+	token, perr := protocol.DecodeRefreshParams(r.Params)
+	if perr != nil {
+		return nil, perr
 	}
 	call := c.builtinCallOf(r.Method, "")
 	defer endBuiltinCall(call)
@@ -150,7 +148,7 @@ func (c *conn) refresh(r *protocol.Request) (json.RawMessage, *protocol.Error) {
 	if c.s.gate == nil {
 		return nil, forbidden
 	}
-	id, err := c.s.gate.VerifyToken(&c.ctx, p.Token)
+	id, err := c.s.gate.VerifyToken(&c.ctx, token)
 	if err != nil || id.User != c.ticket.User {
 		return nil, forbidden
 	}

@@ -168,28 +168,14 @@ func (s *Server) PresenceStats(ctx context.Context, topic string) (presence.Stat
 	return s.presence.Stats(ctx, topic)
 }
 
-// presenceParams are the params of presence and presenceStats.
-type presenceParams struct {
-	Topic  string `json:"topic"`
-	Cursor string `json:"cursor"`
-}
-
-// maxCursor bounds a cursor a client sends back: a client id.
-const maxCursor = 512
-
 // presenceCall answers presence and presenceStats: the subscribe grant
-// first (-32003), then the message tier, then one store read.
+// first (-32003), then the message tier, then one store read. The params
+// are read by the exact rule of every built-in (protocol's decoders).
 func (c *conn) presenceCall(r *protocol.Request, raw []byte) (json.RawMessage, *protocol.Error) {
 	s := c.s
-	var p presenceParams
-	if len(r.Params) == 0 || r.Params[0] != '{' || json.Unmarshal(r.Params, &p) != nil {
-		return nil, protocol.NewError(protocol.CodeInvalidParams, "params must be an object with a string topic and an optional string cursor", nil)
-	}
-	if msg := protocol.CheckTopic(p.Topic); msg != "" {
-		return nil, protocol.NewError(protocol.CodeInvalidParams, msg, nil)
-	}
-	if len(p.Cursor) > maxCursor {
-		return nil, protocol.NewError(protocol.CodeInvalidParams, "cursor too long", nil)
+	p, perr := protocol.DecodePresenceParams(r.Params)
+	if perr != nil {
+		return nil, perr
 	}
 	if perr := c.grant(MethodSubscribe, p.Topic); perr != nil {
 		return nil, perr
@@ -199,7 +185,7 @@ func (c *conn) presenceCall(r *protocol.Request, raw []byte) (json.RawMessage, *
 	}
 	call := &message.Call{Method: r.Method, Topic: p.Topic, Params: r.Params, Bytes: requestBytes(r, raw),
 		User: c.ticket.User, IP: c.ticket.IPKey, ConnID: c.id}
-	perr := c.admit(call)
+	perr = c.admit(call)
 	call.Params = nil
 	if perr != nil {
 		return nil, perr

@@ -140,6 +140,7 @@ type Server struct {
 	busDown bool
 
 	nextID        atomic.Uint64
+	refusalPauses atomic.Uint64 // reads paced after refusals (shedpace.go)
 	subscriptions atomic.Int64
 	draining      atomic.Bool
 	closed        atomic.Bool

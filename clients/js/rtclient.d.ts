@@ -2,6 +2,9 @@
 // The wire protocol they describe is docs/protocol.md; history topics are
 // docs/history.md, presence docs/presence.md.
 
+/** The rtserver release this client ships with (e.g. "0.1.0"). */
+export declare const VERSION: string;
+
 /** Any JSON value: what a message's data and a call's params may be. */
 export type JSONValue = null | boolean | number | string | JSONValue[] | { [key: string]: JSONValue };
 
@@ -10,6 +13,9 @@ export interface Position {
   epoch: string;
   offset: number;
 }
+
+/** How the client reaches the server. */
+export type Transport = "websocket" | "sse";
 
 /** The client's state; "closed" is final. */
 export type State = "connecting" | "open" | "disconnected" | "closed";
@@ -95,6 +101,21 @@ export interface Options {
   onState?: (state: State, info: StateInfo) => void;
   /** A failed resubscription, an unparsable frame, a handler that threw, a token function that failed. Default: console.error. */
   onError?: (err: unknown) => void;
+  /**
+   * The transport changed: "sse" once the client falls back to Server-Sent
+   * Events and POST (docs/transports.md) after info.failures WebSocket
+   * attempts in a row failed before the server's first frame. It keeps
+   * that transport; the API and its rules stay the same.
+   */
+  onTransport?: (transport: Transport, info: { failures: number }) => void;
+  /** false: never fall back to Server-Sent Events (default true where EventSource and fetch exist). */
+  fallback?: boolean;
+  /** The event stream's URL; default: the WebSocket URL with http(s) and its last "/ws" as "/sse". */
+  sseUrl?: string;
+  /** The EventSource constructor (default globalThis.EventSource). */
+  EventSource?: new (url: string) => EventSource;
+  /** For tests: fetch (default globalThis.fetch). */
+  fetch?: (url: string, init: { method: string; body: string; headers: Record<string, string> }) => Promise<{ status: number }>;
   /** The WebSocket constructor (default globalThis.WebSocket): pass one where there is no global WebSocket. */
   WebSocket?: new (url: string, protocols?: string | string[]) => WebSocket;
   /** For tests: uniform in [0, 1). */
@@ -157,6 +178,8 @@ export interface PresenceStats {
 export interface Client {
   /** The current state. */
   readonly state: State;
+  /** The transport in use: "websocket", or "sse" after a fallback. */
+  readonly transport: Transport;
   /** Calls method; resolves with its result, rejects with an RPCError. */
   call<R = any>(method: string, params?: JSONValue | object): Promise<R>;
   /** Sends a notification: no id, no answer. */

@@ -26,6 +26,11 @@
 //     A "draining" system event's reconnectAfterMs is the fallback hint.
 //   - A browser cannot read the HTTP status of a refused upgrade (503, 429,
 //     401 all look like close 1006), so those are retried with plain backoff.
+//   - Where no WebSocket passes (FALLBACK_AFTER attempts in a row that
+//     failed or closed abnormally before the server's first frame), the
+//     client switches to Server-Sent Events down and HTTP POST up
+//     (docs/transports.md) for the rest of its life, with the same API and
+//     rules, and says so through onTransport.
 //   - History topics (docs/history.md): a subscription keeps its position
 //     (epoch, offset), set by the subscribe result and advanced by every
 //     message's offset in frame order; after every reconnect and on the
@@ -35,6 +40,10 @@
 //     re-sent after the hint, a few times. publishAt retries a publish that
 //     was shed or cut off by a reconnect with the same idempotencyKey: the
 //     one retry the client makes, because the server makes it safe.
+
+// VERSION is the rtserver release this client ships with (the VERSION file
+// of the repository; package.json says the same, and a test checks both).
+export const VERSION = "0.1.0";
 
 const PERMANENT_CLOSE = new Set([1002, 1003, 1007, 1008, 1009]);
 
@@ -52,6 +61,11 @@ const STABLE_MS = 1000;
 
 // Calls and notifications queued while disconnected, at most.
 const MAX_QUEUED = 1024;
+
+// Attempts in a row whose WebSocket failed, or closed abnormally (1005,
+// 1006, 1015) before the server's first frame, after which the client
+// falls back to Server-Sent Events and POST.
+const FALLBACK_AFTER = 3;
 
 // How often one connection re-sends a subscription the server shed
 // (OVERLOADED, RATE_LIMITED) before giving it up (as the Go client).
@@ -149,9 +163,17 @@ export class RPCError extends Error {
  *                  "open" comes after every subscription was re-sent and
  *                  answered; "disconnected" carries {code, reason,
  *                  retryAfterMs, delayMs}; "closed" is final
+ *   onTransport(name, info)  "sse" when the client falls back to
+ *                  Server-Sent Events and POST (docs/transports.md) after
+ *                  {failures} WebSocket attempts that failed before the
+ *                  server's first frame; it keeps that transport
+ *   fallback       false: never fall back (default true where EventSource
+ *                  and fetch exist)
+ *   sseUrl         the event stream's URL (default: url with ws(s) as
+ *                  http(s) and its path's last "/ws" as "/sse")
  *   onError(err)   a failed resubscription, an unparsable frame, a handler
  *                  that threw; default console.error
- * For tests: WebSocket (constructor), random() in [0, 1), now() in ms,
+ * For tests: WebSocket and EventSource (constructors), fetch, random() in [0, 1), now() in ms,
  * setTimeout, clearTimeout.
  * Throws when there is no WebSocket: neither a global one nor
  * opts.WebSocket.
@@ -174,6 +196,14 @@ class Client {
     this._onError = opts.onError || ((e) => console.error("rtclient:", e));
     this._WS = opts.WebSocket || globalThis.WebSocket;
     if (typeof this._WS !== "function") throw new Error(NO_WEBSOCKET);
+    this._ES = opts.EventSource || globalThis.EventSource;
+    this._fetch = opts.fetch || (globalThis.fetch ? (u, o) => globalThis.fetch(u, o) : undefined);
+    this._fallback = opts.fallback !== false && typeof this._ES === "function" && typeof this._fetch === "function";
+    this._sseUrl = opts.sseUrl;
+    this._onTransport = opts.onTransport || (() => {});
+    this._transport = "websocket";
+    this._wsFails = 0; // attempts in a row that failed before a frame (FALLBACK_AFTER)
+    this._heard = false; // the current socket delivered a frame
     this._random = opts.random || Math.random;
     this._now = opts.now || (() => performance.now());
     this._setTimeout = opts.setTimeout || ((f, ms) => setTimeout(f, ms));
@@ -192,6 +222,11 @@ class Client {
     this._queue = []; // frames waiting for a connection: {text, id}
     this._subs = new Map(); // topic -> Topic
     this._open();
+  }
+
+  /** The transport in use: "websocket", or "sse" after a fallback. */
+  get transport() {
+    return this._transport;
   }
 
   /** The current state: "connecting", "open", "disconnected" or "closed". */
@@ -372,9 +407,9 @@ class Client {
   async _open() {
     if (this._stopped) return;
     this._setState("connecting", { attempt: this._attempt });
-    let url;
+    let url, token;
     try {
-      const token = typeof this._token === "function" ? await this._token() : this._token;
+      token = typeof this._token === "function" ? await this._token() : this._token;
       if (this._stopped) return;
       url = wsURL(this._url, token);
     } catch (e) {
@@ -384,7 +419,10 @@ class Client {
     }
     let ws;
     try {
-      ws = new this._WS(url, this._protocols);
+      ws =
+        this._transport === "sse"
+          ? new SSESocket(sseURL(this._sseUrl || this._url, token), this._ES, this._fetch)
+          : new this._WS(url, this._protocols);
     } catch (e) {
       // A malformed URL will not get better by waiting.
       this._onError(e);
@@ -393,6 +431,7 @@ class Client {
     }
     this._ws = ws;
     this._wsOpen = false;
+    this._heard = false;
     this._established = false;
     this._drainHint = 0;
     ws.onopen = () => this._opened(ws);
@@ -519,6 +558,7 @@ class Client {
       this._stop({ code, reason });
       return;
     }
+    this._countFailure(ws, code);
     let hint = parseRetryAfterMs(reason);
     if (!hint) hint = this._drainHint;
     if (this._established) this._attempt = 0;
@@ -526,6 +566,26 @@ class Client {
     this._attempt++;
     this._setState("disconnected", { code, reason, retryAfterMs: hint, delayMs: delay });
     this._wait(delay);
+  }
+
+  // _countFailure counts WebSocket attempts that ended abnormally before
+  // the server's first frame (what a proxy that breaks WebSocket causes),
+  // and falls back to SSE and POST after FALLBACK_AFTER in a row.
+  _countFailure(ws, code) {
+    if (this._transport !== "websocket" || ws === null) return;
+    if (this._heard || (code !== 1005 && code !== 1006 && code !== 1015)) {
+      this._wsFails = 0;
+      return;
+    }
+    this._wsFails++;
+    if (!this._fallback || this._wsFails < FALLBACK_AFTER) return;
+    this._transport = "sse";
+    this._attempt = 0;
+    try {
+      this._onTransport("sse", { failures: this._wsFails });
+    } catch (err) {
+      this._onError(err);
+    }
   }
 
   // _wait opens the next connection after delay ms, and never sooner:
@@ -581,6 +641,7 @@ class Client {
   _frame(ws, text) {
     if (ws !== this._ws || typeof text !== "string") return;
     this._established = true;
+    this._heard = true;
     let v;
     try {
       v = JSON.parse(text);
@@ -715,6 +776,101 @@ class Topic {
   fail(err) {
     this._reject(err);
   }
+}
+
+// SSESocket is the part of the WebSocket interface the client uses
+// (onopen, onmessage, onclose, onerror, send, close), over an event stream
+// of every server frame (GET /sse?rpc) and a POST per frame sent to its
+// session (docs/transports.md). POSTs go one at a time, in order: the
+// server runs a connection's frames in the order they came.
+class SSESocket {
+  constructor(url, EventSourceCtor, fetchFn) {
+    this.onopen = this.onmessage = this.onclose = this.onerror = null;
+    this._fetch = fetchFn;
+    this._out = [];
+    this._posting = false;
+    this._ended = false;
+    this._post = "";
+    const es = new EventSourceCtor(url);
+    this._es = es;
+    es.addEventListener("session", (ev) => {
+      let id = "";
+      try {
+        id = JSON.parse(ev.data).session;
+      } catch (e) {
+        // not a session event of ours
+      }
+      if (typeof id !== "string" || id === "" || this._post) return;
+      const u = new URL(url);
+      u.search = "";
+      u.searchParams.set("session", id);
+      this._post = u.toString();
+      if (this.onopen) this.onopen({});
+    });
+    es.onmessage = (ev) => {
+      if (!this._ended && this.onmessage) this.onmessage({ data: ev.data });
+    };
+    es.addEventListener("close", (ev) => {
+      let c = { code: 1006, reason: "" };
+      try {
+        c = JSON.parse(ev.data);
+      } catch (e) {
+        // keep 1006
+      }
+      this._end(c.code, c.reason || "");
+    });
+    // EventSource would reconnect by itself: the client decides instead.
+    es.onerror = () => this._end(1006, "");
+  }
+
+  send(text) {
+    if (this._ended || !this._post) throw new Error("rtclient: event stream not open");
+    this._out.push(text);
+    this._pump();
+  }
+
+  async _pump() {
+    if (this._posting) return;
+    this._posting = true;
+    while (this._out.length > 0 && !this._ended) {
+      const body = this._out.shift();
+      let ok = false;
+      try {
+        // text/plain: a simple request, no CORS preflight.
+        const r = await this._fetch(this._post, { method: "POST", body, headers: { "Content-Type": "text/plain" } });
+        ok = r.status === 202;
+      } catch (e) {
+        ok = false;
+      }
+      if (!ok) this._end(1006, "");
+    }
+    this._posting = false;
+  }
+
+  close(code) {
+    this._end(code || 1000, "");
+  }
+
+  _end(code, reason) {
+    if (this._ended) return;
+    this._ended = true;
+    this._es.close();
+    this._out = [];
+    if (this.onclose) this.onclose({ code, reason });
+  }
+}
+
+// sseURL is the event stream URL for url (the WebSocket URL, or sseUrl):
+// http(s), the path's last "/ws" as "/sse", with rpc and the token.
+function sseURL(url, token) {
+  const base = globalThis.location ? globalThis.location.href : undefined;
+  const u = new URL(url, base);
+  if (u.protocol === "ws:") u.protocol = "http:";
+  else if (u.protocol === "wss:") u.protocol = "https:";
+  u.pathname = u.pathname.replace(/\/ws$/, "/sse");
+  u.searchParams.set("rpc", "");
+  if (token) u.searchParams.set("token", token);
+  return u.toString();
 }
 
 // wsURL resolves url against the page (a path like "/ws" works), turns

@@ -141,6 +141,7 @@ function harness() {
   h.last = () => h.sockets[h.sockets.length - 1];
   h.opts = (extra = {}) => ({
     WebSocket: FakeWS,
+    fallback: false, // a browser's real EventSource must not answer for FakeWS
     random: () => 0.5,
     now: () => h.time,
     setTimeout: (f, ms) => {
@@ -939,6 +940,74 @@ test("history asks for a topic's messages", async () => {
   c.close();
 });
 
+// --- the fallback to Server-Sent Events and POST ---
+
+test("three WebSocket attempts that fail before a frame switch to SSE and POST, announced", async () => {
+  const h = harness();
+  const posts = [];
+  const streams = [];
+  class FakeES {
+    constructor(url) {
+      this.url = url;
+      this.listeners = {};
+      this.closed = false;
+      streams.push(this);
+    }
+    addEventListener(type, f) {
+      this.listeners[type] = f;
+    }
+    close() {
+      this.closed = true;
+    }
+    emit(type, data) {
+      const ev = { data: JSON.stringify(data) };
+      if (type === "message") this.onmessage(ev);
+      else this.listeners[type](ev);
+    }
+  }
+  const transports = [];
+  const c = connect(
+    "ws://x/ws",
+    h.opts({
+      fallback: true,
+      token: "tk",
+      EventSource: FakeES,
+      fetch: async (url, o) => {
+        posts.push({ url, body: JSON.parse(o.body) });
+        return { status: 202 };
+      },
+      onTransport: (name, info) => transports.push([name, info.failures]),
+    }),
+  );
+  // A refusal the server sends (1013) is not a broken network: it resets the count.
+  h.last().drop(1006);
+  await h.advance(1000);
+  h.last().drop(1013, "retry_after_ms=1");
+  await h.advance(1000);
+  for (let i = 0; i < 3; i++) {
+    eq(c.transport, "websocket", "before the third failure in a row");
+    h.last().drop(1006);
+    await h.advance(1000);
+  }
+  eq(transports, [["sse", 3]], "announced once");
+  eq(c.transport, "sse", "transport");
+  eq(streams.length, 1, "one stream");
+  const es = streams[0];
+  eq(es.url, "http://x/sse?rpc=&token=tk", "stream URL");
+  es.emit("session", { session: "s1" });
+  const p = c.publish("t", 1);
+  await tick();
+  eq(posts.length, 1, "one POST");
+  eq(posts[0].url, "http://x/sse?session=s1", "POST URL");
+  eq(posts[0].body.method, "publish", "the frame");
+  es.emit("message", { jsonrpc: "2.0", id: posts[0].body.id, result: {} });
+  eq(await p, {}, "the answer came on the stream");
+  es.emit("close", { code: 1012, reason: "retry_after_ms=5" });
+  eq(es.closed, true, "the stream is closed, not left to reconnect by itself");
+  eq(h.states[h.states.length - 1][1].retryAfterMs, 5, "the close's hint holds");
+  c.close();
+});
+
 // --- the public surface: what rtclient.d.ts declares ---
 
 test("the module exports and the client's methods are the declared ones", () => {
@@ -947,7 +1016,7 @@ test("the module exports and the client's methods are the declared ones", () => 
   const c = connect("ws://x/ws", h.opts());
   const proto = Object.getPrototypeOf(c);
   const methods = Object.getOwnPropertyNames(proto).filter((k) => !k.startsWith("_") && k !== "constructor");
-  eq(methods.sort(), ["call", "close", "history", "notify", "presence", "presenceAll", "presenceStats", "publish", "publishAt", "state", "subscribe"], "client");
+  eq(methods.sort(), ["call", "close", "history", "notify", "presence", "presenceAll", "presenceStats", "publish", "publishAt", "state", "subscribe", "transport"], "client");
   const off = c.subscribe("t", () => {});
   eq([typeof off, typeof off.position, off.ready instanceof Promise], ["function", "function", true], "subscription");
   c.close();

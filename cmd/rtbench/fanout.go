@@ -222,6 +222,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 				}
 				return
 			}
+			if sioPing(c, b) {
+				continue
+			}
 			now := int64(time.Since(base))
 			n := scanTimestamps(b, func(ts int64) { h.RecordNs(now - ts) })
 			if n > 0 {

@@ -20,6 +20,13 @@ type idleConfig struct {
 	DialTimeout time.Duration
 	ServerPID   int    // 0: no RSS measurement
 	MetricsURL  string // "": no goroutine count
+	// After the measurement, ProbeClients established clients do publish
+	// round trips (ProbeRate per second in all) for ProbeTime while the
+	// idle connections stay open: what an idle herd costs a live
+	// conversation. 0 clients: none.
+	ProbeClients int
+	ProbeRate    float64
+	ProbeTime    time.Duration
 }
 
 type idleResult struct {
@@ -45,6 +52,10 @@ type idleResult struct {
 	HeapInusePerConn float64 `json:"serverHeapInusePerConnBytes,omitempty"`
 	StackPerConn     float64 `json:"serverStackInusePerConnBytes,omitempty"`
 	AcceptLat        latency `json:"acceptLatency"`
+	// Probe is the probes' send -> receipt round trips (publish sent to
+	// both its answer and its message received) with the idle
+	// connections open; nil without probes.
+	Probe *latency `json:"probe,omitempty"`
 }
 
 // memSeries are the Go runtime gauges rtserver exports, read before and
@@ -119,9 +130,11 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 					defer readers.Done()
 					defer open.Add(-1)
 					for {
-						if _, _, err := c.Read(context.Background()); err != nil {
+						_, b, err := c.Read(context.Background())
+						if err != nil {
 							return
 						}
+						sioPing(c, b)
 					}
 				}()
 			}
@@ -166,6 +179,21 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 			}
 			res.HeapAllocPerConn, res.HeapInusePerConn, res.StackPerConn = per[0], per[1], per[2]
 		}
+	}
+	// The probes come after the memory was measured, so their own
+	// connections do not count in it.
+	if cfg.ProbeClients > 0 && cfg.ProbeTime > 0 {
+		p, err := startProbes(ctx, cfg.URL, cfg.ProbeClients, cfg.ProbeRate)
+		if err != nil {
+			return nil, err
+		}
+		err = ctxsleep.Sleep(ctx, cfg.ProbeTime)
+		p.stop()
+		if err != nil {
+			return nil, err
+		}
+		l := p.result(cfg.ProbeClients, cfg.ProbeRate).Baseline
+		res.Probe = &l
 	}
 	return res, nil
 }

@@ -20,7 +20,9 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
                    [--probe-clients K --probe-rate R --baseline 3s --probe-url URL]
   rtbench storm    --url ... --server-pid PID [-n 5000 -c 256 --hold 100ms] [--storm-url URL] [--probe-cpu 0 --storm-cpu 1]
                    [--probe-clients 20 --probe-rate 1000 --baseline 5s]
-  rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID]
+  rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID] [--probe-clients 10 --probe-rate 200 --probe-time 3s]
+  rtbench shed     --url ... --server-pid PID [--abusers 5 --window 16 --duration 5s] [--probe-clients 20 --probe-rate 200 --baseline 3s] [--abuse-cpu 1]
+  rtbench abuse    --url ... [-n 5 --window 16 --duration 5s] [--server-pid PID]
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
   rtbench recover  --url ... -n 1000 --missed 1000 [-t 1] [--size 100] [--prefix room:] [--server-pid PID]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
@@ -29,7 +31,8 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
                    [--interval 5s] [--secret S] [--churn 0.2] [--hot-rate 5000] [--server-pid PID] [--stale]
   rtbench serve503 --listen 127.0.0.1:9503 [--max-time 1h]
 
-Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m).
+Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m),
+--socketio (idle and fanout against a socket.io server: bench/socketio).
 Run "rtbench MODE -h" for a mode's flags.
 `
 
@@ -59,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rawURL := fs.String("url", "ws://127.0.0.1:8080/ws", "rtserver WebSocket URL (loopback only)")
 	pid := fs.Int("server-pid", 0, "server process id: measure its CPU (/proc/PID/stat) or RSS (/proc/PID/status)")
 	dialTimeout := fs.Duration("dial-timeout", 10*time.Second, "bound on each upgrade attempt")
+	socketIO := fs.Bool("socketio", false, "speak Socket.IO over Engine.IO v4's websocket transport to a socket.io server (bench/socketio), --url ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket")
 
 	var runMode func(context.Context) (any, error)
 	switch mode {
@@ -116,24 +120,57 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runStorm(ctx, stormConfig{URL: u, StormURL: su, N: *n, C: *c, Hold: *hold, ProbeClients: *probeK, ProbeRate: *probeR,
 				Baseline: *baseline, ProbeCPU: *probeCPU, StormCPU: *stormCPU, ServerPID: *pid, MaxTime: *maxTime})
 		}
+	case "abuse":
+		n := fs.Int("n", 5, "abusing connections")
+		window := fs.Int("window", 16, "publishes in flight per connection")
+		dur := fs.Duration("duration", 5*time.Second, "hammering time")
+		runMode = func(ctx context.Context) (any, error) {
+			u, err := checkURL(*rawURL)
+			if err != nil {
+				return nil, err
+			}
+			return runAbuse(ctx, abuseConfig{URL: u, N: *n, Window: *window, Duration: *dur, ServerPID: *pid})
+		}
+	case "shed":
+		n := fs.Int("abusers", 5, "abusing connections, in a process of their own")
+		window := fs.Int("window", 16, "publishes in flight per abuser")
+		dur := fs.Duration("duration", 5*time.Second, "hammering time")
+		probeK := fs.Int("probe-clients", 20, "innocent clients doing publish round trips on private topics")
+		probeR := fs.Float64("probe-rate", 200, "innocents' round trips per second, over all of them")
+		baseline := fs.Duration("baseline", 3*time.Second, "innocents alone before the abuse")
+		abuseCPU := fs.String("abuse-cpu", "", "taskset CPU list for the abusers' process")
+		runMode = func(ctx context.Context) (any, error) {
+			u, err := checkURL(*rawURL)
+			if err != nil {
+				return nil, err
+			}
+			return runShed(ctx, shedConfig{URL: u, ProbeClients: *probeK, ProbeRate: *probeR, Baseline: *baseline,
+				Abuse: abuseConfig{URL: u, N: *n, Window: *window, Duration: *dur, ServerPID: *pid}, AbuseCPU: *abuseCPU, MaxTime: *maxTime})
+		}
 	case "idle":
 		n := fs.Int("n", 10000, "connections to open")
 		c := fs.Int("c", 100, "dialers in parallel")
 		settle := fs.Duration("settle", 5*time.Second, "wait after the last connection before measuring")
 		murl := fs.String("metrics-url", "", "server /metrics for go_goroutines (default: /metrics on --url's host)")
+		probeK := fs.Int("probe-clients", 0, "after measuring, established clients doing publish round trips while the idle connections stay open")
+		probeR := fs.Float64("probe-rate", 200, "probe round trips per second, over all probe clients")
+		probeT := fs.Duration("probe-time", 3*time.Second, "how long the probes run")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
 				return nil, err
 			}
 			m := *murl
-			if m == "" {
+			if m == "" && !engineIOOn() { // a socket.io server has no /metrics
 				m = metricsURL(u)
 			}
-			if _, err := checkURL(m); err != nil {
-				return nil, err
+			if m != "" {
+				if _, err := checkURL(m); err != nil {
+					return nil, err
+				}
 			}
-			return runIdle(ctx, idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m})
+			return runIdle(ctx, idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m,
+				ProbeClients: *probeK, ProbeRate: *probeR, ProbeTime: *probeT})
 		}
 	case "fanout":
 		p := fs.Int("p", 1, "publishers")
@@ -244,6 +281,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	engineIOMode.Store(*socketIO)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "rtbench %s: unexpected arguments %q\n", mode, fs.Args())
 		return 2

@@ -268,3 +268,23 @@ func TestFanoutOwnTopics(t *testing.T) {
 		t.Errorf("published %d expected %d delivered %d, want 2 deliveries each", res.Published, res.Expected, res.Delivered)
 	}
 }
+
+// The idle run's probes do round trips with the idle connections open and
+// report them; their connections are not counted in the idle figures.
+func TestIdleProbesReportRoundTrips(t *testing.T) {
+	t.Parallel()
+	u, _ := startNode(t, nil)
+	res, err := runIdle(testCtx(t), idleConfig{URL: u, N: 10, C: 2, ProbeClients: 2, ProbeRate: 50, ProbeTime: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Open != 10 {
+		t.Fatalf("open %d, want 10", res.Open)
+	}
+	if res.Probe == nil || res.Probe.N == 0 {
+		t.Fatalf("probe %+v, want round trips", res.Probe)
+	}
+	if res.Probe.P50 <= 0 || res.Probe.P99 < res.Probe.P50 {
+		t.Errorf("probe p50 %v p99 %v", res.Probe.P50, res.Probe.P99)
+	}
+}

@@ -118,6 +118,12 @@ func (d *dialer) dial(ctx context.Context) (*websocket.Conn, *http.Response, err
 	})
 	if c != nil {
 		c.SetReadLimit(16 << 20)
+		if engineIOOn() {
+			if err := sioOpen(ctx, c); err != nil {
+				c.CloseNow()
+				return nil, resp, err
+			}
+		}
 	}
 	return c, resp, err
 }

@@ -27,6 +27,9 @@ type frame struct {
 // frames decodes one text frame: a single JSON-RPC value, or (rt.batch) an
 // array of them.
 func frames(b []byte) ([]frame, error) {
+	if engineIOOn() {
+		return sioFrames(b)
+	}
 	b = bytes.TrimSpace(b)
 	if len(b) > 0 && b[0] == '[' {
 		var fs []frame
@@ -50,6 +53,9 @@ func readFrames(c *websocket.Conn, fn func(at time.Time, f frame) bool) {
 			return
 		}
 		at := time.Now()
+		if sioPing(c, b) {
+			continue
+		}
 		fs, err := frames(b)
 		if err != nil {
 			continue
@@ -64,6 +70,9 @@ func readFrames(c *websocket.Conn, fn func(at time.Time, f frame) bool) {
 
 // request renders a JSON-RPC request; params must be valid JSON.
 func request(id uint64, method string, params []byte) []byte {
+	if engineIOOn() {
+		return sioRequest(id, method, params)
+	}
 	b := make([]byte, 0, 64+len(method)+len(params))
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = strconv.AppendUint(b, id, 10)
@@ -96,6 +105,9 @@ func subscribeSync(ctx context.Context, c *websocket.Conn, id uint64, topic stri
 		_, b, err := c.Read(ctx)
 		if err != nil {
 			return err
+		}
+		if sioPing(c, b) {
+			continue
 		}
 		fs, err := frames(b)
 		if err != nil {

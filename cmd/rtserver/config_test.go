@@ -10,7 +10,6 @@ import (
 	"github.com/rtserver/rtserver/internal/conf"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/pressure"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -53,7 +52,7 @@ handshake:
   allowedOrigins: []             # empty: same-host only
   allowNoOrigin: true
 auth:
-  jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", refreshNotice: 30s}
+  jwt: {hmacSecret: "", publicKeyFile: "", jwksUrl: "", audience: "", issuer: "", requireExp: false, maxLifetime: 0s, refreshNotice: 30s}
 topics:
   namespaces: []                 # ordered; the first whose pattern matches the topic decides
   default: {subscribe: [any], publish: [any], presence: false, joinLeave: false, history: {size: 0, ttl: 0s}}   # topics no namespace matches
@@ -125,8 +124,6 @@ func contractAdmission() message.Config {
 		FailPolicy: message.FailOpen,
 	}
 }
-
-func init() { usageOutput = io.Discard }
 
 func writeFile(t *testing.T, content string) string {
 	t.Helper()
@@ -436,7 +433,10 @@ func TestUnknownKeys(t *testing.T) {
 		{"file top level", "listn: x\n", nil, `listn: unknown key (did you mean "listen"?) (FILE:1)`},
 		{"file inside a class rule", "admission: {classes: {a: {rate: {limit: 1, per: 1s, bye: user}}}}\n", nil,
 			`admission.classes.a.rate.bye: unknown key (did you mean "by"?) (FILE:1)`},
-		{"env", "", []string{"RTSERVER_HANDSHAKE_MAXCONCURENT=5"}, "RTSERVER_HANDSHAKE_MAXCONCURENT: unknown environment variable"},
+		{"env", "", []string{"RTSERVER_HANDSHAKE_MAXCONCURENT=5"}, "RTSERVER_HANDSHAKE_MAXCONCURENT: unknown environment variable (did you mean RTSERVER_HANDSHAKE_MAXCONCURRENT?)"},
+		{"env with an underscore inside a key", "", []string{"RTSERVER_HANDSHAKE_MAX_CONNECTIONS=5"},
+			"RTSERVER_HANDSHAKE_MAX_CONNECTIONS: unknown environment variable (did you mean RTSERVER_HANDSHAKE_MAXCONNECTIONS?)"},
+		{"env nothing near", "", []string{"RTSERVER_NOTHING_LIKE_IT=5"}, "RTSERVER_NOTHING_LIKE_IT: unknown environment variable"},
 		{"env map value", "", []string{"RTSERVER_ADMISSION_CLASSES={a: {reason: [MEMORY]}}"},
 			`admission.classes.a.reason: unknown key (did you mean "reasons"?) (RTSERVER_ADMISSION_CLASSES)`},
 	}

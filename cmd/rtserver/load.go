@@ -21,17 +21,15 @@ import (
 
 const envPrefix = "RTSERVER_"
 
-// usageOutput receives the -h usage text; tests silence it.
-var usageOutput io.Writer = os.Stderr
-
 // Action is what the binary should do once the configuration is loaded.
 type Action int
 
 const (
-	ActionRun            Action = iota // serve
-	ActionPrintConfig                  // --print-config: write the YAML to stdout, exit 0
-	ActionPrintReference               // --config-reference: write ConfigReference() to stdout, exit 0
-	ActionPrintVersion                 // --version: write the module version to stdout, exit 0
+	ActionRun                Action = iota // serve
+	ActionPrintConfig                      // --print-config: write the YAML, secrets redacted (redactSecrets), to stdout, exit 0
+	ActionPrintConfigSecrets               // --print-config --show-secrets: the YAML with secrets as they are
+	ActionPrintReference                   // --config-reference: write ConfigReference() to stdout, exit 0
+	ActionPrintVersion                     // --version: write the module version to stdout, exit 0
 )
 
 // KeyError is an invalid or unknown configuration key (rtserver.ConfigError).
@@ -45,6 +43,7 @@ type configFlags struct {
 	listen, adminListen, redisURL string
 	logFormat, logLevel           string
 	printConfig, printReference   bool
+	showSecrets                   bool
 	version                       bool
 }
 
@@ -58,7 +57,8 @@ func newConfigFlags() *configFlags {
 	fs.StringVar(&f.redisURL, "redis-url", "", "Redis `URL` (overrides redis.url)")
 	fs.StringVar(&f.logFormat, "log-format", "", "log `format`: text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log `level`: debug | info | warn | error (overrides log.level)")
-	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration as YAML and exit")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration as YAML and exit; secrets (auth.jwt.hmacSecret, publishRate.hmacSecret, api.key, the password of redis.url) print as "+redactedMark+" unless --show-secrets")
+	fs.BoolVar(&f.showSecrets, "show-secrets", false, "with --print-config: print secrets as they are (output that loads back unchanged; treat it as secret)")
 	fs.BoolVar(&f.printReference, "config-reference", false, "print the configuration reference (Markdown) and exit")
 	fs.BoolVar(&f.version, "version", false, "print the module version and exit")
 	return f
@@ -74,15 +74,14 @@ func (f *configFlags) usage(w io.Writer) {
 // Load builds the configuration: rtserver.DefaultConfig(), then the YAML
 // file named by --config, then RTSERVER_* variables from environ, then
 // flags; and validates the result. args excludes the program name
-// (os.Args[1:]); environ is os.Environ(). On -h/--help it prints usage and
-// returns flag.ErrHelp (exit 0). ActionPrintReference returns before any
+// (os.Args[1:]); environ is os.Environ(). On -h/--help it returns
+// flag.ErrHelp: the caller prints the usage (on stdout, exit 0). ActionPrintReference returns before any
 // file or environment is read.
 func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 	cfg := rtserver.DefaultConfig()
 	f := newConfigFlags()
 	if err := f.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			f.usage(usageOutput)
 			return cfg, ActionRun, flag.ErrHelp
 		}
 		return cfg, ActionRun, &KeyError{Key: "flags", Msg: err.Error() + " (rtserver -h lists them)"}
@@ -99,6 +98,10 @@ func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 		return cfg, ActionRun, &KeyError{Key: "flags", Msg: "--print-config and --config-reference exclude each other"}
 	case f.printReference:
 		return cfg, ActionPrintReference, nil
+	case f.showSecrets && !f.printConfig:
+		return cfg, ActionRun, &KeyError{Key: "flags", Msg: "--show-secrets goes with --print-config"}
+	case f.printConfig && f.showSecrets:
+		action = ActionPrintConfigSecrets
 	case f.printConfig:
 		action = ActionPrintConfig
 	}
@@ -137,7 +140,7 @@ func Load(args []string, environ []string) (rtserver.Config, Action, error) {
 		overridden[key] = true
 	})
 	cfg = cfg.WithDefaults()
-	valErr := withoutEchoes(cfg.Validate(), errors.Join(srcErr, envErr))
+	valErr := withoutEchoes(errors.Join(cfg.Validate(), redactedSecrets(cfg)), errors.Join(srcErr, envErr))
 	if lines != nil && valErr != nil {
 		set := map[string]bool{}
 		for _, kv := range environ {

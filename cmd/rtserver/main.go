@@ -5,11 +5,13 @@
 //	rtserver                      # single instance, in-memory bus, 127.0.0.1:8080
 //	rtserver --config rt.yaml     # see docs/configuration.md
 //	rtserver --print-config       # the effective configuration
-//	rtserver --version            # the module version
+//	rtserver --version            # the release, e.g. "rtserver 0.1.0 (REVISION) go1.26.8"
 //	rtserver token --user alice   # a token signed with auth.jwt.hmacSecret
 //	rtserver checktoken TOKEN     # which check a token fails
 //	rtserver sub room:1           # each message of a topic, as JSON lines
 //	rtserver pub room:1 '{"a":1}' # publish
+//	rtserver presence room:1      # who is subscribed, as JSON lines
+//	rtserver history room:1       # the stored messages, as JSON lines
 //
 // SIGTERM or SIGINT drains (readiness 503, clients told and closed with
 // 1012 spread over drain.duration) and exits 0; a second signal closes the
@@ -27,7 +29,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -58,6 +59,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	cfg, action, err := Load(args, environ)
 	if errors.Is(err, flag.ErrHelp) {
+		newConfigFlags().usage(stdout) // asked for: stdout, exit 0
 		return 0
 	}
 	if err != nil {
@@ -65,7 +67,10 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch action {
-	case ActionPrintConfig:
+	case ActionPrintConfig, ActionPrintConfigSecrets:
+		if action == ActionPrintConfig {
+			cfg = redactSecrets(cfg)
+		}
 		out, err := conf.EncodeYAML(cfg)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
@@ -106,26 +111,6 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// version is the module's version as the build recorded it: a tag when
-// built by go install from a release, "(devel)" with the VCS revision
-// when built from a checkout.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && (v == "" || v == "(devel)") {
-			v = "(devel) " + s.Value
-		}
-	}
-	if v == "" {
-		v = "(devel)"
-	}
-	return v + " " + bi.GoVersion
 }
 
 // printConfigErrors writes one line per configuration problem, each

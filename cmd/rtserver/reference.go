@@ -45,8 +45,10 @@ func ConfigReference() []byte {
 	w("offered it (`listn: unknown key (did you mean \"listen\"?)`), and a line indented with a tab\n")
 	w("is named (YAML indents with spaces only). `rtserver --print-config` prints the effective\n")
 	w("configuration as YAML (a valid `--config` file); `rtserver --config-reference` prints this page.\n")
-	w("`--print-config` shows secrets (`auth.jwt.hmacSecret`, `publishRate.hmacSecret`) as they are,\n")
-	w("so that its output loads back unchanged: treat that output as secret.\n\n")
+	w("`--print-config` prints secrets (`auth.jwt.hmacSecret`, `publishRate.hmacSecret`, `api.key`,\n")
+	w("the password in `redis.url`) as `%s`, so that its output can be pasted into a ticket or a log;\n", redactedMark)
+	w("a file holding that mark as a secret is refused at start-up. `--print-config --show-secrets`\n")
+	w("prints them as they are, output that loads back unchanged: treat that output as secret.\n\n")
 
 	w("## Value syntax\n\n")
 	w("- **Durations** are Go duration strings: `250ms`, `10s`, `1m30s` (`0` is allowed where a key allows zero).\n")
@@ -131,6 +133,7 @@ const exampleAdmission = `admission:
     fanout: {cost: {budget: 1000000, per: 1m, of: fanout, by: user}}
     fair: {rate: {limit: 100, per: 1m, by: user, strategy: slidingWindow}}
     global: {rate: {limit: 50, per: 1s, by: user, scope: cluster}}   # needs redis.url
+    priced: {cost: {budget: 50000, per: 1m, of: "param:maxTokens"}, bidPrice: {valueOf: "param:value", duals: {rate: 0, cost: 0.01}}}
   methods:                       # method name or glob -> class
     publish: cluster-broadcast
     "report.*": expensive-rpc

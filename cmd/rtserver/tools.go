@@ -31,6 +31,9 @@ rtserver SUBCOMMAND --help lists its flags):
   rtserver sub [--user U | --token T] [--since EPOCH:OFFSET] TOPIC
                                               print each message of TOPIC as a JSON line; reconnects and recovers
   rtserver pub [--user U | --token T] TOPIC DATA   publish DATA (JSON; anything else is sent as a string)
+  rtserver presence [--user U | --token T] TOPIC   print who is in TOPIC, one JSON line per connection
+  rtserver history [--user U | --token T] [--since EPOCH:OFFSET] [--count N] TOPIC
+                                              print TOPIC's stored messages as JSON lines, as sub does
 `
 
 // The flags a subcommand may take: each declares only those it reads.
@@ -58,10 +61,19 @@ var tools = map[string]tool{
 		flagUser | flagToken | flagTTL | flagURL | flagCount | flagSince, toolSub},
 	"pub": {"TOPIC DATA", "publish DATA to TOPIC (JSON; anything else is sent as a string);\n" +
 		"on a history topic print the message's position {\"epoch\",\"offset\"}", flagUser | flagToken | flagTTL | flagURL, toolPub},
+	// presence and history take sub's flags, so that a command line that
+	// subscribes also lists or reads (--since and --count mean what they
+	// can for each).
+	"presence": {"TOPIC", "print who is in TOPIC (a topic with presence: docs/presence.md), one JSON line per connection\n" +
+		"({\"client\",\"user\"}; user \"\" when anonymous), then the counts on stderr; --count N stops after N lines",
+		flagUser | flagToken | flagTTL | flagURL | flagCount | flagSince, toolPresence},
+	"history": {"TOPIC", "print TOPIC's stored messages (a history topic: docs/history.md) as JSON lines, as sub does:\n" +
+		"the newest --count (default 100, at most 1000), or those after --since; the topic's position on stderr",
+		flagUser | flagToken | flagTTL | flagURL | flagCount | flagSince, toolHistory},
 }
 
 // toolNames lists the subcommands, for the error on an unknown one.
-const toolNames = "token, checktoken, sub, pub"
+const toolNames = "token, checktoken, sub, pub, presence, history"
 
 // runTool runs subcommand name, or reports ok=false when name is not one.
 func runTool(name string, args, environ []string, stdout, stderr io.Writer) (code int, ok bool) {
@@ -91,14 +103,19 @@ func runTool(name string, args, environ []string, stdout, stderr io.Writer) (cod
 	if t.flags&flagSince != 0 {
 		fs.Func("since", "start after this `EPOCH:OFFSET` of a history topic (a position pub or sub printed)", f.parseSince)
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: rtserver %s [flags] %s\n  %s\n\nFlags:\n", name, t.args, strings.ReplaceAll(t.summary, "\n", "\n  "))
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rtserver %s [flags] %s\n  %s\n\nFlags:\n", name, t.args, strings.ReplaceAll(t.summary, "\n", "\n  "))
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
+	fs.Usage = func() {} // printed below: on stdout when asked for, on stderr after a mistake
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
 			return 0, true
 		}
+		usage(stderr)
 		return 2, true
 	}
 	var loadArgs []string
@@ -362,4 +379,86 @@ func refusal(method, topic string, err error) error {
 		hint = " (shed by admission: retry after the hint; docs/admission.md)"
 	}
 	return fmt.Errorf("%s %s refused: %w%s", method, topic, err, hint)
+}
+
+// toolPresence prints a topic's presence, every page, one JSON line per
+// connection, and the counts on stderr.
+func toolPresence(f *toolFlags) error {
+	a, err := f.args(1)
+	if err != nil {
+		return err
+	}
+	if f.since != (client.Position{}) {
+		return errors.New("--since is a position in a history topic: presence has none (rtserver history reads one)")
+	}
+	if f.count < 0 {
+		return fmt.Errorf("--count %d: want 0 (every connection) or a number of lines", f.count)
+	}
+	topic := a[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := f.dial(ctx, client.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stats, err := c.PresenceStats(ctx, topic)
+	if err != nil {
+		return refusal("presence", topic, err)
+	}
+	enc := json.NewEncoder(f.stdout)
+	printed, cursor := 0, ""
+	for {
+		p, err := c.Presence(ctx, topic, cursor)
+		if err != nil {
+			return refusal("presence", topic, err)
+		}
+		for _, e := range p.Clients {
+			if f.count > 0 && printed == f.count {
+				break
+			}
+			_ = enc.Encode(e)
+			printed++
+		}
+		if p.Cursor == "" || (f.count > 0 && printed == f.count) {
+			break
+		}
+		cursor = p.Cursor
+	}
+	fmt.Fprintf(f.stderr, "%s: %d connections, %d users\n", topic, stats.Clients, stats.Users)
+	return nil
+}
+
+// toolHistory prints a history topic's stored messages as sub prints
+// messages, and the topic's position on stderr (for sub --since).
+func toolHistory(f *toolFlags) error {
+	a, err := f.args(1)
+	if err != nil {
+		return err
+	}
+	if f.count < 0 || f.count > 1000 {
+		return fmt.Errorf("--count %d: want 0 (the server's default, 100) to 1000 messages", f.count)
+	}
+	topic := a[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := f.dial(ctx, client.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	page, err := c.History(ctx, topic, f.since, f.count)
+	if err != nil {
+		return refusal("history", topic, err)
+	}
+	enc := json.NewEncoder(f.stdout)
+	for _, m := range page.Messages {
+		_ = enc.Encode(subLine{topic, m.Offset, m.Data})
+	}
+	if f.since.Epoch != "" && f.since.Epoch != page.Epoch {
+		fmt.Fprintf(f.stderr, "%s is in another epoch than --since: the messages after it are gone\n", topic)
+	}
+	pos, _ := json.Marshal(client.Position{Epoch: page.Epoch, Offset: page.Offset})
+	fmt.Fprintf(f.stderr, "position: %s\n", pos)
+	return nil
 }

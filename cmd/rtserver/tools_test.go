@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/client"
+	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
 	"github.com/rtserver/rtserver/internal/testkit"
@@ -153,8 +155,10 @@ func TestToolMistakesSayWhatToDo(t *testing.T) {
 		{"checktoken", []string{"-config"}, []string{"-user", "-token", "-ttl", "-url", "-count", "-since"}},
 		{"sub", []string{"-user", "-token", "-url", "-count", "-since"}, nil},
 		{"pub", []string{"-user", "-token", "-url"}, []string{"-count", "-since"}},
+		{"presence", []string{"-user", "-token", "-url", "-count", "-since"}, nil},
+		{"history", []string{"-user", "-token", "-url", "-count", "-since"}, nil},
 	} {
-		code, _, help := runCmd(t, c.name, "--help")
+		code, help, _ := runCmd(t, c.name, "--help")
 		if code != 0 || !strings.HasPrefix(help, "Usage: rtserver "+c.name+" [flags]") {
 			t.Errorf("%s --help: exit %d, %q", c.name, code, help)
 		}
@@ -260,5 +264,99 @@ func TestSubRecoversAcrossADrain(t *testing.T) {
 	}
 	if !strings.Contains(subErr.String(), "reconnected") {
 		t.Errorf("sub did not say it reconnected: %q", subErr.String())
+	}
+}
+
+// presence and history take sub's flags: presence lists who is in a topic
+// as JSON lines (--count stops early, --since is refused: presence has no
+// position), history prints stored messages as sub does, the newest
+// --count or those after --since, and the position on stderr.
+func TestPresenceAndHistorySubcommands(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := rtserver.DefaultConfig()
+	cfg.Auth.JWT.HMACSecret = []byte(toolSecret)
+	cfg.Topics.Namespaces = []access.Namespace{{Pattern: "room:*", Rule: access.Rule{
+		Subscribe: []string{access.GrantAny}, Publish: []string{access.GrantAny},
+		Presence: true, History: history.Policy{Size: 100, TTL: time.Minute},
+	}}}
+	_, addr := testnode.Start(t, cfg)
+	file := filepath.Join(t.TempDir(), "rt.yaml")
+	if err := os.WriteFile(file, []byte("listen: "+addr+"\nauth: {jwt: {hmacSecret: "+toolSecret+"}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, user := range []string{"alice", "bob"} {
+		tok, err := cfg.Auth.JWT.SignHMAC(user, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := client.Dial(ctx, "ws://"+addr+"/ws", &client.Options{Token: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Subscribe(ctx, "room:1", func(string, json.RawMessage) {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	code, out, stderr := runCmd(t, "presence", "--config", file, "--user", "carol", "room:1")
+	if code != 0 || !strings.Contains(out, `"user":"alice"`) || !strings.Contains(out, `"user":"bob"`) || strings.Count(out, "\n") != 2 {
+		t.Fatalf("presence: exit %d, %q, %q", code, out, stderr)
+	}
+	if stderr != "room:1: 2 connections, 2 users\n" {
+		t.Fatalf("presence stderr %q", stderr)
+	}
+	if code, out, _ := runCmd(t, "presence", "--config", file, "--user", "carol", "--count", "1", "room:1"); code != 0 || strings.Count(out, "\n") != 1 {
+		t.Fatalf("presence --count 1: exit %d, %q", code, out)
+	}
+	if code, _, stderr := runCmd(t, "presence", "--config", file, "--user", "carol", "--since", "e:1", "room:1"); code != 1 || !strings.Contains(stderr, "presence has none") {
+		t.Fatalf("presence --since: exit %d, %q", code, stderr)
+	}
+
+	var first client.Position
+	for i, data := range []string{"one", "two", "three"} {
+		code, out, stderr := runCmd(t, "pub", "--config", file, "--user", "carol", "room:1", data)
+		if code != 0 {
+			t.Fatalf("pub: exit %d, %q", code, stderr)
+		}
+		if i == 0 {
+			json.Unmarshal([]byte(out), &first)
+		}
+	}
+	code, out, stderr = runCmd(t, "history", "--config", file, "--user", "carol", "--count", "2", "room:1")
+	want := `{"topic":"room:1","offset":2,"data":"two"}
+{"topic":"room:1","offset":3,"data":"three"}
+`
+	if code != 0 || out != want || stderr != `position: {"epoch":"`+first.Epoch+`","offset":3}`+"\n" {
+		t.Fatalf("history --count 2: exit %d, %q, %q; want %q", code, out, stderr, want)
+	}
+	code, out, _ = runCmd(t, "history", "--config", file, "--user", "carol", "--since", first.Epoch+":2", "room:1")
+	if code != 0 || out != `{"topic":"room:1","offset":3,"data":"three"}`+"\n" {
+		t.Fatalf("history --since: exit %d, %q", code, out)
+	}
+	if code, _, stderr := runCmd(t, "history", "--config", file, "--user", "carol", "plain"); code != 1 || !strings.Contains(stderr, "history plain refused") {
+		t.Fatalf("history of a topic without history: exit %d, %q", code, stderr)
+	}
+}
+
+// --help prints on stdout and exits 0, for the server and every
+// subcommand; a mistake prints the usage on stderr and exits 2.
+func TestHelpOnStdout(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"sub", "--help"}, {"presence", "--help"}, {"history", "-h"}, {"pub", "--help"}} {
+		code, out, stderr := runCmd(t, args...)
+		if code != 0 || !strings.HasPrefix(out, "Usage: rtserver") || stderr != "" {
+			t.Errorf("rtserver %q: exit %d, stdout %q, stderr %q; want the usage on stdout, exit 0", args, code, out, stderr)
+		}
+	}
+	code, out, stderr := runCmd(t, "--help")
+	for _, sub := range []string{"rtserver presence", "rtserver history"} {
+		if !strings.Contains(out, sub) {
+			t.Errorf("--help does not list %s:\n%s", sub, out)
+		}
+	}
+	code, out, stderr = runCmd(t, "sub", "--nope")
+	if code != 2 || out != "" || !strings.Contains(stderr, "flag provided but not defined: -nope") || !strings.Contains(stderr, "Usage: rtserver sub") {
+		t.Errorf("sub --nope: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 }

@@ -40,7 +40,11 @@ func ApplyEnv(dst any, environ []string, prefix string) error {
 	for _, k := range slices.Sorted(maps.Keys(vals)) {
 		leaf, ok := byEnv[k]
 		if !ok {
-			errs = append(errs, &KeyError{Key: k, Msg: "unknown environment variable"})
+			msg := "unknown environment variable"
+			if near := nearestEnv(k, byEnv); near != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", near)
+			}
+			errs = append(errs, &KeyError{Key: k, Msg: msg})
 			continue
 		}
 		errs = append(errs, setFromString(fieldAt(root, leaf.Index), vals[k], leaf.Path, k)...)
@@ -124,4 +128,29 @@ func setFromString(v reflect.Value, s, key, env string) []error {
 		return bad("cannot be set from the environment")
 	}
 	return nil
+}
+
+// nearestEnv is the variable name closest to a misspelt k, or "" when
+// none is close or two are equally close. Underscores cost nothing: the
+// usual slip is one inside a camelCase key (RTSERVER_HANDSHAKE_MAX_CONNECTIONS
+// for RTSERVER_HANDSHAKE_MAXCONNECTIONS), or one missing between sections.
+func nearestEnv(k string, byEnv map[string]Leaf) string {
+	if len(k) > 128 {
+		return "" // no variable name is this long
+	}
+	squash := func(s string) string { return strings.ReplaceAll(s, "_", "") }
+	best, bestDist, tie := "", 3, false
+	for _, name := range slices.Sorted(maps.Keys(byEnv)) {
+		d := editDistance(squash(k), squash(name))
+		switch {
+		case d < bestDist:
+			best, bestDist, tie = name, d, false
+		case d == bestDist && best != "":
+			tie = true
+		}
+	}
+	if tie {
+		return ""
+	}
+	return best
 }

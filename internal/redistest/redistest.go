@@ -21,6 +21,7 @@ type Server struct {
 	Port int
 	Addr string // 127.0.0.1:port
 	dir  string
+	prog string // redis-server, or redis-sentinel
 	args []string
 	cmd  *exec.Cmd
 	// exited is closed when cmd has ended and its output is complete.
@@ -86,7 +87,7 @@ func Start(t testing.TB, extra ...string) *Server {
 		}
 		// A directory per attempt: a failed cluster node may leave a nodes
 		// file naming its port behind.
-		s := &Server{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
+		s := &Server{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(), prog: "redis-server"}
 		s.args = append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", s.dir,
@@ -116,11 +117,11 @@ func (s *Server) start() {
 // port was taken) or does not answer within 10 seconds.
 func (s *Server) launch() error {
 	out := new(bytes.Buffer)
-	cmd := exec.Command("redis-server", s.args...)
+	cmd := exec.Command(s.prog, s.args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
+		return fmt.Errorf("start %s: %w", s.prog, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -133,12 +134,12 @@ func (s *Server) launch() error {
 		select {
 		case <-exited: // Wait has returned: out is complete
 			s.cmd = nil
-			return fmt.Errorf("redis-server on %s exited before answering PING (%v):\n%s", s.Addr, cmd.ProcessState, out)
+			return fmt.Errorf("%s on %s exited before answering PING (%v):\n%s", s.prog, s.Addr, cmd.ProcessState, out)
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			return fmt.Errorf("redis-server on %s did not answer PING within 10s:\n%s", s.Addr, out)
+			return fmt.Errorf("%s on %s did not answer PING within 10s:\n%s", s.prog, s.Addr, out)
 		}
 		time.Sleep(20 * time.Millisecond) // polling a process we do not control
 	}

@@ -700,3 +700,15 @@ func (c *Conn) awaitFD(fd uintptr) bool {
 	c.peeked = uint8(n)
 	return true // bytes, the end, or an error: the read reports it
 }
+
+// HasReader reports whether the connection has its read buffer (the
+// upgrade gave it one).
+func (c *Conn) HasReader() bool { return c != nil && c.br != nil }
+
+// InputInHand reports whether the read buffer holds input not yet read.
+// Read goroutine only.
+func (c *Conn) InputInHand() bool {
+	c.brMu.Lock()
+	defer c.brMu.Unlock()
+	return !c.readClosed && c.br.Buffered() > 0
+}

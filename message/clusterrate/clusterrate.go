@@ -45,48 +45,75 @@ func New(client redis.Scripter, opts Options) *Limiter {
 	return l
 }
 
-// gcraScript runs GCRA for each key: KEYS[i] holds the key's theoretical
-// arrival time (µs); ARGV[1] is now (µs), then per key its limit, its
-// emission interval t (µs) and the units n this call spends. A key heavier
+// gcraScript runs GCRA for each key, in nanoseconds, with the local
+// limiter's integer arithmetic (ratelimit.Keyed), so that both decide the
+// same timeline the same way, retry hints included.
+//
+// Lua numbers are doubles, exact to 2^53: nanoseconds since 1970 do not fit,
+// so an absolute time travels as two integers, whole microseconds since 1970
+// and the nanoseconds past them (0-999), and the script computes only with
+// times relative to now (a difference stays far below 2^53: a period is at
+// most maxPer). KEYS[i] holds the key's theoretical arrival time (TAT) as
+// text "<µs>.<ns, three digits>"; a plain "<µs>" (written by earlier
+// versions of this script) reads as ".000", and those versions read the
+// new text as a number of µs, so a fleet mid-upgrade keeps one budget.
+//
+// ARGV[1], ARGV[2] are now (µs, ns past it), then per key its limit, its
+// emission interval t (ns) and the units n this call spends. A key heavier
 // than its whole burst (n > limit) is denied for one period. Every key is
 // charged only when every key allows. A key expires a second after its
 // bucket is full again (the second absorbs clocks that disagree: an
-// instance behind the others must not find state dropped too early).
-// The reply is, per key, allowed (1 or
-// 0), remaining units, and the wait in µs when denied.
+// instance behind the others must not find state dropped too early). The
+// reply is, per key, allowed (1 or 0), remaining units, and the wait in ns
+// when denied.
 var gcraScript = redis.NewScript(`
-local now = tonumber(ARGV[1])
+local nowUS, nowNS = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out, tats, ok = {}, {}, true
 for i = 1, #KEYS do
-  local limit = tonumber(ARGV[3*i-1])
-  local t = tonumber(ARGV[3*i])
-  local n = tonumber(ARGV[3*i+1])
+  local limit = tonumber(ARGV[3*i])
+  local t = tonumber(ARGV[3*i+1])
+  local n = tonumber(ARGV[3*i+2])
   local span = limit * t
-  local tat = tonumber(redis.call('GET', KEYS[i]) or now)
-  if tat < now then tat = now end
+  local tat = 0
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local dot = string.find(v, '.', 1, true)
+    local us, ns = v, 0
+    if dot then us, ns = string.sub(v, 1, dot - 1), tonumber(string.sub(v, dot + 1)) end
+    tat = (tonumber(us) - nowUS) * 1000 + (ns - nowNS)
+  end
+  if tat < 0 then tat = 0 end
   if n > limit then
     out[3*i-2], out[3*i-1], out[3*i] = 0, 0, span
     ok = false
   else
     local nxt = tat + n * t
     local allowAt = nxt - span
-    if now < allowAt then
-      out[3*i-2], out[3*i-1], out[3*i] = 0, 0, allowAt - now
+    if allowAt > 0 then
+      out[3*i-2], out[3*i-1], out[3*i] = 0, 0, allowAt
       ok = false
     else
-      out[3*i-2], out[3*i-1], out[3*i] = 1, math.floor((now + span - nxt) / t), 0
+      out[3*i-2], out[3*i-1], out[3*i] = 1, math.floor((span - nxt) / t), 0
       tats[i] = nxt
     end
   end
 end
 if ok then
   for i = 1, #KEYS do
-    local ttl = math.ceil((tats[i] - now) / 1000) + 1000
-    redis.call('SET', KEYS[i], string.format('%.0f', tats[i]), 'PX', ttl)
+    local abs = nowNS + tats[i]
+    local ns = abs % 1000
+    local us = nowUS + (abs - ns) / 1000
+    local ttl = math.ceil(tats[i] / 1000000) + 1000
+    redis.call('SET', KEYS[i], string.format('%.0f.%03d', us, ns), 'PX', ttl)
   end
 end
 return out
 `)
+
+// maxPer is the longest period (limit × emission interval) a cluster-scoped
+// limit may have: the script computes in nanoseconds relative to now,
+// exactly as long as they stay under 2^53 (about 104 days).
+const maxPer = time.Duration(1 << 53)
 
 // Preload loads the script on Redis (on every master of a Redis Cluster)
 // and so also opens a connection to each and learns the cluster's slots.
@@ -109,15 +136,21 @@ func (l *Limiter) AllowShared(ctx context.Context, key string, now time.Time, li
 	defer cancel()
 	tag := "{" + l.prefix + "adm:" + key + "}:"
 	keys := make([]string, len(limits))
-	args := make([]any, 1, 1+3*len(limits))
-	args[0] = now.UnixMicro()
+	args := make([]any, 2, 2+3*len(limits))
+	ns := now.UnixNano()
+	args[0], args[1] = ns/1000, ns%1000
+	if ns < 0 {
+		return fmt.Errorf("clusterrate: clock %v is before 1970", now)
+	}
 	for i, lim := range limits {
-		if lim.Limit < 1 || lim.Per <= 0 || lim.N < 0 {
+		if lim.Limit < 1 || lim.Per <= 0 || lim.Per > maxPer || lim.N < 0 {
 			return fmt.Errorf("clusterrate: invalid limit %+v", lim)
 		}
 		keys[i] = tag + lim.Name
-		perUS := int64((lim.Per + time.Microsecond - 1) / time.Microsecond)
-		t := max((perUS+lim.Limit-1)/lim.Limit, 1)
+		t := ratelimit.EmissionInterval(lim.Limit, lim.Per)
+		if t > int64(maxPer)/lim.Limit {
+			return fmt.Errorf("clusterrate: limit %+v: its span exceeds %v", lim, maxPer)
+		}
 		args = append(args, lim.Limit, t, lim.N)
 	}
 	reply, err := gcraScript.Run(ctx, l.client, keys, args...).Int64Slice()
@@ -133,7 +166,7 @@ func (l *Limiter) AllowShared(ctx context.Context, key string, now time.Time, li
 		if r.Allowed {
 			r.Remaining = remaining
 		} else {
-			r.RetryAfter = max(time.Duration(wait)*time.Microsecond, time.Microsecond)
+			r.RetryAfter = max(time.Duration(wait), 1)
 		}
 		results[i] = r
 	}

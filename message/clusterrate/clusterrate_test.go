@@ -46,18 +46,21 @@ func TestLocalAndClusterAgree(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		round++
 		limit := rapid.IntRange(1, 5).Draw(rt, "limit")
-		// A whole number of milliseconds per call, so the emission
-		// interval is exact in both (ns locally, µs in Redis).
-		per := time.Duration(limit*rapid.IntRange(1, 20).Draw(rt, "msPerCall")) * time.Millisecond
+		// Any period, to the nanosecond: the emission interval need not
+		// be a whole number of anything.
+		per := time.Duration(rapid.Int64Range(1, int64(100*time.Millisecond)).Draw(rt, "per"))
 		clk := newClock()
 		local := message.New(message.Options{Now: clk.Now})
-		shared := message.New(message.Options{Now: clk.Now, Shared: New(rc, Options{Prefix: fmt.Sprintf("conf%d:", round)})})
+		// A generous timeout, and any error fails the test: a check that
+		// timed out on a loaded machine would be decided open, not compared.
+		l := New(rc, Options{Prefix: fmt.Sprintf("conf%d:", round), Timeout: 10 * time.Second})
+		shared := message.New(message.Options{Now: clk.Now, Shared: failOnError{t, l}})
 		lc := register(rt, local, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per}})
 		sc := register(rt, shared, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per, Scope: "cluster"}})
 		users := []string{"ann", "bob"}
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for i := range steps {
-			clk.Advance(time.Duration(rapid.IntRange(0, 30).Draw(rt, fmt.Sprintf("gapMs%d", i))) * time.Millisecond / 2)
+			clk.Advance(time.Duration(rapid.Int64Range(0, int64(per)/int64(limit)*2).Draw(rt, fmt.Sprintf("gap%d", i))))
 			u := rapid.SampledFrom(users).Draw(rt, fmt.Sprintf("user%d", i))
 			dl := lc.Check(&message.Call{User: u})
 			ds := sc.Check(&message.Call{User: u})
@@ -71,6 +74,103 @@ func TestLocalAndClusterAgree(t *testing.T) {
 	})
 	if denied == 0 {
 		t.Fatal("no timeline reached a denial: the comparison proved nothing")
+	}
+}
+
+// TestLimiterMatchesKeyed: the property under the class, without the
+// class's 1ms floor on hints: for random limits (up to 10 million units a
+// period, so rates far above 1M/s), periods to the nanosecond, weights
+// and timelines, the script and ratelimit.Keyed return identical
+// results (allowed, remaining, and the wait to the nanosecond).
+func TestLimiterMatchesKeyed(t *testing.T) {
+	s := redistest.Start(t)
+	l := New(client(t, s), Options{Timeout: 10 * time.Second})
+	round, denied, allowed := 0, 0, 0
+	rapid.Check(t, func(rt *rapid.T) {
+		round++
+		limit := rapid.Int64Range(1, 10_000_000).Draw(rt, "limit")
+		per := time.Duration(rapid.Int64Range(1, int64(10*time.Second)).Draw(rt, "per"))
+		keyed := ratelimit.NewKeyed(int(limit), per, 0)
+		tInt := ratelimit.EmissionInterval(limit, per)
+		now := t0.Add(time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(rt, "start")))
+		key := fmt.Sprintf("k%d", round)
+		res := make([]ratelimit.Result, 1)
+		for i := range rapid.IntRange(1, 30).Draw(rt, "steps") {
+			now = now.Add(time.Duration(rapid.Int64Range(0, 3*tInt*limit/2).Draw(rt, fmt.Sprintf("gap%d", i))))
+			n := rapid.Int64Range(0, limit+1).Draw(rt, fmt.Sprintf("n%d", i))
+			want := keyed.AllowN(key, n, now)
+			if err := l.AllowShared(context.Background(), key, now, []message.SharedLimit{{Name: "cost", Limit: limit, Per: per, N: n}}, res); err != nil {
+				rt.Fatal(err)
+			}
+			if res[0] != want {
+				rt.Fatalf("step %d (n=%d, limit %d per %v): local %+v, cluster %+v", i, n, limit, per, want, res[0])
+			}
+			if want.Allowed {
+				allowed++
+			} else {
+				denied++
+			}
+		}
+	})
+	if denied == 0 || allowed == 0 {
+		t.Fatalf("%d allowed, %d denied: the timelines did not reach both", allowed, denied)
+	}
+}
+
+// TestRefillRateIsExact: at 90,000 units/s and at rates past a million a
+// second, a drained bucket gives back one unit per emission interval
+// rounded up to the nanosecond, as the local limiter does (not to the
+// microsecond: 90,000/s used to refill at 83,333/s, and rates above 1M/s
+// capped at 1M/s).
+func TestRefillRateIsExact(t *testing.T) {
+	s := redistest.Start(t)
+	l := New(client(t, s), Options{Timeout: 10 * time.Second})
+	for _, limit := range []int64{90_000, 999_999, 1_000_000, 3_000_000, 50_000_000} {
+		lim := []message.SharedLimit{{Name: "rate", Limit: limit, Per: time.Second, N: limit}}
+		res := make([]ratelimit.Result, 1)
+		key := fmt.Sprintf("refill%d", limit)
+		if err := l.AllowShared(context.Background(), key, t0, lim, res); err != nil || !res[0].Allowed {
+			t.Fatalf("%d/s: draining the burst: %+v, %v", limit, res[0], err)
+		}
+		// One second later, exactly the units the local limiter refills.
+		want := time.Second.Nanoseconds() / ratelimit.EmissionInterval(limit, time.Second)
+		lim[0].N = want
+		if err := l.AllowShared(context.Background(), key, t0.Add(time.Second), lim, res); err != nil || !res[0].Allowed {
+			t.Fatalf("%d/s: %d units a second later: %+v, %v", limit, want, res[0], err)
+		}
+		lim[0].N = 1
+		if err := l.AllowShared(context.Background(), key, t0.Add(time.Second), lim, res); err != nil || res[0].Allowed {
+			t.Fatalf("%d/s: one unit more: %+v, %v", limit, res[0], err)
+		}
+		// Rounding the interval up to a nanosecond costs at most one
+		// nanosecond per unit: 90,000/s refills 89,992 a second (was
+		// 83,333 with whole microseconds), 1M/s exactly 1M, 3M/s 2.99M.
+		if lost := limit - want; lost > limit*limit/int64(time.Second)+1 {
+			t.Fatalf("%d/s refills %d/s", limit, want)
+		}
+	}
+}
+
+// TestReadsEarlierFormat: a key written by the earlier script (a plain
+// number of microseconds) is read as that time, so a fleet mid-upgrade
+// keeps its budget.
+func TestReadsEarlierFormat(t *testing.T) {
+	s := redistest.Start(t)
+	rc := client(t, s)
+	l := New(rc, Options{})
+	// The key's TAT is half a second ahead of now: 5 of 10 units used.
+	tat := t0.Add(500 * time.Millisecond).UnixMicro()
+	if err := rc.Set(context.Background(), "{rt:adm:old}:rate", fmt.Sprint(tat), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]ratelimit.Result, 1)
+	lim := []message.SharedLimit{{Name: "rate", Limit: 10, Per: time.Second, N: 1}}
+	if err := l.AllowShared(context.Background(), "old", t0, lim, res); err != nil || !res[0].Allowed || res[0].Remaining != 4 {
+		t.Fatalf("%+v, %v: want allowed with 4 left", res[0], err)
+	}
+	v, err := rc.Get(context.Background(), "{rt:adm:old}:rate").Result()
+	if err != nil || v != fmt.Sprintf("%d.000", t0.Add(600*time.Millisecond).UnixMicro()) {
+		t.Fatalf("stored %q, %v", v, err)
 	}
 }
 

@@ -14,12 +14,14 @@
 // slots. Each key expires a second after its bucket is full again, so
 // idle callers cost Redis nothing.
 //
-// Time is the caller's clock in microseconds (Lua numbers are doubles:
-// microseconds since 1970 stay exact until the year 2255), so instances
-// whose clocks disagree by d see a budget shifted by at most d. The
-// emission interval is rounded up to a whole microsecond; with a period
-// that is a whole number of microseconds per unit, decisions equal the
-// local limiter's (ratelimit.Keyed) on the same timeline.
+// Time is the caller's clock in nanoseconds, with the local limiter's
+// arithmetic (ratelimit.EmissionInterval: the period per unit rounded up
+// to a whole nanosecond), so on the same timeline a cluster-scoped budget
+// decides exactly as the local one, retry hints included (a property test
+// holds them to it). Lua numbers are doubles, so absolute times travel as
+// microseconds plus nanoseconds and the script only computes with
+// differences from now; periods are limited to 2^53 ns (about 104 days).
+// Instances whose clocks disagree by d see a budget shifted by at most d.
 //
 // Must never: hold a connection between checks, retry (a failure is
 // returned at once and the caller decides by its fail policy), or wait

@@ -1,0 +1,48 @@
+package acceptlog
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Message is what a failed accept for want of descriptors logs.
+const Message = "accept failed: out of file descriptors; new connections wait until some close (raise the open-files limit, ulimit -n / LimitNOFILE, or lower handshake.maxConnections)"
+
+// Listener counts and logs inner's accept failures for want of file
+// descriptors; everything else passes through.
+type Listener struct {
+	net.Listener
+	count prometheus.Counter // nil: not counted
+	log   *slog.Logger
+}
+
+// Wrap returns inner with the failures counted in count and logged in log
+// (which should be rate-limited, as the node's is).
+func Wrap(inner net.Listener, count prometheus.Counter, log *slog.Logger) *Listener {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Listener{Listener: inner, count: count, log: log}
+}
+
+// Accept is inner's, with descriptor exhaustion counted and logged.
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil && OutOfFiles(err) {
+		if l.count != nil {
+			l.count.Inc()
+		}
+		l.log.Error(Message, "addr", l.Addr().String(), "err", err)
+	}
+	return c, err
+}
+
+// OutOfFiles reports whether err is the process's or the system's file
+// descriptor limit.
+func OutOfFiles(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"time"
+
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// Refusing a request must cost the server less than serving it, or
+// shedding would not protect anybody. Deciding the refusal and encoding
+// its answer take about a microsecond; what a client that hammers
+// regardless costs is the socket work around it: a wake-up, a read(2)
+// and a write(2) for every few requests, several times what the refusal
+// itself costs. So a connection whose built-in requests keep being
+// refused (shed or rate limited: -32001, -32002) is read at a pace:
+// once refusedBeforePause of them came in a row, whenever it has no
+// more input in hand its answers go out and its next read waits
+// refusalPause. Whatever it sent meanwhile is then read, refused and
+// answered in one wake-up, one read and one write. A client that heeds
+// the retry hints never gets here; one that is admitted again is read at
+// once from its next request on. Other connections are not affected: the
+// pause holds only this connection's read goroutine.
+
+// refusedBeforePause is how many built-in requests refused in a row make
+// a connection read at a pace.
+const refusedBeforePause = 16
+
+// refusalPause is how long such a connection's next read waits once its
+// input in hand is refused: shorter than any retry hint worth giving,
+// long enough that what a hammering client sends meanwhile is read in
+// one go.
+const refusalPause = 10 * time.Millisecond
+
+// countRefused counts a built-in request's outcome: refused by admission,
+// or anything else (admitted, or refused for another reason), which ends
+// the run. Read goroutine only.
+func (c *conn) countRefused(perr *protocol.Error) {
+	if perr != nil && (perr.Code == protocol.CodeOverloaded || perr.Code == protocol.CodeRateLimited) {
+		if c.refused < 255 {
+			c.refused++
+		}
+		return
+	}
+	c.refused = 0
+}
+
+// pauseRefused waits refusalPause before the next read of a connection
+// whose requests keep being refused, unless it has input in hand: its
+// held answers go out first, so its client sends more meanwhile. Read
+// goroutine only.
+func (c *conn) pauseRefused() {
+	if !c.raw.HasReader() || c.raw.InputInHand() {
+		return
+	}
+	c.s.refusalPauses.Add(1)
+	c.raw.FlushHeld()
+	time.Sleep(refusalPause)
+}

@@ -1,0 +1,85 @@
+package server
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rtserver/rtserver/internal/wstest"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// The count of refusals in a row is the length of the outcomes' trailing
+// run of admission refusals (-32001, -32002), up to 255: anything else
+// (admitted, or refused for another reason) ends a run.
+func TestCountRefusedIsTheTrailingRun(t *testing.T) {
+	outcomes := []*protocol.Error{
+		nil,
+		protocol.NewError(protocol.CodeOverloaded, "", nil),
+		protocol.NewError(protocol.CodeRateLimited, "", nil),
+		protocol.NewError(protocol.CodeForbidden, "", nil),
+		protocol.NewError(protocol.CodeInvalidParams, "", nil),
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		c := &conn{}
+		run := 0
+		for range r.IntN(600) {
+			// Long refused runs are as likely as short ones.
+			e := outcomes[r.IntN(len(outcomes))]
+			if r.IntN(4) > 0 {
+				e = outcomes[1+r.IntN(2)]
+			}
+			c.countRefused(e)
+			if e != nil && (e.Code == protocol.CodeOverloaded || e.Code == protocol.CodeRateLimited) {
+				run++
+			} else {
+				run = 0
+			}
+			if want := min(run, 255); int(c.refused) != want {
+				t.Fatalf("refused %d, want %d", c.refused, want)
+			}
+		}
+	}
+}
+
+// A client that keeps publishing while its publishes are refused gets
+// every answer, in order, and is read at a pace once refusedBeforePause of
+// them came in a row; the connection keeps working, and another client
+// is unaffected.
+func TestHammeringARefusalIsReadAtAPace(t *testing.T) {
+	tr := newTier(t, "pub", message.Rule{Rate: &message.Rate{Limit: 1, Per: time.Hour, By: "conn"}}, map[string]string{MethodPublish: "pub"})
+	s, url := startServer(t, Options{Router: tr.router, Metrics: tr.m})
+	abuser, innocent, listener := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
+	wstest.MustOK(t, listener.Call(MethodSubscribe, `{"topic":"calm"}`))
+
+	const n = 4 * refusedBeforePause
+	for i := 1; i <= n; i++ {
+		abuser.Send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"publish","params":{"topic":"loud","data":%d}}`, i, i))
+	}
+	for i := 1; i <= n; i++ {
+		f := abuser.Recv()
+		if string(f.ID) != strconv.Itoa(i) {
+			t.Fatalf("answer %d has id %s", i, f.ID)
+		}
+		switch {
+		case i == 1 && f.Error != nil:
+			t.Fatalf("first publish refused: %+v", f.Error)
+		case i > 1 && (f.Error == nil || f.Error.Code != protocol.CodeRateLimited):
+			t.Fatalf("publish %d answered %+v, want -32002", i, f)
+		}
+	}
+	// The last answers went out just before a paced read.
+	if s.refusalPauses.Load() == 0 {
+		t.Fatalf("no paced read after %d refusals in a row", n-1)
+	}
+	// Still served: a call outside the class is admitted.
+	wstest.MustOK(t, abuser.Call(MethodSubscribe, `{"topic":"loud"}`))
+	wstest.MustOK(t, innocent.Call(MethodPublish, `{"topic":"calm","data":1}`))
+	if got := listener.ExpectMessage("calm"); got != "1" {
+		t.Fatalf("innocent's message %q", got)
+	}
+}

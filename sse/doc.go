@@ -1,0 +1,34 @@
+// Package sse serves rtserver to clients that cannot open a WebSocket:
+// Server-Sent Events down (GET /sse), plain HTTP POST up (POST /sse).
+// docs/transports.md is the user's account of it.
+//
+// Every SSE session, and every POST without one, is a connection of the
+// WebSocket server itself, opened in process: the handler builds the
+// upgrade request from the client's own (its address, headers, token),
+// hands it to the server's /ws handler with a response writer whose
+// Hijack returns an in-memory socket (pipe), and translates between that
+// socket's WebSocket frames and the client's HTTP. So the handshake tier
+// (caps, pacing, per-IP rate, origin, token), the topic grants, the
+// message tier, history recovery, presence, keepalive and drain are the
+// server's own, applied to SSE clients exactly as to WebSocket ones; a
+// refusal of the handshake tier reaches the client as the same HTTP
+// answer.
+//
+// Data path: the server writes whole frames to the pipe (Write); each
+// text frame becomes one SSE event written to the client's socket, which
+// the handler hijacked after the upgrade, in the same Write: there is no
+// goroutine of this package per session, and an idle session holds the
+// server connection, the pipe and the client's socket. Frames for the
+// server (the subscribes a session starts with, what POSTs carry, pongs,
+// the echo of a close) are masked client frames queued in the pipe for
+// the server's read loop.
+//
+// Invariants:
+//   - a pipe's server-bound bytes are whole frames, each queued under
+//     pipe.rmu: a POST's frame never interleaves with a pong;
+//   - a session is in Handler.sessions from its upgrade until its pipe
+//     is closed, and its client socket is closed exactly once, by
+//     pipe.Close;
+//   - the SSE response head is written to the client socket in Hijack,
+//     before the server can write any frame, so every event follows it.
+package sse

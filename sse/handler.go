@@ -1,0 +1,389 @@
+package sse
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/protocol"
+)
+
+// Options wires a Handler.
+type Options struct {
+	// WebSocket is the server's GET /ws handler: every session and every
+	// POST is one of its connections, admitted by its handshake tier.
+	WebSocket http.Handler
+	// MaxMessageBytes bounds a POST's body, as limits.maxMessageBytes
+	// bounds a WebSocket frame; default 65536.
+	MaxMessageBytes int64
+}
+
+// Handler serves GET /sse (an event stream) and POST /sse (calls).
+type Handler struct {
+	ws      http.Handler
+	maxBody int64
+
+	mu       sync.Mutex
+	sessions map[string]*pipe
+}
+
+// New returns a handler over opts.WebSocket.
+func New(opts Options) *Handler {
+	h := &Handler{ws: opts.WebSocket, maxBody: opts.MaxMessageBytes, sessions: map[string]*pipe{}}
+	if h.maxBody <= 0 {
+		h.maxBody = 65536
+	}
+	return h
+}
+
+// Sessions is the number of open event streams.
+func (h *Handler) Sessions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sessions)
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+		h.serveStream(w, r)
+	case http.MethodPost:
+		h.servePost(w, r)
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		httpError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "GET opens an event stream, POST sends calls")
+	}
+}
+
+// serveStream opens an event stream: its connection through the server's
+// handshake tier, then a subscribe per topic (recovering from
+// Last-Event-ID on history topics). The handler returns once the stream
+// is open: the client's socket is the pipe's from then on.
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	m := modeEvents
+	topics := dedupe(q["topic"])
+	if q.Has("rpc") {
+		m = modeRPC
+		topics = nil
+	} else if len(topics) == 0 {
+		httpError(w, http.StatusBadRequest, "BAD_REQUEST", "give one or more topic parameters, or rpc")
+		return
+	}
+	lastID := r.Header.Get("Last-Event-ID")
+	if lastID == "" {
+		lastID = q.Get("lastEventId") // for clients that cannot set headers
+	}
+	since := parseLastEventID(lastID)
+
+	p := newPipe(h, m)
+	p.topics = topics
+	for _, t := range topics {
+		if pos, ok := since[t]; ok {
+			if p.pos == nil {
+				p.pos = map[string]position{}
+			}
+			p.pos[t] = pos
+		}
+	}
+	p.id = newSessionID()
+	up := &upgrade{w: w, p: p, stream: true, origin: r.Header.Get("Origin")}
+	h.ws.ServeHTTP(up, upgradeRequest(r))
+	if !up.hijacked {
+		return // refused: the server answered (the handshake tier's status)
+	}
+	for i, t := range topics {
+		p.queue(opText, subscribeFrame(i, t, since))
+	}
+}
+
+// subscribeFrame is the session's subscribe to its i-th topic: with
+// recover from the position Last-Event-ID named for it, if any.
+func subscribeFrame(i int, topic string, since map[string]position) []byte {
+	type sincePos struct {
+		Offset uint64 `json:"offset"`
+		Epoch  string `json:"epoch"`
+	}
+	type params struct {
+		Topic   string    `json:"topic"`
+		Recover bool      `json:"recover,omitempty"`
+		Since   *sincePos `json:"since,omitempty"`
+	}
+	ps := params{Topic: topic}
+	if pos, ok := since[topic]; ok {
+		ps.Recover, ps.Since = true, &sincePos{Offset: pos.offset, Epoch: pos.epoch}
+	}
+	b, _ := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      string `json:"id"`
+		Method  string `json:"method"`
+		Params  params `json:"params"`
+	}{"2.0", ownIDPrefix + strconv.Itoa(i), protocol.MethodSubscribe, ps})
+	return b
+}
+
+// servePost runs calls: into a session's connection when the session
+// parameter names one (answers come on its stream), else on a
+// connection of their own, answered in the response.
+func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.maxBody+1))
+	if err != nil {
+		return // the client went away mid-body
+	}
+	if int64(len(body)) > h.maxBody {
+		httpError(w, http.StatusRequestEntityTooLarge, "TOO_LARGE", "body larger than limits.maxMessageBytes ("+strconv.FormatInt(h.maxBody, 10)+")")
+		return
+	}
+	if !json.Valid(body) || !utf8.Valid(body) {
+		rpcAnswer(w, protocol.AppendError(nil, nil, protocol.NewError(protocol.CodeParseError, "", nil)))
+		return
+	}
+	if sid := r.URL.Query().Get("session"); sid != "" {
+		p := h.lookup(sid)
+		if p == nil {
+			httpError(w, http.StatusNotFound, "UNKNOWN_SESSION", "no open event stream has this session on this instance")
+			return
+		}
+		if !p.queue(opText, body) {
+			httpError(w, http.StatusGone, "SESSION_CLOSED", "the event stream of this session has ended")
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+
+	p := newPipe(h, modeOnce)
+	up := &upgrade{w: w, p: p}
+	h.ws.ServeHTTP(up, upgradeRequest(r))
+	if !up.hijacked {
+		return
+	}
+	// After the answer (or at once for notifications only), a normal
+	// close: the server reads it after the calls, so they all run.
+	defer p.queue(opClose, []byte{0x03, 0xE8})
+	p.queue(opText, body)
+	if !expectsAnswer(body) {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	select {
+	case a := <-p.answer:
+		rpcAnswer(w, a)
+	case <-p.gone:
+		select {
+		case a := <-p.answer:
+			rpcAnswer(w, a)
+		default:
+			closedAnswer(w, p)
+		}
+	case <-r.Context().Done():
+	}
+}
+
+// expectsAnswer reports whether a JSON-RPC request or batch holds a call
+// with an id: notifications alone get no answer.
+func expectsAnswer(body []byte) bool {
+	var one struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(body, &one) == nil {
+		return one.ID != nil
+	}
+	var batch []json.RawMessage
+	if json.Unmarshal(body, &batch) != nil {
+		return true // not a request: the server answers -32600
+	}
+	if len(batch) == 0 {
+		return true
+	}
+	for _, e := range batch {
+		if json.Unmarshal(e, &one) != nil || one.ID != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// closedAnswer answers a POST whose connection the server closed before
+// answering: a shed (1013) or a drain (1012) as 503 with its hint, a body
+// over the limit as 413, anything else as 502.
+func closedAnswer(w http.ResponseWriter, p *pipe) {
+	code := p.closeCode.Load()
+	reason := ""
+	if s := p.closeWhy.Load(); s != nil {
+		reason = *s
+	}
+	switch code {
+	case 1012, 1013:
+		ms := max(retryhint.FromReason(reason).Milliseconds(), 1)
+		retryhint.Answer(w, http.StatusServiceUnavailable, retryhint.HeadOverloaded, ms)
+		return
+	case 1009:
+		httpError(w, http.StatusRequestEntityTooLarge, "TOO_LARGE", reason)
+		return
+	}
+	httpError(w, http.StatusBadGateway, "CLOSED", "connection closed before the answer: "+strconv.Itoa(int(code))+" "+reason)
+}
+
+func rpcAnswer(w http.ResponseWriter, a []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(a)
+}
+
+func httpError(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}{code, msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func (h *Handler) lookup(id string) *pipe {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
+func (h *Handler) register(p *pipe) {
+	h.mu.Lock()
+	h.sessions[p.id] = p
+	h.mu.Unlock()
+}
+
+func (h *Handler) forget(p *pipe) {
+	if p.id == "" {
+		return
+	}
+	h.mu.Lock()
+	if h.sessions[p.id] == p {
+		delete(h.sessions, p.id)
+	}
+	h.mu.Unlock()
+}
+
+// newSessionID is 128 random bits: a session id is the capability to
+// call on the session's connection, as unguessable as a token.
+func newSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func dedupe(ts []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range ts {
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// upgradeKey is the Sec-WebSocket-Key of every in-process upgrade: any
+// 16 bytes will do, the answer to it never leaves the process.
+var upgradeKey = base64.StdEncoding.EncodeToString([]byte("rtserver sse key"))
+
+// upgradeRequest is the client's request as a WebSocket upgrade: the same
+// address, headers (Origin, Authorization, X-Forwarded-For) and query
+// (token), so the handshake tier judges the client itself.
+func upgradeRequest(r *http.Request) *http.Request {
+	u := r.Clone(r.Context())
+	u.Method = http.MethodGet
+	u.Body, u.ContentLength = http.NoBody, 0
+	hd := u.Header
+	hd.Set("Connection", "Upgrade")
+	hd.Set("Upgrade", "websocket")
+	hd.Set("Sec-WebSocket-Version", "13")
+	hd.Set("Sec-WebSocket-Key", upgradeKey)
+	hd.Del("Sec-WebSocket-Protocol")
+	hd.Del("Sec-WebSocket-Extensions")
+	return u
+}
+
+// upgrade is the response writer the server's upgrade runs on. A refusal
+// (any status but 101) goes to the client as written; the 101 is
+// swallowed, and Hijack gives the server the pipe. For an event stream,
+// Hijack takes the client's socket and writes the stream's head on it.
+type upgrade struct {
+	w        http.ResponseWriter
+	p        *pipe
+	stream   bool
+	origin   string
+	hdr      http.Header
+	wrote    bool
+	hijacked bool
+}
+
+func (u *upgrade) Header() http.Header {
+	if u.hdr == nil {
+		u.hdr = http.Header{}
+	}
+	return u.hdr
+}
+
+func (u *upgrade) WriteHeader(code int) {
+	if code == http.StatusSwitchingProtocols || u.wrote {
+		return
+	}
+	u.wrote = true
+	for k, v := range u.hdr {
+		u.w.Header()[k] = v
+	}
+	u.w.WriteHeader(code)
+}
+
+func (u *upgrade) Write(b []byte) (int, error) {
+	u.WriteHeader(http.StatusOK)
+	return u.w.Write(b)
+}
+
+// streamHeadTimeout bounds the write of an event stream's head.
+const streamHeadTimeout = 10 * time.Second
+
+func (u *upgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	p := u.p
+	if u.stream {
+		nc, _, err := http.NewResponseController(u.w).Hijack()
+		if err != nil {
+			// HTTP/2 cannot be hijacked: rtserver serves HTTP/1.1.
+			return nil, nil, errors.Join(errors.New("sse: the event stream needs HTTP/1.1"), err)
+		}
+		head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n")
+		if u.origin != "" {
+			// The handshake tier admitted this origin.
+			head = append(head, "Access-Control-Allow-Origin: "...)
+			head = append(head, u.origin...)
+			head = append(head, "\r\nVary: Origin\r\n"...)
+		}
+		head = append(head, "\r\n"...)
+		head = appendEvent(head, "session", nil, []byte(`{"session":"`+p.id+`"}`))
+		// Registered before the client can read its session id.
+		p.nc = nc
+		p.h.register(p)
+		_ = nc.SetWriteDeadline(time.Now().Add(streamHeadTimeout))
+		if _, err := nc.Write(head); err != nil {
+			p.h.forget(p)
+			nc.Close()
+			return nil, nil, err
+		}
+		_ = nc.SetWriteDeadline(time.Time{})
+	}
+	u.hijacked = true
+	return p, bufio.NewReadWriter(bufio.NewReaderSize(p, 16), bufio.NewWriterSize(p, 16)), nil
+}

@@ -1,0 +1,421 @@
+package sse
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rtserver/rtserver/internal/retryhint"
+)
+
+// mode is what a pipe's client is.
+type mode uint8
+
+const (
+	// modeEvents: GET /sse?topic=...: each message's params as an event,
+	// with an id on history topics; the rest as named events.
+	modeEvents mode = iota
+	// modeRPC: GET /sse?rpc: every server frame as an event, unchanged:
+	// the downlink of a JSON-RPC client (the JS client's fallback).
+	modeRPC
+	// modeOnce: POST /sse without a session: one frame up, its answer as
+	// the POST's response, then the connection ends.
+	modeOnce
+)
+
+// pipe is the in-memory socket the server's WebSocket connection runs on
+// for one SSE session or one POST. The server writes whole WebSocket
+// frames to it (Write) and reads client frames from it (Read).
+type pipe struct {
+	h    *Handler
+	mode mode
+	id   string   // the session id; "" for modeOnce
+	nc   net.Conn // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
+
+	// Server-bound bytes: whole client frames, queued by queue.
+	rmu      sync.Mutex
+	rbuf     []byte
+	rend     bool      // no more input: Read reports io.EOF after rbuf
+	deadline time.Time // the read deadline
+	notify   chan struct{}
+
+	// Client-bound state, under wmu (the server writes from one goroutine
+	// at a time, but several may take turns).
+	wmu    sync.Mutex
+	pend   []byte   // the start of a frame not yet whole
+	topics []string // modeEvents: the session's topics, in the request's order
+	pos    map[string]position
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	gone      chan struct{} // closed by Close
+
+	// modeOnce: the answer, and how the connection closed without one.
+	answer    chan []byte // 1-buffered: the first response frame
+	closeCode atomic.Uint32
+	closeWhy  atomic.Pointer[string]
+}
+
+func newPipe(h *Handler, m mode) *pipe {
+	p := &pipe{h: h, mode: m, notify: make(chan struct{}, 1), gone: make(chan struct{})}
+	if m == modeOnce {
+		p.answer = make(chan []byte, 1)
+	}
+	return p
+}
+
+// queue adds one client frame for the server to read, and reports
+// whether the server will: false once the connection has ended.
+func (p *pipe) queue(op byte, payload []byte) bool {
+	p.rmu.Lock()
+	if p.rend {
+		p.rmu.Unlock()
+		return false
+	}
+	p.rbuf = appendClientFrame(p.rbuf, op, payload)
+	p.rmu.Unlock()
+	p.wake()
+	return true
+}
+
+func (p *pipe) wake() {
+	select {
+	case p.notify <- struct{}{}:
+	default:
+	}
+}
+
+// endInput makes the server's next read report the end of the input: the
+// client's socket failed, or the pipe closed.
+func (p *pipe) endInput() {
+	p.rmu.Lock()
+	p.rend = true
+	p.rmu.Unlock()
+	p.wake()
+}
+
+// Read is the server's read of client frames: it waits until some are
+// queued, the input ends, or the read deadline passes.
+func (p *pipe) Read(b []byte) (int, error) {
+	for {
+		p.rmu.Lock()
+		if len(p.rbuf) > 0 {
+			n := copy(b, p.rbuf)
+			p.rbuf = p.rbuf[n:]
+			if len(p.rbuf) == 0 {
+				p.rbuf = nil // an idle session keeps no buffer
+			}
+			p.rmu.Unlock()
+			return n, nil
+		}
+		if p.rend {
+			p.rmu.Unlock()
+			return 0, io.EOF
+		}
+		dl := p.deadline
+		p.rmu.Unlock()
+		if dl.IsZero() {
+			<-p.notify
+			continue
+		}
+		wait := time.Until(dl)
+		if wait <= 0 {
+			return 0, os.ErrDeadlineExceeded
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-p.notify:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// Write takes the server's frames for the client: each whole frame is
+// translated (frame) and what it makes is written to the client's socket
+// in one write. A frame cut across writes waits in pend for its rest.
+func (p *pipe) Write(b []byte) (int, error) {
+	if p.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	data := b
+	if len(p.pend) > 0 {
+		p.pend = append(p.pend, b...)
+		data = p.pend
+	}
+	var out []byte
+	for {
+		op, payload, n := nextServerFrame(data)
+		if n == 0 {
+			break
+		}
+		out = p.frame(out, op, payload)
+		data = data[n:]
+	}
+	if len(data) > 0 {
+		p.pend = append([]byte(nil), data...)
+	} else {
+		p.pend = nil
+	}
+	if len(out) > 0 && p.nc != nil {
+		if _, err := p.nc.Write(out); err != nil {
+			// The client has gone: the server's next read ends the
+			// connection, as a WebSocket peer's end would.
+			p.endInput()
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
+
+// frame translates one server frame, appending what the client gets to
+// out. Under wmu.
+func (p *pipe) frame(out []byte, op byte, payload []byte) []byte {
+	switch op {
+	case opText:
+		return p.text(out, payload)
+	case opPing:
+		p.queue(opPong, payload)
+		if p.mode != modeOnce {
+			// A comment: it keeps proxies from timing the stream out,
+			// and finds a client that has gone.
+			out = append(out, ":\n\n"...)
+		}
+	case opClose:
+		code, reason := uint16(1005), ""
+		if len(payload) >= 2 {
+			code, reason = binary.BigEndian.Uint16(payload), string(payload[2:])
+		}
+		p.closeCode.Store(uint32(code))
+		p.closeWhy.Store(&reason)
+		// The echo that completes the close handshake.
+		p.queue(opClose, payload[:min(2, len(payload))])
+		if p.mode != modeOnce {
+			if ms := retryhint.FromReason(reason).Milliseconds(); ms > 0 {
+				// EventSource waits this long before it reconnects: a
+				// drain's or a shed's spread holds for SSE clients too.
+				out = append(out, "retry: "...)
+				out = strconv.AppendInt(out, ms, 10)
+				out = append(out, '\n', '\n')
+			}
+			ev, _ := json.Marshal(struct {
+				Code   uint16 `json:"code"`
+				Reason string `json:"reason"`
+			}{code, reason})
+			out = appendEvent(out, "close", nil, ev)
+		}
+	}
+	return out
+}
+
+// messagePrefix starts every "message" notification the server writes
+// (protocol.AppendMessage, protocol.AppendMessageAt).
+const messagePrefix = `{"jsonrpc":"2.0","method":"message","params":`
+
+// text translates one JSON-RPC frame from the server. Under wmu.
+func (p *pipe) text(out, payload []byte) []byte {
+	switch p.mode {
+	case modeRPC:
+		return appendEvent(out, "", nil, payload)
+	case modeOnce:
+		if !bytes.HasPrefix(payload, []byte(`{"jsonrpc":"2.0","method":`)) {
+			select {
+			case p.answer <- append([]byte(nil), payload...):
+			default:
+			}
+		}
+		return out
+	}
+	if bytes.HasPrefix(payload, []byte(messagePrefix)) && payload[len(payload)-1] == '}' {
+		params := payload[len(messagePrefix) : len(payload)-1]
+		var id []byte
+		if len(p.pos) > 0 {
+			if topic, offset, ok := messagePosition(params); ok {
+				if cur, kept := p.pos[topic]; kept {
+					cur.offset = offset
+					p.pos[topic] = cur
+					id = appendEventID(nil, p.topics, p.pos)
+				}
+			}
+		}
+		return appendEvent(out, "", id, params)
+	}
+	var f struct {
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(payload, &f) != nil {
+		return out
+	}
+	if f.Method != "" {
+		if f.Method == "system" {
+			var sys struct {
+				Event            string `json:"event"`
+				ReconnectAfterMs int64  `json:"reconnectAfterMs"`
+			}
+			if json.Unmarshal(f.Params, &sys) == nil && sys.ReconnectAfterMs > 0 {
+				out = append(out, "retry: "...)
+				out = strconv.AppendInt(out, sys.ReconnectAfterMs, 10)
+				out = append(out, '\n', '\n')
+			}
+		}
+		return appendEvent(out, f.Method, nil, f.Params)
+	}
+	if i, ok := ownID(f.ID, len(p.topics)); ok {
+		return p.subscribed(out, p.topics[i], f.Result, f.Error)
+	}
+	return appendEvent(out, "response", nil, payload)
+}
+
+// subscribed turns the answer to one of the session's own subscribes into
+// a "subscribed" event (the result, with the topic) or a "refused" one
+// (the error, with the topic), and takes a history topic's position from
+// it. Under wmu.
+func (p *pipe) subscribed(out []byte, topic string, result, rpcErr json.RawMessage) []byte {
+	topicJSON, _ := json.Marshal(topic)
+	if rpcErr != nil {
+		ev := append(append(append([]byte(`{"topic":`), topicJSON...), `,"error":`...), rpcErr...)
+		return appendEvent(out, "refused", nil, append(ev, '}'))
+	}
+	var r struct {
+		Epoch     string `json:"epoch"`
+		Offset    uint64 `json:"offset"`
+		Recovered *bool  `json:"recovered"`
+	}
+	var id []byte
+	if json.Unmarshal(result, &r) == nil && validEpoch(r.Epoch) {
+		if p.pos == nil {
+			p.pos = map[string]position{}
+		}
+		// A recovered subscription keeps the position it presented: the
+		// replay that follows moves it, message by message, so an id
+		// never names a place whose messages the client has not had.
+		if r.Recovered == nil || !*r.Recovered || p.pos[topic].epoch != r.Epoch {
+			p.pos[topic] = position{epoch: r.Epoch, offset: r.Offset}
+		}
+		id = appendEventID(nil, p.topics, p.pos)
+	} else if _, had := p.pos[topic]; had {
+		// Not a history topic (any more): its place leaves the ids.
+		delete(p.pos, topic)
+		id = appendEventID(nil, p.topics, p.pos)
+	}
+	ev := append([]byte(`{"topic":`), topicJSON...)
+	if len(result) > 2 && result[0] == '{' {
+		ev = append(append(ev, ','), result[1:]...)
+	} else {
+		ev = append(ev, '}')
+	}
+	return appendEvent(out, "subscribed", id, ev)
+}
+
+// ownIDPrefix marks the ids of the subscribes a session sends for its
+// topics: "sse:" and the topic's index.
+const ownIDPrefix = "sse:"
+
+// ownID reports which of n topics a response id names, when it is one of
+// the session's own.
+func ownID(id json.RawMessage, n int) (int, bool) {
+	s := string(id)
+	if !strings.HasPrefix(s, `"`+ownIDPrefix) || !strings.HasSuffix(s, `"`) {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s[len(ownIDPrefix)+1 : len(s)-1])
+	if err != nil || i < 0 || i >= n {
+		return 0, false
+	}
+	return i, true
+}
+
+// messagePosition reads the topic and offset of a history message's
+// params as protocol.AppendMessageAt writes them: {"topic":T,"offset":N,...}.
+// A topic never needs escaping (its grammar has no quote or backslash).
+func messagePosition(params []byte) (string, uint64, bool) {
+	const head = `{"topic":"`
+	if !bytes.HasPrefix(params, []byte(head)) {
+		return "", 0, false
+	}
+	rest := params[len(head):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return "", 0, false
+	}
+	topic := rest[:end]
+	rest = rest[end+1:]
+	const off = `,"offset":`
+	if !bytes.HasPrefix(rest, []byte(off)) {
+		return "", 0, false
+	}
+	rest = rest[len(off):]
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	v, err := strconv.ParseUint(string(rest[:n]), 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return string(topic), v, true
+}
+
+// Close ends the pipe, once: the server closed its connection. The
+// client's socket is closed with it (the end of the event stream).
+func (p *pipe) Close() error {
+	p.closeOnce.Do(func() {
+		p.closed.Store(true)
+		p.rmu.Lock()
+		p.rend = true
+		p.rbuf = nil
+		p.rmu.Unlock()
+		p.wake()
+		if p.nc != nil {
+			_ = p.nc.Close()
+		}
+		close(p.gone)
+		p.h.forget(p)
+	})
+	return nil
+}
+
+func (p *pipe) SetDeadline(t time.Time) error {
+	_ = p.SetReadDeadline(t)
+	return p.SetWriteDeadline(t)
+}
+
+func (p *pipe) SetReadDeadline(t time.Time) error {
+	p.rmu.Lock()
+	p.deadline = t
+	p.rmu.Unlock()
+	p.wake()
+	return nil
+}
+
+// SetWriteDeadline bounds the writes to the client's socket: the server's
+// write timeout holds for an SSE client as for a WebSocket one.
+func (p *pipe) SetWriteDeadline(t time.Time) error {
+	if p.nc != nil {
+		return p.nc.SetWriteDeadline(t)
+	}
+	return nil
+}
+
+func (p *pipe) LocalAddr() net.Addr  { return pipeAddr{} }
+func (p *pipe) RemoteAddr() net.Addr { return pipeAddr{} }
+
+// pipeAddr is the address of either end of a pipe.
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "sse" }
+func (pipeAddr) String() string  { return "sse" }
