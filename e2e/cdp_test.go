@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -71,7 +70,7 @@ func startBrowser() (*browser, error) {
 		"--disable-backgrounding-occluded-windows",
 		"--user-data-dir="+dir, "--remote-debugging-port=0", "about:blank")
 	// Its own process group, so the renderers and helpers it forks go with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownGroup(cmd)
 	cmd.Stdout = io.Discard
 	errPipe, err := cmd.StderrPipe()
 	if err != nil {
@@ -296,7 +295,7 @@ func (b *browser) close() {
 // kill ends Chromium's process group (renderers included) and removes the
 // profile directory.
 func (b *browser) kill() {
-	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+	killGroup(b.cmd)
 	if b.ws == nil {
 		b.cmd.Wait()
 	}

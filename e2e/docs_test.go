@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -386,7 +385,7 @@ func runSession(t *testing.T, name string, blocks []docBlock) {
 	cmd.Env = append(cmd.Env, "RTSERVER_LISTEN=127.0.0.1:"+s.ports["8080"])
 	// Its own process group, so that the servers it started in the
 	// background stop with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownGroup(cmd)
 	var out testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -394,7 +393,7 @@ func runSession(t *testing.T, name string, blocks []docBlock) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	stopGroup := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	stopGroup := func() { killGroup(cmd) }
 	select {
 	case err := <-done:
 		stopGroup()

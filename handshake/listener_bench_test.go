@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -47,8 +46,7 @@ func benchShed(b *testing.B, withDoor bool) {
 	addr := ln.Addr().String()
 	req := []byte(upgradeHead)
 	br := bufio.NewReaderSize(nil, 1024)
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := cpuTime()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -71,8 +69,7 @@ func benchShed(b *testing.B, withDoor bool) {
 		c.Close()
 	}
 	b.StopTimer()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	cpu := time.Duration(ru1.Utime.Nano()-ru0.Utime.Nano()) + time.Duration(ru1.Stime.Nano()-ru0.Stime.Nano())
+	cpu := cpuTime() - cpu0
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 

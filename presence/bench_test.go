@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -119,10 +118,4 @@ func TestRedisMemoryPerEntry(t *testing.T) {
 	if per > 1024 {
 		t.Fatalf("%.0f bytes per entry", per)
 	}
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -23,6 +23,7 @@ import (
 // bytes the socket would not take, the reader was cut off after 500 to
 // 4,000 messages: bytes waited for the writer goroutine to be scheduled.)
 func TestBurstReachesContinuousReaderStalledOneIsCutOff(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
 	_, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: 65536}})

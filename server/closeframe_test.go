@@ -110,7 +110,7 @@ func TestShutdownSays1001AndDoesNotWaitForAStalledClient(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return bytes.Contains(allStacks(), []byte("server.(*rawConn).send("))
+		return bytes.Contains(allStacks(), []byte("wsock.(*Conn).Send("))
 	})
 
 	var wg sync.WaitGroup

@@ -15,6 +15,8 @@ type Config struct {
 	SendQueueBytes          int           `yaml:"sendQueueBytes" help:"bytes queued in the server for one client that its socket would not take (the client is not reading); past this while the socket is full: close 1013; 0 = 1048576"`
 	WriteTimeout            time.Duration `yaml:"writeTimeout" help:"longest one socket write may take: a client whose socket takes nothing for this long has stopped reading and is closed with 1013; 0 = 5s"`
 	PingInterval            time.Duration `yaml:"pingInterval" help:"period of WebSocket pings that detect dead peers; 0 = 25s"`
+	MessageTimeout          time.Duration `yaml:"messageTimeout" help:"longest a client message may take from its first frame to its last (a fragmented message its client never finishes, though it answers pings); past it: close 1008, checked at each keepalive step, so at most one pingInterval late; 0 = 30s"`
+	PortableSockets         bool          `yaml:"portableSockets" help:"true: after the upgrade rtserver makes no socket call of its own (reads wait inside the WebSocket library, frames are written through net.Conn, no poller parks idle connections, so each keeps a goroutine and more memory); for a platform or kernel where the fast path misbehaves"`
 	MaxJSONDepth            int           `yaml:"maxJSONDepth" help:"how deeply JSON may nest in a client message or a server API body; deeper: -32600 (client) or 400 (API), never forwarded to a handler or backend; 0 = 64"`
 	// MaxCallsPerConn is the application RPCs in flight per connection;
 	// default 16.
@@ -49,6 +51,9 @@ func (c *Config) setDefaults() {
 	if c.PingInterval <= 0 {
 		c.PingInterval = 25 * time.Second
 	}
+	if c.MessageTimeout <= 0 {
+		c.MessageTimeout = 30 * time.Second
+	}
 	if c.MaxCallsPerConn <= 0 {
 		c.MaxCallsPerConn = 16
 	}
@@ -79,6 +84,7 @@ func (c Config) Validate() error {
 	nonNegative("limits.sendQueueBytes", int64(c.SendQueueBytes))
 	nonNegativeDur("limits.writeTimeout", c.WriteTimeout)
 	nonNegativeDur("limits.pingInterval", c.PingInterval)
+	nonNegativeDur("limits.messageTimeout", c.MessageTimeout)
 	nonNegative("limits.maxJSONDepth", int64(c.MaxJSONDepth))
 	nonNegative("limits.maxCallsPerConn", int64(c.MaxCallsPerConn))
 	nonNegativeDur("auth.jwt.refreshNotice", c.RefreshNotice)

@@ -26,7 +26,7 @@ type conn struct {
 	s      *Server
 	ticket handshake.Ticket // embedded: admitting allocates nothing
 	ws     *websocket.Conn
-	raw    *rawConn // the socket under ws: data frames are written here directly
+	raw    *wsock.Conn // the socket under ws: data frames are written here directly
 	id     uint64
 	ctx    lifeContext // ends when the connection does
 
@@ -103,18 +103,18 @@ func (c *conn) readLoop() {
 // connection to the poller: the goroutine then owns nothing and must end.
 func (c *conn) read() (parked bool) {
 	s := c.s
-	mayPark := c.raw != nil && c.raw.sc != nil
+	mayPark := c.raw.Native()
 	quiet := false // a frame was read since this goroutine began or last failed to park
 	for {
 		// A connection with nothing to read parks (park) where it can:
 		// at once, unless it has just sent a frame, then once it has been
 		// quiet for a while. Otherwise it waits here, a few frames deep,
 		// rather than inside the WebSocket library's read: its goroutine
-		// then keeps the smallest stack (see netconn.go, awaitInput).
+		// then keeps the smallest stack (see wsock.Conn.AwaitInput).
 		if c.refused >= refusedBeforePause {
 			c.pauseRefused()
 		}
-		closeNext, wait := c.raw.awaitInput(mayPark, quiet)
+		closeNext, wait := c.raw.AwaitInput(mayPark, quiet)
 		if wait {
 			if c.park() {
 				return true
@@ -125,7 +125,7 @@ func (c *conn) read() (parked bool) {
 			mayPark, quiet = false, false
 			continue
 		}
-		mayPark = c.raw != nil && c.raw.sc != nil
+		mayPark = c.raw.Native()
 		quiet = true
 		if closeNext {
 			// The WebSocket library's close handshake goes deep; the
@@ -148,7 +148,8 @@ func (c *conn) read() (parked bool) {
 			c.readFailed(err)
 			return false
 		}
-		c.raw.heard()
+		c.raw.Heard()
+		c.raw.MessageBegins() // until it is read whole: limits.messageTimeout (keepalive)
 		if typ == websocket.MessageBinary {
 			s.m.ProtocolErrors.WithLabelValues("1003").Inc()
 			c.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false)
@@ -156,6 +157,7 @@ func (c *conn) read() (parked bool) {
 		}
 		buf := bufpool.Get()
 		tooBig, err := c.readLimited(buf, r)
+		c.raw.MessageEnds()
 		if err != nil {
 			bufpool.Put(buf)
 			c.readFailed(err)
@@ -190,16 +192,15 @@ func (c *conn) park() bool {
 	if p == nil {
 		return false
 	}
-	c.raw.parking.Begin()
-	return c.raw.parking.Settle(p.Arm(c.raw.sc, c.id, c) == nil)
+	return c.raw.Park(p, c.id)
 }
 
 // Wake resumes a parked connection: its socket turned readable (the
-// poller), or was closed (rawConn.Close). Exactly one of the wake-ups
+// poller), or was closed (wsock.Conn.Close). Exactly one of the wake-ups
 // that race for one park starts a read goroutine; the others, and any
 // while a read goroutine runs, do nothing (it sees for itself).
 func (c *conn) Wake() {
-	if c.raw.parking.Wake() {
+	if c.raw.Resume() {
 		go c.readLoop()
 	}
 }
@@ -208,7 +209,9 @@ func (c *conn) Wake() {
 // while it runs a publish it had in hand, else nil (write at once).
 func (c *conn) holder() *holdSet {
 	if c.holding.Load() {
-		return c.raw.hold.Load()
+		if h := c.raw.Hold(); h != nil {
+			return h.Flusher().(*holdSet)
+		}
 	}
 	return nil
 }
@@ -304,14 +307,14 @@ func (c *conn) handleFrame(frame []byte) {
 	// them with application methods runs here too: the read waits for
 	// its application calls, as when MaxCallsPerConn is reached.
 	if !async || builtin {
-		if publish && c.raw != nil && c.raw.sc != nil {
+		if publish && c.raw.Native() {
 			// Only where every read that would wait flushes first
-			// (awaitFD, rawConn.Read): a socket with a descriptor.
-			c.raw.holdSet()
+			// (wsock.Conn.Read, AwaitInput): a socket with a descriptor.
+			c.holdSet()
 			c.holding.Store(true)
 			c.runFrame(f, frame)
 			c.holding.Store(false)
-			c.raw.growReader() // when more input is in hand
+			c.raw.GrowReader() // when more input is in hand
 			return
 		}
 		c.runFrame(f, frame)
@@ -447,7 +450,7 @@ func answerDst(framed bool) []byte {
 // closeWith closes the connection with a status code. With flush, frames
 // already queued (a draining notice) are written first, bounded by the
 // write timeout. The close frame is written beneath the WebSocket library
-// (rawConn.writeClose), after the rest of a data frame begun, waiting for
+// (wsock.Conn.WriteClose), after the rest of a data frame begun, waiting for
 // the socket at most closeWait; then the library runs the close handshake.
 // A client whose socket does not take the close frame in time is dropped
 // without one.
@@ -475,8 +478,8 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 		deadline.Stop()
 	}
 	c.mu.Unlock()
-	c.raw.closeRead()
-	if err := c.raw.writeClose(closeFrame(uint16(code), reason), c.closeWait(code)); err != nil {
+	c.raw.CloseRead()
+	if err := c.raw.WriteClose(closeFrame(uint16(code), reason), c.closeWait(code)); err != nil {
 		if !errors.Is(err, errSealed) { // sealed: a hard stop is closing it
 			c.abort()
 		}
@@ -540,7 +543,7 @@ func (c *conn) goAway() {
 	c.queue = nil
 	c.mu.Unlock()
 	if c.raw != nil {
-		c.raw.goAway(goingAwayFrame)
+		c.raw.GoAway(goingAwayFrame)
 	}
 	_ = c.ws.CloseNow()
 }
@@ -551,7 +554,7 @@ var goingAwayFrame = closeFrame(uint16(websocket.StatusGoingAway), "")
 // keepalive checks the peer every PingInterval: a ping, then a check
 // PingInterval/2+WriteTimeout later that its pong came. A peer that did
 // not answer in time is dead and its connection is closed. The pong is
-// taken by the read loop (awaitInput) or the WebSocket library: nothing
+// taken by the read loop (wsock.Conn.AwaitInput) or the WebSocket library: nothing
 // waits for it.
 //
 // It is the server's ping heap's callback, one call per due connection on
@@ -565,30 +568,42 @@ func (c *conn) keepalive() {
 		return // the close ends the connection, within its own bound (closeWith)
 	}
 	s := c.s
-	switch c.raw.pingState.Load() {
-	case pingSent:
+	if c.raw.MessageOverdue(s.millis(), s.cfg.MessageTimeout) {
+		// A client that answers pings but never finishes a message
+		// (a fragmented one) would otherwise hold its connection, and
+		// up to limits.maxMessageBytes of it, for ever.
+		s.m.ProtocolErrors.WithLabelValues("1008").Inc()
+		c.closeLater(websocket.StatusPolicyViolation, MessageTimeoutReason, false, nil)
+		return
+	}
+	switch c.raw.PingState() {
+	case wsock.PingSent:
 		go c.abort() // its close may wait: not on the heap's goroutine
 		return
-	case pingAnswered:
-		c.raw.pingState.Store(pingIdle)
+	case wsock.PingAnswered:
+		c.raw.SetPingState(wsock.PingIdle)
 		if rest := s.cfg.PingInterval - c.pongWait(); rest > 0 {
 			c.schedulePing(rest)
 			return
 		}
 	}
-	c.raw.pingState.Store(pingSent) // before the write: the pong may come at once
-	sent, rest, err := c.raw.tryWrite(pingFrame, false)
+	c.raw.SetPingState(wsock.PingSent) // before the write: the pong may come at once
+	sent, rest, err := c.raw.TryWrite(pingFrame, false)
 	switch {
 	case err != nil:
 		c.pinged(err)
 	case !sent:
-		go c.pinged(c.raw.ping(s.cfg.WriteTimeout))
+		go c.pinged(c.raw.Ping(s.cfg.WriteTimeout))
 	case rest: // the socket took one byte of two: the writer path sends the other
-		go c.pinged(c.raw.send(nil, s.cfg.WriteTimeout))
+		go c.pinged(c.raw.Send(nil, s.cfg.WriteTimeout))
 	default:
 		c.pinged(nil)
 	}
 }
+
+// MessageTimeoutReason is the reason of the 1008 close of a client
+// whose message took longer than limits.messageTimeout to arrive.
+const MessageTimeoutReason = "message not completed in time"
 
 // pongWait is how long a ping's pong may take.
 func (c *conn) pongWait() time.Duration {
@@ -622,7 +637,7 @@ func (c *conn) schedulePing(d time.Duration) {
 func (c *conn) cleanup() {
 	s := c.s
 	if c.raw != nil {
-		c.raw.flushBeforeWait() // deliveries held for other clients still go
+		c.raw.FlushHeld() // deliveries held for other clients still go
 	}
 	if c.expiry != nil {
 		c.expiry.stop()
@@ -632,7 +647,7 @@ func (c *conn) cleanup() {
 	c.queue = nil
 	c.mu.Unlock()
 	s.pings.Cancel(c) // after closed: schedulePing adds nothing more
-	if c.raw != nil && c.raw.sc != nil {
+	if c.raw.Native() {
 		s.poller.forget(c.id)
 	}
 	c.ctx.end()

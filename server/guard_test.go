@@ -11,6 +11,7 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/testkit"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 )
@@ -31,6 +32,7 @@ func serverGoroutines() int {
 // queued; its keepalive is one entry in the server's ping heap, not a
 // timer of its own.
 func TestIdleConnectionHasNoGoroutine(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
 	const n = 50
@@ -56,7 +58,7 @@ func TestIdleConnectionHasNoGoroutine(t *testing.T) {
 func parkedConns(s *Server) int {
 	n := 0
 	for _, c := range s.snapshotConns() {
-		if c.raw.parking.Parked() {
+		if c.raw.Parked() {
 			n++
 		}
 	}
@@ -124,7 +126,7 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer server.Close()
-			c := &conn{s: s, raw: newRawConn(server)}
+			c := &conn{s: s, raw: wsock.NewConn(server)}
 			conns[i] = c
 			s.hub.subscribe(c, topic)
 		}
@@ -134,7 +136,7 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 			held.flush() // what the read loop does before it waits
 		})
 		for _, c := range conns {
-			if c.writing || c.queued != 0 || c.raw.pending() {
+			if c.writing || c.queued != 0 || c.raw.Pending() {
 				t.Fatalf("a delivery was queued, not written directly (writing %v, queued %d)", c.writing, c.queued)
 			}
 			s.hub.unsubscribe(c, topic)
@@ -154,6 +156,7 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 // WebSocket library: after several ping rounds every idle connection is
 // still open and parked again, with no goroutine.
 func TestPingRoundsLeaveConnectionsParked(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{Config: Config{PingInterval: 20 * time.Millisecond, WriteTimeout: time.Second}})
 	const n = 10
@@ -170,7 +173,7 @@ func TestPingRoundsLeaveConnectionsParked(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	answered := func() bool {
 		for _, c := range s.snapshotConns() {
-			if c.raw.pongs.Load() < 3 {
+			if c.raw.Pongs() < 3 {
 				return false
 			}
 		}

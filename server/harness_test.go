@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,10 +23,37 @@ func startServer(t *testing.T, opts Options) (*Server, string) {
 	return s, serve(t, s)
 }
 
+// portableRun runs every server of this package's tests with
+// limits.portableSockets on (scripts/test.sh runs the package both ways):
+// the same behaviour is asked of both paths.
+var portableRun = os.Getenv("RTSERVER_PORTABLE_SOCKETS") == "1"
+
+// portableTest is portableRun for the tests that set it (withPortable).
+var portableTest atomic.Bool
+
+// withPortable serves the rest of the test's servers with
+// limits.portableSockets on. Tests that use it must not run in parallel.
+func withPortable(t *testing.T) {
+	was := portableTest.Swap(true)
+	t.Cleanup(func() { portableTest.Store(was) })
+}
+
+// fastPathOnly skips a test of what only the fast path does (parking,
+// a send queue limit counted against what the socket would not take) when
+// every server runs with limits.portableSockets on.
+func fastPathOnly(t *testing.T) {
+	if portableRun {
+		t.Skip("a property of the fast path; RTSERVER_PORTABLE_SOCKETS=1 turns it off")
+	}
+}
+
 // serve starts s, serves it over TCP until the test ends, and returns
 // its WebSocket URL.
 func serve(t *testing.T, s *Server) string {
 	t.Helper()
+	if portableRun || portableTest.Load() {
+		s.cfg.PortableSockets = true
+	}
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -78,5 +107,5 @@ func allStacks() []byte {
 // inAwaitInput counts read loops waiting in awaitInput (netconn.go), not
 // inside the WebSocket library.
 func inAwaitInput() int {
-	return bytes.Count(allStacks(), []byte("server.(*rawConn).awaitInput("))
+	return bytes.Count(allStacks(), []byte("wsock.(*Conn).AwaitInput("))
 }

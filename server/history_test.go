@@ -169,6 +169,7 @@ func TestHistoryTrimmedAndTooMany(t *testing.T) {
 // A replay much larger than the send queue is paced by it: the client is
 // never closed 1013 for it, and gets every message, in order.
 func TestHistoryReplayIsPacedBySendQueue(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	store := history.NewMemory(history.MemoryOptions{})
 	opts := historyOptions(store, history.Policy{Size: 5000, TTL: time.Minute})

@@ -15,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 )
@@ -43,7 +44,7 @@ func tcpPair(t testing.TB) (client, server net.Conn) {
 func tcpConn(t testing.TB, s *Server) (*conn, net.Conn) {
 	t.Helper()
 	client, server := tcpPair(t)
-	return &conn{s: s, raw: newRawConn(server)}, client
+	return &conn{s: s, raw: wsock.NewConn(server)}, client
 }
 
 // writerIdle waits until c has no writer goroutine.

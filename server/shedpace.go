@@ -49,18 +49,10 @@ func (c *conn) countRefused(perr *protocol.Error) {
 // held answers go out first, so its client sends more meanwhile. Read
 // goroutine only.
 func (c *conn) pauseRefused() {
-	if c.raw == nil || c.raw.br == nil || c.inputInHand() {
+	if !c.raw.HasReader() || c.raw.InputInHand() {
 		return
 	}
 	c.s.refusalPauses.Add(1)
-	c.raw.flushBeforeWait()
+	c.raw.FlushHeld()
 	time.Sleep(refusalPause)
-}
-
-// inputInHand reports whether the read buffer holds input not yet read.
-func (c *conn) inputInHand() bool {
-	r := c.raw
-	r.brMu.Lock()
-	defer r.brMu.Unlock()
-	return !r.readClosed && r.br.Buffered() > 0
 }

@@ -1,13 +1,10 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"os"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -131,7 +128,7 @@ func (c *conn) enqueueFrame(frame []byte, direct bool) bool {
 		return true
 	}
 	if direct && !c.writing {
-		sent, rest, err := c.raw.tryWrite(frame, false)
+		sent, rest, err := c.raw.TryWrite(frame, false)
 		if err != nil {
 			c.mu.Unlock()
 			c.writeFailed(err)
@@ -170,7 +167,7 @@ func (c *conn) enqueueFrame(frame []byte, direct bool) bool {
 // read it (1013) and reports false. c.mu held.
 func (c *conn) queueFrame(frame []byte) bool {
 	s := c.s
-	if n := c.queued + len(frame); n > s.cfg.SendQueueBytes && (c.raw.full() || n > queueSlack(s.cfg.SendQueueBytes)) {
+	if n := c.queued + len(frame); n > s.cfg.SendQueueBytes && (c.raw.Full() || n > queueSlack(s.cfg.SendQueueBytes)) {
 		c.closed = true
 		c.queue = nil
 		c.cutSlow()
@@ -237,11 +234,11 @@ func (c *conn) flushLocked() {
 	)
 	if len(frames) == 1 {
 		n = len(frames[0])
-		sent, rest, err = c.raw.tryWrite(frames[0], false)
+		sent, rest, err = c.raw.TryWrite(frames[0], false)
 	} else {
 		buf := bufpool.Get()
 		_, n = c.gather(buf, frames, 0, -1)
-		sent, rest, err = c.raw.tryWrite(buf.Bytes(), true)
+		sent, rest, err = c.raw.TryWrite(buf.Bytes(), true)
 		bufpool.Put(buf)
 	}
 	if err != nil {
@@ -281,33 +278,26 @@ type holdSet struct {
 	// written; after a small one.
 	own       *conn
 	publishes int
-	held      atomic.Bool // len(conns) > 0 || own != nil
 
-	// readNow's callback and its argument and result (read goroutine).
-	readFn func(fd uintptr)
-	rp     []byte
-	rn     int
-
-	// While a burst has the large read buffer (rawConn.growReader): its
-	// husk, the small reader set aside, and what feeds the move.
-	big    *bufio.Reader
-	small  bufio.Reader
-	prefix prefixReader
+	// Marked while len(conns) > 0 || own != nil; the socket's side of
+	// holding (the read that does not wait, the large read buffer).
+	wsock.Hold
 }
 
-// readNow reads into p what the socket has now, without waiting: one
-// read(2) where asking first (TIOCINQ) and then reading would take two.
-func (h *holdSet) readNow(sc syscall.RawConn, p []byte) int {
-	if h.readFn == nil {
-		h.readFn = h.readFD
+// holdSet is the read goroutine's holdSet, made on first use and given to
+// its socket, which flushes it before a read waits. Read goroutine only.
+func (c *conn) holdSet() *holdSet {
+	if h := c.raw.Hold(); h != nil {
+		return h.Flusher().(*holdSet)
 	}
-	h.rp, h.rn = p, 0
-	if sc.Control(h.readFn) != nil {
-		h.rn = 0
-	}
-	h.rp = nil
-	return h.rn
+	h := new(holdSet)
+	h.Init(h)
+	c.raw.SetHold(&h.Hold)
+	return h
 }
+
+// Flush is flush, for the socket (wsock.Flusher).
+func (h *holdSet) Flush() { h.flush() }
 
 // maxHeldPublishes bounds how many publishes a busy publisher's
 // deliveries wait for: a client that keeps its input full is flushed
@@ -316,9 +306,7 @@ const maxHeldPublishes = 64
 
 func (h *holdSet) add(c *conn, own bool) {
 	h.mu.Lock()
-	if !h.held.Load() {
-		h.held.Store(true)
-	}
+	h.Mark()
 	if own && h.own == nil {
 		h.own = c
 	} else {
@@ -350,7 +338,7 @@ const ownFirst = queuedFanout
 const maxSpareHeld = 1 << 14
 
 // pending reports whether frames wait for a flush.
-func (h *holdSet) pending() bool { return h != nil && h.held.Load() }
+func (h *holdSet) pending() bool { return h != nil && h.Pending() }
 
 // flush writes what each held connection has queued, one write each.
 func (h *holdSet) flush() {
@@ -358,7 +346,7 @@ func (h *holdSet) flush() {
 	own, conns := h.own, h.conns
 	h.own, h.conns = nil, h.spare[:0]
 	h.publishes = 0
-	h.held.Store(false)
+	h.Unmark()
 	h.mu.Unlock()
 	if own != nil && len(conns) >= ownFirst {
 		own.flushHeld(h)
@@ -426,7 +414,7 @@ func (c *conn) writeLoop() {
 	var spare [][]byte
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 && !c.raw.pending() {
+		if len(c.queue) == 0 && !c.raw.Pending() {
 			c.writerExits()
 			c.mu.Unlock()
 			return
@@ -480,7 +468,7 @@ func (c *conn) write(frames [][]byte) (int, error) {
 		// write began goes first (send).
 		var n int
 		i, n = c.gather(buf, frames, i, maxSend)
-		if err := c.raw.send(buf.Bytes(), c.s.cfg.WriteTimeout); err != nil {
+		if err := c.raw.Send(buf.Bytes(), c.s.cfg.WriteTimeout); err != nil {
 			return written, err
 		}
 		buf.Reset()

@@ -9,6 +9,14 @@
 //     a read(2) of what has arrived, a MSG_PEEK that waits for readiness
 //     without consuming, TIOCINQ (bytes waiting), and the check that an
 //     idle client has gone;
+//   - the socket under a connection after the upgrade (Conn, conn.go):
+//     the hijack that makes it (Upgrade), the data frames written beneath
+//     the WebSocket library under the lock it shares with it, the pongs
+//     and close frames seen at the head of the input, the keepalive state,
+//     the frames a publisher holds until its read would wait (Hold), and
+//     the mark of a message being read that the keepalive checks against
+//     limits.messageTimeout (MessageOverdue). The server holds no socket
+//     call of its own;
 //   - the small buffers a hijacked connection runs on;
 //   - a request head read off a socket outside net/http (head.go): read
 //     within its bounds (ReadHead, MaxHead), classified (ClassifyHead:
@@ -76,5 +84,7 @@
 // request head from a goroutine, and do not notice a client that leaves a
 // queued upgrade; there is no Poller (NewPoller fails), so each idle
 // connection keeps a goroutine waiting on its socket. Portable makes Linux
-// behave the same, for tests of those paths.
+// behave the same, for tests of those paths; Upgrade.Portable does it for
+// the connections of one server (limits.portableSockets, the operator's
+// switch for a platform or kernel where the fast path misbehaves).
 package wsock
