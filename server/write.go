@@ -336,7 +336,7 @@ func (h *holdSet) published() {
 // early answer only moves the next publish into this fan-out's writing
 // and adds that wait to its latency (window 1, 1 -> 1,000: median
 // latency 0.33 publish cycles answering last against 1.22 answering
-// first, at the same CPU per delivery; docs/journal/performance-4.md).
+// first, at the same CPU per delivery; docs/journal/latency-and-shedding.md).
 const ownFirst = queuedFanout
 
 // maxSpareHeld bounds the list of held connections kept for the next

@@ -74,6 +74,8 @@ limits:
   sendQueueBytes: 1048576        # bytes queued in the server for one client, not yet written to its socket; past this: close 1013
   writeTimeout: 5s
   pingInterval: 25s
+  messageTimeout: 30s            # a message begun must be completed within this (1008)
+  portableSockets: false         # true: no socket calls of our own, the WebSocket library alone
   maxJSONDepth: 64               # deeper JSON in a client message or an API body is refused
 pressure:
   sampleInterval: 1s

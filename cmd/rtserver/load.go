@@ -57,7 +57,7 @@ func newConfigFlags() *configFlags {
 	fs.StringVar(&f.redisURL, "redis-url", "", "Redis `URL` (overrides redis.url)")
 	fs.StringVar(&f.logFormat, "log-format", "", "log `format`: text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log `level`: debug | info | warn | error (overrides log.level)")
-	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration as YAML and exit; secrets (auth.jwt.hmacSecret, publishRate.hmacSecret, api.key, the password of redis.url) print as "+redactedMark+" unless --show-secrets")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration as YAML and exit; secrets (auth.jwt.hmacSecret, publishRate.hmacSecret, api.key, redis.sentinel.password, the password of redis.url) print as "+redactedMark+" unless --show-secrets")
 	fs.BoolVar(&f.showSecrets, "show-secrets", false, "with --print-config: print secrets as they are (output that loads back unchanged; treat it as secret)")
 	fs.BoolVar(&f.printReference, "config-reference", false, "print the configuration reference (Markdown) and exit")
 	fs.BoolVar(&f.version, "version", false, "print the module version and exit")

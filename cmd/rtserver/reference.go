@@ -45,7 +45,7 @@ func ConfigReference() []byte {
 	w("offered it (`listn: unknown key (did you mean \"listen\"?)`), and a line indented with a tab\n")
 	w("is named (YAML indents with spaces only). `rtserver --print-config` prints the effective\n")
 	w("configuration as YAML (a valid `--config` file); `rtserver --config-reference` prints this page.\n")
-	w("`--print-config` prints secrets (`auth.jwt.hmacSecret`, `publishRate.hmacSecret`, `api.key`,\n")
+	w("`--print-config` prints secrets (`auth.jwt.hmacSecret`, `publishRate.hmacSecret`, `api.key`, `redis.sentinel.password`,\n")
 	w("the password in `redis.url`) as `%s`, so that its output can be pasted into a ticket or a log;\n", redactedMark)
 	w("a file holding that mark as a secret is refused at start-up. `--print-config --show-secrets`\n")
 	w("prints them as they are, output that loads back unchanged: treat that output as secret.\n\n")

@@ -16,7 +16,7 @@ import (
 // mark is not a secret anyone meant), never run with the mark as the key.
 
 // secretKeys are the keys --print-config redacts (when set).
-var secretKeys = []string{"auth.jwt.hmacSecret", "publishRate.hmacSecret", "api.key"}
+var secretKeys = []string{"redis.sentinel.password", "auth.jwt.hmacSecret", "publishRate.hmacSecret", "api.key"}
 
 // redactedMark stands for a secret in --print-config's output.
 const redactedMark = "REDACTED"

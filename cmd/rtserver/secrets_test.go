@@ -10,12 +10,14 @@ import (
 // key, the bus key, the API key and the Redis password all print as the
 // mark, and the mark loaded back is refused rather than used as a key.
 func TestPrintConfigRedactsSecrets(t *testing.T) {
-	secrets := []string{"jwt-secret-1", "bus-secret-2", "api-key-3", "redis-pw-4"}
+	secrets := []string{"jwt-secret-1", "bus-secret-2", "api-key-3", "redis-pw-4", "sentinel-pw-5"}
 	env := []string{
 		"RTSERVER_AUTH_JWT_HMACSECRET=" + secrets[0],
 		"RTSERVER_PUBLISHRATE_HMACSECRET=" + secrets[1],
 		"RTSERVER_API_KEY=" + secrets[2],
 		"RTSERVER_REDIS_URL=redis://fleet:" + secrets[3] + "@127.0.0.1:6379/0",
+		"RTSERVER_REDIS_SENTINEL_ADDRS=127.0.0.1:26379",
+		"RTSERVER_REDIS_SENTINEL_PASSWORD=" + secrets[4],
 	}
 	var out, errs bytes.Buffer
 	if code := run([]string{"--print-config"}, env, &out, &errs); code != 0 {
@@ -26,8 +28,8 @@ func TestPrintConfigRedactsSecrets(t *testing.T) {
 			t.Errorf("--print-config printed the secret %q:\n%s", s, out.String())
 		}
 	}
-	if n := strings.Count(out.String(), redactedMark); n != 4 {
-		t.Errorf("%d redaction marks, want 4:\n%s", n, out.String())
+	if n := strings.Count(out.String(), redactedMark); n != 5 {
+		t.Errorf("%d redaction marks, want 5:\n%s", n, out.String())
 	}
 	if !strings.Contains(out.String(), "redis://fleet:"+redactedMark+"@127.0.0.1:6379/0") {
 		t.Errorf("the Redis URL should keep all but its password:\n%s", out.String())
