@@ -28,6 +28,13 @@ func TestConfigValidateSentinel(t *testing.T) {
 			t.Errorf("%+v: Validate() = %v, want it to name %q", tt.give, err, tt.wantKey)
 		}
 	}
+	// A bad URL is named without its password.
+	for _, bad := range []string{"http://user:s3cret-pw@host:6379", "redis://user:s3cret-pw@host:6379/%zz"} {
+		err := Config{URL: bad}.Validate()
+		if err == nil || !strings.Contains(err.Error(), "redis.url: ") || strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("Validate(%q) = %v, want a redis.url problem without the password", bad, err)
+		}
+	}
 	ok := Config{URL: "rediss://:pw@mymaster/2", Sentinel: Sentinel{Addrs: []string{"s1:26379", "s2:26379", "[::1]:26379"}, Password: "sp"}}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("%+v: %v", ok, err)

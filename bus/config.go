@@ -43,8 +43,11 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var p conf.Problems
 	if c.URL != "" {
-		if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-			p.Add("redis.url", "must be a redis:// or rediss:// URL with a host, got %q", c.URL)
+		// The value is never echoed whole: it may hold the password.
+		if u, err := url.Parse(c.URL); err != nil {
+			p.Add("redis.url", "must be a redis:// or rediss:// URL with a host; the value does not parse as a URL")
+		} else if (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			p.Add("redis.url", "must be a redis:// or rediss:// URL with a host, got %q", u.Redacted())
 		}
 	}
 	for i, a := range c.Sentinel.Addrs {
