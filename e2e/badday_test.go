@@ -87,7 +87,9 @@ func TestStartWithRedisUnreachable(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			pubBegan := time.Now()
-			out, err := exec.CommandContext(ctx, binary, "pub", "--url", p.WS(), "news", `{"n":1}`).CombinedOutput()
+			pub := exec.CommandContext(ctx, binary, "pub", "--url", p.WS(), "news", `{"n":1}`)
+			pub.Env = binaryEnv()
+			out, err := pub.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "BUS") {
 				t.Errorf("rtserver pub: err %v, output %q; want a refusal naming BUS", err, out)
 			}

@@ -87,12 +87,7 @@ func startAt(t testing.TB, addr, config string, env ...string) *proc {
 	}
 	p := &proc{t: t, Addr: addr, log: &testkit.LogBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, "--config", cfgFile, "--listen", addr, "--log-level", "debug")
-	// The binary refuses RTSERVER_* variables it does not know; the one
-	// that makes missing programs fail the suite is the suite's, not its.
-	inherited := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, testkit.RequireIntegration+"=")
-	})
-	p.cmd.Env = append(inherited, env...)
+	p.cmd.Env = append(binaryEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -236,4 +231,14 @@ func (p *proc) waitMetric(series string, within time.Duration, cond func(float64
 		return cond(v)
 	})
 	return v
+}
+
+// binaryEnv is the environment the binary runs with: this process's, less
+// the variable that makes missing programs fail the suite. The binary
+// refuses RTSERVER_* variables it does not know, and that one is the
+// suite's, not the binary's.
+func binaryEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, testkit.RequireIntegration+"=")
+	})
 }

@@ -241,6 +241,10 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		}
 		c.adaptive = al
 		c.hasConc = true
+		// Exported at 0 for every adaptive class, as every family with
+		// labels known in advance is, so dashboards and alerts see it
+		// from start-up; a local class never falls back.
+		fallbacks := a.m.AdmissionCeilingFallbacks.WithLabelValues(name)
 		switch p.Scope {
 		case "", "local":
 		case "cluster":
@@ -251,7 +255,7 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 			if a.ceilings == nil {
 				return nil, errors.New("adaptiveConcurrency: scope cluster: no store to share the fleet's limits in (message.Options.Ceilings; a node has one when redis.url is set)")
 			}
-			c.fleet = &fleetPart{agg: g, fallbacks: a.m.AdmissionCeilingFallbacks.WithLabelValues(name)}
+			c.fleet = &fleetPart{agg: g, fallbacks: fallbacks}
 		default:
 			return nil, fmt.Errorf("adaptiveConcurrency: scope must be local or cluster (got %q)", p.Scope)
 		}

@@ -1011,7 +1011,7 @@ test("three WebSocket attempts that fail before a frame switch to SSE and POST, 
 // --- the public surface: what rtclient.d.ts declares ---
 
 test("the module exports and the client's methods are the declared ones", () => {
-  eq(Object.keys(rtclient).sort(), ["RPCError", "backoff", "connect", "parseRetryAfterMs"], "exports");
+  eq(Object.keys(rtclient).sort(), ["RPCError", "VERSION", "backoff", "connect", "parseRetryAfterMs"], "exports");
   const h = harness();
   const c = connect("ws://x/ws", h.opts());
   const proto = Object.getPrototypeOf(c);
