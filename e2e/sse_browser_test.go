@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/cdptest"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
@@ -40,28 +41,28 @@ func until(cond string) string {
 // needBrowser starts headless Chromium for one test.
 func needBrowser(t *testing.T) *browser {
 	t.Helper()
-	testkit.Program(t, chromiumPath, "apt-get install chromium")
-	b, err := startBrowser()
+	testkit.Program(t, cdptest.ChromiumPath, "apt-get install chromium")
+	b, err := cdptest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.close)
+	t.Cleanup(b.Close)
 	return b
 }
 
 func openPage(t *testing.T, ctx context.Context, b *browser, url string) *page {
 	t.Helper()
-	p, err := b.newPage(ctx, url)
+	p, err := b.NewPage(ctx, url)
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
-	t.Cleanup(p.close)
-	return p
+	t.Cleanup(p.Close)
+	return &page{p}
 }
 
 func (p *page) mustEval(t *testing.T, ctx context.Context, expr string, out any) {
 	t.Helper()
-	if err := p.eval(ctx, expr, out); err != nil {
+	if err := p.Eval(ctx, expr, out); err != nil {
 		t.Fatalf("%v\nin: %.300s", err, expr)
 	}
 }

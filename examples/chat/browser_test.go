@@ -39,17 +39,17 @@ func until(cond string) string {
 
 func openPage(t *testing.T, ctx context.Context, b *browser, url string) *page {
 	t.Helper()
-	p, err := b.newPage(ctx, url)
+	p, err := b.NewPage(ctx, url)
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
-	t.Cleanup(p.close)
-	return p
+	t.Cleanup(p.Close)
+	return &page{p}
 }
 
 func (p *page) mustEval(t *testing.T, ctx context.Context, expr string, out any) {
 	t.Helper()
-	if err := p.eval(ctx, expr, out); err != nil {
+	if err := p.Eval(ctx, expr, out); err != nil {
 		t.Fatalf("%v\nin: %.300s", err, expr)
 	}
 }

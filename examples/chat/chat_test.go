@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/internal/cdptest"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/protocol"
 	"github.com/rtserver/rtserver/server"
@@ -31,7 +32,7 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if theBrowser != nil {
-		theBrowser.close()
+		theBrowser.Close()
 	}
 	os.Exit(code)
 }
@@ -41,8 +42,8 @@ func TestMain(m *testing.M) {
 // (scripts/test.sh sets it).
 func needBrowser(t *testing.T) *browser {
 	t.Helper()
-	testkit.Program(t, chromiumPath, "apt-get install chromium")
-	browserOnce.Do(func() { theBrowser, browserErr = startBrowser() })
+	testkit.Program(t, cdptest.ChromiumPath, "apt-get install chromium")
+	browserOnce.Do(func() { theBrowser, browserErr = cdptest.Start() })
 	if browserErr != nil {
 		t.Fatal(browserErr)
 	}

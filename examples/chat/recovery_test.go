@@ -77,7 +77,7 @@ func TestBrowserRecoversEveryMessageAcrossRestart(t *testing.T) {
 		}
 		Connects int
 	}
-	if err := p.eval(ctx, fmt.Sprintf(`(%s)(() => chat.messages.length >= %d, 60000)`, untilJS, n), nil); err != nil {
+	if err := p.Eval(ctx, fmt.Sprintf(`(%s)(() => chat.messages.length >= %d, 60000)`, untilJS, n), nil); err != nil {
 		var state string
 		p.mustEval(t, ctx, `JSON.stringify({shown: chat.messages.length, last: chat.messages.slice(-3).map(m => m.at), states: chat.states,
 			closes: chat.closes, recoveries: chat.recoveries, errors: chat.errors, system: chat.system})`, &state)

@@ -1,11 +1,11 @@
 //go:build !unix
 
-package main
+package cdptest
 
 import "os/exec"
 
-// ownGroup: no process groups here (these tests run on Unix; this keeps
-// the package compiling elsewhere).
+// ownGroup: no process groups here (the browser tests run on Unix; this
+// keeps the package compiling elsewhere).
 func ownGroup(*exec.Cmd) {}
 
 // killGroup kills cmd alone.

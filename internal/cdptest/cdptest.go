@@ -1,9 +1,4 @@
-package e2e
-
-// A minimal Chrome DevTools Protocol driver for the browser tests: it starts
-// headless Chromium, speaks CDP over the browser's WebSocket (flattened
-// sessions, one per page), and evaluates JavaScript in pages. No module
-// dependency beyond github.com/coder/websocket.
+package cdptest
 
 import (
 	"bufio"
@@ -21,10 +16,11 @@ import (
 	"github.com/coder/websocket"
 )
 
-// chromiumPath is where Debian's chromium package installs the browser.
-const chromiumPath = "/usr/bin/chromium"
+// ChromiumPath is where Debian's chromium package installs the browser.
+const ChromiumPath = "/usr/bin/chromium"
 
-type browser struct {
+// Browser is a headless Chromium process and its DevTools connection.
+type Browser struct {
 	cmd  *exec.Cmd
 	dir  string
 	ws   *websocket.Conn
@@ -49,17 +45,17 @@ type eventWaiter struct {
 	ch              chan json.RawMessage // 1-buffered
 }
 
-// startBrowser starts headless Chromium with a fresh profile and connects
+// Start starts headless Chromium with a fresh profile and connects
 // to its DevTools endpoint.
-func startBrowser() (*browser, error) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		return nil, fmt.Errorf("the browser tests need Chromium at %s: install Debian's package with `apt-get install chromium` (%v)", chromiumPath, err)
+func Start() (*Browser, error) {
+	if _, err := os.Stat(ChromiumPath); err != nil {
+		return nil, fmt.Errorf("the browser tests need Chromium at %s: install Debian's package with `apt-get install chromium` (%v)", ChromiumPath, err)
 	}
 	dir, err := os.MkdirTemp("", "chat-chromium-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(chromiumPath,
+	cmd := exec.Command(ChromiumPath,
 		"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update",
 		"--disable-sync", "--disable-extensions", "--mute-audio",
@@ -79,9 +75,9 @@ func startBrowser() (*browser, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start %s: %w", chromiumPath, err)
+		return nil, fmt.Errorf("start %s: %w", ChromiumPath, err)
 	}
-	b := &browser{cmd: cmd, dir: dir, calls: map[int64]chan cdpReply{}, done: make(chan struct{})}
+	b := &Browser{cmd: cmd, dir: dir, calls: map[int64]chan cdpReply{}, done: make(chan struct{})}
 
 	// The DevTools address is printed on stderr; the rest of stderr is
 	// kept (bounded) for failure messages, and drained so Chromium never
@@ -111,19 +107,19 @@ func startBrowser() (*browser, error) {
 	select {
 	case u, ok := <-addr:
 		if !ok {
-			b.kill()
-			return nil, fmt.Errorf("chromium exited before printing its DevTools address:\n%s", b.stderrText())
+			b.Kill()
+			return nil, fmt.Errorf("chromium exited before printing its DevTools address:\n%s", b.StderrText())
 		}
 		url = u
 	case <-time.After(30 * time.Second):
-		b.kill()
-		return nil, fmt.Errorf("chromium printed no DevTools address in 30s:\n%s", b.stderrText())
+		b.Kill()
+		return nil, fmt.Errorf("chromium printed no DevTools address in 30s:\n%s", b.StderrText())
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	ws, _, err := websocket.Dial(dctx, url, nil)
 	cancel()
 	if err != nil {
-		b.kill()
+		b.Kill()
 		return nil, fmt.Errorf("dial DevTools %s: %w", url, err)
 	}
 	ws.SetReadLimit(64 << 20)
@@ -134,14 +130,15 @@ func startBrowser() (*browser, error) {
 	return b, nil
 }
 
-func (b *browser) stderrText() string {
+// StderrText is what Chromium printed on stderr (bounded), for failure messages.
+func (b *Browser) StderrText() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return strings.Join(b.stderr, "\n")
 }
 
 // readLoop routes replies to their callers and events to their waiters.
-func (b *browser) readLoop(ctx context.Context) {
+func (b *Browser) readLoop(ctx context.Context) {
 	defer close(b.done)
 	var err error
 	for {
@@ -201,7 +198,7 @@ func (b *browser) readLoop(ctx context.Context) {
 
 // send runs one CDP command (in session, or on the browser when session is
 // empty) and decodes its result into out (may be nil).
-func (b *browser) send(ctx context.Context, session, method string, params, out any) error {
+func (b *Browser) send(ctx context.Context, session, method string, params, out any) error {
 	b.mu.Lock()
 	if b.err != nil {
 		b.mu.Unlock()
@@ -243,7 +240,7 @@ func (b *browser) send(ctx context.Context, session, method string, params, out 
 	}
 }
 
-func (b *browser) forget(id int64) {
+func (b *Browser) forget(id int64) {
 	b.mu.Lock()
 	delete(b.calls, id)
 	b.mu.Unlock()
@@ -251,7 +248,7 @@ func (b *browser) forget(id int64) {
 
 // expect registers interest in the next event named method in session;
 // register before sending the command that causes it.
-func (b *browser) expect(session, method string) *eventWaiter {
+func (b *Browser) expect(session, method string) *eventWaiter {
 	w := &eventWaiter{session: session, method: method, ch: make(chan json.RawMessage, 1)}
 	b.mu.Lock()
 	b.waiters = append(b.waiters, w)
@@ -259,7 +256,7 @@ func (b *browser) expect(session, method string) *eventWaiter {
 	return w
 }
 
-func (b *browser) unexpect(w *eventWaiter) {
+func (b *Browser) unexpect(w *eventWaiter) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, x := range b.waiters {
@@ -270,9 +267,9 @@ func (b *browser) unexpect(w *eventWaiter) {
 	}
 }
 
-// close asks Chromium to exit, then makes sure its whole process group is
+// Close asks Chromium to exit, then makes sure its whole process group is
 // gone, and removes the profile.
-func (b *browser) close() {
+func (b *Browser) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	b.send(ctx, "", "Browser.close", nil, nil)
 	cancel()
@@ -285,16 +282,16 @@ func (b *browser) close() {
 	case <-exited:
 	case <-time.After(10 * time.Second):
 	}
-	b.kill()
+	b.Kill()
 	<-exited
 	b.stop()
 	b.ws.CloseNow()
 	<-b.done
 }
 
-// kill ends Chromium's process group (renderers included) and removes the
+// Kill ends Chromium's process group (renderers included) and removes the
 // profile directory.
-func (b *browser) kill() {
+func (b *Browser) Kill() {
 	killGroup(b.cmd)
 	if b.ws == nil {
 		b.cmd.Wait()
@@ -302,15 +299,15 @@ func (b *browser) kill() {
 	os.RemoveAll(b.dir)
 }
 
-// page is one browser tab, attached with a flattened session.
-type page struct {
-	b       *browser
+// Page is one browser tab, attached with a flattened session.
+type Page struct {
+	b       *Browser
 	target  string
 	session string
 }
 
-// newPage opens a tab on url and waits for its load event.
-func (b *browser) newPage(ctx context.Context, url string) (*page, error) {
+// NewPage opens a tab on url and waits for its load event.
+func (b *Browser) NewPage(ctx context.Context, url string) (*Page, error) {
 	var created struct {
 		TargetID string `json:"targetId"`
 	}
@@ -323,21 +320,21 @@ func (b *browser) newPage(ctx context.Context, url string) (*page, error) {
 	if err := b.send(ctx, "", "Target.attachToTarget", map[string]any{"targetId": created.TargetID, "flatten": true}, &attached); err != nil {
 		return nil, err
 	}
-	p := &page{b: b, target: created.TargetID, session: attached.SessionID}
+	p := &Page{b: b, target: created.TargetID, session: attached.SessionID}
 	if err := b.send(ctx, p.session, "Page.enable", nil, nil); err != nil {
-		p.close()
+		p.Close()
 		return nil, err
 	}
-	if err := p.navigate(ctx, url); err != nil {
-		p.close()
+	if err := p.Navigate(ctx, url); err != nil {
+		p.Close()
 		return nil, err
 	}
 	return p, nil
 }
 
-// navigate loads url and waits for its load event (module scripts have run
+// Navigate loads url and waits for its load event (module scripts have run
 // by then).
-func (p *page) navigate(ctx context.Context, url string) error {
+func (p *Page) Navigate(ctx context.Context, url string) error {
 	loaded := p.b.expect(p.session, "Page.loadEventFired")
 	var nav struct {
 		ErrorText string `json:"errorText"`
@@ -359,10 +356,10 @@ func (p *page) navigate(ctx context.Context, url string) error {
 	}
 }
 
-// eval evaluates a JavaScript expression in the page, awaits it when it is
+// Eval evaluates a JavaScript expression in the page, awaits it when it is
 // a Promise, and decodes its value (JSON) into out (may be nil). A thrown
 // exception or a rejected Promise is an error carrying its description.
-func (p *page) eval(ctx context.Context, expr string, out any) error {
+func (p *Page) Eval(ctx context.Context, expr string, out any) error {
 	var r struct {
 		Result struct {
 			Type  string          `json:"type"`
@@ -399,7 +396,8 @@ func (p *page) eval(ctx context.Context, expr string, out any) error {
 	return nil
 }
 
-func (p *page) close() {
+// Close closes the tab.
+func (p *Page) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	p.b.send(ctx, "", "Target.closeTarget", map[string]any{"targetId": p.target}, nil)

@@ -1,14 +1,14 @@
 //go:build unix
 
-package main
+package cdptest
 
 import (
 	"os/exec"
 	"syscall"
 )
 
-// ownGroup starts cmd in its own process group, so that what it starts
-// stops with it (killGroup).
+// ownGroup starts cmd in its own process group, so that the renderers and
+// helpers Chromium forks stop with it (killGroup).
 func ownGroup(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
 
 // killGroup kills cmd's process group.

@@ -1,0 +1,10 @@
+package main
+
+import "github.com/rtserver/rtserver/internal/cdptest"
+
+// browser and page are the Chrome DevTools driver's (internal/cdptest);
+// page carries this package's test helpers (mustEval).
+type (
+	browser = cdptest.Browser
+	page    struct{ *cdptest.Page }
+)
