@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -21,13 +22,31 @@ type Listener struct {
 }
 
 // Wrap returns inner with the failures counted in count and logged in log
-// (which should be rate-limited, as the node's is).
-func Wrap(inner net.Listener, count prometheus.Counter, log *slog.Logger) *Listener {
+// (which should be rate-limited, as the node's is). A listener that takes
+// accept deadlines (a *net.TCPListener does) still takes them once
+// wrapped: the handshake tier's door needs them to serve upgrades at all.
+func Wrap(inner net.Listener, count prometheus.Counter, log *slog.Logger) net.Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Listener{Listener: inner, count: count, log: log}
+	l := &Listener{Listener: inner, count: count, log: log}
+	if dl, ok := inner.(deadliner); ok {
+		return &deadlineListener{Listener: l, dl: dl}
+	}
+	return l
 }
+
+// deadliner is a listener that takes accept deadlines.
+type deadliner interface{ SetDeadline(time.Time) error }
+
+// deadlineListener is a Listener whose inner listener takes deadlines.
+type deadlineListener struct {
+	*Listener
+	dl deadliner
+}
+
+// SetDeadline is inner's.
+func (l *deadlineListener) SetDeadline(t time.Time) error { return l.dl.SetDeadline(t) }
 
 // Accept is inner's, with descriptor exhaustion counted and logged.
 func (l *Listener) Accept() (net.Conn, error) {

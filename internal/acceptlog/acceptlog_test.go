@@ -87,3 +87,20 @@ func TestOutOfFilesIsCountedAndLogged(t *testing.T) {
 		t.Errorf("a successful accept counted: %v", n)
 	}
 }
+
+// A wrapped TCP listener still takes accept deadlines, which the handshake
+// tier's door needs (without them it steps aside and every upgrade goes
+// through net/http); a listener without them does not gain them.
+func TestWrapKeepsDeadlines(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, ok := Wrap(ln, nil, nil).(deadliner); !ok {
+		t.Error("a wrapped TCP listener lost SetDeadline")
+	}
+	if _, ok := Wrap(struct{ net.Listener }{ln}, nil, nil).(deadliner); ok {
+		t.Error("a listener without SetDeadline gained one")
+	}
+}
