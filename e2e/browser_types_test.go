@@ -2,9 +2,11 @@ package e2e
 
 import "github.com/rtserver/rtserver/internal/cdptest"
 
-// browser and page are the Chrome DevTools driver's (internal/cdptest);
-// page carries this package's test helpers (mustEval).
-type (
-	browser = cdptest.Browser
-	page    struct{ *cdptest.Page }
+// The Chrome DevTools driver and its test helpers (internal/cdptest),
+// under this package's short names.
+type browser = cdptest.Browser
+
+var (
+	until    = cdptest.Until
+	openPage = cdptest.OpenPage
 )

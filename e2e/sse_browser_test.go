@@ -19,25 +19,6 @@ import (
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
-// untilJS waits in the page until pred() is truthy and resolves with its
-// value; it rejects after ms with the predicate's text.
-const untilJS = `(pred, ms = 20000) => new Promise((resolve, reject) => {
-	const t0 = performance.now();
-	const poll = () => {
-		let v;
-		try { v = pred(); } catch (e) { reject(e); return; }
-		if (v) { resolve(v); return; }
-		if (performance.now() - t0 > ms) { reject(new Error("timed out waiting for " + pred)); return; }
-		setTimeout(poll, 10);
-	};
-	poll();
-})`
-
-// until is an expression that waits for the JavaScript condition cond.
-func until(cond string) string {
-	return fmt.Sprintf("(%s)(() => (%s))", untilJS, cond)
-}
-
 // needBrowser starts headless Chromium for one test.
 func needBrowser(t *testing.T) *browser {
 	t.Helper()
@@ -50,23 +31,6 @@ func needBrowser(t *testing.T) *browser {
 	return b
 }
 
-func openPage(t *testing.T, ctx context.Context, b *browser, url string) *page {
-	t.Helper()
-	p, err := b.NewPage(ctx, url)
-	if err != nil {
-		t.Fatalf("open %s: %v", url, err)
-	}
-	t.Cleanup(p.Close)
-	return &page{p}
-}
-
-func (p *page) mustEval(t *testing.T, ctx context.Context, expr string, out any) {
-	t.Helper()
-	if err := p.Eval(ctx, expr, out); err != nil {
-		t.Fatalf("%v\nin: %.300s", err, expr)
-	}
-}
-
 // A browser's EventSource, cut off by the server, reconnects by itself
 // with the last event's id, and gets the messages it missed meanwhile,
 // once each and in order, after what it had.
@@ -77,14 +41,14 @@ func TestSSEBrowserEventSourceRecovers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pg := openPage(t, ctx, b, p.url("/healthz")) // any page of the server's origin
-	pg.mustEval(t, ctx, `(() => {
+	pg.MustEval(t, ctx, `(() => {
 		window.got = []; window.subs = [];
 		const es = new EventSource("/sse?topic=room:a&token=`+tok+`");
 		es.onmessage = (e) => got.push({id: e.lastEventId, offset: JSON.parse(e.data).offset, data: JSON.parse(e.data).data});
 		es.addEventListener("subscribed", (e) => subs.push(JSON.parse(e.data)));
 		return true;
 	})()`, nil)
-	pg.mustEval(t, ctx, until(`subs.length === 1`), nil)
+	pg.MustEval(t, ctx, until(`subs.length === 1`), nil)
 	publish := func(i int) {
 		t.Helper()
 		code, body := postRPC(t, p, "", publishBody("room:a", strconv.Itoa(i)), "Authorization", "Bearer "+tok)
@@ -94,7 +58,7 @@ func TestSSEBrowserEventSourceRecovers(t *testing.T) {
 	}
 	publish(1)
 	publish(2)
-	pg.mustEval(t, ctx, until(`got.length === 2`), nil)
+	pg.MustEval(t, ctx, until(`got.length === 2`), nil)
 
 	// The server ends alice's connections: the stream ends, and the
 	// browser reconnects after its own delay (seconds), presenting the
@@ -104,7 +68,7 @@ func TestSSEBrowserEventSourceRecovers(t *testing.T) {
 	}
 	publish(3)
 	publish(4)
-	pg.mustEval(t, ctx, until(`subs.length === 2 && got.length === 4`), nil)
+	pg.MustEval(t, ctx, until(`subs.length === 2 && got.length === 4`), nil)
 	var res struct {
 		Subs []struct {
 			Recovered *bool
@@ -116,7 +80,7 @@ func TestSSEBrowserEventSourceRecovers(t *testing.T) {
 			Data   int
 		}
 	}
-	pg.mustEval(t, ctx, `({subs, got})`, &res)
+	pg.MustEval(t, ctx, `({subs, got})`, &res)
 	if r := res.Subs[1].Recovered; r == nil || !*r {
 		t.Fatalf("the reconnect did not recover: %+v", res.Subs)
 	}
@@ -146,7 +110,7 @@ func TestSSEBrowserClientFallsBack(t *testing.T) {
 	pg := openPage(t, ctx, b, p.url("/healthz"))
 	// Every WebSocket the page opens is answered 404 (as by a proxy that
 	// refuses upgrades): the browser reports close 1006.
-	pg.mustEval(t, ctx, `(async () => {
+	pg.MustEval(t, ctx, `(async () => {
 		const Real = WebSocket;
 		window.WebSocket = class extends Real { constructor(u, p) { super(u.replace("/ws", "/blocked"), p); } };
 		const m = await import(URL.createObjectURL(new Blob([`+string(srcJSON)+`], {type: "text/javascript"})));
@@ -156,7 +120,7 @@ func TestSSEBrowserClientFallsBack(t *testing.T) {
 		c.subscribe("room:a", (data, topic, offset) => got.push({data, offset}));
 		return true;
 	})()`, nil)
-	pg.mustEval(t, ctx, until(`c.transport === "sse" && c.state === "open"`), nil)
+	pg.MustEval(t, ctx, until(`c.transport === "sse" && c.state === "open"`), nil)
 	var res struct {
 		Transports []struct {
 			Name     string
@@ -165,7 +129,7 @@ func TestSSEBrowserClientFallsBack(t *testing.T) {
 		Published struct{ Offset int }
 		Err       struct{ Code int }
 	}
-	pg.mustEval(t, ctx, `(async () => ({
+	pg.MustEval(t, ctx, `(async () => ({
 		transports,
 		published: await c.publish("room:a", "from the page"),
 		err: await c.call("no.such.method").then(() => ({code: 0}), (e) => ({code: e.code})),
@@ -184,7 +148,7 @@ func TestSSEBrowserClientFallsBack(t *testing.T) {
 		Data   string
 		Offset int
 	}
-	pg.mustEval(t, ctx, until(`got.length === 2 && got`), &got)
+	pg.MustEval(t, ctx, until(`got.length === 2 && got`), &got)
 	if got[0].Data != "from the page" || got[0].Offset != 1 || got[1].Data != "from outside" || got[1].Offset != 2 {
 		t.Fatalf("messages %+v", got)
 	}

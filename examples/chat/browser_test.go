@@ -18,42 +18,6 @@ import (
 	"github.com/rtserver/rtserver/internal/testkit"
 )
 
-// untilJS waits in the page until pred() is truthy and resolves with its
-// value; it rejects after ms with the predicate's text.
-const untilJS = `(pred, ms = 20000) => new Promise((resolve, reject) => {
-	const t0 = performance.now();
-	const poll = () => {
-		let v;
-		try { v = pred(); } catch (e) { reject(e); return; }
-		if (v) { resolve(v); return; }
-		if (performance.now() - t0 > ms) { reject(new Error("timed out waiting for " + pred)); return; }
-		setTimeout(poll, 10);
-	};
-	poll();
-})`
-
-// until is an expression that waits for the JavaScript condition cond.
-func until(cond string) string {
-	return fmt.Sprintf("(%s)(() => (%s))", untilJS, cond)
-}
-
-func openPage(t *testing.T, ctx context.Context, b *browser, url string) *page {
-	t.Helper()
-	p, err := b.NewPage(ctx, url)
-	if err != nil {
-		t.Fatalf("open %s: %v", url, err)
-	}
-	t.Cleanup(p.Close)
-	return &page{p}
-}
-
-func (p *page) mustEval(t *testing.T, ctx context.Context, expr string, out any) {
-	t.Helper()
-	if err := p.Eval(ctx, expr, out); err != nil {
-		t.Fatalf("%v\nin: %.300s", err, expr)
-	}
-}
-
 func testContext(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -72,7 +36,7 @@ func TestClientUnitTestsInBrowser(t *testing.T) {
 		Passed   int
 		Failures []string
 	}
-	p.mustEval(t, ctx, `import(location.origin + "/clients/js/rtclient_test.js").then(m => m.run({url: location.origin.replace(/^http/, "ws") + "/ws"}))`, &res)
+	p.MustEval(t, ctx, `import(location.origin + "/clients/js/rtclient_test.js").then(m => m.run({url: location.origin.replace(/^http/, "ws") + "/ws"}))`, &res)
 	for _, f := range res.Failures {
 		t.Error(f)
 	}
@@ -94,11 +58,11 @@ func TestTwoPagesChat(t *testing.T) {
 	// Bob offers rt.batch, so the server may batch what it sends him.
 	bob := openPage(t, ctx, b, a.url("/?room=r1&name=bob&batch=1"))
 	for _, p := range []*page{alice, bob} {
-		p.mustEval(t, ctx, until(`chat.client.state === "open"`), nil)
+		p.MustEval(t, ctx, until(`chat.client.state === "open"`), nil)
 	}
 
 	var said struct{ From, Text, Room string }
-	alice.mustEval(t, ctx, `chat.say("hello from alice")`, &said)
+	alice.MustEval(t, ctx, `chat.say("hello from alice")`, &said)
 	if said.From != "alice" || said.Text != "hello from alice" || said.Room != "r1" {
 		t.Fatalf("chat.say answered %+v", said)
 	}
@@ -108,7 +72,7 @@ func TestTwoPagesChat(t *testing.T) {
 			From string
 			DOM  bool
 		}
-		p.mustEval(t, ctx, fmt.Sprintf(`%s.then(m => ({from: m.from, dom: document.getElementById("log").textContent.includes(%q)}))`,
+		p.MustEval(t, ctx, fmt.Sprintf(`%s.then(m => ({from: m.from, dom: document.getElementById("log").textContent.includes(%q)}))`,
 			until(fmt.Sprintf(`chat.messages.find(m => m.text === %q)`, text)), text), &got)
 		if !got.DOM {
 			t.Fatalf("%q arrived but is not on the page", text)
@@ -118,14 +82,14 @@ func TestTwoPagesChat(t *testing.T) {
 	seen(alice, "hello from alice") // the sender is subscribed too
 
 	// Bob answers through the form, as a person would.
-	bob.mustEval(t, ctx, `document.getElementById("text").value = "hi alice"; document.getElementById("say").requestSubmit(); true`, nil)
+	bob.MustEval(t, ctx, `document.getElementById("text").value = "hi alice"; document.getElementById("say").requestSubmit(); true`, nil)
 	seen(alice, "hi alice")
 
 	var bad struct {
 		Code    int
 		Message string
 	}
-	alice.mustEval(t, ctx, `chat.client.call("chat.say", {room: "", text: "x"}).then(() => ({code: 0}), e => ({code: e.code, message: e.message}))`, &bad)
+	alice.MustEval(t, ctx, `chat.client.call("chat.say", {room: "", text: "x"}).then(() => ({code: 0}), e => ({code: e.code, message: e.message}))`, &bad)
 	if bad.Code != -32602 {
 		t.Fatalf("chat.say with an empty room: %+v, want -32602", bad)
 	}
@@ -138,7 +102,7 @@ func TestTwoPagesChat(t *testing.T) {
 			RetryAfterMs int
 		}
 	}
-	alice.mustEval(t, ctx, `Promise.all(Array.from({length: 12}, (_, i) => chat.say("burst " + i).then(() => ({code: 0}), e => ({code: e.code, data: e.data}))))`, &burst)
+	alice.MustEval(t, ctx, `Promise.all(Array.from({length: 12}, (_, i) => chat.say("burst " + i).then(() => ({code: 0}), e => ({code: e.code, data: e.data}))))`, &burst)
 	limited := 0
 	for _, r := range burst {
 		switch r.Code {
@@ -168,10 +132,10 @@ func TestFullServerCloseModeHonoursHint(t *testing.T) {
 	a := startApp(t, options{MaxConnections: 1, Reject: "close"}, "")
 	ctx := testContext(t, 40*time.Second)
 	holder := openPage(t, ctx, b, a.url("/?room=full"))
-	holder.mustEval(t, ctx, until(`chat.client.state === "open"`), nil)
+	holder.MustEval(t, ctx, until(`chat.client.state === "open"`), nil)
 
 	shed := openPage(t, ctx, b, a.url("/test/blank.html"))
-	shed.mustEval(t, ctx, `(async () => {
+	shed.MustEval(t, ctx, `(async () => {
 		const rec = window.rec = {opens: [], closes: [], states: []};
 		const Native = window.WebSocket;
 		window.WebSocket = class extends Native {
@@ -203,7 +167,7 @@ func TestFullServerCloseModeHonoursHint(t *testing.T) {
 			RetryAfterMs int
 		}
 	}
-	shed.mustEval(t, ctx, until(fmt.Sprintf(`rec.closes.length >= %d && rec.opens.length >= %d && rec`, cycles, cycles+1)), &rec)
+	shed.MustEval(t, ctx, until(fmt.Sprintf(`rec.closes.length >= %d && rec.opens.length >= %d && rec`, cycles, cycles+1)), &rec)
 	for i := range cycles {
 		c := rec.Closes[i]
 		var hint int
@@ -232,8 +196,8 @@ func TestFullServerCloseModeHonoursHint(t *testing.T) {
 	}
 
 	// Free the slot: the shed page gets in on a later attempt.
-	holder.mustEval(t, ctx, `chat.client.close(); true`, nil)
-	shed.mustEval(t, ctx, until(`client.state === "open"`), nil)
+	holder.MustEval(t, ctx, `chat.client.close(); true`, nil)
+	shed.MustEval(t, ctx, until(`client.state === "open"`), nil)
 }
 
 // A drain (the example's context ending, as SIGTERM does) closes every
@@ -252,7 +216,7 @@ func TestDrainSpreadsPagesAndTheyReconnect(t *testing.T) {
 		pages[i] = openPage(t, ctx, b, a.url("/?room=drain&minBackoffMs=50&maxBackoffMs=500"))
 	}
 	for _, p := range pages {
-		p.mustEval(t, ctx, until(`chat.client.state === "open"`), nil)
+		p.MustEval(t, ctx, until(`chat.client.state === "open"`), nil)
 	}
 
 	a.cancel()
@@ -277,7 +241,7 @@ func TestDrainSpreadsPagesAndTheyReconnect(t *testing.T) {
 				ReconnectAfterMs int
 			}
 		}
-		p.mustEval(t, ctx, until(`chat.closes.length > 0 && {close: chat.closes[0], draining: chat.system.find(e => e.event === "draining")}`), &r)
+		p.MustEval(t, ctx, until(`chat.closes.length > 0 && {close: chat.closes[0], draining: chat.system.find(e => e.event === "draining")}`), &r)
 		if r.Close.Code != 1012 || r.Close.RetryAfterMs <= 0 {
 			t.Fatalf("page %d closed with %+v, want 1012 and a hint", i, r.Close)
 		}
@@ -299,13 +263,13 @@ func TestDrainSpreadsPagesAndTheyReconnect(t *testing.T) {
 	// The replacement instance on the same address.
 	next := startApp(t, options{}, a.addr)
 	for _, p := range pages {
-		p.mustEval(t, ctx, until(`chat.connects >= 2 && chat.client.state === "open"`), nil)
+		p.MustEval(t, ctx, until(`chat.connects >= 2 && chat.client.state === "open"`), nil)
 	}
 	if err := next.node.Publish("room:drain", []byte(`{"room":"drain","from":"server","text":"after the restart","at":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pages {
-		p.mustEval(t, ctx, until(`chat.messages.some(m => m.text === "after the restart")`), nil)
+		p.MustEval(t, ctx, until(`chat.messages.some(m => m.text === "after the restart")`), nil)
 	}
 }
 
@@ -322,7 +286,7 @@ func TestBrowserRefreshesShortLivedTokens(t *testing.T) {
 		Notices, Tokens, Drops int
 		State                  string
 	}
-	p.mustEval(t, ctx, `import(location.origin + "/clients/js/rtclient.js").then((m) => new Promise((resolve) => {
+	p.MustEval(t, ctx, `import(location.origin + "/clients/js/rtclient.js").then((m) => new Promise((resolve) => {
 		const r = { notices: 0, tokens: 0, drops: 0 };
 		const c = m.connect("/ws", {
 			token: async () => { r.tokens++; return (await fetch("/token?user=ann")).text(); },
@@ -353,11 +317,11 @@ func TestPagesShowWhoIsInTheRoom(t *testing.T) {
 	bob := openPage(t, ctx, b, a.url("/?room=r2&user=bob"))
 	who := func(p *page, want string) {
 		t.Helper()
-		p.mustEval(t, ctx, until(fmt.Sprintf(`document.getElementById("who").textContent === %q`, want)), nil)
+		p.MustEval(t, ctx, until(fmt.Sprintf(`document.getElementById("who").textContent === %q`, want)), nil)
 	}
 	who(alice, "in the room: 2alicebob")
 	who(bob, "in the room: 2alicebob")
-	alice.mustEval(t, ctx, `chat.join("elsewhere").then(() => true)`, nil)
+	alice.MustEval(t, ctx, `chat.join("elsewhere").then(() => true)`, nil)
 	who(bob, "in the room: 1bob")
 	who(alice, "in the room: 1alice")
 }

@@ -2,9 +2,16 @@ package main
 
 import "github.com/rtserver/rtserver/internal/cdptest"
 
-// browser and page are the Chrome DevTools driver's (internal/cdptest);
-// page carries this package's test helpers (mustEval).
+// The Chrome DevTools driver and its test helpers (internal/cdptest),
+// under this package's short names.
 type (
 	browser = cdptest.Browser
-	page    struct{ *cdptest.Page }
+	page    = cdptest.Page
+)
+
+const untilJS = cdptest.UntilJS
+
+var (
+	until    = cdptest.Until
+	openPage = cdptest.OpenPage
 )

@@ -120,7 +120,7 @@ func TestPagesShowAnnouncementsAndPrivateMessages(t *testing.T) {
 	alice := openPage(t, ctx, b, a.url("/?room=r1&user=alice"))
 	bob := openPage(t, ctx, b, a.url("/?room=r1&user=bob"))
 	for _, p := range []*page{alice, bob} {
-		p.mustEval(t, ctx, until(`chat.client.state === "open"`), nil)
+		p.MustEval(t, ctx, until(`chat.client.state === "open"`), nil)
 	}
 	if code := apiPublish(t, a, "k3y", "announce:all", `{"text":"maintenance at 22:00"}`); code != 200 {
 		t.Fatalf("API publish: %d", code)
@@ -131,7 +131,7 @@ func TestPagesShowAnnouncementsAndPrivateMessages(t *testing.T) {
 	shown := func(p *page, list, text string) {
 		t.Helper()
 		var onPage bool
-		p.mustEval(t, ctx, fmt.Sprintf(`%s.then(() => document.getElementById("log").textContent.includes(%q))`,
+		p.MustEval(t, ctx, fmt.Sprintf(`%s.then(() => document.getElementById("log").textContent.includes(%q))`,
 			until(fmt.Sprintf(`chat.%s.find(m => m.text === %q)`, list, text)), text), &onPage)
 		if !onPage {
 			t.Fatalf("%q arrived but is not on the page", text)
@@ -142,13 +142,13 @@ func TestPagesShowAnnouncementsAndPrivateMessages(t *testing.T) {
 	shown(alice, "private", "you have mail")
 	// chat.say still works for a signed-in page, and names the user.
 	var said struct{ From string }
-	bob.mustEval(t, ctx, `chat.say("hi")`, &said)
+	bob.MustEval(t, ctx, `chat.say("hi")`, &said)
 	if said.From != "bob" {
 		t.Fatalf("chat.say from bob answered from %q", said.From)
 	}
 	shown(alice, "messages", "hi")
 	var bobPrivate int
-	bob.mustEval(t, ctx, `chat.private.length`, &bobPrivate)
+	bob.MustEval(t, ctx, `chat.private.length`, &bobPrivate)
 	if bobPrivate != 0 {
 		t.Fatalf("bob's page shows %d private messages of someone else", bobPrivate)
 	}
@@ -171,7 +171,7 @@ func TestDemoAuthPageWithoutUserConnects(t *testing.T) {
 		User, Name string
 		Shown      bool
 	}
-	p.mustEval(t, ctx, fmt.Sprintf(`%s.then(() => ({user: chat.user, name: document.getElementById("name").value,
+	p.MustEval(t, ctx, fmt.Sprintf(`%s.then(() => ({user: chat.user, name: document.getElementById("name").value,
 		shown: document.getElementById("log").textContent.includes("maintenance at 22:00")}))`,
 		until(`chat.client.state === "open" && chat.joined && chat.announcements.length > 0`)), &got)
 	if !strings.HasPrefix(got.User, "guest") || got.Name != got.User || !got.Shown {
@@ -180,7 +180,7 @@ func TestDemoAuthPageWithoutUserConnects(t *testing.T) {
 
 	bad := openPage(t, ctx, b, a.url("/?user=not%20a%20name&minBackoffMs=50&maxBackoffMs=200"))
 	var shown struct{ State, Error string }
-	bad.mustEval(t, ctx, until(`document.getElementById("state").textContent.includes("cannot sign in") && {state: document.getElementById("state").textContent, error: document.getElementById("error").textContent}`), &shown)
+	bad.MustEval(t, ctx, until(`document.getElementById("state").textContent.includes("cannot sign in") && {state: document.getElementById("state").textContent, error: document.getElementById("error").textContent}`), &shown)
 	if !strings.Contains(shown.State, "cannot sign in as not a name") || !strings.Contains(shown.Error, "user must be") {
 		t.Fatalf("a refused name shows state %q, error %q: want the reason", shown.State, shown.Error)
 	}

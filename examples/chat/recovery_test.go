@@ -33,7 +33,7 @@ func TestBrowserRecoversEveryMessageAcrossRestart(t *testing.T) {
 	pub := startApp(t, options{Redis: r.URL()}, "")
 	ctx := testContext(t, 90*time.Second)
 	p := openPage(t, ctx, b, a.url("/?room=rec&minBackoffMs=50&maxBackoffMs=500"))
-	p.mustEval(t, ctx, until(`chat.joined === "rec"`), nil)
+	p.MustEval(t, ctx, until(`chat.joined === "rec"`), nil)
 
 	const n = 2000
 	restartAt := make(chan struct{})
@@ -61,7 +61,7 @@ func TestBrowserRecoversEveryMessageAcrossRestart(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 	var missedFrom int
-	p.mustEval(t, ctx, `chat.messages.length`, &missedFrom)
+	p.MustEval(t, ctx, `chat.messages.length`, &missedFrom)
 	startApp(t, options{Redis: r.URL()}, a.addr)
 	if err := <-published; err != nil {
 		t.Fatal(err)
@@ -79,11 +79,11 @@ func TestBrowserRecoversEveryMessageAcrossRestart(t *testing.T) {
 	}
 	if err := p.Eval(ctx, fmt.Sprintf(`(%s)(() => chat.messages.length >= %d, 60000)`, untilJS, n), nil); err != nil {
 		var state string
-		p.mustEval(t, ctx, `JSON.stringify({shown: chat.messages.length, last: chat.messages.slice(-3).map(m => m.at), states: chat.states,
+		p.MustEval(t, ctx, `JSON.stringify({shown: chat.messages.length, last: chat.messages.slice(-3).map(m => m.at), states: chat.states,
 			closes: chat.closes, recoveries: chat.recoveries, errors: chat.errors, system: chat.system})`, &state)
 		t.Fatalf("%v\npage: %s", err, state)
 	}
-	p.mustEval(t, ctx, `({at: chat.messages.map(m => m.at), closes: chat.closes,
+	p.MustEval(t, ctx, `({at: chat.messages.map(m => m.at), closes: chat.closes,
 		recoveries: chat.recoveries.filter(r => r.topic === "room:rec"), connects: chat.connects})`, &got)
 	elapsed := time.Since(start)
 	if len(got.At) != n {
@@ -106,7 +106,7 @@ func TestBrowserRecoversEveryMessageAcrossRestart(t *testing.T) {
 		}
 	}
 	var shown int
-	p.mustEval(t, ctx, `document.querySelectorAll("#log li:not(.notice):not(.announce)").length`, &shown)
+	p.MustEval(t, ctx, `document.querySelectorAll("#log li:not(.notice):not(.announce)").length`, &shown)
 	if shown != n {
 		t.Fatalf("%d messages in the log, want %d", shown, n)
 	}
@@ -124,9 +124,9 @@ func TestBrowserSaysWhenItCouldNotRecover(t *testing.T) {
 	a := startApp(t, options{}, "")
 	ctx := testContext(t, 40*time.Second)
 	p := openPage(t, ctx, b, a.url("/?room=mem&minBackoffMs=50&maxBackoffMs=500"))
-	p.mustEval(t, ctx, until(`chat.joined === "mem"`), nil)
-	p.mustEval(t, ctx, `chat.say("before the restart").then(() => true)`, nil)
-	p.mustEval(t, ctx, until(`chat.messages.some(m => m.text === "before the restart")`), nil)
+	p.MustEval(t, ctx, until(`chat.joined === "mem"`), nil)
+	p.MustEval(t, ctx, `chat.say("before the restart").then(() => true)`, nil)
+	p.MustEval(t, ctx, until(`chat.messages.some(m => m.text === "before the restart")`), nil)
 
 	if err := a.stop(); err != nil {
 		t.Fatalf("serve: %v", err)
@@ -137,7 +137,7 @@ func TestBrowserSaysWhenItCouldNotRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	var notice string
-	p.mustEval(t, ctx, fmt.Sprintf(`%s.then(() => document.getElementById("notice").textContent)`,
+	p.MustEval(t, ctx, fmt.Sprintf(`%s.then(() => document.getElementById("notice").textContent)`,
 		until(`chat.reloaded === "mem"`)), &notice)
 	if !strings.Contains(notice, "Could not recover") {
 		t.Fatalf("notice %q: want it to say the messages could not be recovered", notice)
@@ -147,7 +147,7 @@ func TestBrowserSaysWhenItCouldNotRecover(t *testing.T) {
 		Reason    string
 	}
 	// The recovery after the restart (the first was the join's).
-	p.mustEval(t, ctx, `chat.recoveries.filter(r => r.topic === "room:mem")[1]`, &rec)
+	p.MustEval(t, ctx, `chat.recoveries.filter(r => r.topic === "room:mem")[1]`, &rec)
 	if rec.Recovered || rec.Reason != "epoch" {
 		t.Fatalf("recovery %+v: want recovered false, reason epoch", rec)
 	}
@@ -155,14 +155,14 @@ func TestBrowserSaysWhenItCouldNotRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	var texts []string
-	p.mustEval(t, ctx, fmt.Sprintf(`%s.then(() => chat.messages.map(m => m.text))`, until(`chat.messages.some(m => m.text === "m2")`)), &texts)
+	p.MustEval(t, ctx, fmt.Sprintf(`%s.then(() => chat.messages.map(m => m.text))`, until(`chat.messages.some(m => m.text === "m2")`)), &texts)
 	if !slices.Equal(texts, []string{"before the restart", "m1", "m2"}) {
 		t.Fatalf("after the reload the room shows %q, want the message read before the restart, then m1 and m2", texts)
 	}
 	// The log, in order: the message read, the gap marker, the messages
 	// since the restart; each once.
 	var log []string
-	p.mustEval(t, ctx, `[...document.querySelectorAll("#log li:not(.announce)")].filter(li => !li.classList.contains("notice") || li.classList.contains("gap")).map(li => li.classList.contains("gap") ? "gap" : li.textContent)`, &log)
+	p.MustEval(t, ctx, `[...document.querySelectorAll("#log li:not(.announce)")].filter(li => !li.classList.contains("notice") || li.classList.contains("gap")).map(li => li.classList.contains("gap") ? "gap" : li.textContent)`, &log)
 	if want := []string{"guestbefore the restart", "gap", "m1", "m2"}; len(log) != 4 || log[1] != "gap" || !strings.HasSuffix(log[0], "before the restart") || !strings.HasSuffix(log[2], "m1") || !strings.HasSuffix(log[3], "m2") {
 		t.Fatalf("log after the reload %q, want %q: what was read kept, the gap marked", log, want)
 	}
@@ -184,12 +184,12 @@ func TestJoiningShowsRecentMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := openPage(t, ctx, b, a.url("/?room=old"))
-	p.mustEval(t, ctx, until(`chat.joined === "old"`), nil)
+	p.MustEval(t, ctx, until(`chat.joined === "old"`), nil)
 	if err := a.node.Publish("room:old", roomMessage("old", 61)); err != nil {
 		t.Fatal(err)
 	}
 	var at []int
-	p.mustEval(t, ctx, fmt.Sprintf(`%s.then(() => chat.messages.map(m => m.at))`, until(`chat.messages.some(m => m.at === 61)`)), &at)
+	p.MustEval(t, ctx, fmt.Sprintf(`%s.then(() => chat.messages.map(m => m.at))`, until(`chat.messages.some(m => m.at === 61)`)), &at)
 	// The newest 50 before the page came, then the live one.
 	if len(at) != 51 || at[0] != 11 || at[50] != 61 {
 		t.Fatalf("the page shows messages %v, want 11..61", at)
@@ -199,5 +199,5 @@ func TestJoiningShowsRecentMessages(t *testing.T) {
 			t.Fatalf("the page shows messages %v: not each once in order", at)
 		}
 	}
-	p.mustEval(t, ctx, until(`document.getElementById("log").textContent.includes("maintenance at 22:00")`), nil)
+	p.MustEval(t, ctx, until(`document.getElementById("log").textContent.includes("maintenance at 22:00")`), nil)
 }
