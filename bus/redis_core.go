@@ -157,6 +157,7 @@ type engine struct {
 	started    bool // under pubMu
 	writerStop chan struct{}
 	firstPing  chan struct{} // closed after the first PING has answered or failed
+	pingSoon   chan struct{} // a PING out of turn: a subscription came back
 	bg, loops  sync.WaitGroup
 }
 
@@ -203,6 +204,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	e.workers = newWorkerQueues(orDefault(o.DeliverQueueSize, defaultDeliverQueue))
 	e.writerStop = make(chan struct{})
 	e.firstPing = make(chan struct{})
+	e.pingSoon = make(chan struct{}, 1)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 
 	d := e.m.BusDropped

@@ -26,6 +26,22 @@ func (e *engine) pinger() {
 			return
 		case <-t.C:
 			e.ping()
+		case <-e.pingSoon:
+			e.ping()
+		}
+	}
+}
+
+// subState is a subscription's OnState. A subscription Redis has
+// confirmed again proves Redis is back; PING at once rather than on the
+// next tick, so that an instance that receives again also says so (and
+// its clients hear "recovered") without waiting up to an interval.
+func (e *engine) subState(up bool) {
+	e.health.subState(up)
+	if up {
+		select {
+		case e.pingSoon <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -319,7 +319,7 @@ func (e *engine) subscribe(channel string, accept func(string) bool) *Subscripti
 		Handle:      in.handle,
 		OnIdle:      in.idle,
 		OnConfirm:   onConfirm,
-		OnState:     e.health.subState,
+		OnState:     e.subState,
 		IdleAfter:   e.pingEvery,
 		PingTimeout: e.pingWait,
 		Logger:      e.log,
