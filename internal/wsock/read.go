@@ -146,19 +146,19 @@ func (c *Conn) ReadMessage(dst *bytes.Buffer, limit int64, binary bool) (Opcode,
 	for {
 		h, err := c.readHeader()
 		if err != nil {
-			return 0, c.endMessage(op, err)
+			return op, c.endMessage(op, err)
 		}
 		if h.rsv != 0 {
-			return 0, c.endMessage(op, c.fail(fmt.Sprintf("received header with unexpected rsv bits set: %v:%v:%v",
+			return op, c.endMessage(op, c.fail(fmt.Sprintf("received header with unexpected rsv bits set: %v:%v:%v",
 				h.rsv&0x40 != 0, h.rsv&0x20 != 0, h.rsv&0x10 != 0)))
 		}
 		if !h.masked {
-			return 0, c.endMessage(op, errUnmasked)
+			return op, c.endMessage(op, errUnmasked)
 		}
 		switch h.op {
 		case opClose, opPing, opPong:
 			if err := c.control(h); err != nil {
-				return 0, c.endMessage(op, err)
+				return op, c.endMessage(op, err)
 			}
 			if op == 0 && c.br.Buffered() == 0 {
 				return 0, nil
@@ -166,7 +166,7 @@ func (c *Conn) ReadMessage(dst *bytes.Buffer, limit int64, binary bool) (Opcode,
 			continue
 		case opContinuation, opText, opBinary:
 		default:
-			return 0, c.endMessage(op, c.fail("received unknown opcode opcode("+strconv.Itoa(int(h.op))+")"))
+			return op, c.endMessage(op, c.fail("received unknown opcode opcode("+strconv.Itoa(int(h.op))+")"))
 		}
 		if op == 0 {
 			if h.op == opContinuation {
@@ -180,7 +180,7 @@ func (c *Conn) ReadMessage(dst *bytes.Buffer, limit int64, binary bool) (Opcode,
 			}
 			p = NewPayload(limit, op == OpText)
 		} else if h.op != opContinuation {
-			return 0, c.endMessage(op, c.fail("received new data message without finishing the previous message"))
+			return op, c.endMessage(op, c.fail("received new data message without finishing the previous message"))
 		}
 		if err := c.readPayload(dst, &p, h); err != nil {
 			return op, c.endMessage(op, err)
