@@ -150,7 +150,6 @@ func (c *conn) read() (parked bool) {
 			quiet = false
 			continue
 		}
-		c.raw.Heard()
 		if !c.closing.Load() { // a closing connection's messages are dropped
 			c.handleFrame(buf.Bytes())
 		}
@@ -178,6 +177,7 @@ func (c *conn) readMessage(buf *bytes.Buffer) (wsock.Opcode, error) {
 	if err != nil {
 		return 0, err
 	}
+	c.raw.Heard()
 	op := wsock.Opcode(typ)
 	if op == wsock.OpBinary && !acceptBinary {
 		return op, wsock.ErrBinary
@@ -275,11 +275,11 @@ func (c *conn) refuse(code websocket.StatusCode, reason string) {
 		c.closeWith(code, reason, false)
 		return
 	}
-	if c.sendClose(code, reason, false) {
-		// The client's answer, and whatever comes before it, is read
-		// here, where the read stopped.
-		c.raw.Drain(wsock.CloseHandshakeWait)
-	}
+	// The client's answer, and whatever comes before it, is read here,
+	// where the read stopped (also when another close went first: this
+	// goroutine is the one that reads).
+	c.sendClose(code, reason, false)
+	c.raw.Drain(wsock.CloseHandshakeWait)
 }
 
 // handleFrame decodes and answers one frame. Frames of built-ins only run

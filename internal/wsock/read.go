@@ -173,6 +173,7 @@ func (c *Conn) ReadMessage(dst *bytes.Buffer, limit int64, binary bool) (Opcode,
 				return 0, c.fail("received continuation frame without text or binary frame")
 			}
 			op = Opcode(h.op)
+			c.Heard()
 			c.MessageBegins() // until it is read whole: limits.messageTimeout
 			if op == OpBinary && !binary {
 				c.unread = h.length
