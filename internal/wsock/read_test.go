@@ -149,7 +149,7 @@ func readByWsock(input []byte) (log *transcript, cut bool) {
 	}
 }
 
-// libraryConn makes a server-side connection of the WebSocket library
+// libraryWriter makes a server-side connection of the WebSocket library
 // over a pipeConn, as the server's upgrade does.
 type libraryWriter struct {
 	http.ResponseWriter
@@ -160,10 +160,8 @@ func (w *libraryWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return w.pc, bufio.NewReadWriter(bufio.NewReaderSize(w.pc, ReadBufferSize), bufio.NewWriterSize(w.pc, WriteBufferSize)), nil
 }
 
-// readByLibrary reads input as the server's portable path does.
-func readByLibrary(t testing.TB, input []byte) *transcript {
-	log := &transcript{}
-	pc := &pipeConn{in: bytes.NewReader(input), log: log}
+// acceptOver accepts an upgrade over pc with the WebSocket library.
+func acceptOver(t testing.TB, pc *pipeConn) *websocket.Conn {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Header.Set("Connection", "Upgrade")
 	r.Header.Set("Upgrade", "websocket")
@@ -173,6 +171,13 @@ func readByLibrary(t testing.TB, input []byte) *transcript {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ws
+}
+
+// readByLibrary reads input as the server's portable path does.
+func readByLibrary(t testing.TB, input []byte) *transcript {
+	log := &transcript{}
+	ws := acceptOver(t, &pipeConn{in: bytes.NewReader(input), log: log})
 	defer ws.CloseNow()
 	ws.SetReadLimit(readLimit + 1) // as the server: its own limit closes first
 	var buf bytes.Buffer
@@ -355,4 +360,53 @@ func TestReadMessageAllocatesNothing(t *testing.T) {
 	if want := `{"jsonrpc":"2.0","method":"publish","params":{"topic":"κόσμε"}}`; buf.String() != want || c.Pongs() == 0 {
 		t.Fatalf("read %q (pongs %d), want %q", buf.String(), c.Pongs(), want)
 	}
+}
+
+// A publish read by wsock's reader and by the WebSocket library's (with
+// the same payload rule), from memory: the read path's own cost.
+func BenchmarkReadMessage(b *testing.B) {
+	msg := clientFrame(0x81, []byte(`{"jsonrpc":"2.0","id":7,"method":"publish","params":{"topic":"room:1","data":{"text":"hello κόσμε, hello world"}}}`))
+	const batch = 1000
+	in := bytes.Repeat(msg, batch)
+	var buf bytes.Buffer
+	b.Run("wsock", func(b *testing.B) {
+		r := bytes.NewReader(in)
+		c := &Conn{Conn: &pipeConn{in: r}}
+		c.br = bufio.NewReaderSize(c, ReadBufferSize)
+		b.ReportAllocs()
+		for i := range b.N {
+			if i%batch == 0 {
+				r.Reset(in)
+				c.br.Reset(c)
+			}
+			buf.Reset()
+			if _, err := c.ReadMessage(&buf, 1<<16, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("library", func(b *testing.B) {
+		var ws *websocket.Conn
+		b.ReportAllocs()
+		for i := range b.N {
+			if i%batch == 0 {
+				b.StopTimer()
+				if ws != nil {
+					ws.CloseNow()
+				}
+				ws = acceptOver(b, &pipeConn{in: bytes.NewReader(in)})
+				ws.SetReadLimit(1<<16 + 1)
+				b.StartTimer()
+			}
+			buf.Reset()
+			typ, mr, err := ws.Reader(context.Background())
+			if err == nil {
+				err = ReadPayload(&buf, mr, 1<<16, typ == websocket.MessageText)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		ws.CloseNow()
+	})
 }
