@@ -14,8 +14,7 @@
 //     codes and reasons), held to it by a differential fuzz target;
 //   - the socket calls that do not wait: a write(2) that stops at EAGAIN,
 //     a read(2) of what has arrived, a MSG_PEEK that waits for readiness
-//     without consuming, TIOCINQ (bytes waiting), and the check that an
-//     idle client has gone;
+//     without consuming, and the check that an idle client has gone;
 //   - the socket under a connection after the upgrade (Conn, conn.go):
 //     the hijack that makes it (Upgrade), the frames written under one
 //     lock (on the portable path shared with the WebSocket library, which
