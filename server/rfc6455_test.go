@@ -530,3 +530,40 @@ func TestUnfinishedMessageCloses1008(t *testing.T) {
 		})
 	}
 }
+
+// A client that never answers the server's close frame is cut off once
+// the closing handshake's bound has passed, on both paths: here the close
+// comes from the keepalive (limits.messageTimeout), while the read waits
+// in the middle of a message.
+func TestSilentClientIsCutOffAfterTheClose(t *testing.T) {
+	for _, portable := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "portable"}[portable], func(t *testing.T) {
+			leakcheck.Check(t)
+			if portable {
+				withPortable(t)
+			}
+			cfg := Config{PingInterval: 50 * time.Millisecond, MessageTimeout: 100 * time.Millisecond, WriteTimeout: time.Second}
+			_, url := startServer(t, Options{Metrics: metrics.NewDiscard(), Config: cfg})
+			c := rawDial(t, url)
+			c.send(frame(0x01, []byte(echoCall(100, "s")[:10]), false))
+			for {
+				head, p, err := c.read()
+				if err != nil {
+					t.Fatalf("the connection ended before its close frame: %v", err)
+				}
+				if head == 0x88 {
+					if len(p) < 2 || binary.BigEndian.Uint16(p) != 1008 {
+						t.Fatalf("close % x, want 1008", p)
+					}
+					break
+				}
+			}
+			// Not answered (not even the pings): the server ends it.
+			for {
+				if _, _, err := c.read(); err != nil {
+					return
+				}
+			}
+		})
+	}
+}
