@@ -49,6 +49,7 @@ type conn struct {
 	pingAt  deadlines.Handle // the next keepalive step, in the server's ping heap (keepalive)
 	invalid int16            // invalid requests since the last frame without one, up to maxInvalid (read goroutine)
 	refused uint8            // built-in requests refused in a row by admission, up to 255 (read goroutine; shedpace.go); with invalid, in pingAt's word
+	binary  bool             // the client chose the binary protocol (binary.go); in pingAt's word too
 	expiry  *tokenExpiry     // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
@@ -67,6 +68,7 @@ func (c *conn) start(ws *websocket.Conn) {
 	c.ws = ws
 	c.id = s.nextID.Add(1)
 	c.batch = ws.Subprotocol() == protocol.BatchSubprotocol
+	c.binary = ws.Subprotocol() == protocol.BinarySubprotocol
 	// One byte of slack for the library: the limit is enforced by
 	// readLoop, which closes with a reason in rtserver's words.
 	ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
@@ -150,9 +152,7 @@ func (c *conn) read() (parked bool) {
 		}
 		c.raw.Heard()
 		c.raw.MessageBegins() // until it is read whole: limits.messageTimeout (keepalive)
-		if typ == websocket.MessageBinary {
-			s.m.ProtocolErrors.WithLabelValues("1003").Inc()
-			c.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false)
+		if c.refusesFrame(typ) {
 			return false
 		}
 		buf := bufpool.Get()
@@ -168,6 +168,11 @@ func (c *conn) read() (parked bool) {
 			s.m.ProtocolErrors.WithLabelValues("1009").Inc()
 			c.closeWith(websocket.StatusMessageTooBig, s.tooBigReason, false)
 			return false
+		}
+		if c.binary {
+			c.handleBinary(buf.Bytes())
+			bufpool.Put(buf)
+			continue
 		}
 		if !utf8.Valid(buf.Bytes()) {
 			// RFC 6455 section 8.1: a text frame must be UTF-8. The
