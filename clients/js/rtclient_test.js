@@ -1011,7 +1011,7 @@ test("three WebSocket attempts that fail before a frame switch to SSE and POST, 
 // --- the public surface: what rtclient.d.ts declares ---
 
 test("the module exports and the client's methods are the declared ones", () => {
-  eq(Object.keys(rtclient).sort(), ["RPCError", "VERSION", "backoff", "connect", "parseRetryAfterMs"], "exports");
+  eq(Object.keys(rtclient).sort(), ["RPCError", "VERSION", "backoff", "connect", "decodeMsgpack", "encodeMsgpack", "parseRetryAfterMs"], "exports");
   const h = harness();
   const c = connect("ws://x/ws", h.opts());
   const proto = Object.getPrototypeOf(c);
@@ -1039,6 +1039,36 @@ closedTests.push({
       c.close();
     }
   },
+});
+
+// --- the binary protocol's MessagePack ---
+
+test("MessagePack: values round trip, bytes as Uint8Array, in the wire's forms", () => {
+  const { encodeMsgpack, decodeMsgpack } = rtclient;
+  eq([...encodeMsgpack({ a: 1, b: new Uint8Array([0, 255]) })], [0x82, 0xa1, 0x61, 0x01, 0xa1, 0x62, 0xc4, 0x02, 0x00, 0xff], "encoding");
+  const rnd = prng(7);
+  for (let i = 0; i < 300; i++) {
+    const v = {
+      n: [Math.floor(rnd() * 2 ** 32), -Math.floor(rnd() * 2 ** 31), rnd(), -33, 127, 128, 65536],
+      s: "é".repeat(Math.floor(rnd() * 300)),
+      b: new Uint8Array(Math.floor(rnd() * 70000)).map(() => Math.floor(rnd() * 256)),
+      l: new Array(Math.floor(rnd() * 20)).fill(null),
+      t: [true, false, null, {}],
+    };
+    const back = decodeMsgpack(encodeMsgpack(v));
+    assert(back.b instanceof Uint8Array && back.b.length === v.b.length && back.b.every((x, k) => x === v.b[k]), "bytes");
+    back.b = v.b = null;
+    eq(back, v, "value " + i);
+  }
+  for (const bad of [[0xc1], [0xa2, 0x61], [0x81, 0x01, 0x01], [0xc0, 0xc0], [0xa1, 0xff]]) {
+    let threw = false;
+    try {
+      decodeMsgpack(new Uint8Array(bad));
+    } catch {
+      threw = true;
+    }
+    assert(threw, `decodeMsgpack(${bad}) did not throw`);
+  }
 });
 
 // --- live: against a running chat example (examples/chat) ---
