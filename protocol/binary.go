@@ -45,7 +45,7 @@ func BytesOf(data []byte) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	b, err := base64.StdEncoding.AppendDecode(nil, s)
+	b, err := strictBase64.AppendDecode(nil, s)
 	if err != nil {
 		return nil, false
 	}
@@ -67,6 +67,11 @@ func bytesBase64(data []byte) ([]byte, bool) {
 	}
 	return s, true
 }
+
+// strictBase64 reads the JSON form's base64: standard, padded, and
+// canonical (unused bits zero), so one text stands for one byte string
+// and bytes that travel as JSON and back come back as the same text.
+var strictBase64 = base64.StdEncoding.Strict()
 
 func isBase64(c byte) bool {
 	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '='

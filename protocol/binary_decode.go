@@ -286,7 +286,7 @@ func appendBase64Bin(b, s []byte) ([]byte, bool) {
 	start := len(b)
 	b = appendMsgpackHead(b, n, 0, -1, mpBin8, mpBin16, mpBin32)
 	head := len(b) - start
-	out, err := base64.StdEncoding.AppendDecode(b, s)
+	out, err := strictBase64.AppendDecode(b, s)
 	if err != nil || len(out)-start-head != n {
 		return b[:start], false
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"unicode/utf8"
 )
 
 // JSONToBinary appends to dst the MessagePack form of the JSON text src
@@ -58,9 +59,15 @@ func AppendBinaryMessage(b []byte, topic string, offset int64, data []byte) ([]b
 const rpcVersionStr = "\xa32.0"
 
 type jsEncoder struct {
-	src []byte
-	pos int
+	src   []byte
+	pos   int
+	depth int
 }
+
+// maxEncodeDepth bounds the nesting JSONToBinary follows: what clients
+// send is bounded far lower (limits.maxJSONDepth), but an application
+// publishing through the Go API is not.
+const maxEncodeDepth = 10000
 
 func (e *jsEncoder) space() {
 	for e.pos < len(e.src) {
@@ -158,7 +165,7 @@ func (e *jsEncoder) str() (string, bool) {
 		case '"':
 			e.pos++
 			lit := e.src[start:e.pos]
-			if plain {
+			if plain && utf8.Valid(lit) {
 				return string(lit[1 : len(lit)-1]), true
 			}
 			var s string
@@ -182,6 +189,10 @@ func (e *jsEncoder) str() (string, bool) {
 // gap.
 func (e *jsEncoder) container(b []byte, close byte, elem func([]byte) ([]byte, int, bool), appendHead func([]byte, int) []byte) ([]byte, bool) {
 	e.pos++ // the opening bracket
+	if e.depth++; e.depth > maxEncodeDepth {
+		return b, false
+	}
+	defer func() { e.depth-- }()
 	start := len(b)
 	b = append(b, 0, 0, 0, 0, 0)
 	n := 0

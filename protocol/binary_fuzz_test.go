@@ -1,7 +1,10 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
+	"math"
+	"strconv"
 	"testing"
 )
 
@@ -48,4 +51,104 @@ func FuzzBinaryToJSON(f *testing.F) {
 			t.Fatalf("%s read back as %s", js, again)
 		}
 	})
+}
+
+// FuzzJSONToBinary: every valid JSON (what the server may have to send a
+// binary client: any data a client or the application published)
+// transcodes, and reads back as the same value.
+func FuzzJSONToBinary(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","method":"message","params":{"topic":"t","data":{"$bin":"AAEC/w=="}}}`,
+		`[1,-1,1e999,-0,1.5e-7,18446744073709551616,"\u00e9\ud83d\ude00\n",{"$bin":"x"},{"$bin":"AA==","y":1}]`,
+		` { "a" : [ true , false , null ] } `, `"\"\\\/"`, `{"jsonrpc":"1.0"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, js []byte) {
+		if !json.Valid(js) {
+			return
+		}
+		bin, ok := JSONToBinary(nil, js)
+		if !ok {
+			t.Fatalf("valid JSON %q did not transcode", js)
+		}
+		back, perr := BinaryToJSON(nil, bin, 10001)
+		if perr != nil {
+			t.Fatalf("%q: its MessagePack %x does not read: %v", js, bin, perr)
+		}
+		if !sameTranscoded(t, js, back) {
+			t.Fatalf("%q read back as %s", js, back)
+		}
+	})
+}
+
+// sameTranscoded reports whether JSON a, transcoded to MessagePack and
+// back as b, is the same value: a request object's (or a batch
+// element's) "jsonrpc":"2.0" may come and go, and a number past float64's range comes back as the
+// largest float64.
+func sameTranscoded(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	va, vb := decodeNumbers(t, a), decodeNumbers(t, b)
+	for _, v := range []any{va, vb} {
+		envelopes := []any{v}
+		if l, ok := v.([]any); ok {
+			envelopes = l // a batch's requests
+		}
+		for _, e := range envelopes {
+			if m, ok := e.(map[string]any); ok && m["jsonrpc"] == "2.0" {
+				delete(m, "jsonrpc")
+			}
+		}
+	}
+	return sameValue(va, vb)
+}
+
+func decodeNumbers(t *testing.T, b []byte) any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("%q: %v", b, err)
+	}
+	return v
+}
+
+func sameValue(a, b any) bool {
+	switch a := a.(type) {
+	case json.Number:
+		b, ok := b.(json.Number)
+		return ok && numberValue(a) == numberValue(b)
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !sameValue(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, v := range a {
+			if w, ok := b[k]; !ok || !sameValue(v, w) {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
+}
+
+func numberValue(n json.Number) float64 {
+	f, _ := strconv.ParseFloat(string(n), 64)
+	if math.IsInf(f, 0) {
+		return math.Copysign(math.MaxFloat64, f)
+	}
+	return f
 }
