@@ -112,11 +112,12 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 }
 
 // publish delivers data to every local subscriber of topic. The frame is
-// built once per encoding and shared: queues hold references to the same bytes. With
-// a holdSet (a publisher's read goroutine running input it already has),
-// deliveries are held and each subscriber gets everything held for it in
-// one write when that goroutine runs out of input (write.go): immediate
-// when publishes are sparse, one write per subscriber per burst when not.
+// built once per encoding and shared: queues hold references to the same
+// bytes. With a holdSet (a publisher's read goroutine running input it
+// already has), deliveries are held and each subscriber gets everything
+// held for it in one write when that goroutine runs out of input
+// (write.go): immediate when publishes are sparse, one write per
+// subscriber per burst when not.
 // Without one (Server.Publish, the bus), a socket that takes the frame at
 // once gets it right away from this goroutine, except for a large topic:
 // its frames are queued for the subscribers' writers, which run on every
