@@ -1071,6 +1071,65 @@ test("MessagePack: values round trip, bytes as Uint8Array, in the wire's forms",
   }
 });
 
+test("binary: offers rt.msgpack, sends MessagePack with bytes as bins, reads bytes back as Uint8Array", async () => {
+  const h = harness();
+  const { encodeMsgpack, decodeMsgpack } = rtclient;
+  class BinWS extends h.WebSocket {
+    constructor(url, protocols) {
+      super(url, protocols);
+      this.protocol = "rt.msgpack"; // the server chose it
+    }
+    send(b) {
+      if (!(b instanceof Uint8Array)) throw new Error("a text frame on the binary protocol");
+      this.sent.push(decodeMsgpack(b));
+    }
+    recvBin(v) {
+      this.onmessage && this.onmessage({ data: encodeMsgpack(v).slice().buffer });
+    }
+  }
+  const c = connect("ws://x/ws", h.opts({ binary: true, WebSocket: BinWS }));
+  await tick();
+  const ws = h.last();
+  eq(ws.protocols, ["rt.msgpack"], "subprotocol offered");
+  eq(ws.binaryType, "arraybuffer", "binary frames read as ArrayBuffers");
+  ws.open();
+  const got = [];
+  const off = c.subscribe("doc", (data) => got.push(data));
+  const sub = ws.sent.find((m) => m.method === "subscribe");
+  ws.recvBin({ id: sub.id, result: {} });
+  await off.ready;
+  const p = c.publish("doc", { update: new Uint8Array([1, 0, 255]) });
+  const pub = ws.sent.find((m) => m.method === "publish");
+  assert(pub.params.data.update instanceof Uint8Array, "the bytes went as a bin");
+  eq([...pub.params.data.update], [1, 0, 255], "the bytes");
+  ws.recvBin({ id: pub.id, result: {} });
+  await p;
+  ws.recvBin({ method: "message", params: { topic: "doc", data: new Uint8Array([9, 8]) } });
+  ws.recvBin({ method: "message", params: { topic: "doc", data: { text: "json" } } });
+  assert(got[0] instanceof Uint8Array, "bytes arrive as a Uint8Array");
+  eq([[...got[0]], got[1]], [[9, 8], { text: "json" }], "messages");
+  c.close();
+});
+
+test("binary over a text transport: bytes travel as {$bin: base64} and still arrive as Uint8Array", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts({ binary: true })); // FakeWS: no protocol chosen, as an event stream
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const got = [];
+  const off = c.subscribe("doc", (data) => got.push(data));
+  answerAll(ws);
+  await off.ready;
+  c.publish("doc", new Uint8Array([0, 1, 255])).catch(() => {}); // never answered: closed below
+  eq(ws.sent[ws.sent.length - 1].params.data, { $bin: "AAH/" }, "published in the JSON form");
+  ws.recv({ jsonrpc: "2.0", method: "message", params: { topic: "doc", data: { $bin: "CQg=" } } });
+  ws.recv({ jsonrpc: "2.0", method: "message", params: { topic: "doc", data: { $bin: "CQg=", other: 1 } } });
+  assert(got[0] instanceof Uint8Array, "the JSON form arrives as a Uint8Array");
+  eq([[...got[0]], got[1]], [[9, 8], { $bin: "CQg=", other: 1 }], "messages");
+  c.close();
+});
+
 // --- live: against a running chat example (examples/chat) ---
 
 // waitFor polls pred on the real clock until it is truthy.
