@@ -24,20 +24,27 @@ import (
 // binaryHead is the first byte of an unfragmented binary frame.
 const binaryHead = 0x82
 
-// refusesFrame closes the connection, and reports true, when a frame of
-// this type is not of its protocol: a binary frame on a JSON connection,
-// a text frame on a binary one (1003 either way).
-func (c *conn) refusesFrame(typ websocket.MessageType) bool {
-	if (typ == websocket.MessageBinary) == c.binary {
+// refusesFrame closes the connection, and reports true, when a message
+// of opcode op is not of its protocol. A binary message on a JSON
+// connection never gets here: the reader refuses it (readMessage reads
+// binary messages only where c.binary, and wsock.ErrBinary closes with
+// 1003). A text message on a binary connection is refused here, with
+// 1003 too.
+func (c *conn) refusesFrame(op wsock.Opcode) bool {
+	if !c.binary || op != wsock.OpText {
 		return false
 	}
-	c.s.m.ProtocolErrors.WithLabelValues("1003").Inc()
-	reason := "binary frames are not supported"
-	if c.binary {
-		reason = "text frames are not supported under " + protocol.BinarySubprotocol
-	}
-	c.closeWith(websocket.StatusUnsupportedData, reason, false)
+	c.refuse(websocket.StatusUnsupportedData, "text frames are not supported under "+protocol.BinarySubprotocol)
 	return true
+}
+
+// handleMessage runs one message of the client's protocol.
+func (c *conn) handleMessage(msg []byte) {
+	if c.binary {
+		c.handleBinary(msg)
+		return
+	}
+	c.handleFrame(msg)
 }
 
 // handleBinary runs one binary frame: as the JSON frame it stands for,
