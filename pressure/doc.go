@@ -65,10 +65,11 @@
 // # Must never
 //
 // Block or allocate on the recording path for a name already tracked:
-// RecordAttempt is one clock read, then a lock-free sync.Map lookup plus
-// four atomic adds (two when its 100 ms bucket is new: a compare-and-swap
-// each) on that name's own counter of three cache lines, per table
-// (topic, user);
+// RecordAttempt is a lock-free sync.Map lookup plus four atomic adds (two
+// when its 100 ms bucket is new: a compare-and-swap each) on that name's
+// own counter of three cache lines, per table (topic, user), and no clock
+// read while the monitor runs: the sampling goroutine keeps the current
+// bucket in an atomic every 100 ms;
 // RecordPublished is one atomic add. Only a new name takes the slow path
 // (bound check, allocation, LoadOrStore). The sampler swaps every counter to
 // zero, then deletes idle names; a deleted counter stays on a retired list

@@ -125,25 +125,42 @@ func (t *table) liveTop(n int, ns int64) []liveRate {
 	return all[:min(n, len(all))]
 }
 
+// keepNow sets the live clock: the middle of the current bucket. The
+// sampling goroutine calls it every bucket, so it lags the clock by less
+// than a bucket.
+func (m *Monitor) keepNow() {
+	m.now.Store(tickOf(m.cfg.Now().UnixNano())*int64(liveBucket) + int64(liveBucket)/2)
+}
+
+// liveNow is the time live rates are counted at: the live clock while
+// started (an atomic load), else Config.Now.
+func (m *Monitor) liveNow() int64 {
+	if ns := m.now.Load(); ns != 0 {
+		return ns
+	}
+	return m.cfg.Now().UnixNano()
+}
+
 // RateOf is topic's publish attempts per second over the last second
-// (LiveWindow), current at this call; 0 for a topic not tracked. Unlike
-// Snapshot.RateOf it does not wait for a sample. A lock-free map lookup
-// and eleven atomic loads: safe on the admission path.
+// (LiveWindow), current at this call to within a 100 ms bucket; 0 for a
+// topic not tracked. Unlike Snapshot.RateOf it does not wait for a
+// sample. While the monitor runs (Start) it is a lock-free map lookup and
+// eleven atomic loads, with no clock read: safe on the admission path.
 func (m *Monitor) RateOf(topic string) float64 {
-	return m.topics.rate(topic, m.cfg.Now().UnixNano())
+	return m.topics.rate(topic, m.liveNow())
 }
 
 // RateOfUser is RateOf for a user's publish attempts.
 func (m *Monitor) RateOfUser(user string) float64 {
-	return m.users.rate(user, m.cfg.Now().UnixNano())
+	return m.users.rate(user, m.liveNow())
 }
 
 // LiveTop returns the n topics and the n users with the most publish
 // attempts per second over the last second, as RateOf counts them,
-// descending (ties by name). It walks every tracked name: call it once
-// per broadcast, not per call.
+// descending (ties by name); users' BytesPerSec is 0 (not counted live).
+// It walks every tracked name: call it once per broadcast, not per call.
 func (m *Monitor) LiveTop(n int) ([]TopicRate, []UserRate) {
-	ns := m.cfg.Now().UnixNano()
+	ns := m.liveNow()
 	lt, lu := m.topics.liveTop(n, ns), m.users.liveTop(n, ns)
 	topics := make([]TopicRate, len(lt))
 	for i, r := range lt {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"pgregory.net/rapid"
@@ -172,4 +173,34 @@ func TestLiveRatesMemoryIsBounded(t *testing.T) {
 	if n := m.users.n.Load(); n != 0 {
 		t.Fatalf("%d users still held after every one went idle", n)
 	}
+}
+
+// A running monitor keeps the live clock itself (every bucket, on its
+// sampling goroutine): rates follow the clock without a read of it per
+// attempt, lag it by less than a bucket, and Close hands back to
+// Config.Now.
+func TestRunningMonitorKeepsTheLiveClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mustNew(Config{SampleInterval: time.Hour}, Deps{})
+		if err := m.Start(t.Context(), nil); err != nil {
+			t.Fatal(err)
+		}
+		for range 150 { // 150/s for a second
+			m.RecordAttempt("room", "abuser", 1)
+			time.Sleep(time.Second / 150)
+		}
+		synctest.Wait()
+		if got := m.RateOfUser("abuser"); got < 140 || got > 150 {
+			t.Fatalf("after a second at 150/s: %v/s", got)
+		}
+		time.Sleep(LiveWindow + liveBucket)
+		synctest.Wait()
+		if got := m.RateOfUser("abuser"); got != 0 {
+			t.Fatalf("a window after the last attempt: %v/s", got)
+		}
+		m.Close()
+		if m.now.Load() != 0 {
+			t.Fatal("Close left the live clock set")
+		}
+	})
 }

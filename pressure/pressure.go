@@ -133,6 +133,11 @@ type Monitor struct {
 	topics    *table
 	users     *table
 
+	// now is the live bucket's middle (Unix ns), kept by the sampling
+	// goroutine every 100 ms while started, so that recording an attempt
+	// reads no clock; 0: not started, read Config.Now.
+	now atomic.Int64
+
 	cfg    Config
 	counts Counts
 	log    *slog.Logger
@@ -191,7 +196,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		log = slog.Default()
 	}
 	mon := &Monitor{
-		topics:     newTable(cfg.MaxTrackedKeys),
+		topics:     newLiveBytesTable(cfg.MaxTrackedKeys),
 		users:      newTable(cfg.MaxTrackedKeys),
 		cfg:        cfg,
 		log:        log,
@@ -221,12 +226,12 @@ func (m *Monitor) Snapshot() *Snapshot { return m.snap.Load() }
 // RecordAttempt counts a publish attempt that reached the message tier
 // (admitted or not), for the top publishers by topic and by user. An empty
 // user is counted by topic only. On a topic and user already tracked it is
-// a clock read, two lock-free map lookups and eight atomic adds (the
-// interval's counts and the live rings of RateOf), and allocates nothing;
-// bytes below 0 count as 0.
+// two lock-free map lookups and eight atomic adds (the interval's counts
+// and the live rings of RateOf), with no clock read while the monitor
+// runs (Start), and allocates nothing; bytes below 0 count as 0.
 func (m *Monitor) RecordAttempt(topic, user string, bytes int) {
 	b := int64(max(bytes, 0))
-	tick := tickOf(m.cfg.Now().UnixNano())
+	tick := tickOf(m.liveNow())
 	m.topics.record(topic, b, tick)
 	if user != "" {
 		m.users.record(user, b, tick)
@@ -299,6 +304,7 @@ func (m *Monitor) Start(_ context.Context, counts Counts) error {
 	m.counts = counts
 	m.smu.Unlock()
 	m.stop, m.stopped = make(chan struct{}), make(chan struct{})
+	m.keepNow()
 	go m.run(m.stop, m.stopped)
 	return nil
 }
@@ -314,6 +320,7 @@ func (m *Monitor) Close() error {
 	m.closed = true
 	close(m.stop)
 	<-m.stopped
+	m.now.Store(0)
 	return nil
 }
 
@@ -321,12 +328,16 @@ func (m *Monitor) run(stop <-chan struct{}, stopped chan<- struct{}) {
 	defer close(stopped)
 	t := time.NewTicker(m.cfg.SampleInterval)
 	defer t.Stop()
+	live := time.NewTicker(liveBucket)
+	defer live.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 			m.Sample()
+		case <-live.C:
+			m.keepNow()
 		}
 	}
 }

@@ -45,10 +45,13 @@ type counter struct {
 // bound is counted in the overflow counter instead, so client-chosen names
 // can never grow memory without limit.
 type table struct {
-	m    sync.Map // string -> *counter
-	max  int64
-	n    atomic.Int64 // keys in m
-	over atomic.Int64 // attempts not attributed to a key (bound hit)
+	m   sync.Map // string -> *counter
+	max int64
+	// liveBytes: count bytes in the live rings too (topics, whose live
+	// bytes/s the cluster envelope carries; users' it does not).
+	liveBytes bool
+	n         atomic.Int64 // keys in m
+	over      atomic.Int64 // attempts not attributed to a key (bound hit)
 
 	retired []retiredCounter // sampler only
 }
@@ -62,23 +65,25 @@ func newTable(max int) *table {
 	return &table{max: int64(max)}
 }
 
-// record counts one attempt of bytes on key, in the live bucket tick too.
-func (t *table) record(key string, bytes int64, tick int64) {
-	if v, ok := t.m.Load(key); ok {
-		v.(*counter).add(1, bytes, tick)
-		return
-	}
-	if c := t.insert(key, 1, bytes); c != nil {
-		c.live.add(tick, 1)
-		c.liveBytes.add(tick, uint64(bytes))
-	}
+// newLiveBytesTable is newTable counting live bytes too.
+func newLiveBytesTable(max int) *table {
+	return &table{max: int64(max), liveBytes: true}
 }
 
-func (c *counter) add(msgs, bytes int64, tick int64) {
-	c.msgs.Add(msgs)
-	c.bytes.Add(bytes)
-	c.live.add(tick, uint64(msgs))
-	c.liveBytes.add(tick, uint64(bytes))
+// record counts one attempt of bytes on key, in the live bucket tick too.
+func (t *table) record(key string, bytes int64, tick int64) {
+	var c *counter
+	if v, ok := t.m.Load(key); ok {
+		c = v.(*counter)
+		c.msgs.Add(1)
+		c.bytes.Add(bytes)
+	} else if c = t.insert(key, 1, bytes); c == nil {
+		return
+	}
+	c.live.add(tick, 1)
+	if t.liveBytes {
+		c.liveBytes.add(tick, uint64(bytes))
+	}
 }
 
 // insert is the slow path for a key not yet in the table: it counts msgs
