@@ -108,3 +108,20 @@ func pace(t *testing.T, conns []*wstest.Conn, perSec int, shed bool, hold time.D
 	slices.Sort(first)
 	return first, n
 }
+
+// An anonymous publisher is keyed by its client IP under a rule by user,
+// for the rates the rule reads as for its budgets: one hammering at
+// 150/s against a threshold of 100 is shed, and admitted again once it
+// slows down.
+func TestAnonymousTopPublisherIsShedByIP(t *testing.T) {
+	leakcheck.Check(t)
+	p := start(t, `admission:
+  classes: {fair: {clusterTopPublisher: {threshold: 100, by: user}}}
+  methods: {publish: fair}
+`)
+	c := wstest.Dial(t, p.WS())
+	detect, sent := pace(t, []*wstest.Conn{c}, 150, true, 0)
+	_, _ = pace(t, []*wstest.Conn{c}, 150, true, 1500*time.Millisecond)
+	readmit, _ := pace(t, []*wstest.Conn{c}, 50, false, 0)
+	t.Logf("anonymous at 150/s shed after %v (%d calls); at 50/s admitted again after %v", detect[0].Round(time.Millisecond), sent, readmit[0].Round(time.Millisecond))
+}
