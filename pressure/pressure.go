@@ -133,6 +133,11 @@ type Monitor struct {
 	topics    *table
 	users     *table
 
+	// now is the live bucket's middle (Unix ns), kept by the sampling
+	// goroutine every 100 ms while started, so that recording an attempt
+	// reads no clock; 0: not started, read Config.Now.
+	now atomic.Int64
+
 	cfg    Config
 	counts Counts
 	log    *slog.Logger
@@ -191,7 +196,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		log = slog.Default()
 	}
 	mon := &Monitor{
-		topics:     newTable(cfg.MaxTrackedKeys),
+		topics:     newLiveBytesTable(cfg.MaxTrackedKeys),
 		users:      newTable(cfg.MaxTrackedKeys),
 		cfg:        cfg,
 		log:        log,
@@ -221,13 +226,15 @@ func (m *Monitor) Snapshot() *Snapshot { return m.snap.Load() }
 // RecordAttempt counts a publish attempt that reached the message tier
 // (admitted or not), for the top publishers by topic and by user. An empty
 // user is counted by topic only. On a topic and user already tracked it is
-// two lock-free map lookups and four atomic adds, and allocates nothing;
-// bytes below 0 count as 0.
+// two lock-free map lookups and eight atomic adds (the interval's counts
+// and the live rings of RateOf), with no clock read while the monitor
+// runs (Start), and allocates nothing; bytes below 0 count as 0.
 func (m *Monitor) RecordAttempt(topic, user string, bytes int) {
 	b := int64(max(bytes, 0))
-	m.topics.record(topic, b)
+	tick := tickOf(m.liveNow())
+	m.topics.record(topic, b, tick)
 	if user != "" {
-		m.users.record(user, b)
+		m.users.record(user, b, tick)
 	}
 }
 
@@ -297,6 +304,7 @@ func (m *Monitor) Start(_ context.Context, counts Counts) error {
 	m.counts = counts
 	m.smu.Unlock()
 	m.stop, m.stopped = make(chan struct{}), make(chan struct{})
+	m.keepNow()
 	go m.run(m.stop, m.stopped)
 	return nil
 }
@@ -312,6 +320,7 @@ func (m *Monitor) Close() error {
 	m.closed = true
 	close(m.stop)
 	<-m.stopped
+	m.now.Store(0)
 	return nil
 }
 
@@ -319,12 +328,16 @@ func (m *Monitor) run(stop <-chan struct{}, stopped chan<- struct{}) {
 	defer close(stopped)
 	t := time.NewTicker(m.cfg.SampleInterval)
 	defer t.Stop()
+	live := time.NewTicker(liveBucket)
+	defer live.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 			m.Sample()
+		case <-live.C:
+			m.keepNow()
 		}
 	}
 }
@@ -378,8 +391,9 @@ func (m *Monitor) Sample() {
 	s.Reason = m.reason(s)
 
 	var events []hotEvent
-	s.TopTopics, s.UntrackedTopicAttempts, events = m.sampleTopics(elapsed)
-	s.TopUsers, s.UntrackedUserAttempts = m.sampleUsers(elapsed)
+	tick := tickOf(now.UnixNano())
+	s.TopTopics, s.UntrackedTopicAttempts, events = m.sampleTopics(elapsed, tick)
+	s.TopUsers, s.UntrackedUserAttempts = m.sampleUsers(elapsed, tick)
 
 	m.logOverflow(s)
 	old := m.snap.Swap(s).Reason
@@ -436,7 +450,7 @@ func topEntries(buf []entry, n int) []entry {
 	return buf[:min(n, len(buf))]
 }
 
-func (m *Monitor) sampleTopics(elapsed float64) ([]TopicRate, int64, []hotEvent) {
+func (m *Monitor) sampleTopics(elapsed float64, tick int64) ([]TopicRate, int64, []hotEvent) {
 	var over int64
 	m.buf, over = m.topics.drain(m.buf)
 
@@ -481,12 +495,12 @@ func (m *Monitor) sampleTopics(elapsed float64) ([]TopicRate, int64, []hotEvent)
 	for k := range m.hot {
 		m.keepTopics[k] = struct{}{}
 	}
-	m.topics.prune(m.keepTopics)
+	m.topics.prune(m.keepTopics, tick)
 	clear(m.buf) // drop key references held by the scratch buffer
 	return out, over, events
 }
 
-func (m *Monitor) sampleUsers(elapsed float64) ([]UserRate, int64) {
+func (m *Monitor) sampleUsers(elapsed float64, tick int64) ([]UserRate, int64) {
 	var over int64
 	m.buf, over = m.users.drain(m.buf)
 	top := topEntries(m.buf, m.cfg.TopN)
@@ -496,7 +510,7 @@ func (m *Monitor) sampleUsers(elapsed float64) ([]UserRate, int64) {
 		out[i] = UserRate{User: e.key, MessagesPerSec: float64(e.msgs) / elapsed, BytesPerSec: float64(e.bytes) / elapsed}
 		m.keepUsers[e.key] = struct{}{}
 	}
-	m.users.prune(m.keepUsers)
+	m.users.prune(m.keepUsers, tick)
 	clear(m.buf)
 	return out, over
 }

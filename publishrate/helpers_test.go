@@ -88,6 +88,9 @@ func newOffline(t testing.TB, local Local, opts Options, src ...Sources) *Aggreg
 	if opts.Now == nil {
 		opts.Now = testkit.NewClock(testEpoch).Now
 	}
+	if opts.Mode == "" {
+		opts.Mode = ModeBroadcast // the tests of broadcast mode name none
+	}
 	a, err := New(deadClient(t), local, opts)
 	if err != nil {
 		t.Fatal(err)
