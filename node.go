@@ -2,7 +2,6 @@ package rtserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -173,13 +172,9 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("rtserver: history: %w", err)
 	}
-	popts, err := n.presenceOptions(cfg)
-	if err != nil {
-		return fmt.Errorf("rtserver: presence: %w", err)
-	}
 	limits := cfg.Limits
 	limits.RefreshNotice = cfg.Auth.JWT.RefreshNotice
-	n.server = server.New(server.Options{
+	n.server, err = server.New(server.Options{
 		Config:          limits,
 		Gate:            n.gate,
 		Router:          router,
@@ -190,12 +185,15 @@ func (n *Node) build() error {
 		Fallback:        fallback,
 		Access:          n.access,
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
-		Presence:        popts,
+		Presence:        n.presenceOptions(cfg),
 		InstanceID:      n.instanceID,
 		History:         store,
 		HistoryPolicy:   n.historyPolicy(store),
 		HistoryConfig:   cfg.History,
 	})
+	if err != nil {
+		return fmt.Errorf("rtserver: %w", err)
+	}
 
 	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
 	n.mux = http.NewServeMux()
@@ -245,20 +243,6 @@ func (s snapshotRates) RateOfUser(user string) float64 { return s.m.Snapshot().R
 
 // Handle registers an application RPC handler. Call it before Serve.
 func (n *Node) Handle(method string, h server.Handler) { n.server.Handle(method, h) }
-
-// Publish sends data to every subscriber of topic across the fleet (see
-// server.Server.Publish). It skips the message tier and the topic grants.
-func (n *Node) Publish(topic string, data json.RawMessage) error {
-	return n.server.Publish(topic, data)
-}
-
-// Disconnect closes every connection of user on every instance (the server
-// API's disconnect).
-func (n *Node) Disconnect(user string) error { return n.server.Disconnect(user) }
-
-// Unsubscribe removes user's subscriptions to topic on every instance (the
-// server API's unsubscribe).
-func (n *Node) Unsubscribe(user, topic string) error { return n.server.Unsubscribe(user, topic) }
 
 // Admission is the node's message tier, to share its classes with other
 // entry points (message/admithttp, message/admitgrpc).

@@ -115,7 +115,10 @@ func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
 // WebSocket URL and how to stop it (before the test's leak check).
 func serveRT(t *testing.T, opts server.Options) (url string, stop func()) {
 	t.Helper()
-	srv := server.New(opts)
+	srv, err := server.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

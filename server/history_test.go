@@ -320,7 +320,7 @@ func (d *downStore) Read(ctx context.Context, topic string, after uint64, limit 
 func TestRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	leakcheck.Check(t)
 	mem := history.NewMemory(history.MemoryOptions{})
-	s := New(historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
+	s := mustNew(t, historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
 	// Wrapped once the server has given the memory store its delivery,
 	// before anything runs.
 	store := &downStore{Memory: mem}

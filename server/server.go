@@ -148,7 +148,7 @@ type Server struct {
 }
 
 // New returns a server. Call Start before serving if it has a bus.
-func New(opts Options) *Server {
+func New(opts Options) (*Server, error) {
 	cfg := opts.Config
 	cfg.setDefaults()
 	s := &Server{
@@ -189,10 +189,13 @@ func New(opts Options) *Server {
 	// timer round per 0.8 s at the default 25 s, however many connections.
 	s.pings = deadlines.New(cfg.PingInterval/32, func(c *conn) *deadlines.Handle { return &c.pingAt }, (*conn).keepalive)
 	s.expiries = newExpiryHeap()
-	s.presence = s.newTracker(opts.Presence)
+	var err error
+	if s.presence, err = s.newTracker(opts.Presence); err != nil {
+		return nil, fmt.Errorf("server: presence: %w", err)
+	}
 	s.hub.init(s)
 	s.hist = newHistoryState(s, opts)
-	return s
+	return s, nil
 }
 
 // Start connects the bus; messages from other instances reach local
