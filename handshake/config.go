@@ -64,13 +64,6 @@ type Config struct {
 	// JWT verifies tokens (auth.jwt.*); all keys empty: anonymous
 	// connections.
 	JWT JWT `yaml:"-"`
-
-	// Now is the clock for the per-IP rate, pacing windows and the retry
-	// hint; nil = time.Now. Pacing waits on real timers, so with pacing on
-	// Now must advance with real time (a frozen clock would never open a
-	// new tick): tests of pacing run in testing/synctest, where both are
-	// the bubble's fake clock.
-	Now func() time.Time `yaml:"-"`
 }
 
 // PerIP is the per-client-IP upgrade rate (handshake.perIP.*).
@@ -120,6 +113,13 @@ type Deps struct {
 	Logger *slog.Logger
 	// JWKSClient fetches JWT.JWKSURL; nil = a client with a 10 s timeout.
 	JWKSClient *http.Client
+
+	// now is the clock for the per-IP rate, pacing windows, the retry
+	// hint and token expiry; nil = time.Now. Pacing waits on real timers,
+	// so with pacing on it must advance with real time (a frozen clock
+	// would never open a new tick): tests of pacing run in
+	// testing/synctest, where both are the bubble's fake clock.
+	now func() time.Time
 }
 
 // DefaultConfig is the handshake.* defaults of docs/configuration.md.
@@ -139,9 +139,6 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() Config {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = time.Second
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return c
 }
