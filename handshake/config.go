@@ -70,8 +70,6 @@ type Config struct {
 type PerIP struct {
 	Limit int           `yaml:"limit" help:"upgrades per client IP (IPv6: per /64) per period; 0 = off"`
 	Per   time.Duration `yaml:"per" help:"the period of handshake.perIP.limit; must be positive when the limit is set"`
-	// MaxKeys bounds the per-IP store (LRU); 0 = 65536.
-	MaxKeys int `yaml:"-"`
 }
 
 // JWT selects how tokens are verified (auth.jwt.*). HMACSecret,
@@ -176,9 +174,6 @@ func (c Config) Validate() error {
 		p.Add("handshake.perIP.per", "must be a positive duration when handshake.perIP.limit is set, got %s", c.PerIP.Per)
 	case c.PerIP.Per < 0:
 		p.Add("handshake.perIP.per", "must not be negative, got %s", c.PerIP.Per)
-	}
-	if c.PerIP.MaxKeys < 0 {
-		p.Add("handshake.perIP.maxKeys", "must not be negative, got %d", c.PerIP.MaxKeys)
 	}
 	for i, pfx := range c.TrustedProxies {
 		if !pfx.IsValid() {

@@ -158,6 +158,9 @@ type Gate struct {
 	authRefused   map[string]prometheus.Counter // by metrics.AuthRefusalReasons
 }
 
+// perIPMaxKeys bounds the per-IP store (LRU): 65,536 addresses (IPv6 /64s).
+const perIPMaxKeys = 65536
+
 // New validates cfg and returns a gate. m nil means metrics.NewDiscard().
 func New(cfg Config, deps Deps) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
@@ -201,7 +204,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		log.Warn("auth.jwt.requireExp is off: a token without exp (or with exp null) never expires; set auth.jwt.requireExp: true and auth.jwt.maxLifetime (docs/authentication.md)")
 	}
 	if cfg.PerIP.Limit > 0 {
-		g.perIP = ratelimit.NewKeyed(cfg.PerIP.Limit, cfg.PerIP.Per, cfg.PerIP.MaxKeys)
+		g.perIP = ratelimit.NewKeyed(cfg.PerIP.Limit, cfg.PerIP.Per, perIPMaxKeys)
 	}
 	if cfg.PerTickBudget > 0 {
 		g.pacer = newPacer(&cfg, g.clock, m)
