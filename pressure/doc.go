@@ -36,8 +36,9 @@
 // SUBSCRIBERS > NONE. A reason activates when its value is >= its
 // threshold; a threshold of 0 switches it off. With a hysteresis h (none
 // in a node: no key sets it), an active reason clears only when its value
-// drops below threshold*(1-h), so a value hovering at the threshold does not flap. Each reason keeps its
-// own state: when MEMORY clears, an active PUBLISH_RATE shows through.
+// drops below threshold*(1-h), so a value hovering at the threshold does
+// not flap. Each reason keeps its own state: when MEMORY clears, an
+// active PUBLISH_RATE shows through.
 // Topic hotness (OnTopicHot) follows the same rule against
 // TopicPublishRatePerSec or TopicPublishBytesPerSec (hot when either is
 // reached; cold when both are below).
