@@ -2,8 +2,6 @@ package rtserver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net"
@@ -55,14 +53,6 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// newInstanceID is a single instance's id (with Redis, the bus and the
-// aggregator share theirs).
-func newInstanceID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // apiBackend carries out server API calls on this node: the node's own

@@ -18,6 +18,7 @@ import (
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/history"
+	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
@@ -103,12 +104,11 @@ func New(cfg Config) (*Node, error) {
 
 	// The cluster parts (Redis client, aggregator, shared limiter) come
 	// before the message tier, which reads them.
-	n.instanceID = newInstanceID()
+	n.instanceID = instance.NewID()
 	if cfg.Redis.URL != "" {
-		if n.cluster, err = newCluster(cfg, n.metrics, log, n.pressure); err != nil {
+		if n.cluster, err = newCluster(cfg, n.instanceID, n.metrics, log, n.pressure); err != nil {
 			return nil, err
 		}
-		n.instanceID = n.cluster.agg.InstanceID()
 	}
 	if err := n.build(); err != nil {
 		if n.cluster != nil {
@@ -163,7 +163,7 @@ func (n *Node) build() error {
 
 	var b bus.Bus // nil: the server's in-memory bus
 	if n.cluster != nil {
-		if b, err = n.cluster.newBus(cfg.Redis, cfg.PublishRate.HMACSecret, n.metrics, log); err != nil {
+		if b, err = n.cluster.newBus(cfg.Redis, n.instanceID, cfg.PublishRate.HMACSecret, n.metrics, log); err != nil {
 			return err
 		}
 	}
@@ -173,7 +173,6 @@ func (n *Node) build() error {
 		return fmt.Errorf("rtserver: history: %w", err)
 	}
 	limits := cfg.Limits
-	limits.RefreshNotice = cfg.Auth.JWT.RefreshNotice
 	n.server, err = server.New(server.Options{
 		Config:          limits,
 		Gate:            n.gate,
@@ -185,6 +184,7 @@ func (n *Node) build() error {
 		Fallback:        fallback,
 		Access:          n.access,
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
+		RefreshNotice:   cfg.Auth.JWT.RefreshNotice,
 		Presence:        n.presenceOptions(cfg),
 		InstanceID:      n.instanceID,
 		History:         store,

@@ -155,7 +155,7 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	if o.DemoAuth != "" {
 		cfg.Auth.JWT.HMACSecret = []byte(o.DemoAuth)
 	}
-	cfg.Limits.RefreshNotice = o.RefreshNotice
+	cfg.Auth.JWT.RefreshNotice = o.RefreshNotice
 	node, err := rtserver.New(cfg)
 	if err != nil {
 		return nil, err

@@ -2,13 +2,12 @@ package clusterrate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/message"
 )
 
@@ -45,9 +44,7 @@ func NewCeilings(client redis.Scripter, opts CeilingOptions) *Ceilings {
 		c.prefix = "rt:"
 	}
 	if c.id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-		c.id = hex.EncodeToString(b[:])
+		c.id = instance.NewID()
 	}
 	if c.ttl <= 0 {
 		c.ttl = 3 * time.Second
