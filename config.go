@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"regexp"
 	"slices"
 	"time"
@@ -52,11 +53,18 @@ type Config struct {
 	Drain       Drain               `yaml:"drain"`
 	Metrics     MetricsConfig       `yaml:"metrics"`
 	Log         Log                 `yaml:"log"`
+}
 
+// Deps are what a node uses beside its configuration: what YAML cannot
+// say. The zero value works.
+type Deps struct {
 	// Registry receives every metric; nil: a new registry.
-	Registry *prometheus.Registry `yaml:"-"`
+	Registry *prometheus.Registry
 	// Logger receives the node's logs; nil: slog.Default().
-	Logger *slog.Logger `yaml:"-"`
+	Logger *slog.Logger
+	// TopicsProxyClient asks topics.proxy.url; nil: a client that follows
+	// no redirects and keeps up to 64 idle connections to the backend.
+	TopicsProxyClient *http.Client
 }
 
 // Auth is connection authentication (auth.*).
@@ -98,7 +106,7 @@ type MetricsConfig struct {
 }
 
 // Log is the process log of the standalone binary (log.*); a Node logs to
-// Config.Logger. NewLogger builds the logger it describes.
+// Deps.Logger. NewLogger builds the logger it describes.
 type Log struct {
 	Format string `yaml:"format" help:"text | json; empty: text"`
 	Level  string `yaml:"level" help:"debug | info | warn | error; empty: info"`

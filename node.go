@@ -34,6 +34,8 @@ import (
 // Serve until Shutdown or Close.
 type Node struct {
 	cfg      Config
+	deps     Deps                 // as given to New
+	reg      *prometheus.Registry // Deps.Registry
 	log      *slog.Logger
 	metrics  *metrics.Metrics
 	gate     *handshake.Gate
@@ -69,25 +71,25 @@ type Node struct {
 // for parts built before the server) when Serve starts it.
 // Nothing listens and no goroutine starts until Serve. cfg is validated
 // first: every invalid key is reported at once.
-func New(cfg Config) (*Node, error) {
+func New(cfg Config, deps Deps) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("rtserver: invalid configuration: %w", err)
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
 	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
+	if deps.Registry == nil {
+		deps.Registry = prometheus.NewRegistry()
 	}
-	log := cfg.Logger
+	log := deps.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	// Under a flood the same warning repeats per event (a failing backend,
 	// forged envelopes): one line per kind per interval, with a count.
 	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
-	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{})}
-	m, err := metrics.New(cfg.Registry, cfg.Metrics.Namespace)
+	n := &Node{cfg: cfg, deps: deps, reg: deps.Registry, log: log, stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{})}
+	m, err := metrics.New(n.reg, cfg.Metrics.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
@@ -150,7 +152,7 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("rtserver: %w", err) // "message: method %q: ..."
 	}
-	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log}); err != nil {
+	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log, ProxyClient: n.deps.TopicsProxyClient}); err != nil {
 		return fmt.Errorf("rtserver: %w", err)
 	}
 
@@ -195,7 +197,7 @@ func (n *Node) build() error {
 		return fmt.Errorf("rtserver: %w", err)
 	}
 
-	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
+	metricsHandler := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})
 	n.mux = http.NewServeMux()
 	n.mux.Handle("GET /ws", upgrades{n})
 	// Server-Sent Events and POST for clients WebSocket cannot reach: each

@@ -29,12 +29,11 @@ func TestNodeVerbsMatchTheAPI(t *testing.T) {
 	cfg := rtserver.DefaultConfig()
 	cfg.Redis.URL = r.URL()
 	cfg.API.Key = "k"
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Topics.Namespaces = []access.Namespace{{Pattern: "room:*", Rule: access.Rule{
 		Subscribe: []string{access.GrantAny}, Publish: []string{access.GrantAny},
 		History: history.Policy{Size: 10, TTL: time.Minute}, Presence: true,
 	}}}
-	n, err := rtserver.New(cfg)
+	n, err := rtserver.New(cfg, rtserver.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,6 @@ type app struct {
 func newApp(o options, log *slog.Logger) (*app, error) {
 	cfg := rtserver.DefaultConfig()
 	cfg.Listen = o.Listen
-	cfg.Logger = log
 	cfg.Drain.Duration = o.Drain
 	cfg.Handshake.MaxConnections = o.MaxConnections
 	switch o.Reject {
@@ -156,7 +155,7 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 		cfg.Auth.JWT.HMACSecret = []byte(o.DemoAuth)
 	}
 	cfg.Auth.JWT.RefreshNotice = o.RefreshNotice
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, rtserver.Deps{Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ type Field struct {
 }
 
 // Fields lists the keys of struct type t in declaration order: fields
-// tagged yaml:"-" or untagged and unexported are left out, inline structs
+// whose yaml name is "-", and untagged unexported ones, are left out, inline structs
 // are expanded in place.
 func Fields(t reflect.Type) []Field {
 	var out []Field
