@@ -173,19 +173,14 @@ func (c Config) Validate() error {
 			p.Add(key, "must be host:port, got %q", addr)
 		}
 	}
-	nonNegativeDur := func(key string, d time.Duration) {
-		if d < 0 {
-			p.Add(key, "must not be negative, got %s", d)
-		}
-	}
 	hostPort("listen", c.Listen)
 	hostPort("adminListen", c.AdminListen)
-	nonNegativeDur("http.readHeaderTimeout", c.HTTP.ReadHeaderTimeout)
-	nonNegativeDur("http.readTimeout", c.HTTP.ReadTimeout)
-	nonNegativeDur("http.idleTimeout", c.HTTP.IdleTimeout)
+	p.NonNegativeDuration("http.readHeaderTimeout", c.HTTP.ReadHeaderTimeout)
+	p.NonNegativeDuration("http.readTimeout", c.HTTP.ReadTimeout)
+	p.NonNegativeDuration("http.idleTimeout", c.HTTP.IdleTimeout)
 	p.Join(c.Redis.Validate())
 	p.Join(c.Handshake.Validate())
-	nonNegativeDur("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
+	p.NonNegativeDuration("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
 	p.Join(c.Auth.JWT.Validate())
 	p.Join(c.Topics.Validate())
 	p.Join(c.History.Validate())
@@ -209,7 +204,7 @@ func (c Config) Validate() error {
 	if k := c.API.Key; k != "" && !headerToken(k) {
 		p.Add("api.key", "must be printable ASCII without spaces (it travels in an HTTP header)")
 	}
-	nonNegativeDur("drain.duration", c.Drain.Duration)
+	p.NonNegativeDuration("drain.duration", c.Drain.Duration)
 	if ns := c.Metrics.Namespace; ns != "" && !metricNamespaceRE.MatchString(ns) {
 		p.Add("metrics.namespace", "must match [a-zA-Z_][a-zA-Z0-9_]*, got %q", ns)
 	}

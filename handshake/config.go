@@ -3,6 +3,7 @@ package handshake
 import (
 	"encoding/pem"
 	"fmt"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/metrics"
 	"log/slog"
 	"net/http"
@@ -127,7 +128,7 @@ func DefaultConfig() Config {
 		PerTickBudget: 64,
 		Tick:          10 * time.Millisecond,
 		MaxQueueWait:  2 * time.Second,
-		RetryAfter:    time.Second,
+		RetryAfter:    retryhint.DefaultBase,
 		PerIP:         PerIP{Per: 10 * time.Second},
 		AllowNoOrigin: true,
 	}
@@ -136,7 +137,7 @@ func DefaultConfig() Config {
 // withDefaults gives the zero values that mean a default their value.
 func (c Config) withDefaults() Config {
 	if c.RetryAfter == 0 {
-		c.RetryAfter = time.Second
+		c.RetryAfter = retryhint.DefaultBase
 	}
 	return c
 }
@@ -145,14 +146,9 @@ func (c Config) withDefaults() Config {
 // key (errors.Join of *conf.KeyError).
 func (c Config) Validate() error {
 	var p conf.Problems
-	nonNegative := func(key string, n int) {
-		if n < 0 {
-			p.Add(key, "must not be negative, got %d", n)
-		}
-	}
-	nonNegative("handshake.maxConnections", c.MaxConnections)
-	nonNegative("handshake.maxConcurrent", c.MaxConcurrent)
-	nonNegative("handshake.perTickBudget", c.PerTickBudget)
+	p.NonNegative("handshake.maxConnections", int64(c.MaxConnections))
+	p.NonNegative("handshake.maxConcurrent", int64(c.MaxConcurrent))
+	p.NonNegative("handshake.perTickBudget", int64(c.PerTickBudget))
 	switch {
 	case c.PerTickBudget > 0 && c.Tick <= 0:
 		p.Add("handshake.tick", "must be a positive duration when handshake.perTickBudget is set, got %s", c.Tick)
@@ -168,7 +164,7 @@ func (c Config) Validate() error {
 	if c.RetryAfter < 0 {
 		p.Add("handshake.retryAfter", "must not be negative, got %s", c.RetryAfter)
 	}
-	nonNegative("handshake.perIP.limit", c.PerIP.Limit)
+	p.NonNegative("handshake.perIP.limit", int64(c.PerIP.Limit))
 	switch {
 	case c.PerIP.Limit > 0 && c.PerIP.Per <= 0:
 		p.Add("handshake.perIP.per", "must be a positive duration when handshake.perIP.limit is set, got %s", c.PerIP.Per)

@@ -219,7 +219,7 @@ func New(opts Options) *Admission {
 		classes:     map[string]*Class{},
 	}
 	if a.retryBase <= 0 {
-		a.retryBase = time.Second
+		a.retryBase = retryhint.DefaultBase
 	}
 	if a.m == nil {
 		a.m = metrics.NewDiscard()

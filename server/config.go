@@ -59,22 +59,12 @@ func (c *Config) setDefaults() {
 // means the default).
 func (c Config) Validate() error {
 	var p conf.Problems
-	nonNegative := func(key string, n int64) {
-		if n < 0 {
-			p.Add(key, "must not be negative (0 = the default), got %d", n)
-		}
-	}
-	nonNegativeDur := func(key string, d time.Duration) {
-		if d < 0 {
-			p.Add(key, "must not be negative (0 = the default), got %s", d)
-		}
-	}
-	nonNegative("limits.maxMessageBytes", c.MaxMessageBytes)
-	nonNegative("limits.maxSubscriptionsPerConn", int64(c.MaxSubscriptionsPerConn))
-	nonNegative("limits.sendQueueBytes", int64(c.SendQueueBytes))
-	nonNegativeDur("limits.writeTimeout", c.WriteTimeout)
-	nonNegativeDur("limits.pingInterval", c.PingInterval)
-	nonNegativeDur("limits.messageTimeout", c.MessageTimeout)
-	nonNegative("limits.maxJSONDepth", int64(c.MaxJSONDepth))
+	p.NonNegative("limits.maxMessageBytes", c.MaxMessageBytes)
+	p.NonNegative("limits.maxSubscriptionsPerConn", int64(c.MaxSubscriptionsPerConn))
+	p.NonNegative("limits.sendQueueBytes", int64(c.SendQueueBytes))
+	p.NonNegativeDuration("limits.writeTimeout", c.WriteTimeout)
+	p.NonNegativeDuration("limits.pingInterval", c.PingInterval)
+	p.NonNegativeDuration("limits.messageTimeout", c.MessageTimeout)
+	p.NonNegative("limits.maxJSONDepth", int64(c.MaxJSONDepth))
 	return p.Err()
 }

@@ -183,7 +183,7 @@ func New(opts Options) (*Server, error) {
 		s.bus = bus.NewMemory(nil, s.m)
 	}
 	if s.drainHint <= 0 {
-		s.drainHint = time.Second
+		s.drainHint = retryhint.DefaultBase
 	}
 	if s.refreshNotice <= 0 {
 		s.refreshNotice = 30 * time.Second

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/message"
 )
@@ -41,7 +42,7 @@ var _ message.CeilingStore = (*Ceilings)(nil)
 func NewCeilings(client redis.Scripter, opts CeilingOptions) *Ceilings {
 	c := &Ceilings{client: client, prefix: opts.Prefix, id: opts.InstanceID, ttl: opts.TTL}
 	if c.prefix == "" {
-		c.prefix = "rt:"
+		c.prefix = bus.DefaultChannelPrefix
 	}
 	if c.id == "" {
 		c.id = instance.NewID()
