@@ -26,8 +26,8 @@ import (
 
 // Presence method names: client methods and server API methods alike.
 const (
-	MethodPresence      = "presence"
-	MethodPresenceStats = "presenceStats"
+	MethodPresence      = protocol.MethodPresence
+	MethodPresenceStats = protocol.MethodPresenceStats
 )
 
 // PresenceOptions configures presence (presence.* and the presence and
