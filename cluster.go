@@ -51,30 +51,11 @@ func newCluster(cfg Config, id string, m *metrics.Metrics, log *slog.Logger, mon
 	}, nil
 }
 
-// newBus is the Redis bus of cfg.Bus. One fleet secret signs both kinds
-// of envelope (bus messages and rate envelopes): whoever can forge one
-// could forge the other.
+// newBus is the Redis bus of cfg.Bus on the cluster's client. One fleet
+// secret signs both kinds of envelope (bus messages and rate envelopes):
+// whoever can forge one could forge the other.
 func (c *cluster) newBus(cfg bus.Config, id string, secret []byte, m *metrics.Metrics, log *slog.Logger) (bus.Bus, error) {
-	ropts := bus.RedisOptions{
-		Client:        c.client,
-		ChannelPrefix: cfg.ChannelPrefix,
-		PublishQueue:  cfg.PublishQueue,
-		PublishWait:   cfg.PublishWait,
-		InstanceID:    id,
-		Metrics:       m,
-		Logger:        log,
-		HMACSecret:    secret,
-	}
-	var b bus.Bus
-	var err error
-	switch cfg.Bus {
-	case "", "single":
-		b, err = bus.NewRedis(ropts)
-	case "sharded":
-		b, err = bus.NewSharded(bus.ShardedOptions{RedisOptions: ropts, Partitions: cfg.Partitions, Cluster: c.agg})
-	default:
-		err = fmt.Errorf("redis.bus: unknown bus %q (single | sharded)", cfg.Bus)
-	}
+	b, err := bus.New(cfg, bus.Deps{Client: c.client, InstanceID: id, HMACSecret: secret, Cluster: c.agg, Metrics: m, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
