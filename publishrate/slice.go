@@ -36,7 +36,7 @@ func EncodeSlice(s Slice, secret []byte) ([]byte, error) {
 		e.Users = append(e.Users, wireUser{User: u.User, MessagesPerSec: u.MessagesPerSec})
 	}
 	for _, c := range s.Subjects {
-		e.Subs = append(e.Subs, wireSub{Topic: c.Topic, Count: c.Count})
+		e.Subs = append(e.Subs, wireSub(c))
 	}
 	return marshalEnvelope(&e, secret)
 }
