@@ -47,6 +47,7 @@ type conn struct {
 	pingAt  deadlines.Handle // the next keepalive step, in the server's ping heap (keepalive)
 	invalid int16            // invalid requests since the last frame without one, up to maxInvalid (read goroutine)
 	refused uint8            // built-in requests refused in a row by admission, up to 255 (read goroutine; shedpace.go); with invalid, in pingAt's word
+	binary  bool             // the client chose the binary protocol (binary.go); in pingAt's word too
 	expiry  *tokenExpiry     // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
@@ -65,6 +66,7 @@ func (c *conn) start(ws *websocket.Conn) {
 	c.ws = ws
 	c.id = s.nextID.Add(1)
 	c.batch = ws.Subprotocol() == protocol.BatchSubprotocol
+	c.binary = ws.Subprotocol() == protocol.BinarySubprotocol
 	// One byte of slack for the library: the limit is enforced by
 	// readLoop, which closes with a reason in rtserver's words.
 	ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
@@ -150,16 +152,16 @@ func (c *conn) read() (parked bool) {
 			quiet = false
 			continue
 		}
+		if c.refusesFrame(op) {
+			bufpool.Put(buf)
+			return false
+		}
 		if !c.closing.Load() { // a closing connection's messages are dropped
-			c.handleFrame(buf.Bytes())
+			c.handleMessage(buf.Bytes())
 		}
 		bufpool.Put(buf)
 	}
 }
-
-// acceptBinary is whether binary messages are read (readMessage): the
-// JSON protocol has none, and closes on one with 1003.
-const acceptBinary = false
 
 // readMessage reads the client's next message into buf: by wsock's frame
 // reader, or on the portable path by the WebSocket library's, to the same
@@ -168,7 +170,7 @@ const acceptBinary = false
 func (c *conn) readMessage(buf *bytes.Buffer) (wsock.Opcode, error) {
 	limit := c.s.cfg.MaxMessageBytes
 	if c.raw.Native() {
-		return c.raw.ReadMessage(buf, limit, acceptBinary)
+		return c.raw.ReadMessage(buf, limit, c.binary)
 	}
 	// A plain context: a cancelable one costs the WebSocket library a
 	// context.AfterFunc per read. Every way a connection ends closes the
@@ -179,7 +181,7 @@ func (c *conn) readMessage(buf *bytes.Buffer) (wsock.Opcode, error) {
 	}
 	c.raw.Heard()
 	op := wsock.Opcode(typ)
-	if op == wsock.OpBinary && !acceptBinary {
+	if op == wsock.OpBinary && !c.binary {
 		return op, wsock.ErrBinary
 	}
 	c.raw.MessageBegins() // until it is read whole: limits.messageTimeout (keepalive)
