@@ -130,7 +130,7 @@ func (n *Node) build() error {
 	cfg, log := n.cfg, n.log
 	opts := message.Options{
 		Snapshot:   n.pressure.Snapshot,
-		Rates:      snapshotRates{n.pressure},
+		Rates:      n.pressure, // live rates over the last second, without Redis
 		FailPolicy: cfg.Admission.FailPolicy,
 		RetryAfter: cfg.Handshake.RetryAfter,
 		Metrics:    n.metrics,
@@ -235,13 +235,6 @@ func (u upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	u.n.server.ServeHTTP(w, r)
 }
-
-// snapshotRates serves the cluster rule from the local monitor's latest
-// top publishers when there is no cluster view (no Redis).
-type snapshotRates struct{ m *pressure.Monitor }
-
-func (s snapshotRates) RateOf(topic string) float64    { return s.m.Snapshot().RateOf(topic) }
-func (s snapshotRates) RateOfUser(user string) float64 { return s.m.Snapshot().RateOfUser(user) }
 
 // Handle registers an application RPC handler. Call it before Serve.
 func (n *Node) Handle(method string, h server.Handler) { n.server.Handle(method, h) }

@@ -13,6 +13,9 @@ import (
 type PresenceEntry struct {
 	Client string `json:"client"` // the connection's id, unique across the fleet
 	User   string `json:"user"`   // its user; "" when anonymous
+	// Name is the display name it connected with (a name parameter on
+	// the URL given to Dial), if any: the client's own word.
+	Name string `json:"name,omitempty"`
 }
 
 // PresencePage is one page of a topic's presence. Cursor continues the

@@ -21,14 +21,14 @@ func fleetConfig(redisURL, extra string) string {
 	return fmt.Sprintf(`
 redis: {url: %q}
 pressure: {sampleInterval: 100ms}
-publishRate: {publishInterval: 200ms, staleAfter: 1s}
+publishRate: {publishInterval: 200ms, staleAfter: 1s, mode: broadcast}
 %s`, redisURL, extra)
 }
 
 // signedFleetConfig is fleetConfig with publishRate.hmacSecret set: the
 // rate envelopes and the bus are signed.
 func signedFleetConfig(redisURL, extra string) string {
-	return strings.Replace(fleetConfig(redisURL, extra), "staleAfter: 1s}", "staleAfter: 1s, hmacSecret: s3cret}", 1)
+	return strings.Replace(fleetConfig(redisURL, extra), "mode: broadcast}", "mode: broadcast, hmacSecret: s3cret}", 1)
 }
 
 // clusterURL is the redis URL that names every node of cl.

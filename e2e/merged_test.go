@@ -24,7 +24,7 @@ func TestClusterTopPublisherInMergedMode(t *testing.T) {
 admission:
   classes: {broadcast: {clusterTopPublisher: {threshold: 70, by: topic}}}
   methods: {publish: broadcast}
-`), "hmacSecret: s3cret}", "hmacSecret: s3cret, mode: merged}", 1)
+`), "mode: broadcast", "mode: merged", 1)
 	a, b, c := start(t, cfg), start(t, cfg), start(t, cfg)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -24,7 +24,7 @@ import (
 func sentinelFleetConfig(s *redistest.Sentinel) string {
 	return fmt.Sprintf(`redis: {url: %q, sentinel: {addrs: [%s]}}
 pressure: {sampleInterval: 100ms}
-publishRate: {publishInterval: 200ms, staleAfter: 1s}
+publishRate: {publishInterval: 200ms, staleAfter: 1s, mode: broadcast}
 topics:
   namespaces:
     - {pattern: "room:*", subscribe: [any], publish: [any], history: {size: 100000, ttl: 5m}}

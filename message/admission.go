@@ -13,7 +13,7 @@ import (
 
 // RateSource answers publish-attempt rates (messages/s) by topic and user.
 // The cluster aggregator implements it; without Redis, the pressure
-// monitor's latest snapshot does. Both methods run on the admission path:
+// monitor does (its live rates over the last second). Both methods run on the admission path:
 // they must be memory reads, safe for concurrent use, and must not block.
 type RateSource interface {
 	RateOf(topic string) float64

@@ -59,6 +59,7 @@ func appendNotification(b []byte, topic string, d Diff) []byte {
 // pending is one client's change not yet sent.
 type pending struct {
 	user  string
+	name  string
 	leave bool
 	own   bool // this instance's own change: it goes to the other instances too
 }
@@ -99,7 +100,7 @@ func (c *coalescer) add(topic string, changes []Change, own bool) (arm bool) {
 			delete(d.changes, ch.Client)
 			continue
 		}
-		d.changes[ch.Client] = pending{user: ch.User, leave: ch.Leave, own: own}
+		d.changes[ch.Client] = pending{user: ch.User, name: ch.Name, leave: ch.Leave, own: own}
 	}
 	return arm
 }
@@ -129,7 +130,7 @@ func (c *coalescer) take(topic string) (all, own Diff, again bool) {
 	for _, id := range clients {
 		p := d.changes[id]
 		delete(d.changes, id)
-		e := Entry{Client: id, User: p.user}
+		e := Entry{Client: id, User: p.user, Name: p.name}
 		if p.leave {
 			all.Leaves = append(all.Leaves, e)
 		} else {

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -162,5 +163,25 @@ func TestKey(t *testing.T) {
 		if ok != tt.ok || (ok && topic != tt.topic) {
 			t.Errorf("TopicOfKey(%q) = %q, %v", tt.give, topic, ok)
 		}
+	}
+}
+
+// A display name travels with its entry: in the diff subscribers get and
+// in the part sent to the other instances, and an entry without one says
+// nothing of names.
+func TestDiffsCarryDisplayNames(t *testing.T) {
+	c := newCoalescer(time.Second, MaxDiff)
+	c.add("room", []Change{
+		{Topic: "room", Entry: Entry{Client: "i.1", Name: "alice"}},
+		{Topic: "room", Entry: Entry{Client: "i.2", User: "bob"}},
+	}, true)
+	all, own, _ := c.take("room")
+	want := []Entry{{Client: "i.1", Name: "alice"}, {Client: "i.2", User: "bob"}}
+	if !slices.Equal(all.Joins, want) || !slices.Equal(own.Joins, want) {
+		t.Fatalf("joins %+v, own %+v; want %+v", all.Joins, own.Joins, want)
+	}
+	const note = `{"jsonrpc":"2.0","method":"presence","params":{"topic":"room","joins":[{"client":"i.1","user":"","name":"alice"},{"client":"i.2","user":"bob"}],"leaves":[]}}`
+	if got := string(appendNotification(nil, "room", all)); got != note {
+		t.Fatalf("notification\n%s\nwant\n%s", got, note)
 	}
 }

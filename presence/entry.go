@@ -19,6 +19,10 @@ type Entry struct {
 	Client string `json:"client"`
 	// User is the connection's user (the JWT sub); "" when anonymous.
 	User string `json:"user"`
+	// Name is the display name the connection stated when it connected
+	// (handshake.DisplayName: at most 64 bytes, no control character);
+	// "" when none. The client's own word, unlike User.
+	Name string `json:"name,omitempty"`
 }
 
 // Stats is a topic's presence counts.

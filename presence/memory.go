@@ -17,8 +17,8 @@ type MemoryStore struct {
 }
 
 type memTopic struct {
-	clients map[string]string // client -> user
-	users   map[string]int    // user -> its entries
+	clients map[string]Entry // client -> its entry
+	users   map[string]int   // user -> its entries
 }
 
 // NewMemoryStore returns an empty store.
@@ -36,13 +36,13 @@ func (s *MemoryStore) Apply(_ context.Context, changes []Change) error {
 			if t == nil {
 				continue
 			}
-			u, ok := t.clients[c.Client]
+			e, ok := t.clients[c.Client]
 			if !ok {
 				continue
 			}
 			delete(t.clients, c.Client)
-			if t.users[u]--; t.users[u] == 0 {
-				delete(t.users, u)
+			if t.users[e.User]--; t.users[e.User] == 0 {
+				delete(t.users, e.User)
 			}
 			if len(t.clients) == 0 {
 				delete(s.topics, c.Topic)
@@ -50,13 +50,13 @@ func (s *MemoryStore) Apply(_ context.Context, changes []Change) error {
 			continue
 		}
 		if t == nil {
-			t = &memTopic{clients: map[string]string{}, users: map[string]int{}}
+			t = &memTopic{clients: map[string]Entry{}, users: map[string]int{}}
 			s.topics[c.Topic] = t
 		}
 		if _, ok := t.clients[c.Client]; ok {
 			continue
 		}
-		t.clients[c.Client] = c.User
+		t.clients[c.Client] = c.Entry
 		t.users[c.User]++
 	}
 	return nil
@@ -82,7 +82,7 @@ func (s *MemoryStore) Page(_ context.Context, topic, cursor string, limit int) (
 	slices.SortFunc(ids, strings.Compare)
 	p := Page{Clients: make([]Entry, 0, min(limit, len(ids)))}
 	for _, id := range ids[:min(limit, len(ids))] {
-		p.Clients = append(p.Clients, Entry{Client: id, User: t.clients[id]})
+		p.Clients = append(p.Clients, t.clients[id])
 	}
 	if len(ids) > limit {
 		p.Cursor = ids[limit-1]

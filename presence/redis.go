@@ -17,7 +17,8 @@ import (
 // three keys, all under the hash tag of T's bus partition (bus.KeyTag),
 // so they share one Redis Cluster slot with T's bus channel:
 //
-//	TAG:presence:x:T   sorted set: member "client\x00user", score its expiry (ms, Redis clock)
+//	TAG:presence:x:T   sorted set: member "client\x00user" (or "client\x00user\x00name"
+//	                   with a display name), score its expiry (ms, Redis clock)
 //	TAG:presence:l:T   sorted set: the same members, score 0, for paging in client order
 //	TAG:presence:u:T   hash: user -> its number of entries
 //
@@ -103,6 +104,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function user(m)
   local i = string.find(m, '\0', 1, true)
+  local j = string.find(m, '\0', i + 1, true)
+  if j then return string.sub(m, i + 1, j - 1) end
   return string.sub(m, i + 1)
 end
 local function drop(m)
@@ -188,11 +191,20 @@ if #ms == tonumber(ARGV[2]) then last = ms[#ms] end
 return {live, gone, last}
 `)
 
-func member(e Entry) string { return e.Client + "\x00" + e.User }
+// member is e's sorted-set member: client and user, and the display name
+// when there is one (neither user nor name holds a NUL: handshake.ValidUser
+// and handshake.DisplayName refuse control characters).
+func member(e Entry) string {
+	if e.Name == "" {
+		return e.Client + "\x00" + e.User
+	}
+	return e.Client + "\x00" + e.User + "\x00" + e.Name
+}
 
 func entryOf(m string) Entry {
-	c, u, _ := strings.Cut(m, "\x00")
-	return Entry{Client: c, User: u}
+	c, rest, _ := strings.Cut(m, "\x00")
+	u, n, _ := strings.Cut(rest, "\x00")
+	return Entry{Client: c, User: u, Name: n}
 }
 
 // maxArgs bounds one script call's members: the Lua stack takes a few

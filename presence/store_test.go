@@ -280,3 +280,38 @@ func TestStoreAppliesChangesInOrder(t *testing.T) {
 		}
 	})
 }
+
+// Display names are listed with their entries and count no user of their
+// own: two anonymous connections with names are one user, ""; a named
+// entry leaves as any other, and pages split it nowhere.
+func TestStoreKeepsDisplayNames(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		named := []Entry{
+			{Client: "i.1", Name: "alice"},
+			{Client: "i.2", Name: "bob \"b\" zoë"},
+			{Client: "i.3", User: "carol", Name: "Carol C."},
+			{Client: "i.4", User: "carol"},
+			{Client: "i.5"},
+		}
+		var cs []Change
+		for _, e := range named {
+			cs = append(cs, Change{Topic: "room:n", Entry: e})
+		}
+		mustApply(t, s, cs...)
+		if st := mustStats(t, s, "room:n"); st != (Stats{Clients: 5, Users: 2}) {
+			t.Fatalf("stats %+v, want 5 clients of 2 users (anonymous and carol)", st)
+		}
+		for _, limit := range []int{1, 2, 10} {
+			if got, _ := all(t, s, "room:n", limit); !slices.Equal(got, named) {
+				t.Fatalf("pages of %d: %+v, want %+v", limit, got, named)
+			}
+		}
+		mustApply(t, s, Change{Topic: "room:n", Entry: named[0], Leave: true}, Change{Topic: "room:n", Entry: named[2], Leave: true})
+		if st := mustStats(t, s, "room:n"); st != (Stats{Clients: 3, Users: 2}) {
+			t.Fatalf("after two leaves: %+v, want 3 clients of 2 users", st)
+		}
+		if got, _ := all(t, s, "room:n", 10); !slices.Equal(got, []Entry{named[1], named[3], named[4]}) {
+			t.Fatalf("after two leaves: %+v", got)
+		}
+	})
+}

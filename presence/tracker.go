@@ -60,10 +60,10 @@ type Tracker struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	local   map[string]map[string]string // topic -> client -> user: this instance's entries
-	queue   []Change                     // store writes not yet made
-	written chan struct{}                // closed once the queue's current changes are written
-	writing chan struct{}                // closed once the write in flight is done (closedChan when none)
+	local   map[string]map[string]Entry // topic -> client -> entry: this instance's entries
+	queue   []Change                    // store writes not yet made
+	written chan struct{}               // closed once the queue's current changes are written
+	writing chan struct{}               // closed once the write in flight is done (closedChan when none)
 	diffs   coalescer
 	timers  map[string]*time.Timer // armed diff timers, by topic
 	entries int                    // local entries of Presence topics
@@ -84,7 +84,7 @@ func NewTracker(opts Options) *Tracker {
 		o:       opts,
 		m:       opts.Metrics,
 		log:     opts.Logger,
-		local:   map[string]map[string]string{},
+		local:   map[string]map[string]Entry{},
 		written: make(chan struct{}),
 		writing: closedChan,
 		diffs:   newCoalescer(cfg.DiffInterval, MaxDiff),
@@ -228,10 +228,10 @@ func (t *Tracker) applyLocal(c Change, mode Mode) bool {
 		return false
 	}
 	if es == nil {
-		es = map[string]string{}
+		es = map[string]Entry{}
 		t.local[c.Topic] = es
 	}
-	es[c.Client] = c.User
+	es[c.Client] = c.Entry
 	if mode.Presence {
 		t.entries++
 	}
@@ -382,8 +382,8 @@ func (t *Tracker) refresh() {
 		if !t.Mode(topic).Presence {
 			continue
 		}
-		for client, user := range es {
-			all = append(all, Change{Topic: topic, Entry: Entry{Client: client, User: user}})
+		for _, e := range es {
+			all = append(all, Change{Topic: topic, Entry: e})
 		}
 	}
 	t.mu.Unlock()

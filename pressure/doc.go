@@ -24,6 +24,13 @@
 //     turns the interval's counts into messages/s and bytes/s, keeps the top
 //     Config.TopN by messages/s (descending, ties by name ascending) and
 //     resets the counts.
+//   - Live rates (live.go): each tracked name also counts its attempts in
+//     a ring of 100 ms buckets, so Monitor.RateOf and RateOfUser answer
+//     the attempts of the last second at the moment of the call (the
+//     oldest bucket counted in proportion), and LiveTop ranks names by
+//     them. They are what clusterTopPublisher rules read: a publisher is
+//     seen over a threshold as soon as its last second is, not at the
+//     next sample.
 //   - SchedLatencyP99: the p99 of /sched/latencies:seconds over the interval
 //     (the delta of the cumulative histogram since the previous sample),
 //     reported as the upper bound of the bucket that holds it.
@@ -51,15 +58,19 @@
 // Snapshot.UntrackedTopicAttempts / UntrackedUserAttempts. At each sample
 // the counts are read and zeroed, then every name is dropped except this
 // sample's top-N, the hot topics, and names recorded in between (whose
-// counts belong to the next interval): a heavy publisher keeps its counter
-// and never loses its slot to a flood of new names. Empty users are
+// counts belong to the next interval) and names with attempts in the last
+// second: a heavy publisher keeps its counter and never loses its slot to
+// a flood of new names. Empty users are
 // counted by topic only. The hot-topic set is bounded by the tracked keys.
 //
 // # Must never
 //
 // Block or allocate on the recording path for a name already tracked:
-// RecordAttempt is a lock-free sync.Map lookup plus two atomic adds on that
-// name's own cache-line-sized counter, per table (topic, user);
+// RecordAttempt is a lock-free sync.Map lookup plus four atomic adds (two
+// when its 100 ms bucket is new: a compare-and-swap each) on that name's
+// own counter of three cache lines, per table (topic, user), and no clock
+// read while the monitor runs: the sampling goroutine keeps the current
+// bucket in an atomic every 100 ms;
 // RecordPublished is one atomic add. Only a new name takes the slow path
 // (bound check, allocation, LoadOrStore). The sampler swaps every counter to
 // zero, then deletes idle names; a deleted counter stays on a retired list

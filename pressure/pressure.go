@@ -133,10 +133,15 @@ type Monitor struct {
 	topics    *table
 	users     *table
 
+	// now is the live bucket's middle (Unix ns), kept by the sampling
+	// goroutine every 100 ms while started, so that recording an attempt
+	// reads no clock; 0: not started, read the clock.
+	now atomic.Int64
+
 	cfg    Config
 	counts Counts
 	log    *slog.Logger
-	now    func() time.Time // Deps.now
+	clock  func() time.Time // Deps.now
 
 	// life guards the sampler's start and stop.
 	life          sync.Mutex
@@ -196,17 +201,17 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		log = slog.Default()
 	}
 	mon := &Monitor{
-		topics:     newTable(cfg.maxTrackedKeys),
+		topics:     newLiveBytesTable(cfg.maxTrackedKeys),
 		users:      newTable(cfg.maxTrackedKeys),
 		cfg:        cfg,
 		log:        log,
-		now:        deps.now,
+		clock:      deps.now,
 		hot:        make(map[string]uint64),
 		keepTopics: make(map[string]struct{}),
 		keepUsers:  make(map[string]struct{}),
 	}
-	if mon.now == nil {
-		mon.now = time.Now
+	if mon.clock == nil {
+		mon.clock = time.Now
 	}
 	mon.readRuntime = newRuntimeReader(cfg.MemoryLimitBytes).read
 	if m != nil {
@@ -218,7 +223,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		mon.memoryRatio = m.PressureMemoryRatio
 		mon.topicRate = m.TopicPublishRate
 	}
-	mon.last = mon.now()
+	mon.last = mon.clock()
 	mon.snap.Store(&Snapshot{At: mon.last})
 	mon.listeners.Store(&listenerSet{})
 	return mon, nil
@@ -230,13 +235,15 @@ func (m *Monitor) Snapshot() *Snapshot { return m.snap.Load() }
 // RecordAttempt counts a publish attempt that reached the message tier
 // (admitted or not), for the top publishers by topic and by user. An empty
 // user is counted by topic only. On a topic and user already tracked it is
-// two lock-free map lookups and four atomic adds, and allocates nothing;
-// bytes below 0 count as 0.
+// two lock-free map lookups and eight atomic adds (the interval's counts
+// and the live rings of RateOf), with no clock read while the monitor
+// runs (Start), and allocates nothing; bytes below 0 count as 0.
 func (m *Monitor) RecordAttempt(topic, user string, bytes int) {
 	b := int64(max(bytes, 0))
-	m.topics.record(topic, b)
+	tick := tickOf(m.liveNow())
+	m.topics.record(topic, b, tick)
 	if user != "" {
-		m.users.record(user, b)
+		m.users.record(user, b, tick)
 	}
 }
 
@@ -306,6 +313,7 @@ func (m *Monitor) Start(_ context.Context, counts Counts) error {
 	m.counts = counts
 	m.smu.Unlock()
 	m.stop, m.stopped = make(chan struct{}), make(chan struct{})
+	m.keepNow()
 	go m.run(m.stop, m.stopped)
 	return nil
 }
@@ -321,6 +329,7 @@ func (m *Monitor) Close() error {
 	m.closed = true
 	close(m.stop)
 	<-m.stopped
+	m.now.Store(0)
 	return nil
 }
 
@@ -328,12 +337,16 @@ func (m *Monitor) run(stop <-chan struct{}, stopped chan<- struct{}) {
 	defer close(stopped)
 	t := time.NewTicker(m.cfg.SampleInterval)
 	defer t.Stop()
+	live := time.NewTicker(liveBucket)
+	defer live.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 			m.Sample()
+		case <-live.C:
+			m.keepNow()
 		}
 	}
 }
@@ -352,7 +365,7 @@ func (m *Monitor) Sample() {
 	m.smu.Lock()
 	defer m.smu.Unlock()
 
-	now := m.now()
+	now := m.clock()
 	elapsed := now.Sub(m.last).Seconds()
 	if elapsed <= 0 {
 		// A clock that stood still or stepped back: rate over the nominal
@@ -387,8 +400,9 @@ func (m *Monitor) Sample() {
 	s.Reason = m.reason(s)
 
 	var events []hotEvent
-	s.TopTopics, s.UntrackedTopicAttempts, events = m.sampleTopics(elapsed)
-	s.TopUsers, s.UntrackedUserAttempts = m.sampleUsers(elapsed)
+	tick := tickOf(now.UnixNano())
+	s.TopTopics, s.UntrackedTopicAttempts, events = m.sampleTopics(elapsed, tick)
+	s.TopUsers, s.UntrackedUserAttempts = m.sampleUsers(elapsed, tick)
 
 	m.logOverflow(s)
 	old := m.snap.Swap(s).Reason
@@ -445,7 +459,7 @@ func topEntries(buf []entry, n int) []entry {
 	return buf[:min(n, len(buf))]
 }
 
-func (m *Monitor) sampleTopics(elapsed float64) ([]TopicRate, int64, []hotEvent) {
+func (m *Monitor) sampleTopics(elapsed float64, tick int64) ([]TopicRate, int64, []hotEvent) {
 	var over int64
 	m.buf, over = m.topics.drain(m.buf)
 
@@ -490,12 +504,12 @@ func (m *Monitor) sampleTopics(elapsed float64) ([]TopicRate, int64, []hotEvent)
 	for k := range m.hot {
 		m.keepTopics[k] = struct{}{}
 	}
-	m.topics.prune(m.keepTopics)
+	m.topics.prune(m.keepTopics, tick)
 	clear(m.buf) // drop key references held by the scratch buffer
 	return out, over, events
 }
 
-func (m *Monitor) sampleUsers(elapsed float64) ([]UserRate, int64) {
+func (m *Monitor) sampleUsers(elapsed float64, tick int64) ([]UserRate, int64) {
 	var over int64
 	m.buf, over = m.users.drain(m.buf)
 	top := topEntries(m.buf, m.cfg.TopN)
@@ -505,7 +519,7 @@ func (m *Monitor) sampleUsers(elapsed float64) ([]UserRate, int64) {
 		out[i] = UserRate{User: e.key, MessagesPerSec: float64(e.msgs) / elapsed, BytesPerSec: float64(e.bytes) / elapsed}
 		m.keepUsers[e.key] = struct{}{}
 	}
-	m.users.prune(m.keepUsers)
+	m.users.prune(m.keepUsers, tick)
 	clear(m.buf)
 	return out, over
 }

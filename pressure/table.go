@@ -10,14 +10,16 @@ import (
 // tracked per sample interval when Config.MaxTrackedKeys is 0.
 const DefaultMaxTrackedKeys = 10000
 
-// counter is one key's attempts in the current interval, padded to a
-// 64-byte cache line: counters of keys inserted one after the other would
-// otherwise share a line (16-byte size class) and two cores recording
-// different topics would still bounce it between them.
+// counter is one key's attempts in the current interval and its live
+// rings (live.go): 192 bytes, three 64-byte cache lines and a size class
+// of its own, so that counters of keys inserted one after the other never
+// share a line and two cores recording different topics do not bounce one
+// between them.
 type counter struct {
-	msgs  atomic.Int64
-	bytes atomic.Int64
-	_     [48]byte
+	msgs      atomic.Int64
+	bytes     atomic.Int64
+	live      ring // attempts per 100 ms bucket
+	liveBytes ring // bytes per 100 ms bucket
 }
 
 // table counts attempts per key (topic or user).
@@ -43,10 +45,13 @@ type counter struct {
 // bound is counted in the overflow counter instead, so client-chosen names
 // can never grow memory without limit.
 type table struct {
-	m    sync.Map // string -> *counter
-	max  int64
-	n    atomic.Int64 // keys in m
-	over atomic.Int64 // attempts not attributed to a key (bound hit)
+	m   sync.Map // string -> *counter
+	max int64
+	// liveBytes: count bytes in the live rings too (topics, whose live
+	// bytes/s the cluster envelope carries; users' it does not).
+	liveBytes bool
+	n         atomic.Int64 // keys in m
+	over      atomic.Int64 // attempts not attributed to a key (bound hit)
 
 	retired []retiredCounter // sampler only
 }
@@ -60,29 +65,42 @@ func newTable(max int) *table {
 	return &table{max: int64(max)}
 }
 
-func (t *table) record(key string, bytes int64) {
-	if v, ok := t.m.Load(key); ok {
-		c := v.(*counter)
-		c.msgs.Add(1)
-		c.bytes.Add(bytes)
-		return
-	}
-	t.insert(key, 1, bytes)
+// newLiveBytesTable is newTable counting live bytes too.
+func newLiveBytesTable(max int) *table {
+	return &table{max: int64(max), liveBytes: true}
 }
 
-// insert is the slow path for a key not yet in the table.
-func (t *table) insert(key string, msgs, bytes int64) {
+// record counts one attempt of bytes on key, in the live bucket tick too.
+func (t *table) record(key string, bytes int64, tick int64) {
+	var c *counter
+	if v, ok := t.m.Load(key); ok {
+		c = v.(*counter)
+		c.msgs.Add(1)
+		c.bytes.Add(bytes)
+	} else if c = t.insert(key, 1, bytes); c == nil {
+		return
+	}
+	c.live.add(tick, 1)
+	if t.liveBytes {
+		c.liveBytes.add(tick, uint64(bytes))
+	}
+}
+
+// insert is the slow path for a key not yet in the table: it counts msgs
+// and bytes for the interval and returns the key's counter, or nil when
+// the bound left the key out.
+func (t *table) insert(key string, msgs, bytes int64) *counter {
 	// A plain load first, so a flood of new names past the bound costs
 	// one shared read and one add, not two writes to n.
 	if t.n.Load() >= t.max {
 		t.over.Add(msgs)
-		return
+		return nil
 	}
 	// Add-then-check keeps the bound exact when several inserts race.
 	if t.n.Add(1) > t.max {
 		t.n.Add(-1)
 		t.over.Add(msgs)
-		return
+		return nil
 	}
 	c := new(counter)
 	c.msgs.Store(msgs)
@@ -95,6 +113,7 @@ func (t *table) insert(key string, msgs, bytes int64) {
 		c.msgs.Add(msgs)
 		c.bytes.Add(bytes)
 	}
+	return c
 }
 
 // entry is one key's counts as read by the sampler.
@@ -128,15 +147,18 @@ func (t *table) drain(buf []entry) (_ []entry, overflow int64) {
 	return buf, t.over.Swap(0)
 }
 
-// prune deletes every key that is not in keep and has had no attempt since
-// drain. The sampler keeps this interval's top-N (and hot topics) so that a
-// heavy publisher never loses its slot to a flood of new names; a key that
-// was recorded between drain and prune keeps its counts for the next
-// interval.
-func (t *table) prune(keep map[string]struct{}) {
+// prune deletes every key that is not in keep, has had no attempt since
+// drain, and none in the live window that ends in the bucket tick. The
+// sampler keeps this interval's top-N (and hot topics) so that a heavy
+// publisher never loses its slot to a flood of new names; a key that was
+// recorded between drain and prune keeps its counts for the next
+// interval; a key with recent attempts keeps its live rate whatever the
+// sample interval. (Attempts a late recorder adds to a pruned counter's
+// rings are lost: its live rate was about to leave the window anyway.)
+func (t *table) prune(keep map[string]struct{}, tick int64) {
 	t.m.Range(func(k, v any) bool {
 		c := v.(*counter)
-		if c.msgs.Load() != 0 {
+		if c.msgs.Load() != 0 || c.live.recent(tick) {
 			return true
 		}
 		key := k.(string)

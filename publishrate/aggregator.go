@@ -35,6 +35,7 @@ type Aggregator struct {
 	id      string
 	client  redis.UniversalClient
 	local   Local
+	live    LiveLocal // local, when its rates are live; else nil
 	m       *metrics.Metrics
 	log     *slog.Logger
 	now     func() time.Time // Deps.now
@@ -101,6 +102,9 @@ type Aggregator struct {
 	// held, and this instance's latest sample.
 	viewHeld  atomic.Bool
 	localSnap atomic.Pointer[pressure.Snapshot]
+	// sent is what this instance's last envelope said (live rates only),
+	// which a merged view holds in place of the live rates.
+	sent atomic.Pointer[sentRates]
 
 	broadcasts, publishErrors, breakerSkips      atomic.Uint64
 	received, parseErrors, outdated, instIgnored atomic.Uint64
@@ -166,6 +170,8 @@ func New(opts Options, deps Deps) (*Aggregator, error) {
 	if a.merged {
 		a.sliceChannel, a.viewChannel = opts.Channel+":in", opts.Channel+":view"
 	}
+	a.live, _ = local.(LiveLocal)
+	a.sent.Store(&sentRates{})
 	a.top.Store(&[]Entry{})
 	a.localSnap.Store(a.latest)
 	a.src.Store(&Sources{})
@@ -339,30 +345,49 @@ func (a *Aggregator) TopPublishers() []Entry {
 }
 
 // RateOf is the cluster-wide messages per second of topic: the sum over
-// this instance's latest sample and every fresh sibling slice that carries
-// it, whether or not it made the merged top-N; 0 when none does. A map
-// read, no allocation: safe on the admission path.
+// this instance's own rate and every fresh sibling slice that carries it,
+// whether or not it made the merged top-N; 0 when none does. This
+// instance's own rate is the live one when the Local is a LiveLocal, else
+// its latest sample. Map reads, no allocation: safe on the admission
+// path.
 //
-// In merged mode it is the merged view's rate, or this instance's own
-// latest rate if that is higher: the view carries the fleet's top topics
-// only, and a topic hot here alone keeps at least its local rate (a scan
-// of this instance's top-N, still without allocation).
+// In merged mode, while a merged view is held, it is the view's rate (in
+// which this instance's share is what its last envelope said) plus what
+// its live rate has grown since, or its own rate if that is higher: the
+// view carries the fleet's top topics only, and a topic hot here alone
+// keeps at least its local rate.
 func (a *Aggregator) RateOf(topic string) float64 {
-	r := a.mg.rateOf(topic)
-	if a.merged {
-		r = max(r, a.localSnap.Load().RateOf(topic))
+	switch {
+	case a.live == nil && a.merged:
+		return max(a.mg.rateOf(topic), a.localSnap.Load().RateOf(topic))
+	case a.live == nil:
+		return a.mg.rateOf(topic)
 	}
-	return r
+	live := a.live.RateOf(topic)
+	if a.merged && a.viewHeld.Load() {
+		return max(live, a.mg.rateOf(topic)+max(0, live-a.sent.Load().topics[topic]))
+	}
+	return a.mg.othersOf(topic) + live
 }
 
 // RateOfUser is RateOf for a user's publish attempts.
 func (a *Aggregator) RateOfUser(user string) float64 {
-	r := a.mg.rateOfUser(user)
-	if a.merged {
-		r = max(r, a.localSnap.Load().RateOfUser(user))
+	switch {
+	case a.live == nil && a.merged:
+		return max(a.mg.rateOfUser(user), a.localSnap.Load().RateOfUser(user))
+	case a.live == nil:
+		return a.mg.rateOfUser(user)
 	}
-	return r
+	live := a.live.RateOfUser(user)
+	if a.merged && a.viewHeld.Load() {
+		return max(live, a.mg.rateOfUser(user)+max(0, live-a.sent.Load().users[user]))
+	}
+	return a.mg.othersOfUser(user) + live
 }
+
+// sentRates are the messages per second of this instance's last
+// envelope, by topic and by user.
+type sentRates struct{ topics, users map[string]float64 }
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
 // count (LocalSubscribers live when set, else the list Subjects returned on
@@ -655,8 +680,16 @@ func (a *Aggregator) broadcast(ctx context.Context) {
 // envelope to send.
 func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 	subs := a.subjects()
+	var liveTopics []pressure.TopicRate
+	var liveUsers []pressure.UserRate
+	if a.live != nil {
+		liveTopics, liveUsers = a.live.LiveTop(a.opts.TopN)
+	}
 	a.mu.Lock()
 	topics, users := a.win.averages(a.latest)
+	if a.live != nil {
+		topics, users = liveTopics, liveUsers
+	}
 	a.win.reset(now)
 	a.setLocalSubsLocked(subs)
 	a.mg.resum()
@@ -664,7 +697,19 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 	a.refreshTopLocked()
 	a.forgetSeen(now)
 	a.mu.Unlock()
-	return a.encode(a.newEnvelope(now, topics, users, subs))
+	e := a.newEnvelope(now, topics, users, subs)
+	b, err := a.encode(e)
+	if err == nil && a.live != nil {
+		sr := &sentRates{topics: make(map[string]float64, len(e.Slice)), users: make(map[string]float64, len(e.Users))}
+		for _, t := range e.Slice {
+			sr.topics[t.Topic] = t.MessagesPerSec
+		}
+		for _, u := range e.Users {
+			sr.users[u.User] = u.MessagesPerSec
+		}
+		a.sent.Store(sr)
+	}
+	return b, err
 }
 
 // setLocalSubsLocked makes subs the local part of SubscribersOf, unless

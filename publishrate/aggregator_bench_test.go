@@ -201,8 +201,11 @@ func BenchmarkDecodeEnvelope(b *testing.B) {
 // clusterRuleOnFleet is a clusterTopPublisher check against the real
 // aggregator holding 1,000 siblings: the admission path's cost of the
 // cluster view (budget in BENCHMARKS.md: <= 40 ns, 0 allocs).
-func clusterRuleOnFleet(tb testing.TB) func() {
-	a := newOffline(tb, newFakeLocal(), Options{}, Deps{})
+func clusterRuleOnFleet(tb testing.TB) func() { return clusterRuleOn(tb, newFakeLocal()) }
+
+// clusterRuleOn is clusterRuleOnFleet with local as this instance's rates.
+func clusterRuleOn(tb testing.TB, local Local) func() {
+	a := newOffline(tb, local, Options{}, Deps{})
 	for i := range 1000 {
 		p, _ := marshalEnvelope(siblingEnvelope(i, 0, DefaultTopN, true), nil)
 		a.receive(string(p))
@@ -222,6 +225,30 @@ func clusterRuleOnFleet(tb testing.TB) func() {
 
 func BenchmarkClusterRuleCheck(b *testing.B) {
 	f := clusterRuleOnFleet(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		f()
+	}
+}
+
+// BenchmarkClusterRuleCheckLive is BenchmarkClusterRuleCheck with the
+// pressure monitor as this instance's rates, as the server has them: its
+// live rate of the topic is read at every check (a map lookup and the
+// topic's ring; the running monitor keeps the clock).
+func BenchmarkClusterRuleCheckLive(b *testing.B) {
+	mon, err := pressure.New(pressure.Config{SampleInterval: time.Hour}, pressure.Deps{Logger: discardLog})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := mon.Start(b.Context(), nil); err != nil { // the live clock, as in the server
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { mon.Close() })
+	for i := range 200 {
+		mon.RecordAttempt(fmt.Sprint("room:", i), "", 10)
+	}
+	mon.RecordAttempt("room:hot", "", 10)
+	f := clusterRuleOn(b, mon)
 	b.ReportAllocs()
 	for b.Loop() {
 		f()

@@ -1,17 +1,21 @@
 // Package publishrate is the cluster-wide publish-rate aggregator: every
-// instance broadcasts its own top publishers over Redis pub/sub and merges
-// its siblings' broadcasts into a cluster view, with no leader; or, in
-// merged mode (Options.Mode), sends them to one merging instance elected
-// through Redis, whose merged view every instance takes.
+// instance sends its own top publishers over Redis pub/sub to one merging
+// instance elected through Redis, whose merged view every instance takes
+// (merged mode, the default); or, in broadcast mode (Options.Mode), every
+// instance broadcasts them and merges its siblings' broadcasts into a
+// cluster view, with no leader.
 //
 // # What it owns
 //
 // An Aggregator broadcasts, every PublishInterval, the envelope of
 // docs/cluster.md on Options.Channel: this instance's top-N topics
 // (messages and bytes per second), top-N users (messages per second) and,
-// when Sources.Subjects is handed to Start, top-N local subscriber counts. The rates
-// are averaged over the whole interval: every pressure sample is weighted by
-// the time it covers (see window), not just the latest one.
+// when Sources.Subjects is handed to Start, top-N local subscriber counts.
+// With a LiveLocal (the pressure monitor) the rates are those of the last
+// second at sending, and this instance's own share of RateOf and
+// RateOfUser is its live rate at the call; with another Local they are
+// averaged over the whole interval (every pressure sample weighted by the
+// time it covers, see window) and its share is its latest sample.
 //
 // It subscribes to the same channel and keeps, per sibling instance, its
 // latest accepted envelope stamped with this instance's clock at arrival.
@@ -25,8 +29,9 @@
 // up to a tenth of the interval after it reached the socket. One wake-up
 // reads and merges every envelope that came meanwhile.
 //
-// The merged view sums, per topic and per user, this instance's latest
-// pressure sample and every fresh sibling's lists, and counts contributing
+// The broadcast view sums, per topic and per user, this instance's latest
+// pressure sample (its live rate, for RateOf and RateOfUser) and every
+// fresh sibling's lists, and counts contributing
 // instances per topic. It is kept incrementally (see merge.go): an
 // accepted envelope subtracts its sender's previous lists from running
 // sums and adds its own, a local sample does the same for this instance's
@@ -63,8 +68,9 @@
 // It merges them as above and publishes the merged view (v 2, signed
 // under its own domain) on Channel+":view" every half interval; every
 // instance holds the latest view, from the highest epoch while fresh, as
-// its cluster view, with its own rates as a floor under RateOf, and falls
-// back to its own rates when it holds no fresh view.
+// its cluster view, with its own rates as a floor under RateOf (and, with
+// a LiveLocal, what its live rate grew since its last slice added), and
+// falls back to its own rates when it holds no fresh view.
 //
 // # Signature (Options.HMACSecret)
 //

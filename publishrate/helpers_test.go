@@ -88,6 +88,9 @@ func newOffline(t testing.TB, local Local, opts Options, deps Deps, src ...Sourc
 	if deps.now == nil {
 		deps.now = testkit.NewClock(testEpoch).Now
 	}
+	if opts.Mode == "" {
+		opts.Mode = ModeBroadcast // the tests of broadcast mode name none
+	}
 	deps.Client, deps.Local = deadClient(t), local
 	a, err := New(opts, deps)
 	if err != nil {

@@ -37,10 +37,12 @@ type key struct {
 
 	// Published copies, read by lookups without a lock.
 	pubMsgs, pubBytes atomic.Uint64 // float64 bits
+	pubOthers         atomic.Uint64 // float64 bits: msgs less this instance's own sample
 	pubSubs           atomic.Int64
 
 	// The merge lock guards the rest.
 	msgs, bytes float64 // running sums
+	own         float64 // this instance's own sample's messages/s, part of msgs
 	subs        int64
 	n           int32  // rate entries naming it
 	inst        int64  // contributing instances: 1 per slice entry, a merged view's own count per view entry
@@ -223,6 +225,22 @@ func (m *merger) rateOfUser(user string) float64 {
 	return 0
 }
 
+// othersOf and othersOfUser are rateOf and rateOfUser without this
+// instance's own sample: what the other instances' lists add up to.
+func (m *merger) othersOf(topic string) float64 {
+	if k := m.topics.lookup(topic); k != nil {
+		return math.Float64frombits(k.pubOthers.Load())
+	}
+	return 0
+}
+
+func (m *merger) othersOfUser(user string) float64 {
+	if k := m.users.lookup(user); k != nil {
+		return math.Float64frombits(k.pubOthers.Load())
+	}
+	return 0
+}
+
 // touch records that k changed in the current batch.
 func (m *merger) touch(k *key, list *[]*key) {
 	if k.mark != m.batch {
@@ -267,6 +285,7 @@ func (m *merger) commit() {
 	full := len(m.topics.byID) > m.leaves
 	for _, k := range m.touchT {
 		k.pubMsgs.Store(math.Float64bits(k.msgs))
+		k.pubOthers.Store(math.Float64bits(max(k.msgs-k.own, 0)))
 		k.pubBytes.Store(math.Float64bits(k.bytes))
 		k.pubSubs.Store(k.subs)
 		id := k.id
@@ -279,6 +298,7 @@ func (m *merger) commit() {
 	}
 	for _, k := range m.touchU {
 		k.pubMsgs.Store(math.Float64bits(k.msgs))
+		k.pubOthers.Store(math.Float64bits(max(k.msgs-k.own, 0)))
 		if !k.live() {
 			m.users.retire(k)
 		}
@@ -320,6 +340,20 @@ func (m *merger) stageLocal(s *pressure.Snapshot) {
 		}
 		for i, u := range oldS.TopUsers {
 			m.subRate(oldU[i], u.MessagesPerSec, 0, 1, &m.touchU)
+		}
+		for _, k := range oldT {
+			k.own = 0
+		}
+		for _, k := range oldU {
+			k.own = 0
+		}
+	}
+	if s != nil {
+		for i, t := range s.TopTopics {
+			m.lt[i].own += t.MessagesPerSec
+		}
+		for i, u := range s.TopUsers {
+			m.lu[i].own += u.MessagesPerSec
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 // Defaults of Options (the publishRate.* keys of docs/configuration.md).
 const (
 	DefaultChannel          = "rt:pressure:rates"
-	DefaultPublishInterval  = 5 * time.Second
+	DefaultPublishInterval  = 250 * time.Millisecond
 	DefaultStaleAfter       = 12 * time.Second
 	DefaultTopN             = 20
 	DefaultMaxInstances     = 1024
@@ -38,12 +38,27 @@ const (
 )
 
 // Local is this instance's own source of publish rates. *pressure.Monitor
-// satisfies it.
+// satisfies it, and LiveLocal too.
 type Local interface {
 	// Snapshot returns the latest sample; never nil.
 	Snapshot() *pressure.Snapshot
 	// OnSample registers a listener called with every new sample.
 	OnSample(func(*pressure.Snapshot))
+}
+
+// LiveLocal is a Local whose rates are current at every call (the
+// pressure monitor's rates over the last second). When the Local given
+// to New is one, RateOf and RateOfUser count this instance's share live
+// rather than as of its last sample, and the envelope carries the live
+// rates at sending rather than averages over the interval: the cluster
+// view then lags the fleet by the trip through Redis alone.
+type LiveLocal interface {
+	Local
+	RateOf(topic string) float64
+	RateOfUser(user string) float64
+	// LiveTop returns the n topics and n users with the highest rates,
+	// descending.
+	LiveTop(n int) ([]pressure.TopicRate, []pressure.UserRate)
 }
 
 // SubjectCount is this instance's live subscriber count for one topic.
@@ -92,8 +107,8 @@ type Options struct {
 	// Channel is the Redis pub/sub channel. Default "rt:pressure:rates".
 	Channel string `yaml:"channel" help:"Redis channel of the rate envelopes; empty: rt:pressure:rates"`
 	// PublishInterval is how often this instance broadcasts its slice, and
-	// how often stale sibling slices are expired. Default 5s.
-	PublishInterval time.Duration `yaml:"publishInterval" help:"period of this instance's envelope; 0 = 5s"`
+	// how often stale sibling slices are expired. Default 250ms.
+	PublishInterval time.Duration `yaml:"publishInterval" help:"period of this instance's envelope; 0 = 250ms"`
 	// StaleAfter drops a sibling whose last envelope arrived longer ago
 	// than this, by this instance's clock. Must be >= PublishInterval
 	// (2x or more is advisable). Default 12s.
@@ -115,15 +130,15 @@ type Options struct {
 	// re-sum grow with it; an envelope's merge does not. Default 1024.
 	MaxInstances int `yaml:"maxInstances" help:"siblings held in the cluster view at most; envelopes of further instances are ignored and counted (cluster_publish_rate_ignored_total, cluster_publish_rate_instances_ignored); 0 = 1024"`
 	// Mode is how the fleet shares its slices (docs/cluster.md, "Merged
-	// mode"). "broadcast" (the default): every instance publishes its
+	// mode"). "merged" (the default): every instance publishes its slice
+	// on Channel+":in", one merging instance elected through Redis (a
+	// lease key, SET NX with a TTL) merges them and publishes the merged
+	// view on Channel+":view" twice per interval, and every instance
+	// takes that view as its cluster view: Redis delivers about 2N
+	// envelopes per interval. "broadcast": every instance publishes its
 	// slice on Channel and merges every sibling's, so Redis delivers N²
-	// slices per interval. "merged": every instance publishes its slice on
-	// Channel+":in", one merging instance elected through Redis (a lease
-	// key, SET NX with a TTL) merges them and publishes the merged view
-	// on Channel+":view" twice per interval, and every instance takes
-	// that view as its cluster view: Redis delivers about 2N envelopes
-	// per interval. Every instance of a fleet uses the same mode.
-	Mode string `yaml:"mode" help:"broadcast (every instance merges every slice; Redis egress grows with the fleet squared) or merged (one merging instance elected through Redis publishes the merged view; for fleets of hundreds of instances); the same on every instance; empty: broadcast"`
+	// slices per interval. Every instance of a fleet uses the same mode.
+	Mode string `yaml:"mode" help:"merged (one merging instance elected through Redis publishes the merged view: Redis egress grows with the fleet) or broadcast (every instance merges every slice: egress grows with the fleet squared, a view about half an interval fresher, for small fleets); the same on every instance; empty: merged"`
 	// HMACSecret, when set, signs every envelope and makes receivers drop
 	// (and count) envelopes whose signature is missing or wrong.
 	HMACSecret []byte `yaml:"hmacSecret" help:"when set, rate envelopes and bus messages are signed (HMAC-SHA256) and unsigned or badly signed ones are dropped; the same on every instance"`
@@ -167,7 +182,7 @@ func DefaultOptions() Options {
 		TopN:            DefaultTopN,
 		MaxClockSkew:    DefaultMaxClockSkew,
 		MaxInstances:    DefaultMaxInstances,
-		Mode:            ModeBroadcast,
+		Mode:            ModeMerged,
 	}
 }
 
@@ -211,7 +226,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.PublishInterval = DefaultPublishInterval
 	}
 	if o.Mode == "" {
-		o.Mode = ModeBroadcast
+		o.Mode = ModeMerged
 	}
 	if o.StaleAfter == 0 {
 		o.StaleAfter = max(DefaultStaleAfter, o.PublishInterval)

@@ -34,7 +34,7 @@ func newNode(t *testing.T, srv *redistest.Server, id string, local Local, secret
 	t.Cleanup(func() { _ = c.Close() })
 	m := metrics.NewDiscard()
 	a, err := New(Options{
-		PublishInterval: testInterval, StaleAfter: testStale, HMACSecret: secret,
+		PublishInterval: testInterval, StaleAfter: testStale, Mode: ModeBroadcast, HMACSecret: secret,
 	}, Deps{
 		Client: c, Local: local, InstanceID: id, Metrics: m, Logger: discardLog,
 		Breaker: NewBreaker(3, testInterval, nil),

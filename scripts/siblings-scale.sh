@@ -2,7 +2,7 @@
 # The cluster view at fleet scale (BENCHMARKS.md, "Cluster view at fleet
 # scale"): one real rtserver on a local redis-server, and rtbench siblings
 # simulating N other instances that each send their rate envelope once per
-# publishInterval (default settings: 5s, top 20). For each N it prints one
+# publishInterval (default settings: 250ms, top 20, merged mode). For each N it prints one
 # table row: the server's CPU (% of a core, and per envelope net of its
 # idle CPU), RSS, whether its view is right (every sibling counted, the hot
 # topic spread over them summed exactly), the fleet-wide Redis egress N+1
@@ -13,9 +13,11 @@
 # Usage: scripts/siblings-scale.sh [sibling counts...] (default 10 100 300
 # 1000). DURATION (default 30s) is each run's sending time, SECRET signs
 # the envelopes, CHURN (default 0.2) is the share of each slice renamed per
-# interval, MODE=merged runs the server with publishRate.mode merged (it is
-# then the merging instance: the simulated siblings send their slices to
-# it, and the egress counts the merged views every instance would get).
+# interval, MODE (default merged) is publishRate.mode: in merged mode the
+# server is the merging instance (the simulated siblings send their slices
+# to it, and the egress counts the merged views every instance would get),
+# MODE=broadcast makes it one of a fleet where every slice reaches
+# every instance; INTERVAL (default 250ms) is publishRate.publishInterval.
 # Needs redis-server and python3; builds into a temporary folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,12 +35,12 @@ echo "|---|---|---|---|---|---|---|---|"
 for n in "${counts[@]}"; do
 	RTSERVER_LISTEN=127.0.0.1:$port RTSERVER_REDIS_URL=redis://127.0.0.1:$rport \
 		RTSERVER_PUBLISHRATE_HMACSECRET="${SECRET:-}" RTSERVER_PUBLISHRATE_MAXINSTANCES=$((n + 100)) \
-		RTSERVER_PUBLISHRATE_MODE="${MODE:-broadcast}" \
+		RTSERVER_PUBLISHRATE_MODE="${MODE:-merged}" RTSERVER_PUBLISHRATE_PUBLISHINTERVAL="${INTERVAL:-250ms}" \
 		"$tmp/rtserver" >/dev/null 2>&1 &
 	sp=$!
 	sleep 1
 	"$tmp/rtbench" siblings --redis-url "redis://127.0.0.1:$rport" --metrics-url "http://127.0.0.1:$port/metrics" \
-		--mode "${MODE:-broadcast}" -n "$n" --duration "${DURATION:-30s}" --churn "${CHURN:-0.2}" --secret "${SECRET:-}" --server-pid "$sp" --stale --json > "$tmp/r.json"
+		--mode "${MODE:-merged}" --interval "${INTERVAL:-250ms}" -n "$n" --duration "${DURATION:-30s}" --churn "${CHURN:-0.2}" --secret "${SECRET:-}" --server-pid "$sp" --stale --json > "$tmp/r.json"
 	kill "$sp"
 	wait "$sp" 2>/dev/null || true
 	python3 -c '

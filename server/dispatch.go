@@ -88,7 +88,9 @@ func (c *conn) builtinCall(r *protocol.Request, raw []byte) (json.RawMessage, *p
 	if r.Method == MethodPublish && s.pressure != nil {
 		// Attempts count for top publishers whether admitted or not, so a
 		// publisher that keeps hammering stays shed until it slows down.
-		s.pressure.RecordAttempt(p.Topic, c.ticket.User, len(p.Data))
+		// An anonymous publisher counts under its IP, the user key a rule
+		// by user reads for it (docs/admission.md).
+		s.pressure.RecordAttempt(p.Topic, c.userKey(), len(p.Data))
 	}
 	perr = c.admit(call)
 	// Only Check reads Params: the pooled call must not pin this
@@ -286,4 +288,13 @@ func hasSpace(d []byte) bool {
 		}
 	}
 	return false
+}
+
+// userKey is the key a per-user budget or rate counts this connection
+// under: its user, or its client IP when it is anonymous.
+func (c *conn) userKey() string {
+	if c.ticket.User != "" {
+		return c.ticket.User
+	}
+	return c.ticket.IPKey
 }

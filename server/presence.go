@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"time"
 
+	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
@@ -101,7 +103,28 @@ func (s *Server) newTracker(o PresenceOptions) (*presence.Tracker, error) {
 func (s *Server) ClientID(connID uint64) string { return presence.ClientID(s.instanceID, connID) }
 
 func (c *conn) presenceEntry() presence.Entry {
-	return presence.Entry{Client: c.s.ClientID(c.id), User: c.ticket.User}
+	return presence.Entry{Client: c.s.ClientID(c.id), User: c.ticket.User, Name: c.displayName()}
+}
+
+// nameKey is the context key of a connection's display name.
+type nameKey struct{}
+
+// connValues is the context whose values a connection keeps for its life:
+// the upgrade request's, and the display name the client stated
+// (handshake.DisplayName) when it stated one. It rides in the context so
+// that a connection without one pays nothing for it.
+func connValues(r *http.Request) context.Context {
+	ctx := r.Context()
+	if name := handshake.DisplayName(r); name != "" {
+		ctx = context.WithValue(ctx, nameKey{}, name)
+	}
+	return ctx
+}
+
+// displayName is the name c stated when it connected; "" when none.
+func (c *conn) displayName() string {
+	name, _ := c.ctx.Value(nameKey{}).(string)
+	return name
 }
 
 // presenceJoin records c's entry in topic. Caller holds c.subsMu.

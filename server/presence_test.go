@@ -239,3 +239,54 @@ func TestPresenceServerAPI(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestPresenceShowsDisplayNames: a connection's name parameter is its
+// display name in presence, on every instance, in the list and in the
+// diffs; connections of one user with different names stay one user; a
+// name over the limit is cut and one with a control character dropped.
+func TestPresenceShowsDisplayNames(t *testing.T) {
+	leakcheck.Check(t)
+	broker, store := bus.NewMemoryBroker(), presence.NewMemoryStore()
+	_, urlA := startPresenceServer(t, broker, store)
+	_, urlB := startPresenceServer(t, broker, store)
+	as := func(url, user, name string) *wstest.Conn {
+		return wstest.Dial(t, url+"?token="+wstest.HS256(testSecret, user)+"&name="+name)
+	}
+	watcher := as(urlA, "watcher", "")
+	wstest.MustOK(t, watcher.Call("subscribe", `{"topic":"room:live-names"}`))
+	long := strings.Repeat("n", handshake.MaxNameLen+10)
+	for _, name := range []string{"Alice%20A.", "bob", long, "bad%0Aname"} {
+		wstest.MustOK(t, as(urlB, "guest", name).Call("subscribe", `{"topic":"room:live-names"}`))
+	}
+	wstest.MustOK(t, as(urlB, "carol", "Carol").Call("subscribe", `{"topic":"room:live-names"}`))
+	names := func(es []presence.Entry) string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.User+"/"+e.Name)
+		}
+		slices.Sort(out)
+		return strings.Join(out, ",")
+	}
+	others := "carol/Carol,guest/,guest/Alice A.,guest/bob,guest/" + long[:handshake.MaxNameLen]
+	// The diffs first: the calls below skip the notifications they meet.
+	var joined []presence.Entry
+	for len(joined) < 5 {
+		var f presenceFrame
+		if err := json.Unmarshal(watcher.RecvRaw(), &f); err == nil && f.Method == "presence" {
+			for _, e := range f.Params.Joins {
+				if e.User != "watcher" { // its own join may come, or may have passed during its subscribe
+					joined = append(joined, e)
+				}
+			}
+		}
+	}
+	if got := names(joined); got != others {
+		t.Fatalf("diffs joined %s, want %s", got, others)
+	}
+	if got, want := names(listOf(t, watcher, "room:live-names")), others+",watcher/"; got != want {
+		t.Fatalf("listed %s, want %s", got, want)
+	}
+	if st := statsOf(t, watcher, "room:live-names"); st != (presence.Stats{Clients: 6, Users: 3}) {
+		t.Fatalf("stats %+v, want 6 clients of 3 users", st)
+	}
+}

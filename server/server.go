@@ -335,7 +335,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.raw = uw.Conn
 	c.raw.SetOwner(c)
 	c.raw.Accepted()
-	c.ctx.values = r.Context()
+	c.ctx.values = connValues(r)
 	c.ticket.HandshakeDone(true)
 	c.start(ws)
 }

@@ -78,6 +78,8 @@ export interface PresenceEntry {
   client: string;
   /** Its user ("" when anonymous). */
   user: string;
+  /** The display name it connected with (?name= on the URL given to connect), if any: the client's own word, at most 64 bytes. */
+  name?: string;
 }
 
 /** A presence notification: the coalesced joins and leaves of a topic. */

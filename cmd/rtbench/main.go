@@ -245,7 +245,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		redisURL := fs.String("redis-url", "redis://127.0.0.1:6379", "the fleet's Redis (loopback only)")
 		channel := fs.String("channel", "rt:pressure:rates", "publishRate.channel")
 		n := fs.Int("n", 100, "simulated sibling instances")
-		interval := fs.Duration("interval", 5*time.Second, "publishRate.publishInterval: each sibling sends once per interval")
+		interval := fs.Duration("interval", 250*time.Millisecond, "publishRate.publishInterval: each sibling sends once per interval")
 		dur := fs.Duration("duration", 30*time.Second, "sending time; the first interval is warm-up, the second starts the hot publisher, and the measured window starts once the view caught it")
 		topN := fs.Int("topn", 20, "topics, users and subscriber counts per envelope (publishRate.topN)")
 		secret := fs.String("secret", "", "publishRate.hmacSecret: sign the envelopes")
@@ -253,7 +253,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		hot := fs.Float64("hot-rate", 5000, "messages/s of one hot topic and one hot user, spread evenly over the siblings")
 		murl := fs.String("metrics-url", "http://127.0.0.1:8080/metrics", "the server's /metrics: its view of the siblings")
 		stale := fs.Bool("stale", false, "after the last envelope, wait until the server's view is empty and report how long it took")
-		mode := fs.String("mode", "broadcast", "publishRate.mode of the server: broadcast, or merged (slices on <channel>:in, the merged views read off <channel>:view)")
+		mode := fs.String("mode", "merged", "publishRate.mode of the server: merged (slices on <channel>:in, the merged views read off <channel>:view), or broadcast")
 		runMode = func(ctx context.Context) (any, error) {
 			return runSiblings(ctx, siblingsConfig{RedisURL: *redisURL, Channel: *channel, Mode: *mode, N: *n, Interval: *interval, Duration: *dur,
 				TopN: *topN, Secret: *secret, Churn: *churn, HotRate: *hot, MetricsURL: *murl, ServerPID: *pid, Stale: *stale})

@@ -88,12 +88,12 @@ pressure:
   topN: 20
 publishRate:                     # the cluster aggregator; active when redis.url is set
   channel: "rt:pressure:rates"
-  publishInterval: 5s
+  publishInterval: 250ms
   staleAfter: 12s
   topN: 20
   maxClockSkew: 5s               # clocks may be this far apart; older envelopes and replays are dropped
   maxInstances: 1024             # siblings held at most; envelopes of further instances are ignored and counted
-  mode: broadcast                # broadcast | merged: slices to one merging instance elected through Redis, which publishes the merged view
+  mode: merged                   # merged: slices to one merging instance elected through Redis, which publishes the merged view | broadcast
   hmacSecret: ""                 # when set, unsigned or badly signed envelopes are dropped
 admission:
   classes:                       # class name -> rule

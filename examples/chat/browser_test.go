@@ -307,21 +307,30 @@ func TestBrowserRefreshesShortLivedTokens(t *testing.T) {
 }
 
 // Pages show who is in the room: the list loads on join and follows the
-// presence notifications as people come and go.
+// presence notifications as people come and go. Signed in, by user;
+// anonymous (the default), by the name each page connected with.
 func TestPagesShowWhoIsInTheRoom(t *testing.T) {
 	b := needBrowser(t)
-	leakcheck.Check(t)
-	a := startApp(t, options{DemoAuth: "s3cret"}, "")
-	ctx := testContext(t, 30*time.Second)
-	alice := openPage(t, ctx, b, a.url("/?room=r2&user=alice"))
-	bob := openPage(t, ctx, b, a.url("/?room=r2&user=bob"))
-	who := func(p *page, want string) {
-		t.Helper()
-		p.MustEval(t, ctx, until(fmt.Sprintf(`document.getElementById("who").textContent === %q`, want)), nil)
+	for _, tc := range []struct {
+		name  string
+		opts  options
+		param string
+	}{{"signed in", options{DemoAuth: "s3cret"}, "user"}, {"anonymous", options{}, "name"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			a := startApp(t, tc.opts, "")
+			ctx := testContext(t, 30*time.Second)
+			alice := openPage(t, ctx, b, a.url("/?room=r2&"+tc.param+"=alice"))
+			bob := openPage(t, ctx, b, a.url("/?room=r2&"+tc.param+"=bob"))
+			who := func(p *page, want string) {
+				t.Helper()
+				p.MustEval(t, ctx, until(fmt.Sprintf(`document.getElementById("who").textContent === %q`, want)), nil)
+			}
+			who(alice, "in the room: 2alicebob")
+			who(bob, "in the room: 2alicebob")
+			alice.MustEval(t, ctx, `chat.join("elsewhere").then(() => true)`, nil)
+			who(bob, "in the room: 1bob")
+			who(alice, "in the room: 1alice")
+		})
 	}
-	who(alice, "in the room: 2alicebob")
-	who(bob, "in the room: 2alicebob")
-	alice.MustEval(t, ctx, `chat.join("elsewhere").then(() => true)`, nil)
-	who(bob, "in the room: 1bob")
-	who(alice, "in the room: 1alice")
 }
