@@ -32,7 +32,7 @@ func ExampleAggregator_RateOf() {
 
 	fmt.Println(agg.RateOf("room:1") > 0, agg.RateOfUser("alice") == agg.RateOf("room:1"), agg.RateOf("room:2"))
 	for _, e := range agg.TopPublishers() {
-		fmt.Println(e.Topic, e.BytesPerSec/e.MessagesPerSec, "bytes each,", e.ContributingInstances, "instance")
+		fmt.Printf("%s %.0f bytes each, %d instance\n", e.Topic, e.BytesPerSec/e.MessagesPerSec, e.ContributingInstances)
 	}
 	// Output:
 	// true true 0
