@@ -30,6 +30,7 @@ func newPositions() *positions {
 
 func (p *positions) Deliver(string, []byte)        {}
 func (p *positions) DeliverControl(string, []byte) {}
+func (p *positions) DeliverNotice(string, []byte)  {}
 func (p *positions) BusState(bool)                 {}
 func (p *positions) Gap(string)                    {}
 func (p *positions) DeliverAt(topic string, data []byte, epoch string, offset uint64) {
