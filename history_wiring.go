@@ -31,6 +31,7 @@ func (n *Node) historyStore(cfg Config, b bus.Bus) (history.Store, error) {
 		Config:      cfg.History,
 		StoreErrors: n.metrics.HistoryStoreErrors,
 		Logger:      n.log,
+		Down:        b.Degraded,
 	})
 	if err != nil {
 		return nil, err
