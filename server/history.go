@@ -90,9 +90,12 @@ type topicSeq struct {
 // seqItem is one step of a topic's delivery.
 type seqItem struct {
 	m history.Message // Data is the frame
-	// reset: a new epoch; every cursor goes live from m.Offset and its
-	// subscriber is told to resync (m is not a message).
+	// reset: a new epoch, epoch (m is not a message); every cursor not
+	// already positioned in it is retired and its subscriber told to
+	// resync: nothing of the new epoch reaches a subscription of the old
+	// one until the client subscribes again (docs/history.md).
 	reset bool
+	epoch string
 }
 
 type subscriber struct {
@@ -102,9 +105,10 @@ type subscriber struct {
 
 // hsub is one connection's subscription to a history topic.
 type hsub struct {
-	mu   sync.Mutex
-	cur  history.Cursor
-	gone bool // unsubscribed: a delivery already under way skips it
+	mu    sync.Mutex
+	cur   history.Cursor
+	epoch string // of the position the subscribe answered
+	gone  bool   // unsubscribed: a delivery already under way skips it
 }
 
 // Bounds of what history holds in memory per topic and per subscription.
@@ -475,7 +479,7 @@ func (q *topicSeq) drain() {
 // holds q.mu.
 func (q *topicSeq) newEpoch(epoch string, last uint64) {
 	q.epoch, q.last, q.target, q.pending = epoch, last, 0, nil
-	q.out = append(q.out, seqItem{m: history.Message{Offset: last}, reset: true})
+	q.out = append(q.out, seqItem{m: history.Message{Offset: last}, reset: true, epoch: epoch})
 }
 
 // fanout puts m (its Data is the frame) in line for every subscriber
@@ -536,9 +540,14 @@ func (q *topicSeq) deliver(items []seqItem, audience []subscriber, held *holdSet
 				continue
 			}
 			if it.reset {
-				sb.hs.cur.Reset(it.m.Offset)
+				retire := sb.hs.epoch != it.epoch && !sb.hs.cur.Retired()
+				if retire {
+					sb.hs.cur.Retire()
+				}
 				sb.hs.mu.Unlock()
-				sendResync(sb.c)
+				if retire {
+					sendResync(sb.c)
+				}
 				continue
 			}
 			ok, gap := sb.hs.cur.Live(it.m)
@@ -889,6 +898,9 @@ func (c *conn) subscribeHistory(topic string, params json.RawMessage, pol histor
 	q.mu.Lock()
 	q.setReady(pos)
 	q.unlock()
+	hs.mu.Lock()
+	hs.epoch = pos.Epoch
+	hs.mu.Unlock()
 
 	if !hp.Recover {
 		c.addReplay(replay{q: q, hs: hs, end: pos.Offset, live: true})
