@@ -36,7 +36,6 @@ import (
 // messages in offset order whatever the publishers race.
 type Memory struct {
 	cfg     Config
-	now     func() time.Time
 	evicted prometheus.Counter
 
 	// Deliver hands a stored message to the instance's subscribers. It
@@ -106,21 +105,16 @@ type MemoryOptions struct {
 	// Evicted counts topics that lost their streams to MemoryMaxBytes
 	// (history_evictions_total). nil: not counted.
 	Evicted prometheus.Counter
-	// Now is the clock; nil: time.Now.
-	Now func() time.Time
 }
 
 // NewMemory returns an empty memory store.
 func NewMemory(o MemoryOptions) *Memory {
-	m := &Memory{cfg: o.Config.WithDefaults(), now: o.Now, evicted: o.Evicted,
+	m := &Memory{cfg: o.Config.WithDefaults(), evicted: o.Evicted,
 		topics: map[string]*stream{}, idem: map[string]idemEntry{},
 		seed: maphash.MakeSeed()}
 	var salt [8]byte
 	_, _ = rand.Read(salt[:])
 	m.salt = binary.LittleEndian.Uint64(salt[:])
-	if m.now == nil {
-		m.now = time.Now
-	}
 	return m
 }
 
@@ -128,7 +122,7 @@ var _ Store = (*Memory)(nil)
 
 // Publish stores p.Data, calls Deliver with it, and returns its position.
 func (m *Memory) Publish(_ context.Context, p Publish) (Position, bool, error) {
-	now := m.now()
+	now := time.Now()
 	var ikey string
 	if p.IdempotencyKey != "" {
 		ikey = p.Topic + "\x00" + p.IdempotencyKey
@@ -327,7 +321,7 @@ func (m *Memory) remove(s *stream) {
 // Read returns topic's position and up to limit messages after after
 // (Newest: the newest limit).
 func (m *Memory) Read(_ context.Context, topic string, after uint64, limit int, policy Policy) (Position, []Message, error) {
-	now := m.now()
+	now := time.Now()
 	for {
 		s, epoch := m.lookup(topic)
 		if s == nil {

@@ -48,7 +48,6 @@ type Redis struct {
 	cfg     Config
 	batch   int
 	down    func() bool // Redis known unreachable: refuse at once
-	now     func() time.Time
 	log     *slog.Logger
 	errPub  prometheus.Counter
 	errRead prometheus.Counter
@@ -85,7 +84,6 @@ type RedisOptions struct {
 	// ErrUnavailable, and so is every one still queued, instead of each
 	// waiting for a round trip that cannot succeed. nil: never.
 	Down func() bool
-	Now  func() time.Time
 }
 
 // NewRedis returns a Redis store. It does no I/O; its writer goroutine
@@ -96,7 +94,7 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	}
 	r := &Redis{
 		client: o.Client, bus: o.Bus, prefix: o.KeyPrefix, parts: o.Partitions,
-		cfg: o.Config.WithDefaults(), batch: o.BatchSize, down: o.Down, now: o.Now, log: o.Logger,
+		cfg: o.Config.WithDefaults(), batch: o.BatchSize, down: o.Down, log: o.Logger,
 		queue: make(chan *pubReq, max(o.QueueSize, 0)), stop: make(chan struct{}),
 	}
 	if r.batch <= 0 {
@@ -104,9 +102,6 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	}
 	if o.QueueSize <= 0 {
 		r.queue = make(chan *pubReq, 8192)
-	}
-	if r.now == nil {
-		r.now = time.Now
 	}
 	if r.down == nil {
 		r.down = func() bool { return false }
@@ -257,7 +252,7 @@ func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err er
 		sh = "1"
 	}
 	req := &pubReq{keys: keys, done: done, args: []any{
-		channel, env, at + 1, at + len(p.Data), r.now().UnixMilli(), p.Policy.Size,
+		channel, env, at + 1, at + len(p.Data), time.Now().UnixMilli(), p.Policy.Size,
 		p.Policy.TTL.Milliseconds(), (r.cfg.MetaTTL + p.Policy.TTL).Milliseconds(),
 		r.cfg.IdempotencyTTL.Milliseconds(), newEpoch(), sh,
 	}}
@@ -482,7 +477,7 @@ func (r *Redis) Read(ctx context.Context, topic string, after uint64, limit int,
 	}
 	oldest := int64(0)
 	if policy.TTL > 0 {
-		oldest = r.now().Add(-policy.TTL).UnixMilli()
+		oldest = time.Now().Add(-policy.TTL).UnixMilli()
 	}
 	// The page's data in one allocation, not one per message: a storm of
 	// recoveries reads a million of them.
