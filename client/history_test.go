@@ -24,10 +24,16 @@ import (
 func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	defer leakcheck.Check(t)
 	pol := history.Policy{Size: 100, TTL: time.Minute}
-	url, stop := serveRT(t, server.Options{
-		History:       history.NewMemory(history.MemoryOptions{}),
-		HistoryPolicy: func(string) history.Policy { return pol },
-	})
+	var srv *server.Server
+	url, stop := serveServer(t, func() *server.Server {
+		srv = server.New(server.Options{
+			History: history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+				srv.DeliverHistory(topic, epoch, m)
+			}}),
+			HistoryPolicy: func(string) history.Policy { return pol },
+		})
+		return srv
+	}())
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -118,7 +124,12 @@ func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
 // WebSocket URL and how to stop it (before the test's leak check).
 func serveRT(t *testing.T, opts server.Options) (url string, stop func()) {
 	t.Helper()
-	srv := server.New(opts)
+	return serveServer(t, server.New(opts))
+}
+
+// serveServer is serveRT for a server already built.
+func serveServer(t *testing.T, srv *server.Server) (url string, stop func()) {
+	t.Helper()
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -31,17 +31,14 @@ import (
 // publishes, and one publish's sweep removes at most what that publish
 // added (a message's bytes, at least streamOverhead a stream) plus two.
 //
-// Delivery: Publish calls Deliver (set before use) with each new message
-// under the topic's lock, so the instance's subscribers see a topic's
-// messages in offset order whatever the publishers race.
+// Delivery: Publish calls the Deliver it was built with for each new
+// message under the topic's lock, so the instance's subscribers see a
+// topic's messages in offset order whatever the publishers race.
 type Memory struct {
 	cfg     Config
 	evicted prometheus.Counter
 
-	// Deliver hands a stored message to the instance's subscribers. It
-	// runs under the topic's lock: it must not block, and must not call
-	// back into the store for the same topic.
-	Deliver func(topic string, epoch string, m Message)
+	deliver func(topic string, epoch string, m Message) // MemoryOptions.Deliver
 
 	// mu guards topics, lru, idem, bytes and gens. Lock order: a stream's
 	// mu, then mu (mu is never held while taking a stream's mu, except by
@@ -105,11 +102,16 @@ type MemoryOptions struct {
 	// Evicted counts topics that lost their streams to MemoryMaxBytes
 	// (history_evictions_total). nil: not counted.
 	Evicted prometheus.Counter
+	// Deliver hands each stored message to the instance's subscribers
+	// (the server's DeliverHistory). It runs under the topic's lock, in
+	// offset order: it must not block, and must not call back into the
+	// store for the same topic. nil: nothing is delivered.
+	Deliver func(topic string, epoch string, m Message)
 }
 
 // NewMemory returns an empty memory store.
 func NewMemory(o MemoryOptions) *Memory {
-	m := &Memory{cfg: o.Config.WithDefaults(), evicted: o.Evicted,
+	m := &Memory{cfg: o.Config.WithDefaults(), evicted: o.Evicted, deliver: o.Deliver,
 		topics: map[string]*stream{}, idem: map[string]idemEntry{},
 		seed: maphash.MakeSeed()}
 	var salt [8]byte
@@ -159,8 +161,8 @@ func (m *Memory) Publish(_ context.Context, p Publish) (Position, bool, error) {
 		s.bytes += int64(len(msg.Data)) + msgOverhead
 		s.touched = now
 		pos := Position{Epoch: s.epoch, Offset: s.last}
-		if m.Deliver != nil {
-			m.Deliver(p.Topic, s.epoch, msg)
+		if m.deliver != nil {
+			m.deliver(p.Topic, s.epoch, msg)
 		}
 		delta := s.bytes + streamOverhead + int64(len(s.topic)) - s.accounted
 		s.accounted += delta

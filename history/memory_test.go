@@ -95,9 +95,9 @@ func TestMemoryByteCapEvictsLeastRecentlyPublished(t *testing.T) {
 func TestMemoryIdempotencyKey(t *testing.T) { synctest.Test(t, testMemoryIdempotencyKey) }
 
 func testMemoryIdempotencyKey(t *testing.T) {
-	m := NewMemory(MemoryOptions{Config: Config{IdempotencyTTL: time.Minute}})
 	var delivered []uint64
-	m.Deliver = func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }
+	m := NewMemory(MemoryOptions{Config: Config{IdempotencyTTL: time.Minute},
+		Deliver: func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }})
 	pol := Policy{Size: 10, TTL: time.Hour}
 	p := Publish{Topic: "t", Data: []byte(`1`), Policy: pol, IdempotencyKey: "u:k"}
 	a, dup, _ := m.Publish(ctx, p)
@@ -117,10 +117,9 @@ func testMemoryIdempotencyKey(t *testing.T) {
 }
 
 func TestMemoryDeliversInOffsetOrderUnderRacingPublishers(t *testing.T) {
-	m := NewMemory(MemoryOptions{})
 	var mu sync.Mutex
 	var got []uint64
-	m.Deliver = func(_, _ string, msg Message) { mu.Lock(); got = append(got, msg.Offset); mu.Unlock() }
+	m := NewMemory(MemoryOptions{Deliver: func(_, _ string, msg Message) { mu.Lock(); got = append(got, msg.Offset); mu.Unlock() }})
 	pol := Policy{Size: 1000, TTL: time.Hour}
 	var wg sync.WaitGroup
 	for range 4 {

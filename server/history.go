@@ -135,12 +135,11 @@ func newHistoryState(s *Server, o Options) *historyState {
 		s: s, store: o.History, cfg: o.HistoryConfig.WithDefaults(), policy: o.HistoryPolicy,
 		scope: hex.EncodeToString(b[:]), topics: map[string]*topicSeq{}, stop: make(chan struct{}),
 	}
-	if m, ok := o.History.(*history.Memory); ok && m.Deliver == nil {
-		// Under the store's topic lock: only put in line (offset order);
-		// publish delivers once the store has returned.
-		m.Deliver = func(topic, epoch string, msg history.Message) { h.offer(topic, msg.Data, epoch, msg.Offset) }
-		h.inProcess = true
-	}
+	// The memory store delivers in the publisher's call, under its topic
+	// lock, through DeliverHistory (history.MemoryOptions.Deliver): it
+	// only puts in line (offset order); publish delivers once the store
+	// has returned.
+	_, h.inProcess = o.History.(*history.Memory)
 	h.every = o.HistoryCheckInterval
 	if h.every <= 0 {
 		h.every = 5 * time.Second

@@ -22,6 +22,14 @@ func (h *historyState) deliverAt(topic string, data []byte, epoch string, offset
 	}
 }
 
+// DeliverHistory takes a message an in-process store (history.Memory)
+// just stored: what history.MemoryOptions.Deliver must call. It runs under
+// the store's topic lock, so it only puts the message in line, in offset
+// order; the publish that stored it delivers it.
+func (s *Server) DeliverHistory(topic, epoch string, m history.Message) {
+	s.hist.offer(topic, m.Data, epoch, m.Offset)
+}
+
 // offer puts a history topic's message in its sequencer's line, and
 // returns the sequencer (nil: the topic has no local subscriber), whose
 // flush delivers it.

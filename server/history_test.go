@@ -34,6 +34,14 @@ func historyOptions(store history.Store, pol history.Policy) Options {
 	}
 }
 
+// memoryStore is a memory store that hands what it stores to *srv, as
+// the node wires it (*srv is set before anything is published).
+func memoryStore(srv **Server) *history.Memory {
+	return history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+		(*srv).DeliverHistory(topic, epoch, m)
+	}})
+}
+
 type position struct {
 	Epoch     string `json:"epoch"`
 	Offset    uint64 `json:"offset"`
@@ -77,9 +85,11 @@ func publishN(t *testing.T, c *wstest.Conn, topic string, from, n int) {
 
 func TestHistoryPublishSubscribeAndRecover(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 	s, url := startServer(t, opts)
+	srv = s
 	pub, sub := wstest.Dial(t, url), wstest.Dial(t, url)
 
 	// An empty topic still has a position.
@@ -144,10 +154,11 @@ func TestHistoryPublishSubscribeAndRecover(t *testing.T) {
 
 func TestHistoryTrimmedAndTooMany(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 3, TTL: time.Minute})
 	opts.HistoryConfig.MaxReplay = 5
-	_, url := startServer(t, opts)
+	srv, url := startServer(t, opts)
 	pub := wstest.Dial(t, url)
 	p := resultPos(t, pub.Call("subscribe", `{"topic":"h:t"}`))
 	publishN(t, pub, "h:t", 1, 4)
@@ -172,10 +183,12 @@ func TestHistoryTrimmedAndTooMany(t *testing.T) {
 func TestHistoryReplayIsPacedBySendQueue(t *testing.T) {
 	fastPathOnly(t)
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 5000, TTL: time.Minute})
 	opts.Config.SendQueueBytes = 16 << 10
 	s, url := startServer(t, opts)
+	srv = s
 	pub := wstest.Dial(t, url)
 	p := resultPos(t, pub.Call("subscribe", `{"topic":"h:big"}`))
 	data := `"` + strings.Repeat("x", 1000) + `"`
@@ -237,14 +250,13 @@ func TestHistoryUnavailable(t *testing.T) {
 // subscriber; a lost last message is found by the periodic check.
 func TestHistoryFillsGapsFromTheStore(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
 	var srv *Server
-	store.Deliver = func(topic, epoch string, m history.Message) {
+	store := history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
 		if m.Offset == 3 || m.Offset == 6 {
 			return // lost on the way
 		}
-		srv.hist.offer(topic, m.Data, epoch, m.Offset)
-	}
+		srv.DeliverHistory(topic, epoch, m)
+	}})
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 	opts.HistoryCheckInterval = 20 * time.Millisecond
 	s, url := startServer(t, opts)
@@ -270,9 +282,10 @@ func TestHistoryFillsGapsFromTheStore(t *testing.T) {
 // since (a new epoch counts from 1 again).
 func TestUntrustedRecoveryIsLiveFromTheAnswer(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
-	_, url := startServer(t, opts)
+	srv, url := startServer(t, opts)
 	pub := wstest.Dial(t, url)
 	p0 := resultPos(t, pub.Call("subscribe", `{"topic":"h:e"}`))
 	publishN(t, pub, "h:e", 1, 2)
@@ -320,10 +333,11 @@ func (d *downStore) Read(ctx context.Context, topic string, after uint64, limit 
 // still arrive, in order.
 func TestRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	leakcheck.Check(t)
-	mem := history.NewMemory(history.MemoryOptions{})
-	s := New(historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
-	// Wrapped once the server has given the memory store its delivery,
-	// before anything runs.
+	var s *Server
+	mem := memoryStore(&s)
+	s = New(historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
+	// Wrapped once the server knows the memory store delivers in the
+	// publisher's call, before anything runs.
 	store := &downStore{Memory: mem}
 	s.hist.store = store
 	url := serve(t, s)
@@ -365,8 +379,7 @@ func (s *swapStore) get() *history.Memory {
 }
 
 func (s *swapStore) swap() {
-	m := history.NewMemory(history.MemoryOptions{})
-	m.Deliver = s.deliver
+	m := history.NewMemory(history.MemoryOptions{Deliver: s.deliver})
 	s.mu.Lock()
 	s.cur = m
 	s.mu.Unlock()
