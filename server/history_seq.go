@@ -361,12 +361,7 @@ func (h *historyState) checker(every time.Duration) {
 		case <-h.stop:
 			return
 		}
-		h.mu.Lock()
-		qs := make([]*topicSeq, 0, len(h.topics))
-		for _, q := range h.topics {
-			qs = append(qs, q)
-		}
-		h.mu.Unlock()
+		qs := h.tracked()
 		for _, q := range qs {
 			q.mu.Lock()
 			idle := q.ready && !q.filling && q.last == q.checked
@@ -413,16 +408,22 @@ func (h *historyState) checkAll() {
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		h.mu.Lock()
-		qs := make([]*topicSeq, 0, len(h.topics))
-		for _, q := range h.topics {
-			qs = append(qs, q)
-		}
-		h.mu.Unlock()
+		qs := h.tracked()
 		for _, q := range qs {
 			q.check()
 		}
 	}()
+}
+
+// tracked is every topic's sequencer now.
+func (h *historyState) tracked() []*topicSeq {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	qs := make([]*topicSeq, 0, len(h.topics))
+	for _, q := range h.topics {
+		qs = append(qs, q)
+	}
+	return qs
 }
 
 // gap is the bus's word that it dropped messages of topic (its receive
