@@ -42,8 +42,9 @@ type response struct {
 
 // conn is one WebSocket connection and the calls in flight on it.
 type conn struct {
-	ws   *websocket.Conn
-	done chan struct{} // closed when the reader has exited and pending is drained
+	ws     *websocket.Conn
+	binary bool          // the server chose the binary protocol (binary.go)
+	done   chan struct{} // closed when the reader has exited and pending is drained
 
 	mu      sync.Mutex
 	pending map[uint64]chan response
@@ -85,6 +86,11 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 	}
 	ws.SetReadLimit(c.opts.ReadLimit)
 	cn := &conn{ws: ws, done: make(chan struct{}), pending: map[uint64]chan response{}}
+	cn.binary = ws.Subprotocol() == protocol.BinarySubprotocol
+	if c.opts.Binary && !cn.binary {
+		ws.Close(websocket.StatusPolicyViolation, "")
+		return nil, errNotBinary
+	}
 	c.wg.Add(1)
 	go c.readLoop(cn)
 	if err := ws.Ping(ctx); err != nil {
@@ -113,8 +119,8 @@ func (c *Client) readLoop(cn *conn) {
 		if err != nil {
 			break
 		}
-		if typ != websocket.MessageText {
-			c.opts.Logger.Warn("rtclient: ignoring binary frame from server")
+		if b, err = cn.inbound(typ, b); err != nil {
+			c.opts.Logger.Warn("rtclient: ignoring frame from server", "err", err)
 			continue
 		}
 		if !c.handleFrame(cn, b) {
@@ -327,7 +333,11 @@ func (cn *conn) setHook(id uint64, hook func(json.RawMessage)) {
 func (cn *conn) write(ctx context.Context, b []byte) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	return cn.ws.Write(ctx, websocket.MessageText, b)
+	typ, b, err := cn.outbound(b)
+	if err != nil {
+		return err
+	}
+	return cn.ws.Write(ctx, typ, b)
 }
 
 // hint is the retry hint for reconnecting after this connection ended: the

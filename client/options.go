@@ -77,6 +77,12 @@ type Options struct {
 	// sent as given (an empty slice offers none, and the server then sends
 	// one JSON value per frame).
 	Subprotocols []string
+	// Binary speaks the binary protocol (protocol.BinarySubprotocol,
+	// docs/protocol.md): frames of MessagePack, in which Bytes travel as
+	// raw bytes rather than base64. nil Subprotocols then offers only it.
+	// The API is the same: data still reaches handlers as JSON, bytes in
+	// their JSON form (BytesOf reads them).
+	Binary bool
 	// HTTPClient for the upgrade; nil is http.DefaultClient. A Timeout on
 	// it bounds each handshake.
 	HTTPClient *http.Client
@@ -145,6 +151,9 @@ func (o *Options) withDefaults() Options {
 	v := *o
 	if v.Subprotocols == nil {
 		v.Subprotocols = []string{protocol.BatchSubprotocol}
+		if v.Binary {
+			v.Subprotocols = []string{protocol.BinarySubprotocol}
+		}
 	}
 	if v.MinBackoff <= 0 {
 		v.MinBackoff = DefaultMinBackoff

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -49,6 +47,7 @@ type conn struct {
 	pingAt  deadlines.Handle // the next keepalive step, in the server's ping heap (keepalive)
 	invalid int16            // invalid requests since the last frame without one, up to maxInvalid (read goroutine)
 	refused uint8            // built-in requests refused in a row by admission, up to 255 (read goroutine; shedpace.go); with invalid, in pingAt's word
+	binary  bool             // the client chose the binary protocol (binary.go); in pingAt's word too
 	expiry  *tokenExpiry     // nil while the token has no exp; owned by the read goroutine
 
 	// Read-goroutine state.
@@ -67,11 +66,18 @@ func (c *conn) start(ws *websocket.Conn) {
 	c.ws = ws
 	c.id = s.nextID.Add(1)
 	c.batch = ws.Subprotocol() == protocol.BatchSubprotocol
+	c.binary = ws.Subprotocol() == protocol.BinarySubprotocol
 	// One byte of slack for the library: the limit is enforced by
 	// readLoop, which closes with a reason in rtserver's words.
 	ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
 	if !s.addConn(c) {
-		ws.Close(websocket.StatusGoingAway, "")
+		if c.raw.Native() {
+			_ = c.raw.WriteClose(goingAwayFrame, s.cfg.WriteTimeout)
+			c.raw.Drain(wsock.CloseHandshakeWait)
+			_ = ws.CloseNow()
+		} else {
+			ws.Close(websocket.StatusGoingAway, "")
+		}
 		c.ctx.end()
 		c.ticket.Close()
 		return
@@ -102,20 +108,18 @@ func (c *conn) readLoop() {
 // read is readLoop's loop. It reports parked true when it handed the
 // connection to the poller: the goroutine then owns nothing and must end.
 func (c *conn) read() (parked bool) {
-	s := c.s
 	mayPark := c.raw.Native()
 	quiet := false // a frame was read since this goroutine began or last failed to park
 	for {
 		// A connection with nothing to read parks (park) where it can:
 		// at once, unless it has just sent a frame, then once it has been
 		// quiet for a while. Otherwise it waits here, a few frames deep,
-		// rather than inside the WebSocket library's read: its goroutine
-		// then keeps the smallest stack (see wsock.Conn.AwaitInput).
+		// rather than inside a frame's read: its goroutine then keeps the
+		// smallest stack (see wsock.Conn.AwaitInput).
 		if c.refused >= refusedBeforePause {
 			c.pauseRefused()
 		}
-		closeNext, wait := c.raw.AwaitInput(mayPark, quiet)
-		if wait {
+		if c.raw.AwaitInput(mayPark, quiet) {
 			if c.park() {
 				return true
 			}
@@ -127,11 +131,6 @@ func (c *conn) read() (parked bool) {
 		}
 		mayPark = c.raw.Native()
 		quiet = true
-		if closeNext {
-			// The WebSocket library's close handshake goes deep; the
-			// goroutine ends after it: grow its stack once, not step by step.
-			wsock.GrowStack()
-		}
 		if c.young < youngInputs {
 			// A new connection's first inputs (its first calls, or the
 			// close of a client that only connected) yield first: in a
@@ -140,47 +139,55 @@ func (c *conn) read() (parked bool) {
 			c.young++
 			wsock.Yield()
 		}
-		// A plain context: a cancelable one costs the WebSocket library a
-		// context.AfterFunc per read. Every way a connection ends closes
-		// the socket, which ends the read.
-		typ, r, err := c.ws.Reader(context.Background())
-		if err != nil {
-			c.readFailed(err)
-			return false
-		}
-		c.raw.Heard()
-		c.raw.MessageBegins() // until it is read whole: limits.messageTimeout (keepalive)
-		if typ == websocket.MessageBinary {
-			s.m.ProtocolErrors.WithLabelValues("1003").Inc()
-			c.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false)
-			return false
-		}
 		buf := bufpool.Get()
-		tooBig, err := c.readLimited(buf, r)
-		c.raw.MessageEnds()
-		if err != nil {
+		op, err := c.readMessage(buf)
+		switch {
+		case err != nil:
 			bufpool.Put(buf)
 			c.readFailed(err)
 			return false
-		}
-		if tooBig {
+		case op == 0:
+			// Only control frames (a pong): the next wait parks at once.
 			bufpool.Put(buf)
-			s.m.ProtocolErrors.WithLabelValues("1009").Inc()
-			c.closeWith(websocket.StatusMessageTooBig, s.tooBigReason, false)
+			quiet = false
+			continue
+		}
+		if c.refusesFrame(op) {
+			bufpool.Put(buf)
 			return false
 		}
-		if !utf8.Valid(buf.Bytes()) {
-			// RFC 6455 section 8.1: a text frame must be UTF-8. The
-			// WebSocket library does not check, and relaying these bytes
-			// would make every browser subscriber fail its connection.
-			bufpool.Put(buf)
-			s.m.ProtocolErrors.WithLabelValues("1007").Inc()
-			c.closeWith(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8", false)
-			return false
+		if !c.closing.Load() { // a closing connection's messages are dropped
+			c.handleMessage(buf.Bytes())
 		}
-		c.handleFrame(buf.Bytes())
 		bufpool.Put(buf)
 	}
+}
+
+// readMessage reads the client's next message into buf: by wsock's frame
+// reader, or on the portable path by the WebSocket library's, to the same
+// rules (wsock.ReadPayload): at most limits.maxMessageBytes, text checked
+// UTF-8 as it arrives. Op 0 and no error: only control frames came.
+func (c *conn) readMessage(buf *bytes.Buffer) (wsock.Opcode, error) {
+	limit := c.s.cfg.MaxMessageBytes
+	if c.raw.Native() {
+		return c.raw.ReadMessage(buf, limit, c.binary)
+	}
+	// A plain context: a cancelable one costs the WebSocket library a
+	// context.AfterFunc per read. Every way a connection ends closes the
+	// socket, which ends the read.
+	typ, r, err := c.ws.Reader(context.Background())
+	if err != nil {
+		return 0, err
+	}
+	c.raw.Heard()
+	op := wsock.Opcode(typ)
+	if op == wsock.OpBinary && !c.binary {
+		return op, wsock.ErrBinary
+	}
+	c.raw.MessageBegins() // until it is read whole: limits.messageTimeout (keepalive)
+	err = wsock.ReadPayload(buf, r, limit, op == wsock.OpText)
+	c.raw.MessageEnds()
+	return op, err
 }
 
 // park hands the connection to the server's poller, to be resumed when
@@ -240,30 +247,41 @@ func endBuiltinCall(call *message.Call) {
 	builtinCalls.Put(call)
 }
 
-// limitedReaders hold readLoop's io.LimitedReader between frames: one
-// per conn would push conn over its size class, one per frame would
-// allocate on every read.
-var limitedReaders = sync.Pool{New: func() any { return new(io.LimitedReader) }}
-
-// readLimited reads r into buf, at most one byte past
-// limits.maxMessageBytes, and reports whether the message was over it:
-// readLoop then closes without reading the rest.
-func (c *conn) readLimited(buf *bytes.Buffer, r io.Reader) (tooBig bool, err error) {
-	lr := limitedReaders.Get().(*io.LimitedReader)
-	lr.R, lr.N = r, c.s.cfg.MaxMessageBytes+1
-	_, err = buf.ReadFrom(lr)
-	lr.R = nil
-	limitedReaders.Put(lr)
-	return int64(buf.Len()) > c.s.cfg.MaxMessageBytes, err
-}
-
-// readFailed counts a read that ended on a message over the library's
-// read limit (it has closed with 1009; readLoop's own, tighter check
-// normally closes first); other ends need no count.
+// readFailed ends a read that failed: a message the server refuses is
+// answered with its close code (counted), anything else (the client's
+// close, a protocol error answered by the frame reader, a socket error)
+// needs nothing more here.
 func (c *conn) readFailed(err error) {
-	if errors.Is(err, websocket.ErrMessageTooBig) {
+	switch {
+	case errors.Is(err, wsock.ErrBinary):
+		c.refuse(websocket.StatusUnsupportedData, "binary frames are not supported")
+	case errors.Is(err, wsock.ErrTooBig):
+		c.refuse(websocket.StatusMessageTooBig, c.s.tooBigReason)
+	case errors.Is(err, wsock.ErrInvalidUTF8):
+		// RFC 6455 section 8.1: a text frame must be UTF-8. Relaying
+		// these bytes would make every browser subscriber fail its
+		// connection.
+		c.refuse(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
+	case errors.Is(err, websocket.ErrMessageTooBig):
+		// Over the library's own read limit (it has closed with 1009;
+		// the tighter check above normally closes first).
 		c.s.m.ProtocolErrors.WithLabelValues("1009").Inc()
 	}
+}
+
+// refuse closes, from the read goroutine, a connection whose message the
+// server refuses, and counts the code.
+func (c *conn) refuse(code websocket.StatusCode, reason string) {
+	c.s.m.ProtocolErrors.WithLabelValues(strconv.Itoa(int(code))).Inc()
+	if !c.raw.Native() {
+		c.closeWith(code, reason, false)
+		return
+	}
+	// The client's answer, and whatever comes before it, is read here,
+	// where the read stopped (also when another close went first: this
+	// goroutine is the one that reads).
+	c.sendClose(code, reason, false)
+	c.raw.Drain(wsock.CloseHandshakeWait)
 }
 
 // handleFrame decodes and answers one frame. Frames of built-ins only run
@@ -449,14 +467,38 @@ func answerDst(framed bool) []byte {
 
 // closeWith closes the connection with a status code. With flush, frames
 // already queued (a draining notice) are written first, bounded by the
-// write timeout. The close frame is written beneath the WebSocket library
-// (wsock.Conn.WriteClose), after the rest of a data frame begun, waiting for
-// the socket at most closeWait; then the library runs the close handshake.
-// A client whose socket does not take the close frame in time is dropped
-// without one.
+// write timeout. The close frame is written by wsock.Conn.WriteClose,
+// after the rest of a data frame begun, waiting for the socket at most
+// closeWait; then the client's answer is awaited (the closing handshake,
+// at most wsock.CloseHandshakeWait), by the WebSocket library on the
+// portable path. A client whose socket does not take the close frame in
+// time is dropped without one.
 func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
-	if !c.closing.CompareAndSwap(false, true) {
+	if !c.sendClose(code, reason, flush) {
 		return
+	}
+	if !c.raw.Native() {
+		_ = c.ws.Close(code, reason)
+		return
+	}
+	// The read goroutine (running, or woken by the client's answer) reads
+	// the client's close frame and closes the socket (wsock.Conn's
+	// ReadMessage); a client that does not answer in time is cut off.
+	t := time.NewTimer(wsock.CloseHandshakeWait)
+	select {
+	case <-c.ctx.Done():
+	case <-t.C:
+		_ = c.raw.Close()
+	}
+	t.Stop()
+}
+
+// sendClose is closeWith up to its close frame, and reports whether that
+// went: false when a close was already under way, or the socket failed
+// (then aborted).
+func (c *conn) sendClose(code websocket.StatusCode, reason string, flush bool) bool {
+	if !c.closing.CompareAndSwap(false, true) {
+		return false
 	}
 	c.mu.Lock()
 	c.closed = true
@@ -483,9 +525,9 @@ func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
 		if !errors.Is(err, errSealed) { // sealed: a hard stop is closing it
 			c.abort()
 		}
-		return
+		return false
 	}
-	_ = c.ws.Close(code, reason)
+	return true
 }
 
 // closeWait is how long a close frame may wait for the client's socket to
@@ -554,8 +596,8 @@ var goingAwayFrame = closeFrame(uint16(websocket.StatusGoingAway), "")
 // keepalive checks the peer every PingInterval: a ping, then a check
 // PingInterval/2+WriteTimeout later that its pong came. A peer that did
 // not answer in time is dead and its connection is closed. The pong is
-// taken by the read loop (wsock.Conn.AwaitInput) or the WebSocket library: nothing
-// waits for it.
+// noted by the frame reader (wsock.Conn.ReadMessage; the WebSocket
+// library's pong callback on the portable path): nothing waits for it.
 //
 // It is the server's ping heap's callback, one call per due connection on
 // the heap's goroutine, so it never blocks: the ping is written only if
@@ -659,7 +701,9 @@ func (c *conn) cleanup() {
 	c.inflight = nil
 	c.callsMu.Unlock()
 	s.removeConn(c)
-	if !c.closing.Load() {
+	if !c.closing.Load() || c.raw.Native() {
+		// (On the fast path the library only holds the socket: its
+		// CloseNow closes it, reading and writing nothing.)
 		_ = c.ws.CloseNow()
 	}
 	c.ticket.Close()

@@ -204,6 +204,7 @@ func (q *topicSeq) deliver(items []seqItem, audience []subscriber, held *holdSet
 	direct := len(audience) < queuedFanout
 	for _, it := range items {
 		sent := 0
+		var bin []byte // the binary protocol's frame, built at its first subscriber
 		for _, sb := range audience {
 			sb.hs.mu.Lock()
 			if sb.hs.gone {
@@ -223,10 +224,11 @@ func (q *topicSeq) deliver(items []seqItem, audience []subscriber, held *holdSet
 			}
 			ok, gap := sb.hs.cur.Live(it.m)
 			if ok {
+				f := binaryOf(sb.c, it.m.Data, &bin)
 				if held != nil {
-					ok = sb.c.enqueueHeld(it.m.Data, held)
+					ok = sb.c.enqueueHeld(f, held)
 				} else {
-					ok = sb.c.enqueueFrame(it.m.Data, direct)
+					ok = sb.c.enqueueFrame(f, direct)
 				}
 			}
 			if ok {

@@ -112,11 +112,12 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 }
 
 // publish delivers data to every local subscriber of topic. The frame is
-// built once and shared: queues hold references to the same bytes. With
-// a holdSet (a publisher's read goroutine running input it already has),
-// deliveries are held and each subscriber gets everything held for it in
-// one write when that goroutine runs out of input (write.go): immediate
-// when publishes are sparse, one write per subscriber per burst when not.
+// built once per encoding and shared: queues hold references to the same
+// bytes. With a holdSet (a publisher's read goroutine running input it
+// already has), deliveries are held and each subscriber gets everything
+// held for it in one write when that goroutine runs out of input
+// (write.go): immediate when publishes are sparse, one write per
+// subscriber per burst when not.
 // Without one (Server.Publish, the bus), a socket that takes the frame at
 // once gets it right away from this goroutine, except for a large topic:
 // its frames are queued for the subscribers' writers, which run on every
@@ -135,7 +136,7 @@ func (h *hub) publishTo(list []*conn, topic string, data []byte, held *holdSet) 
 	if len(list) == 0 {
 		return
 	}
-	frame := frameMessage(topic, data)
+	frame := messageFrames{topic: topic, data: data}
 	// The shared list's order is fixed until the topic's subscribers
 	// change: each publish starts at a random place in it, so no
 	// subscriber is always the last one written to.
@@ -145,28 +146,29 @@ func (h *hub) publishTo(list []*conn, topic string, data []byte, held *holdSet) 
 	}
 	// Without a holdSet a large topic's frames are only queued (see above).
 	direct := len(list) < queuedFanout
-	sent := deliver(list[start:], frame, held, direct) + deliver(list[:start], frame, held, direct)
+	sent := deliver(list[start:], &frame, held, direct) + deliver(list[:start], &frame, held, direct)
 	h.s.m.MessagesSent.Add(float64(sent))
 	if held != nil {
 		held.published()
 	}
 }
 
-// deliver gives frame to each of list: held for held when given, else
-// written at once where direct and the socket takes it, else queued. It
-// returns how many took it.
-func deliver(list []*conn, frame []byte, held *holdSet, direct bool) int {
+// deliver gives the message's frame to each of list (the frame of its
+// encoding, built once for all): held for held when given, else written
+// at once where direct and the socket takes it, else queued. It returns
+// how many took it.
+func deliver(list []*conn, frame *messageFrames, held *holdSet, direct bool) int {
 	sent := 0
 	if held != nil {
 		for _, c := range list {
-			if c.enqueueHeld(frame, held) {
+			if c.enqueueHeld(frame.frameFor(c), held) {
 				sent++
 			}
 		}
 		return sent
 	}
 	for _, c := range list {
-		if c.enqueueFrame(frame, direct) {
+		if c.enqueueFrame(frame.frameFor(c), direct) {
 			sent++
 		}
 	}

@@ -252,6 +252,31 @@ func TestRFC6455Conformance(t *testing.T) {
 			c.send(frame(0x8A, []byte("unsolicited"), false), frame(0x81, []byte(echoCall(64, "b")), false))
 			c.expectText("bbbb")
 		})
+		// A ping sent a byte at a time, and ten in one write, each answered
+		// in order.
+		t.Run("ping-pong/chops", func(t *testing.T) {
+			c := rawDial(t, url)
+			p := bytes.Repeat([]byte{'c'}, 125)
+			for _, b := range frame(0x89, p, false) {
+				c.send([]byte{b})
+			}
+			if head, got := c.next(); head != 0x8A || !bytes.Equal(got, p) {
+				t.Fatalf("a ping sent in chops answered %#x %q", head, got)
+			}
+		})
+		t.Run("ping-pong/ten", func(t *testing.T) {
+			c := rawDial(t, url)
+			var fs [][]byte
+			for i := range 10 {
+				fs = append(fs, frame(0x89, []byte{'0' + byte(i)}, false))
+			}
+			c.send(fs...)
+			for i := range 10 {
+				if head, got := c.next(); head != 0x8A || string(got) != string('0'+rune(i)) {
+					t.Fatalf("pong %d: %#x %q", i, head, got)
+				}
+			}
+		})
 		t.Run("ping-pong/oversized", func(t *testing.T) {
 			c := rawDial(t, url)
 			c.send(frame(0x89, bytes.Repeat([]byte{'p'}, 126), false))
@@ -357,6 +382,30 @@ func TestRFC6455Conformance(t *testing.T) {
 			})
 		}
 
+		// A valid message sent a byte at a time.
+		t.Run("utf8/chops", func(t *testing.T) {
+			c := rawDial(t, url)
+			for _, b := range frame(0x81, []byte(echoCall(80, "κόσμε")), false) {
+				c.send([]byte{b})
+			}
+			c.expectText("κόσμε")
+		})
+		// Failing fast: an invalid sequence is refused when it arrives,
+		// before the message's final fragment (which never comes here):
+		// in a first fragment, in a later one, and split across two.
+		for name, frames := range map[string][][]byte{
+			"first-fragment":  {frame(0x01, []byte(callHead+"\xff"), false)},
+			"later-fragment":  {frame(0x01, []byte(callHead+"κόσμε"), false), frame(0x00, []byte("\xf4\x90\x80\x80"), false)},
+			"split":           {frame(0x01, []byte(callHead+"κόσμε\xf4"), false), frame(0x00, []byte("\x90\x80\x80"), false)},
+			"split-surrogate": {frame(0x01, []byte(callHead+"\xed"), false), frame(0x00, []byte("\xa0"), false)},
+		} {
+			t.Run("utf8/fail-fast-"+name, func(t *testing.T) {
+				c := rawDial(t, url)
+				c.send(frames...)
+				c.expectClose(1007, "text frame is not valid UTF-8")
+			})
+		}
+
 		// 7. Limits: a message over limits.maxMessageBytes, whole or in
 		// fragments.
 		t.Run("limits", func(t *testing.T) {
@@ -400,12 +449,58 @@ func TestRFC6455Conformance(t *testing.T) {
 				c.expectClose(1002, "")
 			})
 		}
+		// The longest reason is echoed; one byte more makes the control
+		// frame too long.
+		t.Run("close/longest-reason", func(t *testing.T) {
+			c := rawDial(t, url)
+			reason := strings.Repeat("r", 123)
+			c.send(frame(0x88, append([]byte{0x03, 0xe8}, reason...), false))
+			head, got, err := c.read()
+			if err != nil || head != 0x88 || len(got) < 2 || binary.BigEndian.Uint16(got) != 1000 {
+				t.Fatalf("close with a 123-byte reason answered %#x % x %v", head, got, err)
+			}
+		})
+		t.Run("close/reason-too-long", func(t *testing.T) {
+			c := rawDial(t, url)
+			c.send(frame(0x88, append([]byte{0x03, 0xe8}, strings.Repeat("r", 124)...), false))
+			c.expectClose(1002, "")
+		})
+		// Nothing the client sends after its close frame is answered: the
+		// close is echoed and the connection ends.
+		t.Run("close/data-after", func(t *testing.T) {
+			c := rawDial(t, url)
+			c.send(frame(0x88, []byte{0x03, 0xe8}, false), frame(0x81, []byte(echoCall(64, "d")), false), frame(0x89, []byte("p"), false))
+			head, got, err := c.read()
+			if err != nil || head != 0x88 || len(got) < 2 || binary.BigEndian.Uint16(got) != 1000 {
+				t.Fatalf("close answered %#x % x %v", head, got, err)
+			}
+			if head, got, err := c.read(); err == nil {
+				t.Fatalf("after the close the server sent %#x %q", head, got)
+			}
+		})
 		t.Run("close/one-byte", func(t *testing.T) {
 			c := rawDial(t, url)
 			c.send(frame(0x88, []byte{3}, false))
 			c.expectClose(1002, "")
 		})
 	})
+}
+
+// Failing fast inside a frame: a frame whose first bytes arrive and hold an
+// invalid sequence is refused before the rest of it comes (Autobahn's
+// 6.4.3 and 6.4.4). Only the fast path reads a frame's payload as it
+// arrives: the WebSocket library reads each frame whole.
+func TestRFC6455FailFastInsideAFrame(t *testing.T) {
+	leakcheck.Check(t)
+	fastPathOnly(t) // the portable path reads a frame's payload whole (the WebSocket library's reader)
+	_, url := startServer(t, Options{Metrics: metrics.NewDiscard()})
+	for _, bad := range []string{"\xf4\x90\x80\x80", "\xce\x41"} {
+		c := rawDial(t, url)
+		msg := []byte(callHead + "κόσμε" + bad + strings.Repeat("x", 100) + callTail)
+		f := frame(0x81, msg, false)
+		c.send(f[:len(f)-100]) // the invalid bytes, not the frame's end
+		c.expectClose(1007, "text frame is not valid UTF-8")
+	}
 }
 
 // A client that answers pings but never finishes a fragmented message is
@@ -432,6 +527,43 @@ func TestUnfinishedMessageCloses1008(t *testing.T) {
 				t.Fatalf("protocol_errors_total{code=1008} = %v, want 1", v)
 			}
 
+		})
+	}
+}
+
+// A client that never answers the server's close frame is cut off once
+// the closing handshake's bound has passed, on both paths: here the close
+// comes from the keepalive (limits.messageTimeout), while the read waits
+// in the middle of a message.
+func TestSilentClientIsCutOffAfterTheClose(t *testing.T) {
+	for _, portable := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "portable"}[portable], func(t *testing.T) {
+			leakcheck.Check(t)
+			if portable {
+				withPortable(t)
+			}
+			cfg := Config{PingInterval: 50 * time.Millisecond, MessageTimeout: 100 * time.Millisecond, WriteTimeout: time.Second}
+			_, url := startServer(t, Options{Metrics: metrics.NewDiscard(), Config: cfg})
+			c := rawDial(t, url)
+			c.send(frame(0x01, []byte(echoCall(100, "s")[:10]), false))
+			for {
+				head, p, err := c.read()
+				if err != nil {
+					t.Fatalf("the connection ended before its close frame: %v", err)
+				}
+				if head == 0x88 {
+					if len(p) < 2 || binary.BigEndian.Uint16(p) != 1008 {
+						t.Fatalf("close % x, want 1008", p)
+					}
+					break
+				}
+			}
+			// Not answered (not even the pings): the server ends it.
+			for {
+				if _, _, err := c.read(); err != nil {
+					return
+				}
+			}
 		})
 	}
 }

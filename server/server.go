@@ -313,7 +313,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	uw := &wsock.Upgrade{ResponseWriter: w, Portable: s.cfg.PortableSockets}
 	ws, err := websocket.Accept(uw, r, &websocket.AcceptOptions{
-		Subprotocols:       []string{protocol.BatchSubprotocol},
+		Subprotocols:       []string{protocol.BatchSubprotocol, protocol.BinarySubprotocol},
 		InsecureSkipVerify: true, // the gate checked the origin
 		OnPongReceived:     uw.OnPong,
 	})

@@ -113,6 +113,7 @@ func queueSlack(limit int) int { return max(4*limit, limit+1<<20) }
 // are not its fault; they are bounded by queueSlack.)
 func (c *conn) enqueueFrame(frame []byte, direct bool) bool {
 	s := c.s
+	frame = c.outbound(frame)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -194,6 +195,7 @@ func (c *conn) enqueueHeld(frame []byte, h *holdSet) bool { return c.hold(frame,
 // hold is enqueueHeld; own says c is the connection whose read goroutine
 // fills h (its answers), which h flushes first.
 func (c *conn) hold(frame []byte, h *holdSet, own bool) bool {
+	frame = c.outbound(frame)
 	c.mu.Lock()
 	if c.closed || !c.queueFrame(frame) {
 		c.mu.Unlock()

@@ -95,6 +95,14 @@ export interface Options {
   token?: string | (() => string | Promise<string>);
   /** Offer the "rt.batch" subprotocol: the server may send several messages in one frame. */
   batch?: boolean;
+  /**
+   * Speak the binary protocol, "rt.msgpack" (docs/protocol.md): frames of
+   * MessagePack, in which a Uint8Array in data goes as raw bytes, and bytes
+   * published by anyone arrive as a Uint8Array (also over the Server-Sent
+   * Events fallback, where they travel as {"$bin": base64}). Without it a
+   * Uint8Array is sent in that JSON form, and bytes arrive in it.
+   */
+  binary?: boolean;
   /** Default 500. */
   minBackoffMs?: number;
   /** Default 20000. */
@@ -231,3 +239,12 @@ export function backoff(attempt: number, minMs: number, maxMs: number, hintMs: n
 
 /** The N of "retry_after_ms=N" in a close reason; 0 when absent or malformed. */
 export function parseRetryAfterMs(reason: string | undefined): number;
+
+/** A JSON value in which bytes may stand: what encodeMsgpack takes and decodeMsgpack returns. */
+export type BinaryValue = null | boolean | number | string | Uint8Array | BinaryValue[] | { [key: string]: BinaryValue };
+
+/** Encodes a value as MessagePack, Uint8Arrays as bins: the binary protocol's encoding. */
+export function encodeMsgpack(value: BinaryValue | object): Uint8Array;
+
+/** Decodes one MessagePack value (maps as objects, bins as Uint8Arrays); throws on malformed or trailing bytes. */
+export function decodeMsgpack(bytes: Uint8Array): BinaryValue;

@@ -146,6 +146,12 @@ export class RPCError extends Error {
  *                  the "refresh" method)
  *   batch          offer the "rt.batch" subprotocol (the server may then send
  *                  several messages in one frame as a JSON array)
+ *   binary         speak the binary protocol, "rt.msgpack" (docs/protocol.md):
+ *                  frames of MessagePack, in which a Uint8Array in data goes
+ *                  as raw bytes, and bytes arrive as Uint8Array (also over
+ *                  the Server-Sent Events fallback, where they travel as
+ *                  {"$bin": base64}). Without it a Uint8Array is sent in
+ *                  that JSON form, and arrives as it
  *   minBackoffMs   default 500
  *   maxBackoffMs   default 20000
  *   onSystem(params)        server "system" notifications (degraded, recovered,
@@ -186,7 +192,8 @@ class Client {
   constructor(url, opts) {
     this._url = url;
     this._token = opts.token;
-    this._protocols = opts.batch ? ["rt.batch"] : [];
+    this._binary = !!opts.binary;
+    this._protocols = this._binary ? [BINARY_PROTOCOL] : opts.batch ? ["rt.batch"] : [];
     this._min = opts.minBackoffMs ?? 500;
     this._max = opts.maxBackoffMs ?? 20000;
     this._onSystem = opts.onSystem || (() => {});
@@ -249,7 +256,7 @@ class Client {
     const id = this._nextId++;
     const req = { jsonrpc: "2.0", id, method };
     if (params !== undefined) req.params = params;
-    const text = JSON.stringify(req);
+    const text = JSON.stringify(req, bytesReplacer);
     return new Promise((resolve, reject) => {
       const p = { resolve, reject, ws: null, hook };
       this._pending.set(id, p);
@@ -262,7 +269,7 @@ class Client {
     if (this._stopped) return;
     const req = { jsonrpc: "2.0", method };
     if (params !== undefined) req.params = params;
-    this._sendOrQueue(JSON.stringify(req), 0);
+    this._sendOrQueue(JSON.stringify(req, bytesReplacer), 0);
   }
 
   /**
@@ -466,6 +473,7 @@ class Client {
       this._stop({ code: 0, reason: String(e) });
       return;
     }
+    if (this._binary && this._transport !== "sse") ws.binaryType = "arraybuffer";
     this._ws = ws;
     this._wsOpen = false;
     this._heard = false;
@@ -669,19 +677,21 @@ class Client {
     if (id && !p) return; // given up meanwhile
     if (p) p.ws = ws;
     try {
-      ws.send(text);
+      // Queued requests are JSON text, whichever transport sends them.
+      ws.send(ws.protocol === BINARY_PROTOCOL ? encodeMsgpack(JSON.parse(text, bytesReviver)) : text);
     } catch (e) {
       this._settle(id, new RPCError("DISCONNECTED", "rtclient: disconnected"));
     }
   }
 
   _frame(ws, text) {
-    if (ws !== this._ws || typeof text !== "string") return;
+    const binary = text instanceof ArrayBuffer && ws.protocol === BINARY_PROTOCOL;
+    if (ws !== this._ws || (typeof text !== "string" && !binary)) return;
     this._established = true;
     this._heard = true;
     let v;
     try {
-      v = JSON.parse(text);
+      v = binary ? decodeMsgpack(new Uint8Array(text)) : JSON.parse(text, this._binary ? bytesReviver : undefined);
     } catch (e) {
       this._onError(new Error("rtclient: unparsable frame from the server"));
       return;
@@ -795,6 +805,246 @@ class Client {
 
 // Topic is one subscribed topic: its handlers and the promise of its first
 // confirmation.
+// --- bytes and the binary protocol ---
+
+// The WebSocket subprotocol of the binary protocol.
+const BINARY_PROTOCOL = "rt.msgpack";
+
+// bytesReplacer writes a Uint8Array as the JSON form of bytes,
+// {"$bin": base64} (docs/protocol.md).
+function bytesReplacer(_key, v) {
+  return v instanceof Uint8Array ? { $bin: toBase64(v) } : v;
+}
+
+// bytesReviver reads the JSON form of bytes back as a Uint8Array.
+function bytesReviver(_key, v) {
+  if (v !== null && typeof v === "object" && !Array.isArray(v) && typeof v.$bin === "string") {
+    const keys = Object.keys(v);
+    if (keys.length === 1) {
+      try {
+        return fromBase64(v.$bin);
+      } catch {
+        return v;
+      }
+    }
+  }
+  return v;
+}
+
+function toBase64(b) {
+  let s = "";
+  for (let i = 0; i < b.length; i += 0x8000) s += String.fromCharCode.apply(null, b.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+function fromBase64(s) {
+  const bin = atob(s);
+  const b = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) b[i] = bin.charCodeAt(i);
+  return b;
+}
+
+const utf8Encoder = new TextEncoder();
+const utf8Decoder = new TextDecoder("utf-8", { fatal: true });
+
+// encodeMsgpack encodes a JSON value, with Uint8Arrays as bins, as
+// MessagePack. Members whose value is undefined are left out, as
+// JSON.stringify leaves them out.
+export function encodeMsgpack(value) {
+  let buf = new Uint8Array(256);
+  let view = new DataView(buf.buffer);
+  let n = 0;
+  const room = (k) => {
+    if (n + k <= buf.length) return;
+    let size = buf.length * 2;
+    while (size < n + k) size *= 2;
+    const next = new Uint8Array(size);
+    next.set(buf.subarray(0, n));
+    buf = next;
+    view = new DataView(buf.buffer);
+  };
+  const byte = (b) => {
+    room(1);
+    buf[n++] = b;
+  };
+  const head = (len, fix, fixMax, f8, f16, f32) => {
+    room(5);
+    if (len <= fixMax) buf[n++] = fix | len;
+    else if (f8 && len < 0x100) (buf[n++] = f8), (buf[n++] = len);
+    else if (len < 0x10000) (buf[n++] = f16), view.setUint16(n, len), (n += 2);
+    else (buf[n++] = f32), view.setUint32(n, len), (n += 4);
+  };
+  const bytes = (b) => {
+    room(b.length);
+    buf.set(b, n);
+    n += b.length;
+  };
+  const enc = (v) => {
+    if (v === null || v === undefined) return byte(0xc0);
+    if (v === false) return byte(0xc2);
+    if (v === true) return byte(0xc3);
+    if (typeof v === "number") {
+      room(9);
+      if (Number.isInteger(v) && v >= 0 && v <= 0xffffffff) {
+        if (v < 0x80) buf[n++] = v;
+        else if (v < 0x100) (buf[n++] = 0xcc), (buf[n++] = v);
+        else if (v < 0x10000) (buf[n++] = 0xcd), view.setUint16(n, v), (n += 2);
+        else (buf[n++] = 0xce), view.setUint32(n, v), (n += 4);
+      } else if (Number.isInteger(v) && v < 0 && v >= -0x80000000) {
+        if (v >= -32) buf[n++] = v & 0xff;
+        else (buf[n++] = 0xd2), view.setInt32(n, v), (n += 4);
+      } else if (Number.isFinite(v)) {
+        (buf[n++] = 0xcb), view.setFloat64(n, v), (n += 8);
+      } else {
+        buf[n++] = 0xc0; // NaN and the infinities: null, as JSON.stringify writes them
+      }
+      return;
+    }
+    if (typeof v === "string") {
+      const b = utf8Encoder.encode(v);
+      head(b.length, 0xa0, 31, 0xd9, 0xda, 0xdb);
+      return bytes(b);
+    }
+    if (v instanceof Uint8Array) {
+      head(v.length, 0, -1, 0xc4, 0xc5, 0xc6);
+      return bytes(v);
+    }
+    if (typeof v.toJSON === "function") return enc(v.toJSON());
+    if (Array.isArray(v)) {
+      head(v.length, 0x90, 15, 0, 0xdc, 0xdd);
+      for (const e of v) enc(e === undefined || typeof e === "function" ? null : e);
+      return;
+    }
+    const keys = Object.keys(v).filter((k) => v[k] !== undefined && typeof v[k] !== "function");
+    head(keys.length, 0x80, 15, 0, 0xde, 0xdf);
+    for (const k of keys) {
+      enc(k);
+      enc(v[k]);
+    }
+  };
+  enc(value);
+  return buf.slice(0, n);
+}
+
+// decodeMsgpack decodes one MessagePack value: maps as objects, bins as
+// Uint8Arrays. It throws on anything else, or on bytes left over.
+export function decodeMsgpack(b) {
+  const view = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  let i = 0;
+  const need = (k) => {
+    if (i + k > b.length) throw new Error("rtclient: truncated MessagePack");
+  };
+  const str = (len) => {
+    need(len);
+    const s = utf8Decoder.decode(b.subarray(i, i + len));
+    i += len;
+    return s;
+  };
+  const bin = (len) => {
+    need(len);
+    const s = b.slice(i, i + len);
+    i += len;
+    return s;
+  };
+  const arr = (len) => {
+    const a = new Array(len);
+    for (let k = 0; k < len; k++) a[k] = dec();
+    return a;
+  };
+  const map = (len) => {
+    const o = {};
+    for (let k = 0; k < len; k++) {
+      const key = dec();
+      if (typeof key !== "string") throw new Error("rtclient: MessagePack map key is not a string");
+      o[key] = dec();
+    }
+    return o;
+  };
+  const u = (size) => {
+    need(size);
+    let v;
+    if (size === 1) v = view.getUint8(i);
+    else if (size === 2) v = view.getUint16(i);
+    else if (size === 4) v = view.getUint32(i);
+    else v = Number(view.getBigUint64(i));
+    i += size;
+    return v;
+  };
+  const dec = () => {
+    need(1);
+    const c = b[i++];
+    if (c < 0x80) return c;
+    if (c >= 0xe0) return c - 0x100;
+    if (c < 0x90) return map(c & 0x0f);
+    if (c < 0xa0) return arr(c & 0x0f);
+    if (c < 0xc0) return str(c & 0x1f);
+    switch (c) {
+      case 0xc0:
+        return null;
+      case 0xc2:
+        return false;
+      case 0xc3:
+        return true;
+      case 0xc4:
+      case 0xc5:
+      case 0xc6:
+        return bin(u(1 << (c - 0xc4)));
+      case 0xca: {
+        need(4);
+        const f = view.getFloat32(i);
+        i += 4;
+        return f;
+      }
+      case 0xcb: {
+        need(8);
+        const f = view.getFloat64(i);
+        i += 8;
+        return f;
+      }
+      case 0xcc:
+      case 0xcd:
+      case 0xce:
+      case 0xcf:
+        return u(1 << (c - 0xcc));
+      case 0xd0:
+        need(1);
+        return view.getInt8(i++);
+      case 0xd1: {
+        need(2);
+        const v = view.getInt16(i);
+        i += 2;
+        return v;
+      }
+      case 0xd2: {
+        need(4);
+        const v = view.getInt32(i);
+        i += 4;
+        return v;
+      }
+      case 0xd3: {
+        need(8);
+        const v = Number(view.getBigInt64(i));
+        i += 8;
+        return v;
+      }
+      case 0xd9:
+      case 0xda:
+      case 0xdb:
+        return str(u(1 << (c - 0xd9)));
+      case 0xdc:
+      case 0xdd:
+        return arr(u(2 << (c - 0xdc)));
+      case 0xde:
+      case 0xdf:
+        return map(u(2 << (c - 0xde)));
+    }
+    throw new Error("rtclient: unsupported MessagePack type 0x" + c.toString(16));
+  };
+  const v = dec();
+  if (i !== b.length) throw new Error("rtclient: bytes after the MessagePack value");
+  return v;
+}
+
 class Topic {
   constructor() {
     this.handlers = new Set();

@@ -1056,7 +1056,7 @@ test("three WebSocket attempts that fail before a frame switch to SSE and POST, 
 // --- the public surface: what rtclient.d.ts declares ---
 
 test("the module exports and the client's methods are the declared ones", () => {
-  eq(Object.keys(rtclient).sort(), ["RPCError", "VERSION", "backoff", "connect", "parseRetryAfterMs"], "exports");
+  eq(Object.keys(rtclient).sort(), ["RPCError", "VERSION", "backoff", "connect", "decodeMsgpack", "encodeMsgpack", "parseRetryAfterMs"], "exports");
   const h = harness();
   const c = connect("ws://x/ws", h.opts());
   const proto = Object.getPrototypeOf(c);
@@ -1084,6 +1084,95 @@ closedTests.push({
       c.close();
     }
   },
+});
+
+// --- the binary protocol's MessagePack ---
+
+test("MessagePack: values round trip, bytes as Uint8Array, in the wire's forms", () => {
+  const { encodeMsgpack, decodeMsgpack } = rtclient;
+  eq([...encodeMsgpack({ a: 1, b: new Uint8Array([0, 255]) })], [0x82, 0xa1, 0x61, 0x01, 0xa1, 0x62, 0xc4, 0x02, 0x00, 0xff], "encoding");
+  const rnd = prng(7);
+  for (let i = 0; i < 300; i++) {
+    const v = {
+      n: [Math.floor(rnd() * 2 ** 32), -Math.floor(rnd() * 2 ** 31), rnd(), -33, 127, 128, 65536],
+      s: "é".repeat(Math.floor(rnd() * 300)),
+      b: new Uint8Array(Math.floor(rnd() * 70000)).map(() => Math.floor(rnd() * 256)),
+      l: new Array(Math.floor(rnd() * 20)).fill(null),
+      t: [true, false, null, {}],
+    };
+    const back = decodeMsgpack(encodeMsgpack(v));
+    assert(back.b instanceof Uint8Array && back.b.length === v.b.length && back.b.every((x, k) => x === v.b[k]), "bytes");
+    back.b = v.b = null;
+    eq(back, v, "value " + i);
+  }
+  for (const bad of [[0xc1], [0xa2, 0x61], [0x81, 0x01, 0x01], [0xc0, 0xc0], [0xa1, 0xff]]) {
+    let threw = false;
+    try {
+      decodeMsgpack(new Uint8Array(bad));
+    } catch {
+      threw = true;
+    }
+    assert(threw, `decodeMsgpack(${bad}) did not throw`);
+  }
+});
+
+test("binary: offers rt.msgpack, sends MessagePack with bytes as bins, reads bytes back as Uint8Array", async () => {
+  const h = harness();
+  const { encodeMsgpack, decodeMsgpack } = rtclient;
+  class BinWS extends h.WebSocket {
+    constructor(url, protocols) {
+      super(url, protocols);
+      this.protocol = "rt.msgpack"; // the server chose it
+    }
+    send(b) {
+      if (!(b instanceof Uint8Array)) throw new Error("a text frame on the binary protocol");
+      this.sent.push(decodeMsgpack(b));
+    }
+    recvBin(v) {
+      this.onmessage && this.onmessage({ data: encodeMsgpack(v).slice().buffer });
+    }
+  }
+  const c = connect("ws://x/ws", h.opts({ binary: true, WebSocket: BinWS }));
+  await tick();
+  const ws = h.last();
+  eq(ws.protocols, ["rt.msgpack"], "subprotocol offered");
+  eq(ws.binaryType, "arraybuffer", "binary frames read as ArrayBuffers");
+  ws.open();
+  const got = [];
+  const off = c.subscribe("doc", (data) => got.push(data));
+  const sub = ws.sent.find((m) => m.method === "subscribe");
+  ws.recvBin({ id: sub.id, result: {} });
+  await off.ready;
+  const p = c.publish("doc", { update: new Uint8Array([1, 0, 255]) });
+  const pub = ws.sent.find((m) => m.method === "publish");
+  assert(pub.params.data.update instanceof Uint8Array, "the bytes went as a bin");
+  eq([...pub.params.data.update], [1, 0, 255], "the bytes");
+  ws.recvBin({ id: pub.id, result: {} });
+  await p;
+  ws.recvBin({ method: "message", params: { topic: "doc", data: new Uint8Array([9, 8]) } });
+  ws.recvBin({ method: "message", params: { topic: "doc", data: { text: "json" } } });
+  assert(got[0] instanceof Uint8Array, "bytes arrive as a Uint8Array");
+  eq([[...got[0]], got[1]], [[9, 8], { text: "json" }], "messages");
+  c.close();
+});
+
+test("binary over a text transport: bytes travel as {$bin: base64} and still arrive as Uint8Array", async () => {
+  const h = harness();
+  const c = connect("ws://x/ws", h.opts({ binary: true })); // FakeWS: no protocol chosen, as an event stream
+  await tick();
+  const ws = h.last();
+  ws.open();
+  const got = [];
+  const off = c.subscribe("doc", (data) => got.push(data));
+  answerAll(ws);
+  await off.ready;
+  c.publish("doc", new Uint8Array([0, 1, 255])).catch(() => {}); // never answered: closed below
+  eq(ws.sent[ws.sent.length - 1].params.data, { $bin: "AAH/" }, "published in the JSON form");
+  ws.recv({ jsonrpc: "2.0", method: "message", params: { topic: "doc", data: { $bin: "CQg=" } } });
+  ws.recv({ jsonrpc: "2.0", method: "message", params: { topic: "doc", data: { $bin: "CQg=", other: 1 } } });
+  assert(got[0] instanceof Uint8Array, "the JSON form arrives as a Uint8Array");
+  eq([[...got[0]], got[1]], [[9, 8], { $bin: "CQg=", other: 1 }], "messages");
+  c.close();
 });
 
 // --- live: against a running chat example (examples/chat) ---

@@ -25,6 +25,7 @@ type fanoutConfig struct {
 	Rate        float64       // publishes/s over all publishers; 0 = as fast as the window allows
 	Window      int           // publishes in flight per publisher (default 64)
 	Batch       bool          // subscribers offer the rt.batch subprotocol
+	Data        string        // json, bytes or base64 (binary.go)
 	OwnTopics   bool          // publisher j publishes only to topic j mod T (many rooms, one publisher each)
 	C           int           // dialers in parallel while connecting
 	DialTimeout time.Duration
@@ -42,6 +43,7 @@ type fanoutResult struct {
 	Topics      int    `json:"topics"`
 	Size        int    `json:"dataBytes"`
 	Batch       bool   `json:"batch"`
+	Data        string `json:"data"`
 	OwnTopics   bool   `json:"ownTopics"`
 	// BatchNegotiated counts subscribers whose server accepted rt.batch.
 	BatchNegotiated int            `json:"batchNegotiated"`
@@ -65,6 +67,10 @@ type fanoutResult struct {
 	Missing      int64   `json:"missingDeliveries"`
 	PubServerCPU float64 `json:"pubServerCpuSeconds,omitempty"`
 	ClientCPU    float64 `json:"rtbenchCpuSeconds"`
+	// WireBytes is what the subscribers read, frame headers included;
+	// per delivery in WireBytesPerDelivery.
+	WireBytes            int64   `json:"subscriberWireBytes"`
+	WireBytesPerDelivery float64 `json:"wireBytesPerDelivery"`
 }
 
 // tsKey marks the send time embedded in each message's data; subscribers
@@ -178,7 +184,14 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if cfg.PubURL == nil {
 		cfg.PubURL = cfg.URL
 	}
-	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch, OwnTopics: cfg.OwnTopics}
+	if cfg.Data == "" {
+		cfg.Data = dataJSON
+	}
+	if err := checkData(cfg.Data); err != nil {
+		return nil, err
+	}
+	setDataMode(cfg.Data)
+	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch, Data: cfg.Data, OwnTopics: cfg.OwnTopics}
 	subsOf := make([]int64, cfg.T)
 	for i := range cfg.S {
 		subsOf[i%cfg.T]++
@@ -190,8 +203,12 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if cfg.Batch {
 		proto = []string{protocol.BatchSubprotocol}
 	}
+	if binaryMode.Load() {
+		proto = []string{protocol.BinarySubprotocol}
+	}
 	var (
 		delivered, frames atomic.Int64
+		wire              atomic.Int64
 		lastDelivery      atomic.Int64 // ns since base
 		stopping          atomic.Bool
 		mu                sync.Mutex
@@ -226,8 +243,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 				continue
 			}
 			now := int64(time.Since(base))
-			n := scanTimestamps(b, func(ts int64) { h.RecordNs(now - ts) })
+			n := scanDelivery(b, func(ts int64) { h.RecordNs(now - ts) })
 			if n > 0 {
+				wire.Add(int64(wireBytes(len(b))))
 				delivered.Add(int64(n))
 				frames.Add(1)
 				lastDelivery.Store(now)
@@ -261,7 +279,11 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	}()
 
 	// Publishers.
-	pubs, err := dialMany(ctx, newDialer(cfg.PubURL, nil), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
+	var pubProto []string
+	if binaryMode.Load() {
+		pubProto = []string{protocol.BinarySubprotocol}
+	}
+	pubs, err := dialMany(ctx, newDialer(cfg.PubURL, pubProto), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
 	if err != nil {
 		return nil, fmt.Errorf("publishers: %w", err)
 	}
@@ -326,6 +348,10 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	res.Delivered = delivered.Load()
 	res.Missing = max(0, res.Expected-res.Delivered)
 	res.Frames = frames.Load()
+	res.WireBytes = wire.Load()
+	if res.Delivered > 0 {
+		res.WireBytesPerDelivery = float64(res.WireBytes) / float64(res.Delivered)
+	}
 	end := base.Add(time.Duration(lastDelivery.Load()))
 	if end.Before(start) {
 		end = time.Now()
@@ -414,7 +440,7 @@ loop:
 			next = next.Add(interval)
 		}
 		params = append(params[:0], topics[topicOf(cfg, j, id)]...)
-		params = append(params, payload(int64(time.Since(base)), cfg.Size)...)
+		params = append(params, dataOf(payload(int64(time.Since(base)), cfg.Size))...)
 		params = append(params, '}')
 		if err := write(ctx, c, request(id, "publish", params)); err != nil {
 			mu.Lock()

@@ -184,6 +184,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		own := fs.Bool("own-topics", false, "publisher j publishes only to topic j mod -t (with -p equal to -t: one publisher per topic) instead of round-robin over all")
 		pubURL := fs.String("pub-url", "", "where the publishers connect (default --url): another instance of the fleet, to measure delivery across instances")
 		pubPID := fs.Int("pub-server-pid", 0, "the --pub-url instance's process id: measure its CPU too")
+		data := fs.String("data", dataJSON, "message data: json; bytes (--size bytes, raw on the binary protocol rt.msgpack); base64 (the same bytes on the JSON protocol as {\"$bin\":\"<base64>\"})")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
@@ -196,7 +197,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			return runFanout(ctx, fanoutConfig{URL: u, PubURL: pu, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
-				Window: *window, Batch: *batch, OwnTopics: *own, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
+				Window: *window, Batch: *batch, Data: *data, OwnTopics: *own, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
 		}
 	case "recover":
 		n := fs.Int("n", 1000, "clients: each subscribes, goes away, misses --missed messages, then all reconnect at once and recover")

@@ -30,7 +30,7 @@ func frames(b []byte) ([]frame, error) {
 	if engineIOOn() {
 		return sioFrames(b)
 	}
-	b = bytes.TrimSpace(b)
+	b = bytes.TrimSpace(fromWire(b))
 	if len(b) > 0 && b[0] == '[' {
 		var fs []frame
 		err := json.Unmarshal(b, &fs)
@@ -90,6 +90,9 @@ func topicParams(topic string) []byte {
 func write(ctx context.Context, c *websocket.Conn, b []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if binaryMode.Load() {
+		return c.Write(ctx, websocket.MessageBinary, toWire(b))
+	}
 	return c.Write(ctx, websocket.MessageText, b)
 }
 

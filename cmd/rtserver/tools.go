@@ -45,6 +45,8 @@ const (
 	flagURL
 	flagCount
 	flagSince
+	flagRaw  // sub: bytes to stdout, over the binary protocol
+	flagFile // pub: a file's bytes, over the binary protocol
 )
 
 // A tool is one subcommand: its arguments, what it does, its flags.
@@ -58,10 +60,12 @@ var tools = map[string]tool{
 	"token":      {"", "print an HS256 token for --user, signed with auth.jwt.hmacSecret", flagUser | flagTTL, toolToken},
 	"checktoken": {"TOKEN", "verify TOKEN as the handshake would; say which check fails", 0, toolCheckToken},
 	"sub": {"TOPIC", "print each message of TOPIC as a JSON line ({\"topic\",\"offset\",\"data\"}, offset on a history topic);\n" +
-		"reconnects when the server drains or sheds, recovering missed messages on a history topic",
-		flagUser | flagToken | flagTTL | flagURL | flagCount | flagSince, toolSub},
-	"pub": {"TOPIC DATA", "publish DATA to TOPIC (JSON; anything else is sent as a string);\n" +
-		"on a history topic print the message's position {\"epoch\",\"offset\"}", flagUser | flagToken | flagTTL | flagURL, toolPub},
+		"reconnects when the server drains or sheds, recovering missed messages on a history topic;\n" +
+		"--raw writes each message's data bytes instead, exactly as published (JSON data as its JSON text)",
+		flagUser | flagToken | flagTTL | flagURL | flagCount | flagSince | flagRaw, toolSub},
+	"pub": {"TOPIC [DATA]", "publish DATA to TOPIC (JSON; anything else is sent as a string), or with --file a file's bytes\n" +
+		"as binary data (docs/protocol.md); on a history topic print the message's position {\"epoch\",\"offset\"}",
+		flagUser | flagToken | flagTTL | flagURL | flagFile, toolPub},
 	// presence and history take sub's flags, so that a command line that
 	// subscribes also lists or reads (--since and --count mean what they
 	// can for each).
@@ -100,6 +104,12 @@ func runTool(name string, args, environ []string, stdout, stderr io.Writer) (cod
 	}
 	if t.flags&flagCount != 0 {
 		fs.IntVar(&f.count, "count", 0, "exit after this many messages (0: run until interrupted)")
+	}
+	if t.flags&flagRaw != 0 {
+		fs.BoolVar(&f.raw, "raw", false, "write each message's data bytes to stdout as published, nothing between them (the binary protocol)")
+	}
+	if t.flags&flagFile != 0 {
+		fs.StringVar(&f.file, "file", "", "publish this `file`'s bytes as binary data (the binary protocol; no DATA argument)")
 	}
 	if t.flags&flagSince != 0 {
 		fs.Func("since", "start after this `EPOCH:OFFSET` of a history topic (a position pub or sub printed)", f.parseSince)
@@ -143,6 +153,8 @@ type toolFlags struct {
 	config, user, token, url string
 	ttl                      time.Duration
 	count                    int
+	raw                      bool   // sub --raw
+	file                     string // pub --file
 	since                    client.Position
 	cfg                      rtserver.Config
 	stdout, stderr           io.Writer
@@ -297,6 +309,7 @@ func toolSub(f *toolFlags) error {
 	// order things happened.
 	subscribed := make(chan struct{})
 	opts := client.DefaultOptions()
+	opts.Binary = f.raw
 	connected := false
 	opts.OnState = func(s client.State, err error) {
 		switch {
@@ -326,7 +339,15 @@ func toolSub(f *toolFlags) error {
 	enc := json.NewEncoder(f.stdout)
 	_, err = c.SubscribeSince(ctx, topic, f.since, func(m client.Message) {
 		<-subscribed
-		_ = enc.Encode(subLine{m.Topic, m.Offset, m.Data})
+		if f.raw {
+			b, ok := client.BytesOf(m.Data)
+			if !ok {
+				b = m.Data // JSON data: its text
+			}
+			_, _ = f.stdout.Write(b)
+		} else {
+			_ = enc.Encode(subLine{m.Topic, m.Offset, m.Data})
+		}
 		if seen++; seen == f.count {
 			close(enough)
 		}
@@ -350,17 +371,13 @@ func toolSub(f *toolFlags) error {
 // toolPub publishes once (retrying only what the server shed, with the
 // same idempotency key) and prints the position on a history topic.
 func toolPub(f *toolFlags) error {
-	a, err := f.args(2)
+	a, data, err := f.pubData()
 	if err != nil {
 		return err
 	}
-	var data any = json.RawMessage(a[1])
-	if !json.Valid([]byte(a[1])) {
-		data = a[1]
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := f.dial(ctx, client.Options{})
+	c, err := f.dial(ctx, client.Options{Binary: f.file != ""})
 	if err != nil {
 		return err
 	}
@@ -378,6 +395,30 @@ func toolPub(f *toolFlags) error {
 		return json.NewEncoder(f.stdout).Encode(pos)
 	}
 	return nil
+}
+
+// pubData is pub's arguments and what it publishes: DATA, or with
+// --file the file's bytes.
+func (f *toolFlags) pubData() ([]string, any, error) {
+	if f.file != "" {
+		a, err := f.args(1)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := os.ReadFile(f.file)
+		if err != nil {
+			return nil, nil, err
+		}
+		return a, client.Bytes(b), nil
+	}
+	a, err := f.args(2)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !json.Valid([]byte(a[1])) {
+		return a, a[1], nil
+	}
+	return a, json.RawMessage(a[1]), nil
 }
 
 // pubRetryFor is how long rtserver pub retries a refused publish before it

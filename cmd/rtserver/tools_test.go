@@ -129,8 +129,8 @@ func TestToolMistakesSayWhatToDo(t *testing.T) {
 		want string
 	}{
 		{[]string{"bogus"}, 2, `unknown subcommand "bogus": the subcommands are token, checktoken, sub, pub`},
-		{[]string{"pub", "room:1", "hello", "--user", "bob"}, 1, "--user after the arguments: flags go before them (rtserver pub [flags] TOPIC DATA)"},
-		{[]string{"pub", "room:1"}, 1, "want TOPIC DATA, got 1 arguments (rtserver pub --help)"},
+		{[]string{"pub", "room:1", "hello", "--user", "bob"}, 1, "--user after the arguments: flags go before them (rtserver pub [flags] TOPIC [DATA])"},
+		{[]string{"pub", "room:1"}, 1, "want TOPIC [DATA], got 1 arguments (rtserver pub --help)"},
 		{[]string{"pub", "--user", "bob", "room:1", "hello"}, 1, "rtserver pub: --user needs auth.jwt.hmacSecret in the config to sign a token"},
 		{[]string{"token", "--user", "bob"}, 1, "rtserver token: --user needs auth.jwt.hmacSecret in the config to sign a token"},
 		{[]string{"token", "--config", secret}, 1, "rtserver token: --user is required"},

@@ -84,11 +84,9 @@ type Conn struct {
 	wouldWait  bool                  // and it found nothing to read
 	quiet      bool                  // awaitFD waits at most QuietBeforePark (AwaitInput)
 	quietSet   bool                  // and has set the read deadline for it
-	peek       [2]byte               // the socket's first bytes, as awaitFD last peeked them
-	peeked     uint8                 // how many of them (beside the bools: Conn stays in its size class)
-	br         *bufio.Reader         // what the WebSocket library reads from
-	inputFn    func(fd uintptr)      // made on first use: most clients never publish
-	input      int                   // its result
+	peek       [1]byte               // awaitFD's peek
+	br         *bufio.Reader         // what frames are read from (ReadMessage; the WebSocket library's on the portable path)
+	unread     int64                 // what is left of the frame a read ended in (Drain skips it)
 	awaitFn    func(fd uintptr) bool // AwaitInput's callback, made on first use
 }
 
@@ -294,9 +292,9 @@ func (c *Conn) rawWrite(b []byte, block bool) (int, error) {
 	return n, err
 }
 
-// AwaitInput returns when the client has sent the start of a frame other
-// than a pong (or the socket is closed or failed), and reports whether
-// that frame is a close frame (as CloseFrameNext, under the same lock).
+// AwaitInput returns when the client has sent something (or the socket
+// is closed or failed): the read that follows (ReadMessage) will not wait
+// for a frame's first byte.
 //
 // With park it may return wait instead: nothing has arrived, and the
 // caller may Park the socket and end its goroutine. Without quiet it
@@ -304,59 +302,34 @@ func (c *Conn) rawWrite(b []byte, block bool) (int, error) {
 // (a client that has just sent is likely to send again soon: parking and
 // resuming costs more than waiting). Without park it waits in the
 // runtime's poller, as a read goroutine does where there is no poller of
-// ours, a few frames deep: it then keeps the smallest stack, where a read
-// parked inside the WebSocket library's frame reader needs twice that.
+// ours, a few frames deep: it then keeps the smallest stack.
 //
-// Pongs to keepalive pings are taken here, between messages, so that
-// answering a ping does not leave the goroutine parked in the library.
-// Read goroutine only; it touches the read buffer only under brMu and
-// never once a close has begun (the library then reads it itself).
-func (c *Conn) AwaitInput(park, quiet bool) (closeNext, wait bool) {
-	if c == nil || c.br == nil {
-		return false, false
+// Without a descriptor (the portable path) it returns at once: the
+// WebSocket library's read waits. Read goroutine only.
+func (c *Conn) AwaitInput(park, quiet bool) (wait bool) {
+	if c == nil || c.br == nil || c.sc == nil {
+		return false
 	}
-	if c.sc == nil {
-		return c.CloseFrameNext(), false
+	c.brMu.Lock()
+	ready := c.readClosed || c.br.Buffered() > 0
+	c.brMu.Unlock()
+	if ready {
+		return false
 	}
-	for {
-		c.brMu.Lock()
-		if c.readClosed {
-			c.brMu.Unlock()
-			return false, false
-		}
-		buffered := c.br.Buffered()
-		c.brMu.Unlock()
-		c.peeked = 0
-		if buffered == 0 {
-			if c.awaitFn == nil {
-				c.awaitFn = c.awaitFD
-			}
-			c.mayPark, c.quiet, c.wouldWait = park && !quiet, park && quiet, false
-			err := c.sc.Read(c.awaitFn)
-			c.mayPark, c.quiet = false, false
-			if c.quietSet {
-				c.quietSet = false
-				_ = c.Conn.SetReadDeadline(time.Time{})
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					return false, true // quiet for QuietBeforePark: park
-				}
-			}
-			if err != nil {
-				return false, false // the read that follows reports it
-			}
-			if c.wouldWait {
-				return false, true
-			}
-			quiet = false // input came: the next wait after a pong parks at once
-		}
-		c.brMu.Lock()
-		if c.readClosed || !c.takePong() {
-			closeNext = !c.readClosed && c.closeHead()
-			c.brMu.Unlock()
-			return closeNext, false
-		}
-		c.brMu.Unlock()
+	if c.awaitFn == nil {
+		c.awaitFn = c.awaitFD
 	}
+	c.mayPark, c.quiet, c.wouldWait = park && !quiet, park && quiet, false
+	err := c.sc.Read(c.awaitFn)
+	c.mayPark, c.quiet = false, false
+	if c.quietSet {
+		c.quietSet = false
+		_ = c.Conn.SetReadDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return true // quiet for QuietBeforePark: park
+		}
+	}
+	return err == nil && c.wouldWait
 }
 
 // QuietBeforePark is how long a read goroutine that has just read a frame
@@ -364,68 +337,6 @@ func (c *Conn) AwaitInput(park, quiet bool) (closeNext, wait bool) {
 // connection that sends steadily (a publisher) keeps its goroutine, one
 // that has gone quiet (a subscriber after its subscribe) gives it up.
 const QuietBeforePark = time.Second
-
-// CloseFrameNext reports whether the next input is a close frame, by its
-// first byte (buffered, or as awaitFD last peeked it). Read goroutine only.
-func (c *Conn) CloseFrameNext() bool {
-	if c == nil || c.br == nil {
-		return false
-	}
-	c.brMu.Lock()
-	defer c.brMu.Unlock()
-	return !c.readClosed && c.closeHead()
-}
-
-// head is the first bytes of the input, at most two: from the read
-// buffer, or, when it is empty, as awaitFD last peeked them from the
-// socket. c.brMu held.
-func (c *Conn) head() []byte {
-	b := c.br.Buffered()
-	if b == 0 {
-		return c.peek[:c.peeked]
-	}
-	h, _ := c.br.Peek(min(b, 2))
-	return h
-}
-
-// closeHead reports whether the input starts with a close frame. c.brMu
-// held.
-func (c *Conn) closeHead() bool { return IsClose(c.head()) }
-
-// takePong consumes a whole pong frame at the head of the input, if that
-// is what is there and all of it has arrived (it never waits), and
-// reports whether it did. c.brMu held.
-func (c *Conn) takePong() bool {
-	n := ClientPongLen(c.head())
-	if n == 0 || !c.available(n) {
-		return false
-	}
-	if _, err := c.br.Peek(n); err != nil {
-		return false
-	}
-	_, _ = c.br.Discard(n)
-	c.pong()
-	return true
-}
-
-// available reports whether n bytes can be read without waiting: in the
-// read buffer, or in the buffer and the socket. c.brMu held.
-func (c *Conn) available(n int) bool {
-	b := c.br.Buffered()
-	return b >= n || b+c.socketInput() >= n
-}
-
-// socketInput is how many bytes wait in the socket (0 when unknown).
-func (c *Conn) socketInput() int {
-	if c.inputFn == nil {
-		c.inputFn = c.inputFD
-	}
-	c.input = 0
-	if c.sc.Control(c.inputFn) != nil {
-		return 0
-	}
-	return c.input
-}
 
 // CloseRead hands the read buffer to the WebSocket library for good: its
 // close handshake reads the client's close frame itself.
@@ -672,16 +583,12 @@ func (c *Conn) tryFD(fd uintptr) {
 	c.n, c.err = n, err
 }
 
-// inputFD stores how many bytes wait to be read in the socket.
-func (c *Conn) inputFD(fd uintptr) { c.input = InqFD(fd) }
-
 // awaitFD returns true once something can be read: bytes, the end (EOF)
 // or an error; else false, to wait for readiness and be called again. It
-// peeks (the first two bytes, kept in c.peek for takePong) rather than
-// asking how many bytes wait: an end that arrived before the wait began
+// peeks (a byte) rather than asking how many bytes wait: an end that arrived before the wait began
 // must not be waited for, its readiness edge is already spent.
 func (c *Conn) awaitFD(fd uintptr) bool {
-	n, wait := PeekFD(fd, c.peek[:])
+	_, wait := PeekFD(fd, c.peek[:])
 	if wait {
 		c.FlushHeld()
 		c.shrinkReader()
@@ -697,7 +604,6 @@ func (c *Conn) awaitFD(fd uintptr) bool {
 		}
 		return false // nothing yet: wait
 	}
-	c.peeked = uint8(n)
 	return true // bytes, the end, or an error: the read reports it
 }
 

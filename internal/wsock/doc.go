@@ -2,17 +2,23 @@
 // connections: everything that touches a socket's bytes without going
 // through net/http or github.com/coder/websocket. It owns
 //
-//   - the wire format of the frames the server writes itself beneath the
-//     WebSocket library (text frames, pings, close frames), and the little
-//     it parses of a client's input (a pong or a close frame at the head);
+//   - the frame codec after the upgrade (RFC 6455 section 5): the frames
+//     the server writes (text frames, pings, pongs, close frames) and the
+//     reader of a client's frames (read.go: ReadMessage), which checks the
+//     framing, masks, reserved bits and opcodes, joins fragments, answers
+//     control frames, runs the closing handshake, bounds a message
+//     (limits.maxMessageBytes) and checks text UTF-8 as it arrives (UTF8,
+//     Payload), failing at the first byte that cannot be UTF-8 even when
+//     a fragment or a read splits the character. Where the RFC leaves a
+//     choice it does what the WebSocket library does (the same close
+//     codes and reasons), held to it by a differential fuzz target;
 //   - the socket calls that do not wait: a write(2) that stops at EAGAIN,
 //     a read(2) of what has arrived, a MSG_PEEK that waits for readiness
-//     without consuming, TIOCINQ (bytes waiting), and the check that an
-//     idle client has gone;
+//     without consuming, and the check that an idle client has gone;
 //   - the socket under a connection after the upgrade (Conn, conn.go):
-//     the hijack that makes it (Upgrade), the data frames written beneath
-//     the WebSocket library under the lock it shares with it, the pongs
-//     and close frames seen at the head of the input, the keepalive state,
+//     the hijack that makes it (Upgrade), the frames written under one
+//     lock (on the portable path shared with the WebSocket library, which
+//     reads and answers control frames there), the keepalive state,
 //     the frames a publisher holds until its read would wait (Hold), and
 //     the mark of a message being read that the keepalive checks against
 //     limits.messageTimeout (MessageOverdue). The server holds no socket
@@ -36,8 +42,13 @@
 //
 // # What it relies on
 //
-// From github.com/coder/websocket (pinned by this package's tests, which
-// fail when an upgrade breaks one):
+// From github.com/coder/websocket, which makes the opening handshake on
+// both paths and, on the portable path only, reads the client's frames
+// and writes control frames (pinned by this package's tests, which fail
+// when an upgrade breaks one):
+//   - after Accept it reads or writes nothing of the connection unless
+//     asked (Reader, Close, Ping), and CloseNow only closes the socket: on
+//     the fast path it is asked for nothing else;
 //   - a frame we write to the socket ourselves, unmasked, is read by its
 //     peer as the message, close or ping it encodes;
 //   - as a server it writes each control frame (ping, pong, close) in one
@@ -47,7 +58,9 @@
 //   - it reads through the net.Conn that Hijack returned (via the
 //     bufio.Reader it got, which it may reset onto that conn), so a read it
 //     would wait on can be seen by that conn's Read;
-//   - it sets no deadline on the connection: one we set holds.
+//   - it sets no deadline on the connection: one we set holds;
+//   - its reader's messages, frames written and ends on any input are
+//     ReadMessage's (FuzzReaderMatchesLibrary).
 //
 // From Linux and the Go runtime (the Poller, pinned by its tests):
 //   - epoll reports a socket armed EPOLLIN|EPOLLRDHUP|EPOLLONESHOT, level

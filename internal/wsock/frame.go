@@ -88,17 +88,3 @@ func nextFrame(b []byte, i int) int {
 	}
 	return i + head + int(size)
 }
-
-// ClientPongLen is the length of the whole client pong frame that head
-// (the input's first bytes, at least two) starts, or 0 when it does not
-// start one. A client's frames are masked: FIN|pong, MASK|length (at most
-// 125), 4 mask bytes, payload.
-func ClientPongLen(head []byte) int {
-	if len(head) < 2 || head[0] != PongHead || head[1]&0x80 == 0 || head[1]&0x7F > 125 {
-		return 0
-	}
-	return 6 + int(head[1]&0x7F)
-}
-
-// IsClose reports whether the input that head starts is a close frame.
-func IsClose(head []byte) bool { return len(head) > 0 && head[0] == CloseHead }

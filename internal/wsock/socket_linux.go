@@ -3,7 +3,6 @@ package wsock
 import (
 	"io"
 	"syscall"
-	"unsafe"
 )
 
 // native: this system has the descriptor calls.
@@ -48,7 +47,7 @@ func ReadFD(fd uintptr, p []byte) int {
 // the end; otherwise n is how many were peeked: 0 at the end or on an
 // error, which a read then reports. An end that arrived before a wait
 // began is seen (its readiness edge may be spent), which asking for the
-// count of waiting bytes (InqFD) would not tell from "nothing yet".
+// count of waiting bytes (TIOCINQ) would not tell from "nothing yet".
 func PeekFD(fd uintptr, p []byte) (n int, wait bool) {
 	for {
 		n, _, err := syscall.Recvfrom(int(fd), p, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
@@ -60,15 +59,4 @@ func PeekFD(fd uintptr, p []byte) (n int, wait bool) {
 		}
 		return max(n, 0), false
 	}
-}
-
-// InqFD is how many received bytes wait to be read on the descriptor
-// (TIOCINQ; 0 when it cannot tell).
-func InqFD(fd uintptr) int {
-	var n int32
-	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
-	if errno != 0 {
-		return 0
-	}
-	return int(n)
 }

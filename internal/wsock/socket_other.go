@@ -14,6 +14,3 @@ func ReadFD(uintptr, []byte) int { return 0 }
 
 // PeekFD is never called here: nothing has arrived.
 func PeekFD(uintptr, []byte) (n int, wait bool) { return 0, true }
-
-// InqFD is never called here: it cannot tell.
-func InqFD(uintptr) int { return 0 }

@@ -18,12 +18,16 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // Conn is one raw client connection. T may be swapped for a subtest's.
 type Conn struct {
 	T  testing.TB
 	WS *websocket.Conn
+	// Binary: the server chose protocol.BinarySubprotocol. Send and Read
+	// still speak JSON: they transcode to and from its binary frames.
+	Binary bool
 }
 
 // Dial connects to url offering subprotocols, and closes the connection
@@ -38,7 +42,18 @@ func Dial(t testing.TB, url string, subprotocols ...string) *Conn {
 	}
 	ws.SetReadLimit(1 << 24)
 	t.Cleanup(func() { ws.CloseNow() })
-	return &Conn{T: t, WS: ws}
+	return &Conn{T: t, WS: ws, Binary: ws.Subprotocol() == protocol.BinarySubprotocol}
+}
+
+// DialBinary is Dial offering only the binary protocol, which the
+// server must choose.
+func DialBinary(t testing.TB, url string) *Conn {
+	t.Helper()
+	c := Dial(t, url, protocol.BinarySubprotocol)
+	if !c.Binary {
+		t.Fatalf("the server did not choose %s", protocol.BinarySubprotocol)
+	}
+	return c
 }
 
 // DialSmallReceive is Dial with the client socket's receive buffer
@@ -85,15 +100,33 @@ func (c *Conn) Send(frame string) {
 func (c *Conn) TrySend(frame string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if c.Binary {
+		b, ok := protocol.JSONToBinary(nil, []byte(frame))
+		if !ok {
+			return false
+		}
+		return c.WS.Write(ctx, websocket.MessageBinary, b) == nil
+	}
 	return c.WS.Write(ctx, websocket.MessageText, []byte(frame)) == nil
 }
 
-// Read reads one frame.
+// Read reads one frame; on a binary connection, a binary frame as the
+// JSON it transcodes to.
 func (c *Conn) Read() ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, b, err := c.WS.Read(ctx)
-	return b, err
+	typ, b, err := c.WS.Read(ctx)
+	if err != nil || !c.Binary {
+		return b, err
+	}
+	if typ != websocket.MessageBinary {
+		return nil, errors.New("a text frame on a binary connection: " + string(b))
+	}
+	js, perr := protocol.BinaryToJSON(nil, b, 0)
+	if perr != nil {
+		return nil, perr
+	}
+	return js, nil
 }
 
 // RecvRaw reads one frame and fails the test on error.

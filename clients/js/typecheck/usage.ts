@@ -2,8 +2,8 @@
 // with tsc --strict --noEmit by the test suite (scripts/test.sh): a
 // declaration that drifts from the client, or an export that goes
 // missing, fails it. It is never run.
-import { backoff, connect, parseRetryAfterMs, RPCError } from "@rtserver/client";
-import type { Client, HistoryResult, NoPosition, Position, PresenceDiff, PublishResult, State, StateInfo, SystemEvent, Transport, Unsubscribe } from "@rtserver/client";
+import { backoff, connect, decodeMsgpack, encodeMsgpack, parseRetryAfterMs, RPCError } from "@rtserver/client";
+import type { BinaryValue, Client, HistoryResult, NoPosition, Position, PresenceDiff, PublishResult, State, StateInfo, SystemEvent, Transport, Unsubscribe } from "@rtserver/client";
 
 interface ChatMessage {
   from: string;
@@ -33,6 +33,19 @@ export async function usage(): Promise<void> {
     onTransport: (t: Transport, info) => console.log(t === "sse", info.failures),
   }).close();
   connect("/ws", { fallback: false }).close();
+
+  // The binary protocol: bytes go as bytes and arrive as a Uint8Array.
+  const bin: Client = connect("/ws", { binary: true });
+  const sized = bin.subscribe<Uint8Array | ChatMessage>("doc:1", (update) => {
+    if (update instanceof Uint8Array) console.log(update.byteLength);
+  });
+  await sized.ready;
+  await bin.publish("doc:1", new Uint8Array([1, 2, 3]));
+  await bin.publishAt("doc:1", { update: new Uint8Array(8) });
+  const packed: Uint8Array = encodeMsgpack({ a: new Uint8Array(2), b: [1, "x", null] });
+  const unpacked: BinaryValue = decodeMsgpack(packed);
+  console.log(unpacked);
+  bin.close();
   const transport: Transport = client.transport;
   console.log(transport);
 
