@@ -162,6 +162,12 @@ func (b *Sharded) PublishControl(key string, data []byte) error {
 	return b.e.publishControl(b.channels[b.partition(key)], key, data)
 }
 
+// PublishNotice sends a notice on key's partition, for the instances
+// that declared interest in key, like Redis.PublishNotice.
+func (b *Sharded) PublishNotice(key string, data []byte) error {
+	return b.e.publishNotice(b.channels[b.partition(key)], key, data)
+}
+
 // Subscribe adds a local reference to topic. When that makes its
 // partition wanted, the partition is SSUBSCRIBEd, and Subscribe waits (at
 // most PingTimeout, and not at all while degraded) for Redis to confirm,

@@ -82,7 +82,7 @@ func (s *Server) newTracker(o PresenceOptions) (*presence.Tracker, error) {
 		Store:  store,
 		Mode:   o.Mode,
 		Send: func(topic string, data []byte) error {
-			return s.bus.PublishControl(presence.Key(topic), data)
+			return s.bus.PublishNotice(presence.Key(topic), data)
 		},
 		Deliver: s.deliverPresence,
 		Interest: func(topic string, on bool) {
@@ -257,7 +257,9 @@ func (c *conn) presenceCall(r *protocol.Request, raw []byte) (json.RawMessage, *
 	return b, nil
 }
 
-// presenceControl takes a diff another instance sent on a presence key.
+// presenceControl takes a diff another instance sent on a presence key:
+// a notice (bus.Bus.PublishNotice), or a control message from an
+// instance that predates notices.
 func (s *Server) presenceControl(key string, data []byte) bool {
 	topic, ok := presence.TopicOfKey(key)
 	if !ok {
