@@ -2,8 +2,6 @@ package bus
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -182,9 +181,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 		e.client, e.ownClient = c, true
 	}
 	if e.id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		e.id = hex.EncodeToString(b[:])
+		e.id = instance.NewID()
 	}
 	if len(e.id) > MaxInstanceIDLen {
 		return nil, fmt.Errorf("bus: instance id longer than %d bytes", MaxInstanceIDLen)

@@ -175,7 +175,7 @@ func (c *Client) PublishAt(ctx context.Context, topic string, data any) (Positio
 	var last error // the last refusal, named when the deadline ends the retries
 	for attempt := 0; ; {
 		var pos Position
-		err := c.Call(ctx, "publish", p, &pos)
+		err := c.Call(ctx, protocol.MethodPublish, p, &pos)
 		if last != nil && ctx.Err() != nil {
 			return Position{}, fmt.Errorf("%w; last refusal: %w", err, last)
 		}

@@ -26,12 +26,16 @@ func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	pol := history.Policy{Size: 100, TTL: time.Minute}
 	var srv *server.Server
 	url, stop := serveServer(t, func() *server.Server {
-		srv = server.New(server.Options{
+		var err error
+		srv, err = server.New(server.Options{
 			History: history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
 				srv.DeliverHistory(topic, epoch, m)
 			}}),
 			HistoryPolicy: func(string) history.Policy { return pol },
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		return srv
 	}())
 	defer stop()
@@ -124,7 +128,11 @@ func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
 // WebSocket URL and how to stop it (before the test's leak check).
 func serveRT(t *testing.T, opts server.Options) (url string, stop func()) {
 	t.Helper()
-	return serveServer(t, server.New(opts))
+	srv, err := server.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveServer(t, srv)
 }
 
 // serveServer is serveRT for a server already built.

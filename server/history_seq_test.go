@@ -184,7 +184,7 @@ func TestHistoryPeriodicCheckPerTopic(t *testing.T) {
 		store := &positionStore{at: map[string]uint64{}, checks: map[string]int{}, fills: map[string]int{}}
 		opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 		opts.HistoryCheckInterval = 5 * time.Second
-		s := New(opts)
+		s := mustNew(t, opts)
 		h := s.hist
 		h.start()
 		defer h.close()

@@ -335,7 +335,7 @@ func TestRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	leakcheck.Check(t)
 	var s *Server
 	mem := memoryStore(&s)
-	s = New(historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
+	s = mustNew(t, historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
 	// Wrapped once the server knows the memory store delivers in the
 	// publisher's call, before anything runs.
 	store := &downStore{Memory: mem}
