@@ -2,17 +2,11 @@ package rtserver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 
-	"github.com/rtserver/rtserver/bus"
-	"github.com/rtserver/rtserver/history"
-	"github.com/rtserver/rtserver/presence"
 	"github.com/rtserver/rtserver/protocol"
 	"github.com/rtserver/rtserver/server"
 	"github.com/rtserver/rtserver/serverapi"
@@ -61,70 +55,16 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// newInstanceID is a single instance's id (with Redis, the bus and the
-// aggregator share theirs).
-func newInstanceID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// errDegraded refuses an API publish while cross-instance delivery is
-// down, before any local subscriber has it: the backend's retry then
-// duplicates nothing.
-var errDegraded = fmt.Errorf("cross-instance delivery is down; retry later: %w", bus.ErrDegraded)
-
-// apiBackend carries out server API calls on this node.
-type apiBackend struct{ n *Node }
-
-func (b apiBackend) Publish(topic string, data json.RawMessage) error {
-	if b.n.server.Degraded() {
-		return errDegraded
-	}
-	return b.n.server.Publish(topic, data)
-}
-
-// PublishAt is Publish with the position of a history topic's message.
-func (b apiBackend) PublishAt(ctx context.Context, topic string, data json.RawMessage, key string) (*history.Position, error) {
-	if b.n.server.Degraded() {
-		return nil, errDegraded
-	}
-	pos, ok, err := b.n.server.PublishHistory(ctx, topic, data, key)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &pos, nil
-}
+// apiBackend carries out server API calls on this node: the node's own
+// verbs (verbs.go), so Go code and the API get the same answers.
+type apiBackend struct{ *Node }
 
 func (b apiBackend) History(ctx context.Context, topic string, since *protocol.Since, limit int) (json.RawMessage, error) {
-	res, err := b.n.server.History(ctx, topic, since, limit)
+	res, err := b.Node.History(ctx, topic, since, limit)
 	if errors.Is(err, server.ErrNoHistory) {
 		return nil, serverapi.ErrNoHistory
 	}
 	return res, err
 }
 
-func (b apiBackend) Disconnect(user string) error { return b.n.server.Disconnect(user) }
-
-func (b apiBackend) Unsubscribe(user, topic string) error {
-	return b.n.server.Unsubscribe(user, topic)
-}
-
-func (b apiBackend) Presence(ctx context.Context, topic, cursor string) (presence.Page, error) {
-	return b.n.server.Presence(ctx, topic, cursor)
-}
-
-func (b apiBackend) PresenceStats(ctx context.Context, topic string) (presence.Stats, error) {
-	return b.n.server.PresenceStats(ctx, topic)
-}
-
-func (b apiBackend) Draining() bool { return b.n.server.Draining() }
-
-func (b apiBackend) Info() serverapi.Info {
-	conns, _ := b.n.server.Counts()
-	info := serverapi.Info{InstanceID: b.n.instanceID, Connections: conns, Topics: b.n.server.Topics(), Instances: 1}
-	if b.n.cluster != nil {
-		info.Instances += b.n.cluster.agg.Stats().Instances
-	}
-	return info
-}
+func (b apiBackend) Draining() bool { return b.server.Draining() }

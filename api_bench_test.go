@@ -25,7 +25,7 @@ import (
 func BenchmarkAPIPublish(b *testing.B) {
 	cfg := quietConfig()
 	cfg.API.Key = "bench-key"
-	_, addr := testnode.Start(b, cfg, func(node *rtserver.Node) {
+	_, addr := testnode.Start(b, cfg, quiet, func(node *rtserver.Node) {
 		node.HandleHTTP("POST /baseline", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")

@@ -32,8 +32,8 @@ func TestAPIWarnsBeyondLoopback(t *testing.T) {
 		var buf bytes.Buffer
 		cfg := rtserver.DefaultConfig()
 		cfg.Listen, cfg.AdminListen, cfg.API.Key = tt.listen, tt.admin, "k"
-		cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
-		if _, err := rtserver.New(cfg); err != nil {
+		deps := rtserver.Deps{Logger: slog.New(slog.NewTextHandler(&buf, nil))}
+		if _, err := rtserver.New(cfg, deps); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Count(buf.String(), "server API is served on the main listener"); got != map[bool]int{true: 1, false: 0}[tt.warn] {
@@ -48,8 +48,8 @@ func TestAPIWarnsBeyondLoopback(t *testing.T) {
 func TestAPIBesideApplicationRoutes(t *testing.T) {
 	cfg := rtserver.DefaultConfig()
 	cfg.API.Key = "k"
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	n, err := rtserver.New(cfg)
+	deps := rtserver.Deps{Logger: slog.New(slog.DiscardHandler)}
+	n, err := rtserver.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +84,12 @@ func TestAPIBesideApplicationRoutes(t *testing.T) {
 func TestAPIOnHistoryTopics(t *testing.T) {
 	cfg := rtserver.DefaultConfig()
 	cfg.API.Key = "k"
-	cfg.Logger = slog.New(slog.DiscardHandler)
+	deps := rtserver.Deps{Logger: slog.New(slog.DiscardHandler)}
 	cfg.Topics.Namespaces = []access.Namespace{{Pattern: "room:*", Rule: access.Rule{
 		Subscribe: []string{access.GrantAny}, Publish: []string{access.GrantAny},
 		History: history.Policy{Size: 10, TTL: time.Minute},
 	}}}
-	n, err := rtserver.New(cfg)
+	n, err := rtserver.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 )
 
 // cluster holds the parts that need Redis: the client, the aggregator and
-// the limiter of cluster-scoped admission parts. The bus and the
-// aggregator share one instance id, so logs and envelopes agree.
+// the limiter of cluster-scoped admission parts. Every part carries the
+// node's one instance id, so logs and envelopes agree.
 //
 // bus.NewClient builds the one client from redis.* (one server, a
 // primary found through Sentinel, or a Redis Cluster); every part here
@@ -32,15 +32,12 @@ type cluster struct {
 	scoped bool
 }
 
-func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
+func newCluster(cfg Config, id string, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
 	client, err := bus.NewClient(cfg.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
-	rates := cfg.PublishRate
-	rates.Metrics = m
-	rates.Logger = log
-	agg, err := publishrate.New(client, mon, rates)
+	agg, err := publishrate.New(cfg.PublishRate, publishrate.Deps{Client: client, Local: mon, InstanceID: id, Metrics: m, Logger: log})
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("rtserver: %w", err)
@@ -49,35 +46,16 @@ func newCluster(cfg Config, m *metrics.Metrics, log *slog.Logger, mon *pressure.
 		client:   client,
 		agg:      agg,
 		limiter:  clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
-		ceilings: clusterrate.NewCeilings(client, clusterrate.CeilingOptions{Prefix: cfg.Redis.ChannelPrefix, InstanceID: agg.InstanceID()}),
+		ceilings: clusterrate.NewCeilings(client, clusterrate.CeilingOptions{Prefix: cfg.Redis.ChannelPrefix, InstanceID: id}),
 		scoped:   cfg.Admission.ClusterScoped(),
 	}, nil
 }
 
-// newBus is the Redis bus of cfg.Bus. One fleet secret signs both kinds
-// of envelope (bus messages and rate envelopes): whoever can forge one
-// could forge the other.
-func (c *cluster) newBus(cfg bus.Config, secret []byte, m *metrics.Metrics, log *slog.Logger) (bus.Bus, error) {
-	ropts := bus.RedisOptions{
-		Client:        c.client,
-		ChannelPrefix: cfg.ChannelPrefix,
-		PublishQueue:  cfg.PublishQueue,
-		PublishWait:   cfg.PublishWait,
-		InstanceID:    c.agg.InstanceID(),
-		Metrics:       m,
-		Logger:        log,
-		HMACSecret:    secret,
-	}
-	var b bus.Bus
-	var err error
-	switch cfg.Bus {
-	case "", "single":
-		b, err = bus.NewRedis(ropts)
-	case "sharded":
-		b, err = bus.NewSharded(bus.ShardedOptions{RedisOptions: ropts, Partitions: cfg.Partitions, Cluster: c.agg})
-	default:
-		err = fmt.Errorf("redis.bus: unknown bus %q (single | sharded)", cfg.Bus)
-	}
+// newBus is the Redis bus of cfg.Bus on the cluster's client. One fleet
+// secret signs both kinds of envelope (bus messages and rate envelopes):
+// whoever can forge one could forge the other.
+func (c *cluster) newBus(cfg bus.Config, id string, secret []byte, m *metrics.Metrics, log *slog.Logger) (bus.Bus, error) {
+	b, err := bus.New(cfg, bus.Deps{Client: c.client, InstanceID: id, HMACSecret: secret, Cluster: c.agg, Metrics: m, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"regexp"
 	"slices"
 	"time"
@@ -52,11 +53,18 @@ type Config struct {
 	Drain       Drain               `yaml:"drain"`
 	Metrics     MetricsConfig       `yaml:"metrics"`
 	Log         Log                 `yaml:"log"`
+}
 
+// Deps are what a node uses beside its configuration: what YAML cannot
+// say. The zero value works.
+type Deps struct {
 	// Registry receives every metric; nil: a new registry.
-	Registry *prometheus.Registry `yaml:"-"`
+	Registry *prometheus.Registry
 	// Logger receives the node's logs; nil: slog.Default().
-	Logger *slog.Logger `yaml:"-"`
+	Logger *slog.Logger
+	// TopicsProxyClient asks topics.proxy.url; nil: a client that follows
+	// no redirects and keeps up to 64 idle connections to the backend.
+	TopicsProxyClient *http.Client
 }
 
 // Auth is connection authentication (auth.*).
@@ -98,7 +106,7 @@ type MetricsConfig struct {
 }
 
 // Log is the process log of the standalone binary (log.*); a Node logs to
-// Config.Logger. NewLogger builds the logger it describes.
+// Deps.Logger. NewLogger builds the logger it describes.
 type Log struct {
 	Format string `yaml:"format" help:"text | json; empty: text"`
 	Level  string `yaml:"level" help:"debug | info | warn | error; empty: info"`
@@ -165,19 +173,14 @@ func (c Config) Validate() error {
 			p.Add(key, "must be host:port, got %q", addr)
 		}
 	}
-	nonNegativeDur := func(key string, d time.Duration) {
-		if d < 0 {
-			p.Add(key, "must not be negative, got %s", d)
-		}
-	}
 	hostPort("listen", c.Listen)
 	hostPort("adminListen", c.AdminListen)
-	nonNegativeDur("http.readHeaderTimeout", c.HTTP.ReadHeaderTimeout)
-	nonNegativeDur("http.readTimeout", c.HTTP.ReadTimeout)
-	nonNegativeDur("http.idleTimeout", c.HTTP.IdleTimeout)
+	p.NonNegativeDuration("http.readHeaderTimeout", c.HTTP.ReadHeaderTimeout)
+	p.NonNegativeDuration("http.readTimeout", c.HTTP.ReadTimeout)
+	p.NonNegativeDuration("http.idleTimeout", c.HTTP.IdleTimeout)
 	p.Join(c.Redis.Validate())
 	p.Join(c.Handshake.Validate())
-	nonNegativeDur("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
+	p.NonNegativeDuration("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
 	p.Join(c.Auth.JWT.Validate())
 	p.Join(c.Topics.Validate())
 	p.Join(c.History.Validate())
@@ -201,7 +204,7 @@ func (c Config) Validate() error {
 	if k := c.API.Key; k != "" && !headerToken(k) {
 		p.Add("api.key", "must be printable ASCII without spaces (it travels in an HTTP header)")
 	}
-	nonNegativeDur("drain.duration", c.Drain.Duration)
+	p.NonNegativeDuration("drain.duration", c.Drain.Duration)
 	if ns := c.Metrics.Namespace; ns != "" && !metricNamespaceRE.MatchString(ns) {
 		p.Add("metrics.namespace", "must match [a-zA-Z_][a-zA-Z0-9_]*, got %q", ns)
 	}

@@ -224,7 +224,7 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 	cfg.Limits.MaxMessageBytes = -5
 	cfg.Topics.Proxy.URL = "http://127.0.0.1:1/grant"
 	cfg.Topics.Proxy.Timeout = 0
-	_, err := rtserver.New(cfg)
+	_, err := rtserver.New(cfg, rtserver.Deps{})
 	var ce *rtserver.ConfigError
 	if !errors.As(err, &ce) {
 		t.Fatalf("New = %v, want a ConfigError", err)

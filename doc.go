@@ -12,7 +12,7 @@
 // handlers with Handle, and serves until a signal (or calls Serve and
 // Shutdown itself, as with an http.Server):
 //
-//	node, err := rtserver.New(rtserver.DefaultConfig())
+//	node, err := rtserver.New(rtserver.DefaultConfig(), rtserver.Deps{})
 //	node.Handle("chat.say", say)
 //	err = rtserver.RunUntilSignal(node, nil) // SIGTERM drains, a second signal stops at once
 //

@@ -20,7 +20,7 @@ import (
 // ErrNotStarted's text: no /readyz 200 while nothing runs behind it.
 func TestHandlerRefusesUntilStarted(t *testing.T) {
 	leakcheck.Check(t)
-	node, err := rtserver.New(quietConfig())
+	node, err := rtserver.New(quietConfig(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestHandlerRefusesUntilStarted(t *testing.T) {
 func TestEmbeddingOwnMuxTLSMiddleware(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := quietConfig()
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,8 @@ import (
 // (docs/protocol.md, "The binary protocol").
 func Example_binary() {
 	cfg := rtserver.DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = 100 * time.Millisecond
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, rtserver.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}

@@ -20,7 +20,6 @@ import (
 // RPC handler, served on a listener of our own, and a client calling it.
 func Example() {
 	cfg := rtserver.DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = 100 * time.Millisecond
 	// admission.classes and admission.methods: chat.* may be called twice
 	// per minute per user (anonymous users are keyed by IP).
@@ -29,7 +28,7 @@ func Example() {
 	}
 	cfg.Admission.Methods = map[string]string{"chat.*": "chat"}
 
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, rtserver.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}

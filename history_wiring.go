@@ -17,7 +17,11 @@ func (n *Node) historyStore(cfg Config, b bus.Bus) (history.Store, error) {
 		return nil, nil
 	}
 	if n.cluster == nil {
-		return history.NewMemory(history.MemoryOptions{Config: cfg.History, Evicted: n.metrics.HistoryEvictions}), nil
+		return history.NewMemory(history.MemoryOptions{
+			Config:  cfg.History,
+			Evicted: n.metrics.HistoryEvictions,
+			Deliver: func(topic, epoch string, m history.Message) { n.server.DeliverHistory(topic, epoch, m) },
+		}), nil
 	}
 	hp, ok := b.(bus.HistoryPublisher)
 	if !ok {
@@ -31,6 +35,7 @@ func (n *Node) historyStore(cfg Config, b bus.Bus) (history.Store, error) {
 		Config:      cfg.History,
 		StoreErrors: n.metrics.HistoryStoreErrors,
 		Logger:      n.log,
+		Down:        b.Degraded,
 	})
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package rtserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/history"
+	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/internal/logx"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
@@ -34,6 +34,8 @@ import (
 // Serve until Shutdown or Close.
 type Node struct {
 	cfg      Config
+	deps     Deps                 // as given to New
+	reg      *prometheus.Registry // Deps.Registry
 	log      *slog.Logger
 	metrics  *metrics.Metrics
 	gate     *handshake.Gate
@@ -69,25 +71,25 @@ type Node struct {
 // for parts built before the server) when Serve starts it.
 // Nothing listens and no goroutine starts until Serve. cfg is validated
 // first: every invalid key is reported at once.
-func New(cfg Config) (*Node, error) {
+func New(cfg Config, deps Deps) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("rtserver: invalid configuration: %w", err)
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
 	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
+	if deps.Registry == nil {
+		deps.Registry = prometheus.NewRegistry()
 	}
-	log := cfg.Logger
+	log := deps.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	// Under a flood the same warning repeats per event (a failing backend,
 	// forged envelopes): one line per kind per interval, with a count.
 	log = slog.New(logx.Limit(log.Handler(), 10*time.Second, nil))
-	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{})}
-	m, err := metrics.New(cfg.Registry, cfg.Metrics.Namespace)
+	n := &Node{cfg: cfg, deps: deps, reg: deps.Registry, log: log, stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{})}
+	m, err := metrics.New(n.reg, cfg.Metrics.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
@@ -104,12 +106,11 @@ func New(cfg Config) (*Node, error) {
 
 	// The cluster parts (Redis client, aggregator, shared limiter) come
 	// before the message tier, which reads them.
-	n.instanceID = newInstanceID()
+	n.instanceID = instance.NewID()
 	if cfg.Redis.URL != "" {
-		if n.cluster, err = newCluster(cfg, n.metrics, log, n.pressure); err != nil {
+		if n.cluster, err = newCluster(cfg, n.instanceID, n.metrics, log, n.pressure); err != nil {
 			return nil, err
 		}
-		n.instanceID = n.cluster.agg.InstanceID()
 	}
 	if err := n.build(); err != nil {
 		if n.cluster != nil {
@@ -151,7 +152,7 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("rtserver: %w", err) // "message: method %q: ..."
 	}
-	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log}); err != nil {
+	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log, ProxyClient: n.deps.TopicsProxyClient}); err != nil {
 		return fmt.Errorf("rtserver: %w", err)
 	}
 
@@ -164,7 +165,7 @@ func (n *Node) build() error {
 
 	var b bus.Bus // nil: the server's in-memory bus
 	if n.cluster != nil {
-		if b, err = n.cluster.newBus(cfg.Redis, cfg.PublishRate.HMACSecret, n.metrics, log); err != nil {
+		if b, err = n.cluster.newBus(cfg.Redis, n.instanceID, cfg.PublishRate.HMACSecret, n.metrics, log); err != nil {
 			return err
 		}
 	}
@@ -173,13 +174,8 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("rtserver: history: %w", err)
 	}
-	popts, err := n.presenceOptions(cfg)
-	if err != nil {
-		return fmt.Errorf("rtserver: presence: %w", err)
-	}
 	limits := cfg.Limits
-	limits.RefreshNotice = cfg.Auth.JWT.RefreshNotice
-	n.server = server.New(server.Options{
+	n.server, err = server.New(server.Options{
 		Config:          limits,
 		Gate:            n.gate,
 		Router:          router,
@@ -190,14 +186,18 @@ func (n *Node) build() error {
 		Fallback:        fallback,
 		Access:          n.access,
 		DrainRetryAfter: cfg.Handshake.RetryAfter,
-		Presence:        popts,
+		RefreshNotice:   cfg.Auth.JWT.RefreshNotice,
+		Presence:        n.presenceOptions(cfg),
 		InstanceID:      n.instanceID,
 		History:         store,
 		HistoryPolicy:   n.historyPolicy(store),
 		HistoryConfig:   cfg.History,
 	})
+	if err != nil {
+		return fmt.Errorf("rtserver: %w", err)
+	}
 
-	metricsHandler := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})
+	metricsHandler := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})
 	n.mux = http.NewServeMux()
 	n.mux.Handle("GET /ws", upgrades{n})
 	// Server-Sent Events and POST for clients WebSocket cannot reach: each
@@ -238,20 +238,6 @@ func (u upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Handle registers an application RPC handler. Call it before Serve.
 func (n *Node) Handle(method string, h server.Handler) { n.server.Handle(method, h) }
-
-// Publish sends data to every subscriber of topic across the fleet (see
-// server.Server.Publish). It skips the message tier and the topic grants.
-func (n *Node) Publish(topic string, data json.RawMessage) error {
-	return n.server.Publish(topic, data)
-}
-
-// Disconnect closes every connection of user on every instance (the server
-// API's disconnect).
-func (n *Node) Disconnect(user string) error { return n.server.Disconnect(user) }
-
-// Unsubscribe removes user's subscriptions to topic on every instance (the
-// server API's unsubscribe).
-func (n *Node) Unsubscribe(user, topic string) error { return n.server.Unsubscribe(user, topic) }
 
 // Admission is the node's message tier, to share its classes with other
 // entry points (message/admithttp, message/admitgrpc).

@@ -39,11 +39,10 @@ func (l *breakableListener) breakNow() {
 	l.Listener.Close()
 }
 
-func quietConfig() rtserver.Config {
-	cfg := rtserver.DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	return cfg
-}
+func quietConfig() rtserver.Config { return rtserver.DefaultConfig() }
+
+// quiet discards the node's logs.
+var quiet = rtserver.Deps{Logger: slog.New(slog.DiscardHandler)}
 
 // A failing listener ends everything Serve started, at once (no drain,
 // though ctx is still live and the drain is an hour long), and Serve
@@ -53,7 +52,7 @@ func TestServeListenerFailureStopsEverything(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := quietConfig()
 	cfg.Drain.Duration = time.Hour
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,7 @@ func TestServeAdminListenFailure(t *testing.T) {
 	defer taken.Close()
 	cfg := quietConfig()
 	cfg.AdminListen = taken.Addr().String()
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +123,7 @@ func TestShutdownStopsCleanly(t *testing.T) {
 	cfg := quietConfig()
 	cfg.AdminListen = "127.0.0.1:0"
 	cfg.Drain.Duration = time.Millisecond
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +162,7 @@ func TestShutdownDeadlineStopsHard(t *testing.T) {
 			leakcheck.Check(t)
 			cfg := quietConfig()
 			cfg.Drain.Duration = time.Hour // only a hard stop ends it within the test
-			node, err := rtserver.New(cfg)
+			node, err := rtserver.New(cfg, quiet)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +219,7 @@ func TestShutdownDeadlineStopsHard(t *testing.T) {
 // release the node, and Serve then refuses.
 func TestCloseAndStopBeforeServe(t *testing.T) {
 	leakcheck.Check(t)
-	node, err := rtserver.New(quietConfig())
+	node, err := rtserver.New(quietConfig(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +245,7 @@ func TestCloseAndStopBeforeServe(t *testing.T) {
 		(*rtserver.Node).Close,
 		func(n *rtserver.Node) error { return n.Shutdown(context.Background()) },
 	} {
-		unserved, err := rtserver.New(quietConfig())
+		unserved, err := rtserver.New(quietConfig(), quiet)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +265,7 @@ func TestCloseAndStopBeforeServe(t *testing.T) {
 // A zero Config runs: each part on its package's zero-value defaults.
 func TestZeroConfigRuns(t *testing.T) {
 	leakcheck.Check(t)
-	node, err := rtserver.New(rtserver.Config{Logger: slog.New(slog.DiscardHandler)})
+	node, err := rtserver.New(rtserver.Config{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

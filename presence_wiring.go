@@ -9,29 +9,23 @@ import (
 // comes from the topic namespaces; the entries live in the process with
 // the memory bus and in Redis with either Redis bus, under the hash tags of
 // the bus partitions. Called once n.access (and n.cluster, with Redis)
-// exist; the store's expiry hook reaches n.server once it does.
-func (n *Node) presenceOptions(cfg Config) (server.PresenceOptions, error) {
+// exist; the server makes the Redis store, with its own expiry hook.
+func (n *Node) presenceOptions(cfg Config) server.PresenceOptions {
 	o := server.PresenceOptions{Config: cfg.Presence}
 	if !n.access.KeepsPresence() {
-		return o, nil
+		return o
 	}
 	o.Mode = func(topic string) presence.Mode {
 		p, jl := n.access.Presence(topic)
 		return presence.Mode{Presence: p, JoinLeave: jl}
 	}
-	if n.cluster == nil {
-		return o, nil
+	if n.cluster != nil {
+		o.Redis = &presence.RedisOptions{
+			Client:        n.cluster.client,
+			ChannelPrefix: cfg.Redis.ChannelPrefix,
+			Partitions:    cfg.Redis.Partitions,
+			TTL:           cfg.Presence.TTL,
+		}
 	}
-	store, err := presence.NewRedisStore(presence.RedisOptions{
-		Client:        n.cluster.client,
-		ChannelPrefix: cfg.Redis.ChannelPrefix,
-		Partitions:    cfg.Redis.Partitions,
-		TTL:           cfg.Presence.TTL,
-		Expired:       func(topic string, gone []presence.Entry) { n.server.PresenceExpired(topic, gone) },
-	})
-	if err != nil {
-		return o, err
-	}
-	o.Store = store
-	return o, nil
+	return o
 }

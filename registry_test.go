@@ -20,19 +20,19 @@ func TestNodesShareARegistryWithoutPanic(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
 	cfg := quietConfig()
-	cfg.Registry = reg
-	if _, err := rtserver.New(cfg); err != nil {
+	deps := rtserver.Deps{Registry: reg, Logger: quiet.Logger}
+	if _, err := rtserver.New(cfg, deps); err != nil {
 		t.Fatalf("a node beside the Go collector: %v", err)
 	}
 
-	_, err := rtserver.New(cfg)
+	_, err := rtserver.New(cfg, deps)
 	var are prometheus.AlreadyRegisteredError
 	if !errors.As(err, &are) {
 		t.Fatalf("a second node under the same names: %v, want an AlreadyRegisteredError", err)
 	}
 
 	cfg.Metrics.Namespace = "second"
-	if _, err := rtserver.New(cfg); err != nil {
+	if _, err := rtserver.New(cfg, deps); err != nil {
 		t.Fatalf("a second node under its own namespace: %v", err)
 	}
 	if _, err := reg.Gather(); err != nil {

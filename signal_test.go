@@ -21,9 +21,8 @@ import (
 func TestRunUntilTwoSignals(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = time.Hour // only the second signal ends it within the test
-	n, err := New(cfg)
+	n, err := New(cfg, Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +61,7 @@ func TestRunUntilTwoSignals(t *testing.T) {
 	}
 	<-conns[1-closed].Done()
 
-	other, err := New(cfg)
+	other, err := New(cfg, Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -203,7 +203,7 @@ func New(cfg Config, deps Deps) (*Checker, error) {
 	c.keepHistory = c.keepHistory || def.History.Enabled()
 	c.keepAny = c.keepAny || c.defKeep != keeps{}
 	if usesProxy {
-		c.proxy = newProxy(cfg.Proxy, m, log)
+		c.proxy = newProxy(cfg.Proxy, deps, m, log)
 	}
 	return c, nil
 }

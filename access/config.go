@@ -58,6 +58,11 @@ type Config struct {
 type Deps struct {
 	Metrics *metrics.Metrics // nil: metrics.NewDiscard()
 	Logger  *slog.Logger     // nil: discard
+	// ProxyClient asks topics.proxy.url; nil = a client that follows no
+	// redirects and keeps up to 64 idle connections to the backend.
+	ProxyClient *http.Client
+
+	now func() time.Time // the proxy answers' cache clock; nil = time.Now
 }
 
 // DefaultConfig is the topics.* defaults of docs/configuration.md.
@@ -118,12 +123,8 @@ type Proxy struct {
 	// connections' answers are never cached (the backend may decide by
 	// connection or client IP).
 	CacheTTL time.Duration `yaml:"cacheTTL" help:"reuse a publish answer for an authenticated user per (user, topic) this long; 0 = ask every time"`
-	// CacheSize is the most cached answers; 0 = 65536.
-	CacheSize int        `yaml:"-"`
-	Fail      FailPolicy `yaml:"fail" help:"what a failed or timed-out question decides: open (allow) | closed (-32005)"`
-	// Client makes the requests; nil = a client that follows no redirects
-	// and keeps up to 64 idle connections to the backend.
-	Client *http.Client `yaml:"-"`
-	// Now is the cache's clock; nil = time.Now.
-	Now func() time.Time `yaml:"-"`
+	Fail     FailPolicy    `yaml:"fail" help:"what a failed or timed-out question decides: open (allow) | closed (-32005)"`
 }
+
+// proxyCacheSize is the most answers the proxy grant keeps (CacheTTL).
+const proxyCacheSize = 65536

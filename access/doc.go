@@ -43,7 +43,7 @@
 //     connection, client IP) at most once at a time: concurrent identical
 //     questions share one request (singleflight);
 //   - with CacheTTL > 0, publish answers for authenticated users are kept
-//     per (user, topic) for that long in a cache of at most CacheSize
+//     per (user, topic) for that long in a cache of at most 65,536
 //     entries (two generations: when the young one is full it replaces
 //     the old one, so memory is bounded and no lookup scans);
 //   - every refused call is counted once in topic_denied_total{action},

@@ -24,40 +24,40 @@ import (
 const maxProxyAnswer = 4 << 10
 
 type proxy struct {
-	cfg   Proxy
-	group singleflight.Group
-	cache *answerCache // nil without CacheTTL
-	errs  map[string]prometheus.Counter
-	log   *slog.Logger
+	cfg    Proxy
+	client *http.Client
+	now    func() time.Time
+	group  singleflight.Group
+	cache  *answerCache // nil without CacheTTL
+	errs   map[string]prometheus.Counter
+	log    *slog.Logger
 	// waiting, when set (tests), is called once a caller waits for the
 	// answer to its question, shared or not.
 	waiting func()
 }
 
-func newProxy(cfg Proxy, m *metrics.Metrics, log *slog.Logger) *proxy {
+func newProxy(cfg Proxy, deps Deps, m *metrics.Metrics, log *slog.Logger) *proxy {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Second
 	}
-	if cfg.CacheSize <= 0 {
-		cfg.CacheSize = 65536
-	}
-	if cfg.Client == nil {
+	client, now := deps.ProxyClient, deps.now
+	if client == nil {
 		// Every question goes to one host: keep enough idle connections
 		// for a burst of them (the default keeps 2, and the rest would be
 		// opened and closed each time).
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64
-		cfg.Client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if now == nil {
+		now = time.Now
 	}
-	p := &proxy{cfg: cfg, errs: map[string]prometheus.Counter{}, log: log}
+	p := &proxy{cfg: cfg, client: client, now: now, errs: map[string]prometheus.Counter{}, log: log}
 	for _, r := range metrics.ProxyErrorReasons {
 		p.errs[r] = m.TopicProxyErrors.WithLabelValues(r)
 	}
 	if cfg.CacheTTL > 0 {
-		p.cache = newAnswerCache(cfg.CacheSize)
+		p.cache = newAnswerCache(proxyCacheSize)
 	}
 	return p
 }
@@ -75,7 +75,7 @@ type question struct {
 func (p *proxy) ask(ctx context.Context, q Question) Decision {
 	cacheable := p.cache != nil && q.Action == Publish && q.User != ""
 	if cacheable {
-		if allow, ok := p.cache.get(q.User, q.Topic, p.cfg.Now()); ok {
+		if allow, ok := p.cache.get(q.User, q.Topic, p.now()); ok {
 			return decisionOf(allow)
 		}
 	}
@@ -87,7 +87,7 @@ func (p *proxy) ask(ctx context.Context, q Question) Decision {
 	ch := p.group.DoChan(key, func() (any, error) {
 		allow, err := p.post(body)
 		if err == nil && cacheable {
-			p.cache.put(q.User, q.Topic, allow, p.cfg.Now().Add(p.cfg.CacheTTL))
+			p.cache.put(q.User, q.Topic, allow, p.now().Add(p.cfg.CacheTTL))
 		}
 		return allow, err
 	})
@@ -138,7 +138,7 @@ func (p *proxy) do(q question) (allow bool, reason string, err error) {
 		return false, metrics.ProxyErrorTransport, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := p.cfg.Client.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return false, transportReason(err), err
 	}

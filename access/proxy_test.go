@@ -51,11 +51,22 @@ func newBackend(t *testing.T, answer func(w http.ResponseWriter, q question)) *b
 
 func proxyChecker(t *testing.T, p Proxy) (*Checker, *metrics.Metrics) {
 	t.Helper()
-	return newChecker(t, Config{
+	return proxyCheckerAt(t, p, nil)
+}
+
+// proxyCheckerAt is proxyChecker with its answers' cache on the clock now.
+func proxyCheckerAt(t *testing.T, p Proxy, now func() time.Time) (*Checker, *metrics.Metrics) {
+	t.Helper()
+	m := metrics.NewDiscard()
+	c, err := New(Config{
 		Namespaces: []Namespace{{Pattern: "p:*", Rule: Rule{Subscribe: []string{"proxy"}, Publish: []string{"proxy"}}}},
 		Default:    &Rule{},
 		Proxy:      p,
-	})
+	}, Deps{Metrics: m, now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, m
 }
 
 var alice = Question{Topic: "p:room", User: "alice", ConnID: 42, IP: netip.MustParseAddr("2001:db8::7")}
@@ -249,7 +260,7 @@ func TestProxyCache(t *testing.T) {
 	})
 	var now atomic.Int64
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	c, _ := proxyChecker(t, Proxy{URL: b.URL, Timeout: time.Minute, CacheTTL: 10 * time.Second, Now: clock})
+	c, _ := proxyCheckerAt(t, Proxy{URL: b.URL, Timeout: time.Minute, CacheTTL: 10 * time.Second}, clock)
 	asks := func() int64 { return b.requests.Load() }
 
 	// Publish answers are reused per (user, topic) until they expire...

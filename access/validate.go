@@ -89,8 +89,5 @@ func (cfg Config) Validate() error {
 	if pr.CacheTTL < 0 {
 		bad("topics.proxy.cacheTTL", "must not be negative, got %s", pr.CacheTTL)
 	}
-	if pr.CacheSize < 0 {
-		bad("topics.proxy.cacheSize", "must not be negative, got %d", pr.CacheSize)
-	}
 	return errors.Join(errs...)
 }

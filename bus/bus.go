@@ -16,6 +16,13 @@ type Receiver interface {
 	// key, data is valid JSON. The messages of one key arrive in order.
 	// Like Deliver, it must not block for long.
 	DeliverControl(key string, data []byte)
+	// DeliverNotice hands over a notice sent by another instance's
+	// PublishNotice (see notice.go): key is a valid control key, data is
+	// valid JSON. Unlike a control message, a notice is not single use:
+	// the same one may arrive twice within the signed envelope's replay
+	// window, so it must carry nothing that acts on a user. Like Deliver,
+	// it must not block for long.
+	DeliverNotice(key string, data []byte)
 	// Gap reports that messages on topic from other instances were lost
 	// here (this instance fell behind what Redis pushed): it comes after
 	// the topic's messages that went before the loss and before any that
@@ -65,6 +72,13 @@ type Bus interface {
 	// reach every instance). key is reserved, e.g. UserKey(user). Like
 	// Publish, it waits, bounded, and returns the same errors.
 	PublishControl(key string, data []byte) error
+	// PublishNotice sends information keyed like a control message (a
+	// reserved key, e.g. a presence topic's) to the other instances that
+	// declared interest in key, unnumbered and in the data messages'
+	// lane, so that no amount of it delays a control message (see
+	// notice.go). Like Publish, it waits, bounded, and returns the same
+	// errors.
+	PublishNotice(key string, data []byte) error
 	// Subscribe and Unsubscribe declare this instance's interest in a topic:
 	// the hub calls Subscribe when a topic gets its first local subscriber
 	// and Unsubscribe when it loses its last. Buses that carry every topic

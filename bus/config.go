@@ -34,9 +34,19 @@ type Sentinel struct {
 	Password string   `yaml:"password" help:"password of the Sentinels (requirepass in sentinel.conf), which may differ from the primary's in redis.url; empty: none"`
 }
 
+// Defaults of redis.* that other packages share: the Redis keys of
+// presence, history and the shared limiters live under the bus's prefix
+// and partitions.
+const (
+	// DefaultPartitions is redis.partitions' default, and what 0 means.
+	DefaultPartitions = 16
+	// DefaultChannelPrefix is redis.channelPrefix's default.
+	DefaultChannelPrefix = "rt:"
+)
+
 // DefaultConfig is the redis.* defaults of docs/configuration.md.
 func DefaultConfig() Config {
-	return Config{Bus: "single", Partitions: 16, ChannelPrefix: "rt:", PublishQueue: defaultQueueSize, PublishWait: defaultPublishWait}
+	return Config{Bus: "single", Partitions: DefaultPartitions, ChannelPrefix: DefaultChannelPrefix, PublishQueue: defaultQueueSize, PublishWait: defaultPublishWait}
 }
 
 // Validate reports every invalid redis.* value at once, naming each key.
@@ -71,7 +81,7 @@ func (c Config) Validate() error {
 		p.Add("redis.bus", "must be single or sharded, got %q", c.Bus)
 	}
 	if c.Partitions < 0 {
-		p.Add("redis.partitions", "must not be negative (0 = 16), got %d", c.Partitions)
+		p.Add("redis.partitions", "must not be negative (0 = %d), got %d", DefaultPartitions, c.Partitions)
 	}
 	if c.PublishQueue < 0 {
 		p.Add("redis.publishQueue", "must not be negative (0 = 8192), got %d", c.PublishQueue)

@@ -72,11 +72,7 @@ func validControlKey(key string) bool {
 
 // appendControl appends the control envelope of one message to dst.
 func appendControl(dst []byte, instance, key string, seq uint64, data []byte) []byte {
-	dst = append(dst, controlVersion)
-	dst = appendUvarint(dst, uint64(len(instance)))
-	dst = append(dst, instance...)
-	dst = appendUvarint(dst, uint64(len(key)))
-	dst = append(dst, key...)
+	dst = appendHeader(dst, controlVersion, instance, key)
 	dst = binary.BigEndian.AppendUint64(dst, seq)
 	return append(dst, data...)
 }
@@ -118,7 +114,7 @@ func (e *engine) publishControl(channel, key string, data []byte) error {
 			return ErrDegraded
 		}
 	}
-	return e.enqueue(channel, key, data, seqLen, func(dst []byte, instance, key string, data []byte) []byte {
+	return e.enqueue(e.ctlOut, channel, key, data, seqLen, func(dst []byte, instance, key string, data []byte) []byte {
 		return appendControl(dst, instance, key, seq, data)
 	})
 }

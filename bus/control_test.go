@@ -1,13 +1,16 @@
 package bus
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 func TestControlEnvelopeRoundTrip(t *testing.T) {
@@ -208,5 +211,118 @@ func TestControlFloorNeverGoesDown(t *testing.T) {
 	}
 	if !g.admit(&f, "a", 101, 0, 0, waitLimit) || g.admit(&f, "a", 101, 0, 0, waitLimit) {
 		t.Error("number 101 not admitted exactly once")
+	}
+}
+
+// noticeJam is a recorder whose notices wait until release: a receiving
+// instance whose data workers are all stuck behind a flood of notices.
+type noticeJam struct {
+	*recorder
+	release chan struct{}
+}
+
+func (r *noticeJam) DeliverNotice(key string, data []byte) {
+	<-r.release
+	r.recorder.DeliverNotice(key, data)
+}
+
+// TestControlNotDrownedByNotices: a flood of notices (presence diffs) that
+// jams every data worker of the receiver and overflows their queues
+// leaves control messages untouched: each arrives, once, through their
+// own lane, and none is refused as replayed.
+func TestControlNotDrownedByNotices(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	oa, ob := testOptions(c, "a"), testOptions(c, "b")
+	oa.HMACSecret, ob.HMACSecret = secret, secret
+	ob.DeliverQueueSize = 1 // one waiting message per worker
+	a, _ := startRedis(t, oa)
+	b, err := NewRedis(ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := &noticeJam{recorder: newRecorder(), release: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Start(ctx, rb); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var once sync.Once
+	free := func() { once.Do(func() { close(rb.release) }) }
+	defer free() // before Close, or a failure would wait on the jam
+	if err := a.PublishNotice("room", []byte(`1`)); err != ErrBadTopic {
+		t.Errorf("PublishNotice(unreserved) = %v, want ErrBadTopic", err)
+	}
+
+	n := 4 * len(b.e.workers)
+	for i := range n {
+		if err := a.PublishNotice(fmt.Sprintf("__presence:room%d", i), []byte(`{"joins":[]}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, waitLimit, "notices dropped by jammed workers", func() bool { return dropped(b.e.m, DropSlowRecv) > 0 })
+	var want []got
+	for i := range 3 {
+		d := fmt.Sprintf(`{"op":"disconnect","n":%d}`, i)
+		if err := a.PublishControl(UserKey("alice"), []byte(d)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, got{"control " + UserKey("alice"), d})
+	}
+	if msgs := rb.awaitMsgs(t, 3); !slices.Equal(msgs, want) {
+		t.Errorf("with every data worker jammed, got %v, want %v", msgs, want)
+	}
+	if m := dropped(b.e.m, DropMalformed); m != 0 {
+		t.Errorf("%v received envelopes dropped as malformed or replayed", m)
+	}
+	free()
+	rb.await(t, "the notices left in the queues", func(m []got, _ []bool) bool {
+		return len(m) == 3+n-int(dropped(b.e.m, DropSlowRecv))
+	})
+	msgs, _ := rb.snapshot()
+	for _, m := range msgs[3:] {
+		if !strings.HasPrefix(m.topic, "notice __presence:room") {
+			t.Fatalf("after the control messages: %v", m)
+		}
+	}
+	a.Close()
+	b.Close()
+	noBusGoroutines(t)
+}
+
+func TestNoticeEnvelopeRoundTrip(t *testing.T) {
+	env := appendNotice(nil, "a", "__presence:room", []byte(`{"joins":[]}`))
+	key, data, own, reason := decodeNotice(string(env), "b", DefaultMaxEnvelopeBytes)
+	if own || reason != "" || key != "__presence:room" || data != `{"joins":[]}` {
+		t.Fatalf("decode = %q %q own=%v reason=%q", key, data, own, reason)
+	}
+	// Neither the data nor the control decoder takes a notice, and the
+	// notice decoder takes neither of them.
+	if _, _, _, reason := decodeEnvelope(string(env), "b", DefaultMaxEnvelopeBytes); reason != DropMalformed {
+		t.Errorf("decodeEnvelope(notice) reason %q, want malformed", reason)
+	}
+	if _, _, _, _, _, reason := decodeControl(string(env), "b", DefaultMaxEnvelopeBytes); reason != DropMalformed {
+		t.Errorf("decodeControl(notice) reason %q, want malformed", reason)
+	}
+	ctl := appendControl(nil, "a", UserKey("u"), 1, []byte(`1`))
+	if _, _, _, reason := decodeNotice(string(ctl), "b", DefaultMaxEnvelopeBytes); reason != DropMalformed {
+		t.Errorf("decodeNotice(control) reason %q, want malformed", reason)
+	}
+	if _, _, _, reason := decodeNotice(string(appendNotice(nil, "a", "room", []byte(`1`))), "b", DefaultMaxEnvelopeBytes); reason != DropBadTopic {
+		t.Errorf("decodeNotice(unreserved key) reason %q, want bad_topic", reason)
+	}
+}
+
+func TestNoticeMemory(t *testing.T) {
+	broker := NewMemoryBroker()
+	a, _ := started(t, NewMemory(broker, nil), nil)
+	_, rb := started(t, NewMemory(broker, nil), nil)
+	if err := a.PublishNotice("__presence:r", []byte(`1`)); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := rb.awaitMsgs(t, 1); msgs[0] != (got{"notice __presence:r", "1"}) {
+		t.Errorf("got %v", msgs)
 	}
 }

@@ -41,12 +41,17 @@ var ErrTooLarge = errors.New("bus: message over the envelope size cap")
 
 // appendEnvelope appends the envelope of one message to dst.
 func appendEnvelope(dst []byte, instance, topic string, data []byte) []byte {
-	dst = append(dst, envelopeVersion)
+	return append(appendHeader(dst, envelopeVersion, instance, topic), data...)
+}
+
+// appendHeader appends the header every envelope kind shares: version,
+// instance id and topic (or key).
+func appendHeader(dst []byte, version byte, instance, topic string) []byte {
+	dst = append(dst, version)
 	dst = appendUvarint(dst, uint64(len(instance)))
 	dst = append(dst, instance...)
 	dst = appendUvarint(dst, uint64(len(topic)))
-	dst = append(dst, topic...)
-	return append(dst, data...)
+	return append(dst, topic...)
 }
 
 func envelopeLen(instance, topic string, data []byte) int {

@@ -17,6 +17,9 @@ func (p printer) Gap(topic string)                  { fmt.Printf("%s lost messag
 func (p printer) DeliverControl(key string, data []byte) {
 	fmt.Printf("%s got control %s %s\n", p, key, data)
 }
+func (p printer) DeliverNotice(key string, data []byte) {
+	fmt.Printf("%s got notice %s %s\n", p, key, data)
+}
 
 // Two instances in one process on a MemoryBroker, as if they shared a
 // Redis: what one publishes reaches the other, never itself (its own

@@ -11,5 +11,5 @@ package bus
 // bus itself. The single-channel bus has no partitions; its instances use
 // the same tags so their keys spread evenly over a cluster's slots too.
 func KeyTag(prefix, topic string, partitions int) string {
-	return PartitionChannel(prefix, Partition(topic, orDefault(partitions, defaultPartitions)))
+	return PartitionChannel(prefix, Partition(topic, orDefault(partitions, DefaultPartitions)))
 }

@@ -65,6 +65,16 @@ func (b *Memory) PublishControl(key string, data []byte) error {
 	return nil
 }
 
+// PublishNotice hands a notice to every sibling's Receiver,
+// synchronously.
+func (b *Memory) PublishNotice(key string, data []byte) error {
+	if !validControlKey(key) {
+		return ErrBadTopic
+	}
+	b.each(func(r Receiver) { r.DeliverNotice(key, data) })
+	return nil
+}
+
 // each calls f with every sibling's Receiver, in the broker's order.
 func (b *Memory) each(f func(Receiver)) {
 	if b.broker == nil {

@@ -63,6 +63,12 @@ func (b *Redis) PublishControl(key string, data []byte) error {
 	return b.e.publishControl(b.channel, key, data)
 }
 
+// PublishNotice sends a notice to every other instance, on the one
+// channel, like Publish (with its errors): see notice.go.
+func (b *Redis) PublishNotice(key string, data []byte) error {
+	return b.e.publishNotice(b.channel, key, data)
+}
+
 // Subscribe does nothing: every topic is on the one channel.
 func (b *Redis) Subscribe(string) {}
 

@@ -26,6 +26,7 @@ func (r *countingReceiver) Deliver(string, []byte) {
 func (r *countingReceiver) BusState(bool)                          {}
 func (r *countingReceiver) Gap(string)                             {}
 func (r *countingReceiver) DeliverControl(key string, data []byte) { r.Deliver(key, data) }
+func (r *countingReceiver) DeliverNotice(key string, data []byte)  { r.Deliver(key, data) }
 
 // BenchmarkRedisThroughput publishes through a real redis-server from
 // one bus, 64 publishers at once (each waits for Redis to take its

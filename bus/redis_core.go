@@ -2,8 +2,6 @@ package bus
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -95,6 +94,12 @@ const (
 	defaultWriters      = 4
 	defaultPingInterval = time.Second
 	defaultPingTimeout  = 500 * time.Millisecond
+	// controlQueue bounds the control messages (disconnect, unsubscribe)
+	// waiting for a writer, and those received and not yet handed to the
+	// Receiver: their own budget, apart from data and notices, so that
+	// no other traffic can take their room (control.go, notice.go). A
+	// server API sends one per call.
+	controlQueue = 4096
 	// opTimeout bounds one pipelined write. A write that takes longer marks
 	// the bus degraded; the queue behind it fills and drops (counted).
 	opTimeout = 3 * time.Second
@@ -148,8 +153,10 @@ type engine struct {
 	pubMu  sync.RWMutex
 	closed bool
 	queue  chan outMsg
+	ctlOut chan outMsg // control messages: their own queue, served first
 
 	workers []chan inMsg // received messages, by topic hash
+	ctlIn   chan inMsg   // received control messages: their own worker
 	health  health
 
 	ctx        context.Context // cancelled by close
@@ -174,9 +181,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 		e.client, e.ownClient = c, true
 	}
 	if e.id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		e.id = hex.EncodeToString(b[:])
+		e.id = instance.NewID()
 	}
 	if len(e.id) > MaxInstanceIDLen {
 		return nil, fmt.Errorf("bus: instance id longer than %d bytes", MaxInstanceIDLen)
@@ -201,7 +206,9 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	e.pingWait = orDefault(o.PingTimeout, defaultPingTimeout)
 	e.pinger1 = newPingClient(e.client, e.pingWait)
 	e.queue = make(chan outMsg, orDefault(o.PublishQueue, defaultQueueSize))
+	e.ctlOut = make(chan outMsg, controlQueue)
 	e.workers = newWorkerQueues(orDefault(o.DeliverQueueSize, defaultDeliverQueue))
+	e.ctlIn = make(chan inMsg, controlQueue)
 	e.writerStop = make(chan struct{})
 	e.firstPing = make(chan struct{})
 	e.pingSoon = make(chan struct{}, 1)
@@ -243,7 +250,7 @@ func (e *engine) start(r Receiver, startLoops func()) error {
 	e.health.mu.Lock()
 	e.health.recv = r
 	e.health.mu.Unlock()
-	e.bg.Add(1 + e.writers + len(e.workers))
+	e.bg.Add(2 + e.writers + len(e.workers))
 	for range e.writers {
 		go e.writer()
 	}
@@ -251,6 +258,7 @@ func (e *engine) start(r Receiver, startLoops func()) error {
 	for _, q := range e.workers {
 		go e.worker(q, r)
 	}
+	go e.worker(e.ctlIn, r)
 	startLoops()
 	return nil
 }
@@ -295,6 +303,7 @@ func (e *engine) close(stopLoops func()) error {
 	for _, q := range e.workers {
 		close(q)
 	}
+	close(e.ctlIn)
 	if started {
 		close(e.writerStop)
 	} else {
@@ -304,6 +313,9 @@ func (e *engine) close(stopLoops func()) error {
 		for {
 			select {
 			case m := <-e.queue:
+				e.answer(m, ErrDegraded)
+				continue
+			case m := <-e.ctlOut:
 				e.answer(m, ErrDegraded)
 				continue
 			default:

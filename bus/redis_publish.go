@@ -29,13 +29,13 @@ func (e *engine) publish(channel, topic string, data []byte) error {
 		e.dropBadTopic.Inc()
 		return ErrBadTopic
 	}
-	return e.enqueue(channel, topic, data, 0, appendEnvelope)
+	return e.enqueue(e.queue, channel, topic, data, 0, appendEnvelope)
 }
 
 // enqueue encodes one envelope with encode (extra bytes longer than a data
-// envelope), queues it (waiting at most e.wait for room) and waits for a
-// writer's answer: nil once Redis has taken it.
-func (e *engine) enqueue(channel, topic string, data []byte, extra int, encode func(dst []byte, instance, topic string, data []byte) []byte) error {
+// envelope), queues it on q (waiting at most e.wait for room) and waits
+// for a writer's answer: nil once Redis has taken it.
+func (e *engine) enqueue(q chan outMsg, channel, topic string, data []byte, extra int, encode func(dst []byte, instance, topic string, data []byte) []byte) error {
 	n := envelopeLen(e.id, topic, data) + extra
 	if e.signer != nil {
 		n += stampLen + sigLen
@@ -54,14 +54,14 @@ func (e *engine) enqueue(channel, topic string, data []byte, extra int, encode f
 	if e.signer != nil {
 		m.env = e.signer.sign(m.env)
 	}
-	return e.send1(m)
+	return e.send1(q, m)
 }
 
-// send1 queues m and waits for its answer.
-func (e *engine) send1(m outMsg) error {
+// send1 queues m on q and waits for its answer.
+func (e *engine) send1(q chan outMsg, m outMsg) error {
 	p := pendingPool.Get().(*pending)
 	m.done = p
-	if err := e.queueUp(m); err != nil {
+	if err := e.queueUp(q, m); err != nil {
 		pendingPool.Put(p)
 		return err
 	}
@@ -72,15 +72,15 @@ func (e *engine) send1(m outMsg) error {
 	return err
 }
 
-// queueUp puts m on the queue, waiting at most e.wait for room.
-func (e *engine) queueUp(m outMsg) error {
+// queueUp puts m on q, waiting at most e.wait for room.
+func (e *engine) queueUp(q chan outMsg, m outMsg) error {
 	e.pubMu.RLock()
 	defer e.pubMu.RUnlock()
 	if e.closed {
 		return ErrClosed
 	}
 	select {
-	case e.queue <- m:
+	case q <- m:
 		return nil
 	default:
 	}
@@ -88,7 +88,7 @@ func (e *engine) queueUp(m outMsg) error {
 		t := time.NewTimer(e.wait)
 		defer t.Stop()
 		select {
-		case e.queue <- m:
+		case q <- m:
 			return nil
 		case <-t.C:
 		}
@@ -104,19 +104,18 @@ func (e *engine) answer(m outMsg, err error) {
 	}
 }
 
-// writer drains the publish queue, up to batch messages per round trip.
-// Several writers run at once, each round trip on its own connection: a
-// publisher waits for its own message, so it has one in flight at a time
-// and its messages cannot overtake each other.
+// writer drains the publish queues, up to batch messages per round trip,
+// control messages first: a full data queue (data and notices) delays a
+// control message by at most the round trip in flight. Several writers
+// run at once, each round trip on its own connection: a publisher waits
+// for its own message, so it has one in flight at a time and its
+// messages cannot overtake each other.
 func (e *engine) writer() {
 	defer e.bg.Done()
 	batch := make([]outMsg, 0, e.batch)
 	for {
-		select {
-		case m := <-e.queue:
-			batch = e.fill(append(batch[:0], m))
-			e.send(batch)
-		case <-e.writerStop:
+		m, ok := e.next()
+		if !ok {
 			// Publish can no longer queue (closed): flush what is left.
 			for {
 				batch = e.fill(batch[:0])
@@ -126,12 +125,39 @@ func (e *engine) writer() {
 				e.send(batch)
 			}
 		}
+		batch = e.fill(append(batch[:0], m))
+		e.send(batch)
 	}
 }
 
-// fill adds queued messages to batch, without waiting, up to its size.
+// next waits for a message to send, a control message first; false once
+// the writers are told to stop.
+func (e *engine) next() (outMsg, bool) {
+	select {
+	case m := <-e.ctlOut:
+		return m, true
+	default:
+	}
+	select {
+	case m := <-e.ctlOut:
+		return m, true
+	case m := <-e.queue:
+		return m, true
+	case <-e.writerStop:
+		return outMsg{}, false
+	}
+}
+
+// fill adds queued messages to batch, without waiting, up to its size:
+// control messages first.
 func (e *engine) fill(batch []outMsg) []outMsg {
 	for len(batch) < e.batch {
+		select {
+		case m := <-e.ctlOut:
+			batch = append(batch, m)
+			continue
+		default:
+		}
 		select {
 		case m := <-e.queue:
 			batch = append(batch, m)

@@ -98,8 +98,8 @@ func (in *inbound) handle(p string) {
 		self = "" // a position envelope comes back to its sender on purpose
 	}
 	version := byte(envelopeVersion)
-	if len(p) > 0 && p[0] == controlVersion {
-		version = controlVersion
+	if len(p) > 0 && (p[0] == controlVersion || p[0] == noticeVersion) {
+		version = p[0]
 	}
 	// The header is read before the signature is checked: it only picks
 	// the worker; the worker checks everything.
@@ -117,6 +117,17 @@ func (in *inbound) handle(p string) {
 	if in.accept != nil && !in.accept(topic) {
 		// Another topic (or control key) hashed into the same
 		// partition: not a drop.
+		return
+	}
+	if version == controlVersion && offset == 0 {
+		// Control messages have a worker and a budget of their own: no
+		// flood of data or notices takes their room (notice.go).
+		select {
+		case e.ctlIn <- inMsg{payload: p, topic: topic, in: in}:
+		default:
+			e.dropSlowRecv.Inc()
+			e.log.Warn("bus: dropped a received control message: its queue is full", "reason", DropSlowRecv, "key", topic)
+		}
 		return
 	}
 	w := workerOf(topic, len(e.workers))
@@ -228,16 +239,19 @@ func (e *engine) receive(m inMsg, r Receiver, h Holder) {
 		p, stamp = env, st
 	}
 	control := isControl(p)
+	notice := len(p) > 0 && p[0] == noticeVersion
 	var topic, data string
 	var own bool
 	var reason string
 	var seq uint64
 	var sender string
 	switch {
-	case control && m.offset > 0:
-		reason = DropMalformed // no control message has a position
+	case (control || notice) && m.offset > 0:
+		reason = DropMalformed // no control message or notice has a position
 	case control:
 		sender, topic, seq, data, own, reason = decodeControl(p, e.id, e.maxEnv)
+	case notice:
+		topic, data, own, reason = decodeNotice(p, e.id, e.maxEnv)
 	case m.offset > 0:
 		topic, data, own, reason = decodeEnvelope(p, "", e.maxEnv) // our own too (position.go)
 	default:
@@ -264,6 +278,10 @@ func (e *engine) receive(m inMsg, r Receiver, h Holder) {
 	e.m.BusReceived.Inc()
 	if control {
 		r.DeliverControl(strings.Clone(topic), buf)
+		return
+	}
+	if notice {
+		r.DeliverNotice(strings.Clone(topic), buf)
 		return
 	}
 	if m.offset > 0 {

@@ -49,6 +49,10 @@ func (r *recorder) Deliver(topic string, data []byte) {
 // "control " + key, so tests see its order among data messages.
 func (r *recorder) DeliverControl(key string, data []byte) { r.Deliver("control "+key, data) }
 
+// DeliverNotice records a notice as a message whose topic is "notice " +
+// key.
+func (r *recorder) DeliverNotice(key string, data []byte) { r.Deliver("notice "+key, data) }
+
 // Gap records a gap as a message whose topic is "gap " + topic.
 func (r *recorder) Gap(topic string) { r.Deliver("gap "+topic, nil) }
 

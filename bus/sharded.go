@@ -37,8 +37,6 @@ type ShardedOptions struct {
 	Cluster SubscriberCounter
 }
 
-const defaultPartitions = 16
-
 // Sharded is the sharded Redis bus (redis.bus: sharded), for Redis 7+ and
 // Redis Cluster. A topic belongs to partition FNV-1a-32(topic) mod
 // Partitions; partition N travels on the shard channel
@@ -80,7 +78,7 @@ func NewSharded(opts ShardedOptions) (*Sharded, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := orDefault(opts.Partitions, defaultPartitions)
+	n := orDefault(opts.Partitions, DefaultPartitions)
 	b := &Sharded{
 		e:        e,
 		channels: make([]string, n),
@@ -162,6 +160,12 @@ func (b *Sharded) Publish(topic string, data []byte) error {
 // Redis.PublishControl.
 func (b *Sharded) PublishControl(key string, data []byte) error {
 	return b.e.publishControl(b.channels[b.partition(key)], key, data)
+}
+
+// PublishNotice sends a notice on key's partition, for the instances
+// that declared interest in key, like Redis.PublishNotice.
+func (b *Sharded) PublishNotice(key string, data []byte) error {
+	return b.e.publishNotice(b.channels[b.partition(key)], key, data)
 }
 
 // Subscribe adds a local reference to topic. When that makes its

@@ -242,7 +242,7 @@ func (c *Client) dispatch() {
 			if c.opts.OnRecovery != nil {
 				c.opts.OnRecovery(d.topic, d.recovered, d.event)
 			}
-		case "presence":
+		case protocol.NotifyPresence:
 			c.presenceDiff(d.data)
 		}
 	}

@@ -32,6 +32,9 @@ type Client struct {
 
 	mu   sync.Mutex
 	conn *conn // nil while not Connected
+	// up, when not nil, is closed when the next connection is Connected:
+	// what awaitLive waits on (made by the first waiter).
+	up   chan struct{}
 	subs map[string]*Subscription
 	err  error // why the client closed on its own; set before done is closed
 }
@@ -70,6 +73,35 @@ func Dial(ctx context.Context, url string, opts *Options) (*Client, error) {
 	go c.dispatch()
 	go c.run(cn)
 	return c, nil
+}
+
+// awaitLive waits until the client has a live connection (at once when
+// it has one), ctx ends, or the client closes for good.
+func (c *Client) awaitLive(ctx context.Context) error {
+	c.mu.Lock()
+	if cn := c.conn; cn != nil {
+		select {
+		case <-cn.done:
+			// Dropped and not yet cleared by the run loop: up is closed
+			// only by the next connection, so waiting on it is right.
+		default:
+			c.mu.Unlock()
+			return nil
+		}
+	}
+	if c.up == nil {
+		c.up = make(chan struct{})
+	}
+	up := c.up
+	c.mu.Unlock()
+	select {
+	case <-up:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
+	}
 }
 
 // State returns the current state.
@@ -195,6 +227,10 @@ func (c *Client) reconnect(hint time.Duration) *conn {
 			if err = c.resubscribe(cn); err == nil {
 				c.mu.Lock()
 				c.conn = cn
+				if c.up != nil {
+					close(c.up)
+					c.up = nil
+				}
 				c.mu.Unlock()
 				c.setState(Connected, nil)
 				return cn

@@ -278,7 +278,7 @@ func (c *Client) notification(cn *conn, m *inbound) bool {
 		}
 		c.systemEvent(p.Event, p.Topic)
 		d.event, d.data = p.Event, m.Params
-	case "presence":
+	case protocol.NotifyPresence:
 		d.data = m.Params
 	default:
 		c.opts.Logger.Debug("rtclient: ignoring notification", "method", m.Method)

@@ -22,9 +22,8 @@ import (
 // returns its WebSocket URL and a function that drains and stops it.
 func startNode() (url string, stop func()) {
 	cfg := rtserver.DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = 50 * time.Millisecond
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, rtserver.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}
@@ -119,13 +118,12 @@ func ExampleOptions() {
 // docs/presence.md).
 func startHistoryNode() (url string, stop func()) {
 	cfg := rtserver.DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = 50 * time.Millisecond
 	cfg.Topics.Namespaces = []access.Namespace{{Pattern: "room:*", Rule: access.Rule{
 		Subscribe: []string{access.GrantAny}, Publish: []string{access.GrantAny},
 		Presence: true, History: history.Policy{Size: 100, TTL: 5 * time.Minute},
 	}}}
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, rtserver.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -154,12 +153,14 @@ func (c *Client) resync(topic string) {
 }
 
 // PublishAt publishes data on topic with an idempotency key of its own,
-// and retries with the same key when the connection drops before the
-// answer or the server sheds the call (-32001, after its retry hint),
-// until ctx ends: on a history topic, the message is stored and
-// delivered once however often it is sent. It returns the message's
-// position (the zero Position on a topic without history, where a retry
-// after a lost answer may deliver twice).
+// and retries with the same key until ctx ends: when the connection drops
+// before the answer, on the next connection as soon as it is up (however
+// long the outage took, the retries' backoff does not grow with it); when
+// the server sheds the call (-32001: BUS, HISTORY_UNAVAILABLE, ...), after
+// its retry hint (at most twice the hint). On a history topic the message
+// is stored and delivered once however often it is sent. It returns the
+// message's position (the zero Position on a topic without history, where
+// a retry after a lost answer may deliver twice).
 func (c *Client) PublishAt(ctx context.Context, topic string, data any) (Position, error) {
 	if reason := protocol.CheckTopic(topic); reason != "" {
 		return Position{}, protocol.NewError(protocol.CodeInvalidParams, reason, nil)
@@ -172,28 +173,38 @@ func (c *Client) PublishAt(ctx context.Context, topic string, data any) (Positio
 		IdempotencyKey string `json:"idempotencyKey"`
 	}{topic, data, hex.EncodeToString(k[:])}
 	var last error // the last refusal, named when the deadline ends the retries
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; ; {
 		var pos Position
-		err := c.Call(ctx, "publish", p, &pos)
+		err := c.Call(ctx, protocol.MethodPublish, p, &pos)
 		if last != nil && ctx.Err() != nil {
 			return Position{}, fmt.Errorf("%w; last refusal: %w", err, last)
 		}
 		var pe *protocol.Error
-		var wait time.Duration
 		switch {
 		case err == nil:
 			return pos, nil
 		case errors.Is(err, ErrDisconnected) && !permanent(err):
-			// The connection dropped before the answer: send it again. A
-			// close the message itself caused (1009: too large) would
-			// come again, and the client does not reconnect after it.
+			// The connection dropped before the answer, or is down: send
+			// it again on the next one, once it is up. A close the
+			// message itself caused (1009: too large) would come again,
+			// and the client does not reconnect after it.
+			last = err
+			if err := c.awaitLive(ctx); err != nil {
+				return Position{}, fmt.Errorf("%w; last refusal: %w", err, last)
+			}
+			continue
 		case errors.As(err, &pe) && pe.Code == protocol.CodeOverloaded:
-			wait = dataHint(pe)
 		default:
 			return Position{}, err
 		}
 		last = err
-		d := backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff, wait, c.opts.Rand())
+		// After the server's hint, with a jitter of at most the hint
+		// (MinBackoff without one), growing no further: a long refusal
+		// (Redis down) must not push the next try past the caller's
+		// deadline once the server takes it again.
+		hint := dataHint(pe)
+		d := backoff(attempt, c.opts.MinBackoff, max(2*hint, c.opts.MinBackoff), hint, c.opts.Rand())
+		attempt++
 		if err := c.opts.Sleep(ctx, d); err != nil {
 			// Say why it was still unpublished (BUS, HISTORY_UNAVAILABLE,
 			// a shed), not only that time ran out.

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,10 +24,20 @@ import (
 func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	defer leakcheck.Check(t)
 	pol := history.Policy{Size: 100, TTL: time.Minute}
-	url, stop := serveRT(t, server.Options{
-		History:       history.NewMemory(history.MemoryOptions{}),
-		HistoryPolicy: func(string) history.Policy { return pol },
-	})
+	var srv *server.Server
+	url, stop := serveServer(t, func() *server.Server {
+		var err error
+		srv, err = server.New(server.Options{
+			History: history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+				srv.DeliverHistory(topic, epoch, m)
+			}}),
+			HistoryPolicy: func(string) history.Policy { return pol },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}())
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -115,7 +128,16 @@ func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
 // WebSocket URL and how to stop it (before the test's leak check).
 func serveRT(t *testing.T, opts server.Options) (url string, stop func()) {
 	t.Helper()
-	srv := server.New(opts)
+	srv, err := server.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveServer(t, srv)
+}
+
+// serveServer is serveRT for a server already built.
+func serveServer(t *testing.T, srv *server.Server) (url string, stop func()) {
+	t.Helper()
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -124,5 +146,55 @@ func serveRT(t *testing.T, opts server.Options) (url string, stop func()) {
 		hs.CloseClientConnections()
 		_ = srv.Shutdown(context.Background())
 		hs.Close()
+	}
+}
+
+// A PublishAt whose connection drops before the answer sends the message
+// again, with the same idempotency key, on the next connection as soon as
+// it is up, however many reconnect attempts the outage took: it never
+// waits a backoff of its own (here one longer than its deadline) for a
+// connection that is already back.
+func TestPublishAtResendsOnTheNextConnection(t *testing.T) {
+	s := newTestServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pubCtx, pubCancel := context.WithCancel(ctx)
+	defer pubCancel()
+	opts := DefaultOptions()
+	opts.Sleep = func(sctx context.Context, d time.Duration) error {
+		if sctx == pubCtx {
+			<-sctx.Done() // PublishAt's own backoff: past its deadline
+			return sctx.Err()
+		}
+		return sctx.Err() // a reconnect attempt: at once
+	}
+	c, err := Dial(ctx, s.url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var outage atomic.Int32
+	outage.Store(5)
+	s.setReject(func(w http.ResponseWriter, r *http.Request) bool {
+		if outage.Add(-1) < 0 {
+			return false
+		}
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return true
+	})
+	s.mu.Lock()
+	s.lose = 1
+	s.mu.Unlock()
+	if _, err := c.PublishAt(pubCtx, "room", 1); err != nil {
+		t.Fatalf("PublishAt: %v", err)
+	}
+	s.mu.Lock()
+	keys := slices.Clone(s.keys)
+	s.mu.Unlock()
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Fatalf("publishes' keys %q, want the same key twice", keys)
+	}
+	if n := outage.Load(); n >= 0 {
+		t.Fatalf("the outage was not over (%d refusals left)", n)
 	}
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // HistoryPage is a history call's answer: the topic's current position
@@ -38,6 +39,6 @@ func (c *Client) History(ctx context.Context, topic string, since Position, limi
 		p.Since = &since
 	}
 	var page HistoryPage
-	err := c.Call(ctx, "history", p, &page)
+	err := c.Call(ctx, protocol.MethodHistory, p, &page)
 	return page, err
 }

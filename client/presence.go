@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // Presence (docs/presence.md): who is subscribed to a topic, fleet-wide,
@@ -49,7 +50,7 @@ type presenceParams struct {
 // (-32003 otherwise); a topic without presence answers -32602.
 func (c *Client) Presence(ctx context.Context, topic, cursor string) (PresencePage, error) {
 	var p PresencePage
-	err := c.Call(ctx, "presence", presenceParams{Topic: topic, Cursor: cursor}, &p)
+	err := c.Call(ctx, protocol.MethodPresence, presenceParams{Topic: topic, Cursor: cursor}, &p)
 	return p, err
 }
 
@@ -73,7 +74,7 @@ func (c *Client) PresenceAll(ctx context.Context, topic string) ([]PresenceEntry
 // PresenceStats counts topic's presence: connections and distinct users.
 func (c *Client) PresenceStats(ctx context.Context, topic string) (PresenceStats, error) {
 	var s PresenceStats
-	err := c.Call(ctx, "presenceStats", presenceParams{Topic: topic}, &s)
+	err := c.Call(ctx, protocol.MethodPresenceStats, presenceParams{Topic: topic}, &s)
 	return s, err
 }
 

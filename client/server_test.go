@@ -50,6 +50,11 @@ type testServer struct {
 	// closeAfterAccept, when set, closes every new connection right after
 	// the upgrade (handshake shed in close mode).
 	closeAfterAccept *websocket.CloseError
+	// keys lists the idempotencyKey of every publish, in arrival order;
+	// while lose > 0, a publish is recorded and its connection dropped
+	// without an answer (and lose counts down).
+	keys []string
+	lose int
 }
 
 type tconn struct {
@@ -164,6 +169,21 @@ func (s *testServer) handle(tc *tconn, req protocol.Request) {
 		p, e := protocol.DecodeTopicParams(req.Params, true)
 		if e != nil {
 			reply(nil, e)
+			return
+		}
+		var k struct {
+			Key string `json:"idempotencyKey"`
+		}
+		json.Unmarshal(req.Params, &k)
+		s.mu.Lock()
+		s.keys = append(s.keys, k.Key)
+		lose := s.lose > 0
+		if lose {
+			s.lose--
+		}
+		s.mu.Unlock()
+		if lose {
+			tc.ws.CloseNow()
 			return
 		}
 		frame := protocol.AppendMessage(nil, p.Topic, p.Data)

@@ -341,8 +341,9 @@ func drainFailover(t *testing.T, cfg string) {
 // Redis stopped: publishing on a history topic and recovering answer
 // -32001 HISTORY_UNAVAILABLE with a retry hint, and nothing is delivered
 // without an offset. Redis back (empty: it kept nothing): publishing works
-// again in a new epoch, the subscriber is told to resync, and a recovery
-// from the old position answers recovered false, reason epoch.
+// again in a new epoch, the subscriber is told to resync and gets nothing
+// of the new epoch until it subscribes again, and a recovery from the old
+// position answers recovered false, reason epoch.
 func TestHistoryRedisDownAndBack(t *testing.T) {
 	leakcheck.Check(t)
 	r := redistest.Start(t)
@@ -378,24 +379,24 @@ func TestHistoryRedisDownAndBack(t *testing.T) {
 	if back.Epoch == pos.Epoch || back.Offset != 1 {
 		t.Fatalf("after Redis lost everything: %+v, was epoch %s", back, pos.Epoch)
 	}
-	resynced := false
+	// The old subscription is told to resync and gets nothing of the new
+	// epoch until it subscribes again.
 	for {
 		f := sub.Recv()
-		if f.Method == "system" && f.Params.Event == "resync" {
-			resynced = true
-		}
 		if f.Method == "message" {
-			if f.Params.Offset == 0 {
-				t.Fatalf("a message without an offset: %s", f.Params.Data)
-			}
-			if f.Params.Offset == back.Offset {
-				break
-			}
+			t.Fatalf("the old epoch's subscription got offset %d of the new epoch (data %s)", f.Params.Offset, f.Params.Data)
+		}
+		if f.Method == "system" && f.Params.Event == "resync" {
+			break
 		}
 	}
-	if !resynced {
-		t.Fatal("no resync for the new epoch")
+	nothingBefore(t, sub, "the old subscription after resync")
+	again := histCall(t, sub, "subscribe", recoverParams("room:r", pos.Epoch, 1))
+	if again.Recovered == nil || *again.Recovered || again.Reason != "epoch" || again.Epoch != back.Epoch || again.Offset != back.Offset {
+		t.Fatalf("subscribe again after resync: %+v, want recovered false (epoch) at %+v", again, back)
 	}
+	histCall(t, pub, "publish", `{"topic":"room:r","data":4}`)
+	checkConsecutive(t, "after subscribing again", readOffsets(t, sub, "room:r", 1), back.Offset+1)
 	c := wstest.Dial(t, p.WS())
 	res := histCall(t, c, "subscribe", recoverParams("room:r", pos.Epoch, 1))
 	if res.Recovered == nil || *res.Recovered || res.Reason != "epoch" {

@@ -116,6 +116,12 @@ func sentinelFailover(t *testing.T, wipe bool) {
 				sl.offsets[f.Params.Topic] = append(sl.offsets[f.Params.Topic], f.Params.Offset)
 			case f.Method == "system" && f.Params.Topic != "":
 				sl.events[f.Params.Topic] = append(sl.events[f.Params.Topic], f.Params.Event)
+				if f.Params.Event == "resync" {
+					// Subscribe again, as a client must: a subscription
+					// of the old epoch gets nothing of the new one. What
+					// passed meanwhile counts as told (resync).
+					sub.TrySend(fmt.Sprintf(`{"jsonrpc":"2.0","id":"again","method":"subscribe","params":{"topic":%q}}`, f.Params.Topic))
+				}
 			case f.Method == "system":
 				sl.system = append(sl.system, f.Params.Event)
 				switch f.Params.Event {

@@ -69,7 +69,7 @@ type verifier struct {
 }
 
 // newVerifier returns nil (anonymous connections) when no key is set.
-func newVerifier(cfg *Config, jwksClient *http.Client, log *slog.Logger) (*verifier, error) {
+func newVerifier(cfg *Config, jwksClient *http.Client, now func() time.Time, log *slog.Logger) (*verifier, error) {
 	secret, publicPEM := cfg.JWT.HMACSecret, cfg.JWT.PublicKey
 	if len(publicPEM) == 0 && cfg.JWT.PublicKeyFile != "" {
 		var err error
@@ -110,12 +110,12 @@ func newVerifier(cfg *Config, jwksClient *http.Client, log *slog.Logger) (*verif
 	}
 	if cfg.JWT.JWKSURL != "" {
 		var err error
-		if v.jwks, err = newJWKS(cfg.JWT.JWKSURL, jwksClient, cfg.Now, log); err != nil {
+		if v.jwks, err = newJWKS(cfg.JWT.JWKSURL, jwksClient, now, log); err != nil {
 			return nil, err
 		}
 		algs = append(algs, "RS256", "ES256")
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithTimeFunc(cfg.Now)}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithTimeFunc(now)}
 	if cfg.JWT.Audience != "" {
 		opts = append(opts, jwt.WithAudience(cfg.JWT.Audience))
 	}
@@ -124,7 +124,7 @@ func newVerifier(cfg *Config, jwksClient *http.Client, log *slog.Logger) (*verif
 	}
 	v.parser = jwt.NewParser(opts...)
 	v.requireExp = cfg.JWT.RequireExp || cfg.JWT.MaxLifetime > 0
-	v.maxLife, v.now = cfg.JWT.MaxLifetime, cfg.Now
+	v.maxLife, v.now = cfg.JWT.MaxLifetime, now
 	return v, nil
 }
 

@@ -3,6 +3,7 @@ package handshake
 import (
 	"encoding/pem"
 	"fmt"
+	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/metrics"
 	"log/slog"
 	"net/http"
@@ -64,21 +65,12 @@ type Config struct {
 	// JWT verifies tokens (auth.jwt.*); all keys empty: anonymous
 	// connections.
 	JWT JWT `yaml:"-"`
-
-	// Now is the clock for the per-IP rate, pacing windows and the retry
-	// hint; nil = time.Now. Pacing waits on real timers, so with pacing on
-	// Now must advance with real time (a frozen clock would never open a
-	// new tick): tests of pacing run in testing/synctest, where both are
-	// the bubble's fake clock.
-	Now func() time.Time `yaml:"-"`
 }
 
 // PerIP is the per-client-IP upgrade rate (handshake.perIP.*).
 type PerIP struct {
 	Limit int           `yaml:"limit" help:"upgrades per client IP (IPv6: per /64) per period; 0 = off"`
 	Per   time.Duration `yaml:"per" help:"the period of handshake.perIP.limit; must be positive when the limit is set"`
-	// MaxKeys bounds the per-IP store (LRU); 0 = 65536.
-	MaxKeys int `yaml:"-"`
 }
 
 // JWT selects how tokens are verified (auth.jwt.*). HMACSecret,
@@ -120,6 +112,13 @@ type Deps struct {
 	Logger *slog.Logger
 	// JWKSClient fetches JWT.JWKSURL; nil = a client with a 10 s timeout.
 	JWKSClient *http.Client
+
+	// now is the clock for the per-IP rate, pacing windows, the retry
+	// hint and token expiry; nil = time.Now. Pacing waits on real timers,
+	// so with pacing on it must advance with real time (a frozen clock
+	// would never open a new tick): tests of pacing run in
+	// testing/synctest, where both are the bubble's fake clock.
+	now func() time.Time
 }
 
 // DefaultConfig is the handshake.* defaults of docs/configuration.md.
@@ -129,7 +128,7 @@ func DefaultConfig() Config {
 		PerTickBudget: 64,
 		Tick:          10 * time.Millisecond,
 		MaxQueueWait:  2 * time.Second,
-		RetryAfter:    time.Second,
+		RetryAfter:    retryhint.DefaultBase,
 		PerIP:         PerIP{Per: 10 * time.Second},
 		AllowNoOrigin: true,
 	}
@@ -138,10 +137,7 @@ func DefaultConfig() Config {
 // withDefaults gives the zero values that mean a default their value.
 func (c Config) withDefaults() Config {
 	if c.RetryAfter == 0 {
-		c.RetryAfter = time.Second
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+		c.RetryAfter = retryhint.DefaultBase
 	}
 	return c
 }
@@ -150,14 +146,9 @@ func (c Config) withDefaults() Config {
 // key (errors.Join of *conf.KeyError).
 func (c Config) Validate() error {
 	var p conf.Problems
-	nonNegative := func(key string, n int) {
-		if n < 0 {
-			p.Add(key, "must not be negative, got %d", n)
-		}
-	}
-	nonNegative("handshake.maxConnections", c.MaxConnections)
-	nonNegative("handshake.maxConcurrent", c.MaxConcurrent)
-	nonNegative("handshake.perTickBudget", c.PerTickBudget)
+	p.NonNegative("handshake.maxConnections", int64(c.MaxConnections))
+	p.NonNegative("handshake.maxConcurrent", int64(c.MaxConcurrent))
+	p.NonNegative("handshake.perTickBudget", int64(c.PerTickBudget))
 	switch {
 	case c.PerTickBudget > 0 && c.Tick <= 0:
 		p.Add("handshake.tick", "must be a positive duration when handshake.perTickBudget is set, got %s", c.Tick)
@@ -173,15 +164,12 @@ func (c Config) Validate() error {
 	if c.RetryAfter < 0 {
 		p.Add("handshake.retryAfter", "must not be negative, got %s", c.RetryAfter)
 	}
-	nonNegative("handshake.perIP.limit", c.PerIP.Limit)
+	p.NonNegative("handshake.perIP.limit", int64(c.PerIP.Limit))
 	switch {
 	case c.PerIP.Limit > 0 && c.PerIP.Per <= 0:
 		p.Add("handshake.perIP.per", "must be a positive duration when handshake.perIP.limit is set, got %s", c.PerIP.Per)
 	case c.PerIP.Per < 0:
 		p.Add("handshake.perIP.per", "must not be negative, got %s", c.PerIP.Per)
-	}
-	if c.PerIP.MaxKeys < 0 {
-		p.Add("handshake.perIP.maxKeys", "must not be negative, got %d", c.PerIP.MaxKeys)
 	}
 	for i, pfx := range c.TrustedProxies {
 		if !pfx.IsValid() {

@@ -70,7 +70,7 @@
 //   - An idle gate runs nothing: pacing tokens are counted per tick window
 //     from the clock, and the one timer runs only while someone waits.
 //   - Bounded: the pacing queue by MaxConcurrent and by what could be
-//     served within MaxQueueWait; the per-IP store by PerIP.MaxKeys (LRU,
+//     served within MaxQueueWait; the per-IP store by perIPMaxKeys (LRU,
 //     never failing open; see package ratelimit).
 //   - Lock order: the pacer mutex, then (inside it) only gauge updates.
 //     The ratelimit shard mutexes are never held together with it.

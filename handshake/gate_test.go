@@ -172,8 +172,7 @@ func TestPerIPRate(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PerIP.Limit, cfg.PerIP.Per, cfg.PerTickBudget = 2, 10*time.Second, 0
 	cfg.TrustedProxies = prefixes("10.0.0.0/8")
-	cfg.Now = func() time.Time { return now }
-	g, m := newGate(t, cfg)
+	g, m := newGateAt(t, cfg, func() time.Time { return now })
 	try := func(peer, xff string) *httptest.ResponseRecorder {
 		r := upgradeReq(peer)
 		if xff != "" {
@@ -273,8 +272,7 @@ func TestRetryHint(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	cfg := DefaultConfig()
 	cfg.RetryAfter, cfg.PerTickBudget, cfg.Tick = time.Second, 10, 10*time.Millisecond // capacity 1000/s
-	cfg.Now = func() time.Time { return now }
-	g, _ := newGate(t, cfg)
+	g, _ := newGateAt(t, cfg, func() time.Time { return now })
 	seen := map[int64]bool{}
 	for range 50 {
 		ms := g.overloadHint(g.clock())

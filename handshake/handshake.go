@@ -148,6 +148,7 @@ type Gate struct {
 	origin            originPolicy
 	auth              *verifier
 	pacer             *pacer
+	now               func() time.Time // Deps.now
 	epoch             time.Time
 
 	base, maxHint time.Duration
@@ -157,13 +158,19 @@ type Gate struct {
 	authRefused   map[string]prometheus.Counter // by metrics.AuthRefusalReasons
 }
 
+// perIPMaxKeys bounds the per-IP store (LRU): 65,536 addresses (IPv6 /64s).
+const perIPMaxKeys = 65536
+
 // New validates cfg and returns a gate. m nil means metrics.NewDiscard().
 func New(cfg Config, deps Deps) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	m, log := deps.Metrics, deps.Logger
+	m, log, now := deps.Metrics, deps.Logger, deps.now
+	if now == nil {
+		now = time.Now
+	}
 	if m == nil {
 		m = metrics.NewDiscard()
 	}
@@ -180,7 +187,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		log:      log,
 		maxConns: int64(cfg.MaxConnections),
 		maxConc:  int64(cfg.MaxConcurrent),
-		epoch:    cfg.Now(),
+		now:      now,
+		epoch:    now(),
 		base:     cfg.RetryAfter,
 		maxHint:  60 * cfg.RetryAfter,
 		capacity: nominalCapacity,
@@ -189,14 +197,14 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if g.origin, err = newOriginPolicy(cfg.AllowedOrigins, cfg.AllowNoOrigin); err != nil {
 		return nil, err
 	}
-	if g.auth, err = newVerifier(&cfg, deps.JWKSClient, log); err != nil {
+	if g.auth, err = newVerifier(&cfg, deps.JWKSClient, now, log); err != nil {
 		return nil, err
 	}
 	if g.auth != nil && !g.auth.requireExp {
 		log.Warn("auth.jwt.requireExp is off: a token without exp (or with exp null) never expires; set auth.jwt.requireExp: true and auth.jwt.maxLifetime (docs/authentication.md)")
 	}
 	if cfg.PerIP.Limit > 0 {
-		g.perIP = ratelimit.NewKeyed(cfg.PerIP.Limit, cfg.PerIP.Per, cfg.PerIP.MaxKeys)
+		g.perIP = ratelimit.NewKeyed(cfg.PerIP.Limit, cfg.PerIP.Per, perIPMaxKeys)
 	}
 	if cfg.PerTickBudget > 0 {
 		g.pacer = newPacer(&cfg, g.clock, m)
@@ -220,8 +228,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	return g, nil
 }
 
-// clock is Config.Now as nanoseconds since the gate was made.
-func (g *Gate) clock() int64 { return int64(g.cfg.Now().Sub(g.epoch)) }
+// clock is the gate's clock as nanoseconds since the gate was made.
+func (g *Gate) clock() int64 { return int64(g.now().Sub(g.epoch)) }
 
 // Admit runs the checks of docs/handshake.md in order. When it returns
 // false the request has been answered (per Reject mode; 403/401 for origin
@@ -245,7 +253,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, t *Ticket) bool {
 
 	// 2. Per-client-IP upgrade rate.
 	if g.perIP != nil {
-		if res := g.perIP.Allow(t.IPKey, g.cfg.Now()); !res.Allowed {
+		if res := g.perIP.Allow(t.IPKey, g.now()); !res.Allowed {
 			t.Close()
 			g.rejected[rPerIP].Inc()
 			ms := rateHint(res.RetryAfter)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rtserver/rtserver/metrics"
@@ -20,8 +21,14 @@ type tb interface {
 // newGate is New with discarded metrics (and log, unless one is given).
 func newGate(t tb, cfg Config, log ...*slog.Logger) (*Gate, *metrics.Metrics) {
 	t.Helper()
+	return newGateAt(t, cfg, nil, log...)
+}
+
+// newGateAt is newGate on the clock now (nil: time.Now).
+func newGateAt(t tb, cfg Config, now func() time.Time, log ...*slog.Logger) (*Gate, *metrics.Metrics) {
+	t.Helper()
 	m := metrics.NewDiscard()
-	deps := Deps{Metrics: m}
+	deps := Deps{Metrics: m, now: now}
 	for _, l := range log {
 		deps.Logger = l
 	}

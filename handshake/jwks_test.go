@@ -42,9 +42,8 @@ func TestJWKSRotation(t *testing.T) {
 	clock := testkit.NewClock(time.Now().Round(0))
 	cfg := DefaultConfig()
 	cfg.JWT.JWKSURL = ks.URL
-	cfg.Now = clock.Now
 	cfg.PerTickBudget = 0
-	g, _ := newGate(t, cfg)
+	g, _ := newGateAt(t, cfg, clock.Now)
 	claims := func() jwt.MapClaims {
 		return jwt.MapClaims{"sub": "alice", "exp": clock.Now().Add(time.Hour).Unix()}
 	}
@@ -257,9 +256,8 @@ func TestJWKSMaxAge(t *testing.T) {
 	clock := testkit.NewClock(time.Now().Round(0))
 	cfg := DefaultConfig()
 	cfg.JWT.JWKSURL = ks.URL
-	cfg.Now = clock.Now
 	cfg.PerTickBudget = 0
-	g, _ := newGate(t, cfg)
+	g, _ := newGateAt(t, cfg, clock.Now)
 	tok := func(key *ecdsa.PrivateKey, kid string) string {
 		return jwttest.Sign(t, jwt.SigningMethodES256, key, kid, jwt.MapClaims{"sub": "a", "exp": clock.Now().Add(time.Hour).Unix()})
 	}

@@ -23,8 +23,7 @@ func TestRequireExpAndMaxLifetime(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.JWT.HMACSecret = secret
 		cfg.JWT.RequireExp, cfg.JWT.MaxLifetime = requireExp, maxLife
-		cfg.Now = func() time.Time { return now }
-		g, err := New(cfg, Deps{})
+		g, err := New(cfg, Deps{now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,7 +45,7 @@ func (j JWT) Check(ctx context.Context, tok string) (Identity, error) {
 	cfg.JWT = j
 	cfg = cfg.withDefaults()
 	var id Identity
-	v, err := newVerifier(&cfg, nil, slog.New(slog.DiscardHandler))
+	v, err := newVerifier(&cfg, nil, time.Now, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return id, err
 	}

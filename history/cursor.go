@@ -29,6 +29,7 @@ type Cursor struct {
 	held      []Message
 	maxHeld   int
 	overflow  bool
+	retired   bool
 }
 
 // NewCursor returns a live cursor whose last delivered offset is last.
@@ -55,18 +56,31 @@ func (c *Cursor) Skip(last uint64) {
 	c.last = max(c.last, last)
 }
 
-// Reset makes the cursor live from last, discarding anything held: the
-// topic's stream was replaced (a new epoch).
+// Reset makes the cursor live from last, discarding anything held and
+// ending a retirement: a subscription that starts again.
 func (c *Cursor) Reset(last uint64) {
 	*c = Cursor{last: last}
 }
+
+// Retire stops the cursor, discarding anything held: the topic's stream
+// was replaced (a new epoch), and none of the new stream's offsets may
+// reach a subscription positioned in the old one, since its subscriber
+// could not tell them from the old stream's. A retired cursor delivers
+// nothing (Live, Page and EndReplay return nothing, with no gap: the
+// subscriber has been told to resync) until Reset.
+func (c *Cursor) Retire() {
+	*c = Cursor{last: c.last, retired: true}
+}
+
+// Retired reports whether the cursor was retired and not Reset since.
+func (c *Cursor) Retired() bool { return c.retired }
 
 // Live takes a live message. It reports whether to deliver it now; gap
 // is true when it skips offsets after the last delivered one (delivered
 // all the same: the subscriber must resync to get what was skipped).
 // While replaying, the message is held instead.
 func (c *Cursor) Live(m Message) (deliver, gap bool) {
-	if m.Offset <= c.last {
+	if c.retired || m.Offset <= c.last {
 		return false, false
 	}
 	if c.replaying {
@@ -90,6 +104,9 @@ func (c *Cursor) Live(m Message) (deliver, gap bool) {
 // when the first of them skips offsets (the stream was trimmed under the
 // replay).
 func (c *Cursor) Page(ms []Message) (deliver []Message, gap bool) {
+	if c.retired {
+		return nil, false
+	}
 	i := 0
 	for i < len(ms) && ms[i].Offset <= c.last {
 		i++
@@ -119,6 +136,9 @@ func (c *Cursor) EndReplay() (deliver []Message, gap bool) {
 	c.replaying = false
 	held := c.held
 	c.held = nil
+	if c.retired {
+		return nil, false
+	}
 	i := 0
 	for i < len(held) && held[i].Offset <= c.last {
 		i++

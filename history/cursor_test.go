@@ -121,3 +121,32 @@ func TestCursorLiveAfterReplay(t *testing.T) {
 		t.Fatal("duplicate delivered")
 	}
 }
+
+// A retired cursor (the stream was replaced) delivers nothing, live,
+// replayed or held, until Reset; Reset makes it live again.
+func TestRetiredCursorDeliversNothingUntilReset(t *testing.T) {
+	c := NewCursor(5)
+	c.StartReplay(10)
+	c.Live(Message{Offset: 6})
+	c.Retire()
+	if !c.Retired() || c.Replaying() {
+		t.Fatalf("retired %v replaying %v after Retire", c.Retired(), c.Replaying())
+	}
+	for _, off := range []uint64{1, 6, 7} {
+		if ok, gap := c.Live(Message{Offset: off}); ok || gap {
+			t.Errorf("Live(%d) on a retired cursor = %v, %v", off, ok, gap)
+		}
+	}
+	if out, gap := c.Page([]Message{{Offset: 6}, {Offset: 7}}); out != nil || gap {
+		t.Errorf("Page on a retired cursor = %v, %v", out, gap)
+	}
+	c.StartReplay(10)
+	c.Live(Message{Offset: 8})
+	if out, gap := c.EndReplay(); out != nil || gap {
+		t.Errorf("EndReplay on a retired cursor = %v, %v", out, gap)
+	}
+	c.Reset(0)
+	if ok, gap := c.Live(Message{Offset: 1}); !ok || gap || c.Retired() {
+		t.Errorf("after Reset: Live(1) = %v, %v (retired %v)", ok, gap, c.Retired())
+	}
+}

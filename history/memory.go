@@ -31,18 +31,14 @@ import (
 // publishes, and one publish's sweep removes at most what that publish
 // added (a message's bytes, at least streamOverhead a stream) plus two.
 //
-// Delivery: Publish calls Deliver (set before use) with each new message
-// under the topic's lock, so the instance's subscribers see a topic's
-// messages in offset order whatever the publishers race.
+// Delivery: Publish calls the Deliver it was built with for each new
+// message under the topic's lock, so the instance's subscribers see a
+// topic's messages in offset order whatever the publishers race.
 type Memory struct {
 	cfg     Config
-	now     func() time.Time
 	evicted prometheus.Counter
 
-	// Deliver hands a stored message to the instance's subscribers. It
-	// runs under the topic's lock: it must not block, and must not call
-	// back into the store for the same topic.
-	Deliver func(topic string, epoch string, m Message)
+	deliver func(topic string, epoch string, m Message) // MemoryOptions.Deliver
 
 	// mu guards topics, lru, idem, bytes and gens. Lock order: a stream's
 	// mu, then mu (mu is never held while taking a stream's mu, except by
@@ -106,21 +102,21 @@ type MemoryOptions struct {
 	// Evicted counts topics that lost their streams to MemoryMaxBytes
 	// (history_evictions_total). nil: not counted.
 	Evicted prometheus.Counter
-	// Now is the clock; nil: time.Now.
-	Now func() time.Time
+	// Deliver hands each stored message to the instance's subscribers
+	// (the server's DeliverHistory). It runs under the topic's lock, in
+	// offset order: it must not block, and must not call back into the
+	// store for the same topic. nil: nothing is delivered.
+	Deliver func(topic string, epoch string, m Message)
 }
 
 // NewMemory returns an empty memory store.
 func NewMemory(o MemoryOptions) *Memory {
-	m := &Memory{cfg: o.Config.WithDefaults(), now: o.Now, evicted: o.Evicted,
+	m := &Memory{cfg: o.Config.WithDefaults(), evicted: o.Evicted, deliver: o.Deliver,
 		topics: map[string]*stream{}, idem: map[string]idemEntry{},
 		seed: maphash.MakeSeed()}
 	var salt [8]byte
 	_, _ = rand.Read(salt[:])
 	m.salt = binary.LittleEndian.Uint64(salt[:])
-	if m.now == nil {
-		m.now = time.Now
-	}
 	return m
 }
 
@@ -128,7 +124,7 @@ var _ Store = (*Memory)(nil)
 
 // Publish stores p.Data, calls Deliver with it, and returns its position.
 func (m *Memory) Publish(_ context.Context, p Publish) (Position, bool, error) {
-	now := m.now()
+	now := time.Now()
 	var ikey string
 	if p.IdempotencyKey != "" {
 		ikey = p.Topic + "\x00" + p.IdempotencyKey
@@ -165,8 +161,8 @@ func (m *Memory) Publish(_ context.Context, p Publish) (Position, bool, error) {
 		s.bytes += int64(len(msg.Data)) + msgOverhead
 		s.touched = now
 		pos := Position{Epoch: s.epoch, Offset: s.last}
-		if m.Deliver != nil {
-			m.Deliver(p.Topic, s.epoch, msg)
+		if m.deliver != nil {
+			m.deliver(p.Topic, s.epoch, msg)
 		}
 		delta := s.bytes + streamOverhead + int64(len(s.topic)) - s.accounted
 		s.accounted += delta
@@ -327,7 +323,7 @@ func (m *Memory) remove(s *stream) {
 // Read returns topic's position and up to limit messages after after
 // (Newest: the newest limit).
 func (m *Memory) Read(_ context.Context, topic string, after uint64, limit int, policy Policy) (Position, []Message, error) {
-	now := m.now()
+	now := time.Now()
 	for {
 		s, epoch := m.lookup(topic)
 		if s == nil {

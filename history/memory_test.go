@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 var ctx = context.Background()
@@ -31,9 +31,13 @@ func offsets(ms []Message) []uint64 {
 	return out
 }
 
-func TestMemoryKeepsSizeAndTTL(t *testing.T) {
-	clk := testkit.NewClock(time.Unix(1_700_000_000, 0))
-	m := NewMemory(MemoryOptions{Now: clk.Now})
+// The store reads time.Now: its tests run in a synctest bubble, whose
+// clock moves only when every goroutine of it waits (time.Sleep here).
+
+func TestMemoryKeepsSizeAndTTL(t *testing.T) { synctest.Test(t, testMemoryKeepsSizeAndTTL) }
+
+func testMemoryKeepsSizeAndTTL(t *testing.T) {
+	m := NewMemory(MemoryOptions{})
 	pol := Policy{Size: 3, TTL: time.Minute}
 	empty, _, _ := m.Read(ctx, "t", 0, 10, pol)
 	if empty.Offset != 0 || empty.Epoch == "" {
@@ -53,14 +57,14 @@ func TestMemoryKeepsSizeAndTTL(t *testing.T) {
 	if fmt.Sprint(offsets(ms)) != "[4]" {
 		t.Fatalf("after 3, limit 1: %v", offsets(ms))
 	}
-	clk.Advance(30 * time.Second)
+	time.Sleep(30 * time.Second)
 	publish(t, m, "t", pol, "6")
-	clk.Advance(31 * time.Second)
+	time.Sleep(31 * time.Second)
 	pos, ms, _ = m.Read(ctx, "t", 0, 10, pol)
 	if pos.Offset != 6 || fmt.Sprint(offsets(ms)) != "[6]" {
 		t.Fatalf("past the ttl of 3..5: %+v %v", pos, offsets(ms))
 	}
-	clk.Advance(time.Minute)
+	time.Sleep(time.Minute)
 	pos, ms, _ = m.Read(ctx, "t", 0, 10, pol)
 	if pos.Offset != 6 || pos.Epoch != empty.Epoch || len(ms) != 0 {
 		t.Fatalf("every message expired: the position stays: %+v %v", pos, offsets(ms))
@@ -88,11 +92,12 @@ func TestMemoryByteCapEvictsLeastRecentlyPublished(t *testing.T) {
 	}
 }
 
-func TestMemoryIdempotencyKey(t *testing.T) {
-	clk := testkit.NewClock(time.Unix(1_700_000_000, 0))
-	m := NewMemory(MemoryOptions{Now: clk.Now, Config: Config{IdempotencyTTL: time.Minute}})
+func TestMemoryIdempotencyKey(t *testing.T) { synctest.Test(t, testMemoryIdempotencyKey) }
+
+func testMemoryIdempotencyKey(t *testing.T) {
 	var delivered []uint64
-	m.Deliver = func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }
+	m := NewMemory(MemoryOptions{Config: Config{IdempotencyTTL: time.Minute},
+		Deliver: func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }})
 	pol := Policy{Size: 10, TTL: time.Hour}
 	p := Publish{Topic: "t", Data: []byte(`1`), Policy: pol, IdempotencyKey: "u:k"}
 	a, dup, _ := m.Publish(ctx, p)
@@ -100,7 +105,7 @@ func TestMemoryIdempotencyKey(t *testing.T) {
 	if dup || !dup2 || a != b {
 		t.Fatalf("first %+v %v, again %+v %v", a, dup, b, dup2)
 	}
-	clk.Advance(2 * time.Minute)
+	time.Sleep(2 * time.Minute)
 	publish(t, m, "t", pol, "2") // sweeps the expired key
 	c, dup3, _ := m.Publish(ctx, p)
 	if dup3 || c.Offset != 3 {
@@ -112,10 +117,9 @@ func TestMemoryIdempotencyKey(t *testing.T) {
 }
 
 func TestMemoryDeliversInOffsetOrderUnderRacingPublishers(t *testing.T) {
-	m := NewMemory(MemoryOptions{})
 	var mu sync.Mutex
 	var got []uint64
-	m.Deliver = func(_, _ string, msg Message) { mu.Lock(); got = append(got, msg.Offset); mu.Unlock() }
+	m := NewMemory(MemoryOptions{Deliver: func(_, _ string, msg Message) { mu.Lock(); got = append(got, msg.Offset); mu.Unlock() }})
 	pol := Policy{Size: 1000, TTL: time.Hour}
 	var wg sync.WaitGroup
 	for range 4 {

@@ -47,7 +47,7 @@ type Redis struct {
 	parts   int
 	cfg     Config
 	batch   int
-	now     func() time.Time
+	down    func() bool // Redis known unreachable: refuse at once
 	log     *slog.Logger
 	errPub  prometheus.Counter
 	errRead prometheus.Counter
@@ -79,7 +79,11 @@ type RedisOptions struct {
 	// "read"): history_store_errors_total. nil: not counted.
 	StoreErrors *prometheus.CounterVec
 	Logger      *slog.Logger
-	Now         func() time.Time
+	// Down reports whether Redis is known to be unreachable now (the
+	// bus's Degraded): meanwhile a publish is refused at once with
+	// ErrUnavailable, and so is every one still queued, instead of each
+	// waiting for a round trip that cannot succeed. nil: never.
+	Down func() bool
 }
 
 // NewRedis returns a Redis store. It does no I/O; its writer goroutine
@@ -90,7 +94,7 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	}
 	r := &Redis{
 		client: o.Client, bus: o.Bus, prefix: o.KeyPrefix, parts: o.Partitions,
-		cfg: o.Config.WithDefaults(), batch: o.BatchSize, now: o.Now, log: o.Logger,
+		cfg: o.Config.WithDefaults(), batch: o.BatchSize, down: o.Down, log: o.Logger,
 		queue: make(chan *pubReq, max(o.QueueSize, 0)), stop: make(chan struct{}),
 	}
 	if r.batch <= 0 {
@@ -99,8 +103,8 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if o.QueueSize <= 0 {
 		r.queue = make(chan *pubReq, 8192)
 	}
-	if r.now == nil {
-		r.now = time.Now
+	if r.down == nil {
+		r.down = func() bool { return false }
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -228,6 +232,11 @@ func (r *Redis) Publish(ctx context.Context, p Publish) (Position, bool, error) 
 // they were queued and calls each done in the order Redis ran them, so a
 // topic's publishes are acknowledged in offset order.
 func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err error)) {
+	if r.down() {
+		r.count(r.errPub)
+		done(Position{}, false, errDown)
+		return
+	}
 	env, channel, sharded, at, err := r.bus.HistoryEnvelope(p.Topic, p.Data)
 	if err != nil {
 		done(Position{}, false, err)
@@ -243,7 +252,7 @@ func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err er
 		sh = "1"
 	}
 	req := &pubReq{keys: keys, done: done, args: []any{
-		channel, env, at + 1, at + len(p.Data), r.now().UnixMilli(), p.Policy.Size,
+		channel, env, at + 1, at + len(p.Data), time.Now().UnixMilli(), p.Policy.Size,
 		p.Policy.TTL.Milliseconds(), (r.cfg.MetaTTL + p.Policy.TTL).Milliseconds(),
 		r.cfg.IdempotencyTTL.Milliseconds(), newEpoch(), sh,
 	}}
@@ -266,6 +275,9 @@ func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err er
 		done(Position{}, false, fmt.Errorf("%w: publish queue full", ErrUnavailable))
 	}
 }
+
+// errDown is the refusal of a publish while Redis is known unreachable.
+var errDown = fmt.Errorf("%w: redis unreachable", ErrUnavailable)
 
 // opTimeout bounds one pipelined round trip.
 const opTimeout = 3 * time.Second
@@ -312,7 +324,13 @@ func (r *Redis) writer() {
 					break fill
 				}
 			}
-			answers <- r.send(batch)
+			if r.down() {
+				// Queued before Redis was known unreachable: refused
+				// now, not after a round trip that cannot succeed.
+				answers <- r.refuse(batch)
+			} else {
+				answers <- r.send(batch)
+			}
 			clear(batch)
 		case <-r.stop:
 			for {
@@ -325,6 +343,16 @@ func (r *Redis) writer() {
 			}
 		}
 	}
+}
+
+// refuse answers every publish of batch with errDown.
+func (r *Redis) refuse(batch []*pubReq) []answer {
+	out := make([]answer, len(batch))
+	for i, q := range batch {
+		r.count(r.errPub)
+		out[i] = answer{q: q, err: errDown}
+	}
+	return out
 }
 
 // send runs one batch of publish scripts in one pipeline (EVALSHA), and
@@ -449,7 +477,7 @@ func (r *Redis) Read(ctx context.Context, topic string, after uint64, limit int,
 	}
 	oldest := int64(0)
 	if policy.TTL > 0 {
-		oldest = r.now().Add(-policy.TTL).UnixMilli()
+		oldest = time.Now().Add(-policy.TTL).UnixMilli()
 	}
 	// The page's data in one allocation, not one per message: a storm of
 	// recoveries reads a million of them.

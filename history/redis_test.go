@@ -2,8 +2,10 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +32,7 @@ func newPositions() *positions {
 
 func (p *positions) Deliver(string, []byte)        {}
 func (p *positions) DeliverControl(string, []byte) {}
+func (p *positions) DeliverNotice(string, []byte)  {}
 func (p *positions) BusState(bool)                 {}
 func (p *positions) Gap(string)                    {}
 func (p *positions) DeliverAt(topic string, data []byte, epoch string, offset uint64) {
@@ -288,5 +291,44 @@ func TestRedisStoreCorruptMetadataStartsANewEpoch(t *testing.T) {
 		if _, ms, _ := store.Read(ctx, topic, 0, 10, pol); fmt.Sprint(offsets(ms)) != "[1]" {
 			t.Errorf("%v: the new epoch holds %v", corrupt, offsets(ms))
 		}
+	}
+}
+
+// TestRedisStoreRefusesAtOnceWhileDown: while Down says Redis is
+// unreachable, a publish is refused with ErrUnavailable without a round
+// trip (counted), and the store publishes again once it is reachable.
+func TestRedisStoreRefusesAtOnceWhileDown(t *testing.T) {
+	defer leakcheck.Check(t)
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer client.Close()
+	b, err := bus.NewRedis(bus.RedisOptions{Client: client, ChannelPrefix: "t:", InstanceID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startBus(t, b, newPositions())
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "e"}, []string{"op"})
+	var down atomic.Bool
+	s, err := NewRedis(RedisOptions{Client: client, Bus: b, KeyPrefix: "t:", StoreErrors: errs, Down: down.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pol := Policy{Size: 10, TTL: time.Minute}
+	down.Store(true)
+	for range 3 {
+		if _, _, err := s.Publish(ctx, Publish{Topic: "room", Data: []byte(`1`), Policy: pol}); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("publish while down: %v, want ErrUnavailable", err)
+		}
+	}
+	if n := testutil.ToFloat64(errs.WithLabelValues("publish")); n != 3 {
+		t.Errorf("%v publish errors counted, want 3", n)
+	}
+	if _, meta := s.keys("room"); client.Exists(ctx, meta).Val() != 0 {
+		t.Error("a refused publish reached Redis")
+	}
+	down.Store(false)
+	if pos, _, err := s.Publish(ctx, Publish{Topic: "room", Data: []byte(`1`), Policy: pol}); err != nil || pos.Offset != 1 {
+		t.Fatalf("publish once reachable: %+v %v", pos, err)
 	}
 }

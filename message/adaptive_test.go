@@ -82,7 +82,7 @@ func TestAdaptiveConcurrencyFollowsTheKnee(t *testing.T) {
 	)
 	clk := newClock()
 	m := newMetrics()
-	a := New(Options{Now: clk.Now, Metrics: m})
+	a := New(Options{now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "llm", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: lo, Max: hi}})
 	if got := c.ConcurrencyLimit(); got != lo {
 		t.Fatalf("initial limit %d, want Min %d (probing the no-load latency)", got, lo)
@@ -133,7 +133,7 @@ func TestAdaptiveConcurrencyFollowsTheKnee(t *testing.T) {
 // the previous limit back once ProbeCalls calls have completed.
 func TestAdaptiveProbeRestoresLimit(t *testing.T) {
 	clk := newClock()
-	a := New(Options{Now: clk.Now})
+	a := New(Options{now: clk.Now})
 	c := mustRegister(t, a, "x", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{
 		Min: 2, Max: 50, Window: 10 * time.Millisecond, ProbeEvery: time.Second, ProbeCalls: 4,
 	}})
@@ -157,7 +157,7 @@ func TestAdaptiveProbeRestoresLimit(t *testing.T) {
 // it; both count one lease.
 func TestAdaptiveWithConcurrencyMax(t *testing.T) {
 	clk := newClock()
-	a := New(Options{Now: clk.Now})
+	a := New(Options{now: clk.Now})
 	c := mustRegister(t, a, "x", Rule{
 		Concurrency:         &Concurrency{Max: 3},
 		AdaptiveConcurrency: &AdaptiveConcurrency{Min: 5, Max: 10},

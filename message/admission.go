@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/message/internal/clock"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -159,11 +160,12 @@ type Options struct {
 	// least 1ms. <= 0 means 1s.
 	RetryAfter time.Duration
 	Metrics    *metrics.Metrics // nil: metrics.NewDiscard()
-	// Now is the clock of Rate, Cost and AdaptiveConcurrency parts (tests
-	// inject a fixed or stepped one). nil: the monotonic clock for the
-	// local parts (a latency or a local budget only measures intervals)
-	// and time.Now for cluster-scoped ones.
-	Now func() time.Time
+	// now is the clock of Rate, Cost and AdaptiveConcurrency parts (tests
+	// inject a fixed or stepped one; those of sub-packages through
+	// message/internal/clock). nil: the monotonic clock for the local
+	// parts (a latency or a local budget only measures intervals) and
+	// time.Now for cluster-scoped ones.
+	now func() time.Time
 	// RateMaxKeys bounds each local Rate and Cost part's key store
 	// (ratelimit.NewKeyed's maxKeys); <= 0 means ratelimit's default.
 	RateMaxKeys int
@@ -186,7 +188,7 @@ type Admission struct {
 	retryBase   time.Duration
 	m           *metrics.Metrics
 	now         func() time.Time // wall clock: Options.Now, or time.Now
-	injectedNow func() time.Time // Options.Now as given (nil: the default clocks)
+	injectedNow func() time.Time // Options.now as given (nil: the default clocks)
 	epoch       time.Time        // a time.Now reading taken by New (see localNow)
 	rateMaxKeys int
 	shared      SharedLimiter
@@ -196,6 +198,10 @@ type Admission struct {
 	classes map[string]*Class
 }
 
+func init() {
+	clock.Set = func(opts any, now func() time.Time) { opts.(*Options).now = now }
+}
+
 // New returns an Admission with no classes.
 func New(opts Options) *Admission {
 	a := &Admission{
@@ -203,8 +209,8 @@ func New(opts Options) *Admission {
 		failClosed:  opts.FailPolicy != FailOpen,
 		retryBase:   opts.RetryAfter,
 		m:           opts.Metrics,
-		now:         opts.Now,
-		injectedNow: opts.Now,
+		now:         opts.now,
+		injectedNow: opts.now,
 		epoch:       time.Now(),
 		rateMaxKeys: opts.RateMaxKeys,
 		shared:      opts.Shared,
@@ -213,7 +219,7 @@ func New(opts Options) *Admission {
 		classes:     map[string]*Class{},
 	}
 	if a.retryBase <= 0 {
-		a.retryBase = time.Second
+		a.retryBase = retryhint.DefaultBase
 	}
 	if a.m == nil {
 		a.m = metrics.NewDiscard()
@@ -232,7 +238,7 @@ func New(opts Options) *Admission {
 // both clocks and costs about twice as much. Its wall part follows the
 // monotonic clock from New on, which no local part reads. A cluster-scoped
 // part compares times across instances, so it keeps the wall clock (a.now).
-// An injected Options.Now drives every part, as before.
+// An injected clock (Options.now) drives every part.
 func (a *Admission) localNow() time.Time {
 	if a.injectedNow != nil {
 		return a.injectedNow()

@@ -273,7 +273,7 @@ func TestRatesSource(t *testing.T) {
 func TestRate(t *testing.T) {
 	clk := newClock()
 	m := newMetrics()
-	a := New(Options{Now: clk.Now, Metrics: m})
+	a := New(Options{now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "chat", Rule{Rate: &Rate{Limit: 3, Per: time.Second, By: "user"}})
 
 	alice := Call{User: "alice", IP: "10.0.0.1"}
@@ -329,7 +329,7 @@ func TestRateKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.by, func(t *testing.T) {
 			clk := newClock()
-			a := New(Options{Now: clk.Now})
+			a := New(Options{now: clk.Now})
 			c := mustRegister(t, a, "r", Rule{Rate: &Rate{Limit: 1, Per: time.Minute, By: tt.by}})
 			if d := c.Check(tt.first); !d.Allowed {
 				t.Fatalf("first: %+v", d)
@@ -347,7 +347,7 @@ func TestRateKeys(t *testing.T) {
 // A Call reused on another connection must not keep the old connection's
 // cached key.
 func TestRateConnKeyFollowsConnID(t *testing.T) {
-	a := New(Options{Now: newClock().Now})
+	a := New(Options{now: newClock().Now})
 	c := mustRegister(t, a, "r", Rule{Rate: &Rate{Limit: 1, Per: time.Minute, By: "conn"}})
 	call := Call{ConnID: 1}
 	if d := c.Check(&call); !d.Allowed {
@@ -369,7 +369,7 @@ func TestEvaluationOrder(t *testing.T) {
 	src := newPressure(pressure.Memory)
 	clk := newClock()
 	m := newMetrics()
-	a := New(Options{Snapshot: src.Snapshot, Now: clk.Now, Metrics: m})
+	a := New(Options{Snapshot: src.Snapshot, now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "x", Rule{
 		Reasons:     []pressure.Reason{pressure.Memory},
 		Rate:        &Rate{Limit: 2, Per: time.Minute},
@@ -410,7 +410,7 @@ func TestEvaluationOrder(t *testing.T) {
 func TestConcurrency(t *testing.T) {
 	m := newMetrics()
 	const base = 100 * time.Millisecond
-	a := New(Options{Metrics: m, RetryAfter: base, Now: newClock().Now})
+	a := New(Options{Metrics: m, RetryAfter: base, now: newClock().Now})
 	c := mustRegister(t, a, "c", Rule{Concurrency: &Concurrency{Max: 2}})
 	var x, y, z Call
 	if d := c.Check(&x); !d.Allowed || d.Limit != 2 || d.Remaining != 1 {
@@ -454,7 +454,7 @@ func TestConcurrency(t *testing.T) {
 // Rate clears, concurrency denies: the reported decision is both parts
 // combined (tightest limit, the concurrency reason and hint).
 func TestRateThenConcurrencyCombined(t *testing.T) {
-	a := New(Options{Now: newClock().Now})
+	a := New(Options{now: newClock().Now})
 	c := mustRegister(t, a, "c", Rule{Rate: &Rate{Limit: 10, Per: time.Second}, Concurrency: &Concurrency{Max: 1}})
 	held := Call{User: "u"}
 	if d := c.Check(&held); !d.Allowed || d.Limit != 1 || d.Remaining != 0 {

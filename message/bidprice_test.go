@@ -44,7 +44,7 @@ func calibrationRule(bid *BidPrice) Rule {
 func TestBidPriceDenies(t *testing.T) {
 	m := newMetrics()
 	clk := newClock()
-	a := New(Options{Now: clk.Now, Metrics: m})
+	a := New(Options{now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "llm", calibrationRule(&BidPrice{ValueOf: "param:value", Workload: &calibration}))
 	if d, ok := c.BidPrice(); !ok || d.Rate != 0 || math.Abs(d.Cost-0.01) > 1e-12 {
 		t.Fatalf("duals %+v, %v", d, ok)
@@ -142,8 +142,8 @@ func TestBidPriceOnlyRemovesAdmits(t *testing.T) {
 		r := rule(nil)
 		withBid := r
 		withBid.BidPrice = &BidPrice{ValueOf: "param:value", Duals: &duals}
-		policy := mustRegister(t, New(Options{Now: clk.Now}), "p", withBid)
-		marginal := mustRegister(t, New(Options{Now: clk.Now}), "m", r)
+		policy := mustRegister(t, New(Options{now: clk.Now}), "p", withBid)
+		marginal := mustRegister(t, New(Options{now: clk.Now}), "m", r)
 		for i := range rapid.IntRange(1, 100).Draw(rt, "steps") {
 			clk.Advance(time.Duration(rapid.IntRange(0, 200).Draw(rt, fmt.Sprint("gapMs", i))) * time.Millisecond)
 			cost := int64(rapid.IntRange(0, 2000).Draw(rt, fmt.Sprint("cost", i)))
@@ -183,7 +183,7 @@ func regret(t *testing.T, rho float64, bid *BidPrice, seeds int) float64 {
 	total := 0.0
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 33))
-		a := New(Options{Now: newClock().Now})
+		a := New(Options{now: newClock().Now})
 		c := mustRegister(t, a, "llm", calibrationRule(bid))
 		typ := rng.IntN(2)
 		value := 0.0

@@ -79,7 +79,7 @@ func probed(t interface{ Fatal(...any) }, a *Admission, name string, min int) *C
 func TestFleetCeiling(t *testing.T) {
 	m := newMetrics()
 	store := &fakeCeilings{others: []int64{90, 30}}
-	a := New(Options{Metrics: m, Ceilings: store, Now: newClock().Now})
+	a := New(Options{Metrics: m, Ceilings: store, now: newClock().Now})
 	c := probed(t, a, "llm", 60)
 	if !a.HasCeilings() {
 		t.Fatal("HasCeilings false")
@@ -141,7 +141,7 @@ func TestFleetCeilingValidation(t *testing.T) {
 func TestFleetCeilingExactlyOnceRelease(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		store := &fakeCeilings{others: []int64{5}}
-		a := New(Options{Ceilings: store, Now: newClock().Now})
+		a := New(Options{Ceilings: store, now: newClock().Now})
 		c := probed(rt, a, "c", 4)
 		n := rapid.IntRange(1, 8).Draw(rt, "calls")
 		calls := make([]*Call, n)
@@ -220,7 +220,7 @@ func TestFleetCeilingExactlyOnceRelease(t *testing.T) {
 // context ends, puts every class back on its own limit.
 func TestRunCeilingsStops(t *testing.T) {
 	store := &fakeCeilings{others: []int64{90, 30}}
-	a := New(Options{Ceilings: store, Now: newClock().Now})
+	a := New(Options{Ceilings: store, now: newClock().Now})
 	c := probed(t, a, "llm", 60)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

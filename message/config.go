@@ -8,7 +8,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/rtserver/rtserver/internal/conf"
@@ -105,16 +104,6 @@ func (c Config) Validate() error {
 			p.Add(key, "must be %s, got %q", strings.Join(allowed, " or "), got)
 		}
 	}
-	positive := func(key string, n int64) {
-		if n <= 0 {
-			p.Add(key, "must be positive, got %d", n)
-		}
-	}
-	positiveDur := func(key string, d time.Duration) {
-		if d <= 0 {
-			p.Add(key, "must be a positive duration, got %s", d)
-		}
-	}
 	if _, err := c.FailPolicy.MarshalText(); err != nil {
 		p.Add("admission.failPolicy", "must be open or closed, got %d", int(c.FailPolicy))
 	}
@@ -140,8 +129,8 @@ func (c Config) Validate() error {
 		}
 		var rateBy string
 		if rt := r.Rate; rt != nil {
-			positive(key+".rate.limit", int64(rt.Limit))
-			positiveDur(key+".rate.per", rt.Per)
+			p.Positive(key+".rate.limit", int64(rt.Limit))
+			p.PositiveDuration(key+".rate.per", rt.Per)
 			rateBy = cmp.Or(rt.By, "user")
 			oneOf(key+".rate.by", rateBy, "user", "conn", "ip")
 			oneOf(key+".rate.strategy", cmp.Or(rt.Strategy, "gcra"), "gcra", "slidingWindow")
@@ -159,7 +148,7 @@ func (c Config) Validate() error {
 			if ct.Budget < 1 || ct.Budget > math.MaxInt32 {
 				p.Add(key+".cost.budget", "must be in [1, %d], got %d", math.MaxInt32, ct.Budget)
 			}
-			positiveDur(key+".cost.per", ct.Per)
+			p.PositiveDuration(key+".cost.per", ct.Per)
 			if name, isParam := strings.CutPrefix(ct.Of, "param:"); !(ct.Of == "bytes" || ct.Of == "fanout" || (isParam && name != "")) {
 				p.Add(key+".cost.of", "must be bytes, fanout or param:<name>, got %q", ct.Of)
 			}
@@ -184,7 +173,7 @@ func (c Config) Validate() error {
 			}
 		}
 		if ac := r.AdaptiveConcurrency; ac != nil {
-			positive(key+".adaptiveConcurrency.min", int64(ac.Min))
+			p.Positive(key+".adaptiveConcurrency.min", int64(ac.Min))
 			if ac.Max < ac.Min || ac.Max < 1 {
 				p.Add(key+".adaptiveConcurrency.max", "must be at least min (%d), got %d", ac.Min, ac.Max)
 			}
@@ -192,7 +181,7 @@ func (c Config) Validate() error {
 			oneOf(key+".adaptiveConcurrency.aggregate", cmp.Or(ac.Aggregate, "median"), "median", "mean", "min", "max")
 		}
 		if cc := r.Concurrency; cc != nil {
-			positive(key+".concurrency.max", int64(cc.Max))
+			p.Positive(key+".concurrency.max", int64(cc.Max))
 		}
 	}
 	for _, m := range slices.Sorted(maps.Keys(c.Methods)) {

@@ -69,10 +69,10 @@ func NewRedisStore(opts RedisOptions) (*RedisStore, error) {
 		expired:    opts.Expired,
 	}
 	if s.prefix == "" {
-		s.prefix = "rt:"
+		s.prefix = bus.DefaultChannelPrefix
 	}
 	if s.partitions <= 0 {
-		s.partitions = 16
+		s.partitions = bus.DefaultPartitions
 	}
 	if s.ttl <= 0 {
 		s.ttl = DefaultTTL

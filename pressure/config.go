@@ -35,16 +35,14 @@ type Config struct {
 	TopicPublishBytesPerSec float64       `yaml:"topicPublishBytesPerSec" help:"a topic is hot at this many published bytes per second; 0 = off"`
 	TopN                    int           `yaml:"topN" help:"top publishing topics and users kept per sample; 0 = 20"`
 
-	// Hysteresis: a reason clears below threshold*(1-Hysteresis); 0 =
-	// none; clamped to [0, 1).
-	Hysteresis float64 `yaml:"-"`
-	// MaxTrackedKeys bounds the distinct topics, and separately the
+	// hysteresis: a reason clears below threshold*(1-hysteresis); 0 =
+	// none (no key sets it; this package's tests do); clamped to [0, 1).
+	hysteresis float64
+	// maxTrackedKeys bounds the distinct topics, and separately the
 	// distinct users, counted per sample interval; attempts on further
-	// names are counted only in Snapshot.Untracked*Attempts. 0: 10,000.
-	MaxTrackedKeys int `yaml:"-"`
-	// Now is the clock used to stamp samples and measure the interval
-	// between them. nil: time.Now.
-	Now func() time.Time `yaml:"-"`
+	// names are counted only in Snapshot.Untracked*Attempts. 0:
+	// DefaultMaxTrackedKeys (no key sets it; this package's tests do).
+	maxTrackedKeys int
 }
 
 // DefaultConfig is the pressure.* defaults of docs/configuration.md.
@@ -68,17 +66,14 @@ func (c Config) withDefaults() Config {
 	if c.TopN <= 0 {
 		c.TopN = 20
 	}
-	if c.MaxTrackedKeys <= 0 {
-		c.MaxTrackedKeys = DefaultMaxTrackedKeys
+	if c.maxTrackedKeys <= 0 {
+		c.maxTrackedKeys = DefaultMaxTrackedKeys
 	}
-	if c.Hysteresis < 0 || c.Hysteresis != c.Hysteresis {
-		c.Hysteresis = 0
+	if c.hysteresis < 0 || c.hysteresis != c.hysteresis {
+		c.hysteresis = 0
 	}
-	if c.Hysteresis >= 1 {
-		c.Hysteresis = 0.99
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.hysteresis >= 1 {
+		c.hysteresis = 0.99
 	}
 	return c
 }

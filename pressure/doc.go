@@ -41,17 +41,18 @@
 //
 // The reason is the highest-priority active one: MEMORY > PUBLISH_RATE >
 // SUBSCRIBERS > NONE. A reason activates when its value is >= its
-// threshold; a threshold of 0 switches it off. With Config.Hysteresis h, an
-// active reason clears only when its value drops below threshold*(1-h), so
-// a value hovering at the threshold does not flap. Each reason keeps its
-// own state: when MEMORY clears, an active PUBLISH_RATE shows through.
+// threshold; a threshold of 0 switches it off. With a hysteresis h (none
+// in a node: no key sets it), an active reason clears only when its value
+// drops below threshold*(1-h), so a value hovering at the threshold does
+// not flap. Each reason keeps its own state: when MEMORY clears, an
+// active PUBLISH_RATE shows through.
 // Topic hotness (OnTopicHot) follows the same rule against
 // TopicPublishRatePerSec or TopicPublishBytesPerSec (hot when either is
 // reached; cold when both are below).
 //
 // # Bounds
 //
-// Topic and user names come from clients. At most Config.MaxTrackedKeys
+// Topic and user names come from clients. At most DefaultMaxTrackedKeys
 // (default 10,000) distinct topics, and separately users, are counted per
 // interval; an attempt on a further name is counted only in
 // Snapshot.UntrackedTopicAttempts / UntrackedUserAttempts. At each sample

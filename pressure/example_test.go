@@ -2,20 +2,19 @@ package pressure_test
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/rtserver/rtserver/pressure"
 )
 
-// A monitor on a fake clock: record traffic, take a sample, read the
-// snapshot the message tier reads on every call.
+// A monitor: record traffic, take a sample, read the snapshot the message
+// tier reads on every call. Rates are per second of the interval since
+// the last sample: here, a moment, so every rate is high and only their
+// proportions are printed.
 func Example() {
-	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	cfg := pressure.DefaultConfig()
 	cfg.MemoryHeapUsedRatio = 0 // off: this example's memory is not the point
-	cfg.PublishRatePerSec = 100
-	cfg.TopicPublishRatePerSec = 50
-	cfg.Now = func() time.Time { return now }
+	cfg.PublishRatePerSec = 10
+	cfg.TopicPublishRatePerSec = 0 // off: both topics would be hot
 	// Connection and subscription counts come from the server, handed
 	// over by Start(ctx, counts); without them SUBSCRIBERS never rises.
 	mon, err := pressure.New(cfg, pressure.Deps{})
@@ -24,7 +23,6 @@ func Example() {
 	}
 
 	mon.OnReasonChange(func(old, new pressure.Reason) { fmt.Println("reason:", old, "->", new) })
-	mon.OnTopicHot(func(t pressure.TopicRate, hot bool) { fmt.Println("hot:", t.Topic, hot) })
 
 	// One second of traffic: 120 attempts on room:1, 30 on room:2, of
 	// 100 bytes each, all published.
@@ -35,20 +33,18 @@ func Example() {
 		mon.RecordAttempt("room:2", "bob", 100)
 	}
 	mon.RecordPublished(150)
-	now = now.Add(time.Second)
-	mon.Sample() // Run does this every SampleInterval
+	mon.Sample() // Start does this every SampleInterval
 
 	s := mon.Snapshot()
-	fmt.Println(s.Reason, s.PublishRate)
+	fmt.Println(s.Reason)
 	for _, t := range s.TopTopics {
-		fmt.Println(t.Topic, t.MessagesPerSec, t.BytesPerSec)
+		fmt.Printf("%s: %.0f%% of the publishes, %.0f bytes each\n", t.Topic, 100*t.MessagesPerSec/s.PublishRate, t.BytesPerSec/t.MessagesPerSec)
 	}
-	fmt.Println("alice:", s.RateOfUser("alice"))
+	fmt.Printf("alice: %.0f%%\n", 100*s.RateOfUser("alice")/s.PublishRate)
 	// Output:
 	// reason: NONE -> PUBLISH_RATE
-	// hot: room:1 true
-	// PUBLISH_RATE 150
-	// room:1 120 12000
-	// room:2 30 3000
-	// alice: 120
+	// PUBLISH_RATE
+	// room:1: 80% of the publishes, 100 bytes each
+	// room:2: 20% of the publishes, 100 bytes each
+	// alice: 80%
 }

@@ -129,16 +129,16 @@ func (t *table) liveTop(n int, ns int64) []liveRate {
 // sampling goroutine calls it every bucket, so it lags the clock by less
 // than a bucket.
 func (m *Monitor) keepNow() {
-	m.now.Store(tickOf(m.cfg.Now().UnixNano())*int64(liveBucket) + int64(liveBucket)/2)
+	m.now.Store(tickOf(m.clock().UnixNano())*int64(liveBucket) + int64(liveBucket)/2)
 }
 
 // liveNow is the time live rates are counted at: the live clock while
-// started (an atomic load), else Config.Now.
+// started (an atomic load), else the clock.
 func (m *Monitor) liveNow() int64 {
 	if ns := m.now.Load(); ns != 0 {
 		return ns
 	}
-	return m.cfg.Now().UnixNano()
+	return m.clock().UnixNano()
 }
 
 // RateOf is topic's publish attempts per second over the last second

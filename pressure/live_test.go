@@ -122,7 +122,7 @@ func TestRingConcurrentAdds(t *testing.T) {
 // leaves the window one second later.
 func TestMonitorLiveRates(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	m := mustNew(Config{SampleInterval: time.Hour, Now: func() time.Time { return now }}, Deps{})
+	m := mustNew(Config{SampleInterval: time.Hour}, Deps{now: func() time.Time { return now }})
 	for range 50 { // 150/s for a third of a second
 		m.RecordAttempt("room", "abuser", 10)
 		now = now.Add(time.Second / 150)
@@ -155,7 +155,7 @@ func TestMonitorLiveRates(t *testing.T) {
 // and a sample.
 func TestLiveRatesMemoryIsBounded(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	m := mustNew(Config{SampleInterval: 200 * time.Millisecond, MaxTrackedKeys: 100, TopN: 5, Now: func() time.Time { return now }}, Deps{})
+	m := mustNew(Config{SampleInterval: 200 * time.Millisecond, maxTrackedKeys: 100, TopN: 5}, Deps{now: func() time.Time { return now }})
 	for i := range 5000 {
 		m.RecordAttempt("t", fmt.Sprint("u", i), 1)
 		if i%50 == 0 {

@@ -95,7 +95,7 @@ type Snapshot struct {
 	TopUsers        []UserRate
 
 	// Publish attempts in the interval that could not be attributed to a
-	// topic (or user) because Config.MaxTrackedKeys distinct names had
+	// topic (or user) because Config.maxTrackedKeys distinct names had
 	// already been seen in that interval.
 	UntrackedTopicAttempts int64
 	UntrackedUserAttempts  int64
@@ -135,12 +135,13 @@ type Monitor struct {
 
 	// now is the live bucket's middle (Unix ns), kept by the sampling
 	// goroutine every 100 ms while started, so that recording an attempt
-	// reads no clock; 0: not started, read Config.Now.
+	// reads no clock; 0: not started, read the clock.
 	now atomic.Int64
 
 	cfg    Config
 	counts Counts
 	log    *slog.Logger
+	clock  func() time.Time // Deps.now
 
 	// life guards the sampler's start and stop.
 	life          sync.Mutex
@@ -182,6 +183,10 @@ type listenerSet struct {
 type Deps struct {
 	Metrics *metrics.Metrics // nil: no metrics
 	Logger  *slog.Logger     // nil: slog.Default()
+
+	// now stamps samples and measures the interval between them; nil:
+	// time.Now. This package's tests step it.
+	now func() time.Time
 }
 
 // New validates cfg and returns a monitor. It does not start sampling:
@@ -196,13 +201,17 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		log = slog.Default()
 	}
 	mon := &Monitor{
-		topics:     newLiveBytesTable(cfg.MaxTrackedKeys),
-		users:      newTable(cfg.MaxTrackedKeys),
+		topics:     newLiveBytesTable(cfg.maxTrackedKeys),
+		users:      newTable(cfg.maxTrackedKeys),
 		cfg:        cfg,
 		log:        log,
+		clock:      deps.now,
 		hot:        make(map[string]uint64),
 		keepTopics: make(map[string]struct{}),
 		keepUsers:  make(map[string]struct{}),
+	}
+	if mon.clock == nil {
+		mon.clock = time.Now
 	}
 	mon.readRuntime = newRuntimeReader(cfg.MemoryLimitBytes).read
 	if m != nil {
@@ -214,7 +223,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		mon.memoryRatio = m.PressureMemoryRatio
 		mon.topicRate = m.TopicPublishRate
 	}
-	mon.last = cfg.Now()
+	mon.last = mon.clock()
 	mon.snap.Store(&Snapshot{At: mon.last})
 	mon.listeners.Store(&listenerSet{})
 	return mon, nil
@@ -263,7 +272,7 @@ func (m *Monitor) OnReasonChange(f func(old, new Reason)) {
 // OnTopicHot registers a listener called when a topic crosses (hot=true) or
 // falls back below (hot=false) a topic threshold. A hot topic stays hot
 // until both its message and byte rates are below their thresholds times
-// (1-Hysteresis); a hot topic that stops publishing is reported with zero
+// (1-hysteresis); a hot topic that stops publishing is reported with zero
 // rates.
 func (m *Monitor) OnTopicHot(f func(t TopicRate, hot bool)) {
 	m.lmu.Lock()
@@ -356,7 +365,7 @@ func (m *Monitor) Sample() {
 	m.smu.Lock()
 	defer m.smu.Unlock()
 
-	now := m.cfg.Now()
+	now := m.clock()
 	elapsed := now.Sub(m.last).Seconds()
 	if elapsed <= 0 {
 		// A clock that stood still or stepped back: rate over the nominal
@@ -424,13 +433,13 @@ func (m *Monitor) reason(s *Snapshot) Reason {
 
 // over says whether a value is over its threshold, given whether it was
 // before: it turns on at >= thr and, once on, turns off only below
-// thr*(1-Hysteresis). A threshold <= 0 is off.
+// thr*(1-hysteresis). A threshold <= 0 is off.
 func (m *Monitor) over(was bool, v, thr float64) bool {
 	if thr <= 0 {
 		return false
 	}
 	if was {
-		return v >= thr*(1-m.cfg.Hysteresis)
+		return v >= thr*(1-m.cfg.hysteresis)
 	}
 	return v >= thr
 }
@@ -522,7 +531,7 @@ func (m *Monitor) logOverflow(s *Snapshot) {
 	switch {
 	case over && !m.overflowing:
 		m.log.Warn("pressure: too many distinct publishers, some are not tracked",
-			"maxTrackedKeys", m.cfg.MaxTrackedKeys,
+			"maxTrackedKeys", m.cfg.maxTrackedKeys,
 			"untrackedTopicAttempts", s.UntrackedTopicAttempts,
 			"untrackedUserAttempts", s.UntrackedUserAttempts)
 	case !over && m.overflowing:

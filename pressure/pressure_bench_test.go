@@ -113,7 +113,7 @@ func BenchmarkSnapshotParallel(b *testing.B) {
 // off the admission path.
 func BenchmarkSample10kTopics(b *testing.B) {
 	now := time.Unix(0, 0)
-	mon := mustNew(Config{Now: func() time.Time { return now }}, Deps{})
+	mon := mustNew(Config{}, Deps{now: func() time.Time { return now }})
 	topics := make([]string, 10000)
 	for i := range topics {
 		topics[i] = fmt.Sprintf("topic:%d", i)
@@ -132,7 +132,7 @@ func BenchmarkSample10kTopics(b *testing.B) {
 
 // A new name each call (under the bound): the slow path.
 func BenchmarkRecordAttemptNewTopic(b *testing.B) {
-	mon := mustNew(Config{MaxTrackedKeys: 1 << 30}, Deps{})
+	mon := mustNew(Config{maxTrackedKeys: 1 << 30}, Deps{})
 	topics := make([]string, 1<<16)
 	for i := range topics {
 		topics[i] = fmt.Sprintf("topic:%d", i)
@@ -153,7 +153,7 @@ func BenchmarkRecordAttemptNewTopic(b *testing.B) {
 
 // A new name each call past the bound: what a flood of names costs.
 func BenchmarkRecordAttemptOverBound(b *testing.B) {
-	mon := mustNew(Config{MaxTrackedKeys: 1}, Deps{})
+	mon := mustNew(Config{maxTrackedKeys: 1}, Deps{})
 	mon.RecordAttempt("first", "", 1)
 	topics := make([]string, 1024)
 	for i := range topics {

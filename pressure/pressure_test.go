@@ -77,13 +77,12 @@ func newHarness(t interface {
 		reg:    prometheus.NewRegistry(),
 		logs:   &testkit.LogBuffer{},
 	}
-	cfg.Now = h.clock.Now
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
 	m, err := metrics.New(h.reg, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.mon = mustNew(cfg, Deps{Metrics: m, Logger: log})
+	h.mon = mustNew(cfg, Deps{Metrics: m, Logger: log, now: h.clock.Now})
 	h.mon.counts = h.counts.get // as Run would hand it over
 	h.mon.readRuntime = h.rt.read
 	return h
@@ -262,7 +261,7 @@ func TestHysteresis(t *testing.T) {
 		{91, PublishRate},
 		{0, None},
 	}
-	h := newHarness(t, Config{PublishRatePerSec: 100, Hysteresis: 0.1})
+	h := newHarness(t, Config{PublishRatePerSec: 100, hysteresis: 0.1})
 	var changes []string
 	h.mon.OnReasonChange(func(old, new Reason) { changes = append(changes, old.String()+">"+new.String()) })
 	for i, r := range rates {
@@ -278,7 +277,7 @@ func TestHysteresis(t *testing.T) {
 
 	// Each reason has its own state: with MEMORY and PUBLISH_RATE both on,
 	// MEMORY clearing lets PUBLISH_RATE (still inside its band) show.
-	h = newHarness(t, Config{MemoryHeapUsedRatio: 0.8, PublishRatePerSec: 100, Hysteresis: 0.1})
+	h = newHarness(t, Config{MemoryHeapUsedRatio: 0.8, PublishRatePerSec: 100, hysteresis: 0.1})
 	h.rt.set(800, 1000)
 	h.mon.RecordPublished(100)
 	if s := h.step(time.Second); s.Reason != Memory {
@@ -410,7 +409,7 @@ func mapsEqual(a, b map[string]float64) bool {
 }
 
 func TestKeyBound(t *testing.T) {
-	h := newHarness(t, Config{TopN: 2, MaxTrackedKeys: 5})
+	h := newHarness(t, Config{TopN: 2, maxTrackedKeys: 5})
 	for i := range 8 {
 		// t0 gets 8 attempts, t1 7, ... so the top-2 are t0, t1.
 		for range 8 - i {
@@ -540,7 +539,7 @@ func TestOnTopicHot(t *testing.T) {
 }
 
 func TestOnTopicHotHysteresis(t *testing.T) {
-	h := newHarness(t, Config{TopicPublishRatePerSec: 10, Hysteresis: 0.5})
+	h := newHarness(t, Config{TopicPublishRatePerSec: 10, hysteresis: 0.5})
 	var got []bool
 	h.mon.OnTopicHot(func(_ TopicRate, hot bool) { got = append(got, hot) })
 	for _, n := range []int{10, 6, 5, 4, 9, 10} {

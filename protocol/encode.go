@@ -111,10 +111,6 @@ func AppendMessage(b []byte, topic string, data json.RawMessage) []byte {
 	return append(b, "}}"...)
 }
 
-// MethodPresence names the presence diff notification, which carries a
-// topic's coalesced joins and leaves (docs/presence.md).
-const MethodPresence = "presence"
-
 // SystemEvent names of the "system" notification.
 const (
 	EventDegraded  = "degraded"

@@ -3,7 +3,6 @@ package publishrate
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -39,6 +38,8 @@ type Aggregator struct {
 	live    LiveLocal // local, when its rates are live; else nil
 	m       *metrics.Metrics
 	log     *slog.Logger
+	now     func() time.Time // Deps.now
+	breaker Breaker
 	maxList int // bound on each list of a received envelope
 	// signer checks received envelopes (nil: no secret); its keyed MACs
 	// are pooled, so it is made once.
@@ -132,22 +133,24 @@ type Stats struct {
 // New returns an inactive aggregator. It registers an OnSample listener on
 // local at once, so RateOf answers this instance's own rates before
 // Start and after Close.
-func New(client redis.UniversalClient, local Local, opts Options) (*Aggregator, error) {
-	if client == nil || local == nil {
-		return nil, errors.New("publishrate: nil client or local")
-	}
+func New(opts Options, deps Deps) (*Aggregator, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	now := opts.Now()
+	if deps, err = deps.withDefaults(opts.PublishInterval); err != nil {
+		return nil, err
+	}
+	client, local, now := deps.Client, deps.Local, deps.now()
 	a := &Aggregator{
 		opts:         opts,
-		id:           opts.InstanceID,
+		id:           deps.InstanceID,
 		client:       client,
 		local:        local,
-		m:            opts.Metrics,
-		log:          opts.Logger.With("component", "publishrate", "instanceId", opts.InstanceID),
+		m:            deps.Metrics,
+		log:          deps.Logger.With("component", "publishrate", "instanceId", deps.InstanceID),
+		now:          deps.now,
+		breaker:      deps.Breaker,
 		maxList:      max(2*opts.TopN, 64),
 		signer:       envsign.New(opts.HMACSecret),
 		merged:       opts.Mode == ModeMerged,
@@ -277,7 +280,7 @@ func (a *Aggregator) Start(ctx context.Context, src Sources) error {
 		return fmt.Errorf("publishrate: subscribe %q: %w", a.viewChannel, ctx.Err())
 	}
 	subs := a.subjects()
-	now := a.opts.Now()
+	now := a.now()
 	a.mu.Lock()
 	a.active = true
 	a.win.reset(now)
@@ -315,7 +318,7 @@ func (a *Aggregator) Close() error {
 	}
 	a.cancel, a.sub, a.subClient = nil, nil, nil
 
-	now := a.opts.Now()
+	now := a.now()
 	a.mu.Lock()
 	a.active = false
 	a.mg.dropAll()
@@ -426,7 +429,7 @@ func (a *Aggregator) onSample(s *pressure.Snapshot) {
 	if s == nil {
 		return
 	}
-	now := a.opts.Now()
+	now := a.now()
 	a.mu.Lock()
 	a.latest = s
 	a.localSnap.Store(s)
@@ -491,8 +494,8 @@ func (a *Aggregator) refreshTopLocked() {
 // envelope's strings stay views of payload (not copies) for as long as
 // the sibling's slice is held.
 func (a *Aggregator) receive(payload string) {
-	now := a.opts.Now()
-	e, err := decodeEnvelope(payload, a.signer, a.opts.MaxEnvelopeBytes, a.maxList)
+	now := a.now()
+	e, err := decodeEnvelope(payload, a.signer, a.opts.maxEnvelopeBytes, a.maxList)
 	if err != nil {
 		a.dropped(err, payload, now)
 		return
@@ -637,7 +640,7 @@ func (a *Aggregator) tickLoop(ctx context.Context) {
 // broadcast closes the current averaging window, expires stale siblings
 // and publishes this instance's envelope, through the breaker.
 func (a *Aggregator) broadcast(ctx context.Context) {
-	now := a.opts.Now()
+	now := a.now()
 	payload, err := a.collect(now)
 	if err != nil {
 		a.publishErrors.Add(1)
@@ -646,7 +649,7 @@ func (a *Aggregator) broadcast(ctx context.Context) {
 		}
 		return
 	}
-	if !a.opts.Breaker.Allow() {
+	if !a.breaker.Allow() {
 		a.breakerSkips.Add(1)
 		if a.logSkip.allow(now) {
 			a.log.Warn("cluster rate broadcast skipped: breaker open")
@@ -660,14 +663,14 @@ func (a *Aggregator) broadcast(ctx context.Context) {
 		return // Close: neither a success nor a failure of Redis
 	}
 	if err != nil {
-		a.opts.Breaker.Failure()
+		a.breaker.Failure()
 		a.publishErrors.Add(1)
 		if a.logPublish.allow(now) {
 			a.log.Warn("cluster rate broadcast failed", "err", err)
 		}
 		return
 	}
-	a.opts.Breaker.Success()
+	a.breaker.Success()
 	a.broadcasts.Add(1)
 	a.m.ClusterBroadcasts.Inc()
 }
@@ -802,11 +805,11 @@ func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, use
 func (a *Aggregator) encode(e *envelope) ([]byte, error) {
 	for {
 		b, err := marshalSigned(e, a.signer)
-		if err != nil || len(b) <= a.opts.MaxEnvelopeBytes {
+		if err != nil || len(b) <= a.opts.maxEnvelopeBytes {
 			return b, err
 		}
 		if len(e.Slice)+len(e.Users)+len(e.Subs) == 0 {
-			return nil, fmt.Errorf("empty envelope of %d bytes exceeds MaxEnvelopeBytes %d", len(b), a.opts.MaxEnvelopeBytes)
+			return nil, fmt.Errorf("empty envelope of %d bytes exceeds MaxEnvelopeBytes %d", len(b), a.opts.maxEnvelopeBytes)
 		}
 		e.Slice = e.Slice[:len(e.Slice)*3/4]
 		e.Users = e.Users[:len(e.Users)*3/4]

@@ -51,7 +51,7 @@ func BenchmarkReceive(b *testing.B) {
 		}{{"steady", false, nil}, {"churn", true, nil}, {"signed", false, []byte("secret")}} {
 			b.Run(fmt.Sprintf("siblings=%d/%s", n, c.name), func(b *testing.B) {
 				clk := testkit.NewClock(testEpoch)
-				a := newOffline(b, newFakeLocal(), Options{Now: clk.Now, HMACSecret: c.secret, MaxInstances: 2 * n})
+				a := newOffline(b, newFakeLocal(), Options{HMACSecret: c.secret, MaxInstances: 2 * n}, Deps{now: clk.Now})
 				for i := range n {
 					p, _ := marshalEnvelope(siblingEnvelope(i, 0, DefaultTopN, c.churn), c.secret)
 					a.receive(string(p))
@@ -150,7 +150,7 @@ func BenchmarkResum(b *testing.B) {
 }
 
 func BenchmarkRateOf(b *testing.B) {
-	a := newOffline(b, newFakeLocal(), Options{})
+	a := newOffline(b, newFakeLocal(), Options{}, Deps{})
 	for i := range 1000 {
 		p, _ := marshalEnvelope(siblingEnvelope(i, 0, DefaultTopN, false), nil)
 		a.receive(string(p))
@@ -164,7 +164,7 @@ func BenchmarkRateOf(b *testing.B) {
 }
 
 func BenchmarkRateOfParallel(b *testing.B) {
-	a := newOffline(b, newFakeLocal(pressure.TopicRate{Topic: "topic-7", MessagesPerSec: 1}), Options{})
+	a := newOffline(b, newFakeLocal(pressure.TopicRate{Topic: "topic-7", MessagesPerSec: 1}), Options{}, Deps{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		var sink float64
@@ -205,7 +205,7 @@ func clusterRuleOnFleet(tb testing.TB) func() { return clusterRuleOn(tb, newFake
 
 // clusterRuleOn is clusterRuleOnFleet with local as this instance's rates.
 func clusterRuleOn(tb testing.TB, local Local) func() {
-	a := newOffline(tb, local, Options{})
+	a := newOffline(tb, local, Options{}, Deps{})
 	for i := range 1000 {
 		p, _ := marshalEnvelope(siblingEnvelope(i, 0, DefaultTopN, true), nil)
 		a.receive(string(p))

@@ -60,7 +60,7 @@ func (f *fakeBreaker) Failure()    { f.failures++ }
 func TestBroadcastThroughBreaker(t *testing.T) {
 	m := metrics.NewDiscard()
 	br := &fakeBreaker{allow: false}
-	a := newOffline(t, newFakeLocal(), Options{Breaker: br, Metrics: m})
+	a := newOffline(t, newFakeLocal(), Options{}, Deps{Breaker: br, Metrics: m})
 
 	a.broadcast(context.Background())
 	if st := a.Stats(); st.BreakerSkips != 1 || st.PublishErrors != 0 || br.failures != 0 || value(m.ClusterBroadcasts) != 0 {

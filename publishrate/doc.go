@@ -106,7 +106,7 @@
 //
 // Read Redis on a caller's path: lookups are memory only. Block the pressure
 // monitor: the OnSample listener only merges in memory. Trust the wire:
-// every envelope is bounded (MaxEnvelopeBytes, at most max(2*TopN, 64)
+// every envelope is bounded (DefaultMaxEnvelopeBytes, at most max(2*TopN, 64)
 // entries per list, instance ids <= 128 bytes of the topic alphabet, user
 // ids <= 1024 bytes of UTF-8, topics per protocol.ValidTopic without
 // duplicates, rates finite in [0, 1e15], counts in [0, 2^40]) and anything
@@ -118,7 +118,7 @@
 // At most MaxInstances siblings are tracked; envelopes from further new
 // instances are ignored (Stats.InstancesIgnored, logged) until a tracked one
 // goes stale. The averaging window tracks at most max(8*TopN, 256) topics
-// and as many users per interval. A sent envelope over MaxEnvelopeBytes is
+// and as many users per interval. A sent envelope over DefaultMaxEnvelopeBytes is
 // shortened, lowest rates first, until it fits. Topic and user keys are
 // interned for the merge (see merge.go) and released with the last slice
 // that carries them; a lookup table holds at most twice the keys the held

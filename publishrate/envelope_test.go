@@ -84,7 +84,7 @@ func TestSignedEnvelopes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
-			a := newOffline(t, newFakeLocal(), Options{HMACSecret: secret, Metrics: m})
+			a := newOffline(t, newFakeLocal(), Options{HMACSecret: secret}, Deps{Metrics: m})
 			_, err := decodeEnvelope(string(tt.give), envsign.New(secret), DefaultMaxEnvelopeBytes, 64)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("decode: err = %v, want %v", err, tt.wantErr)
@@ -101,7 +101,7 @@ func TestSignedEnvelopes(t *testing.T) {
 	}
 
 	// A receiver without a secret takes signed envelopes too (sig ignored).
-	b := newOffline(t, newFakeLocal(), Options{})
+	b := newOffline(t, newFakeLocal(), Options{}, Deps{})
 	b.receive(string(good))
 	if b.RateOf("hot") != 600 {
 		t.Errorf("receiver without secret: RateOf = %v, want 600", b.RateOf("hot"))
@@ -160,7 +160,7 @@ func TestHostileEnvelopes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
-			a := newOffline(t, newFakeLocal(), Options{Metrics: m})
+			a := newOffline(t, newFakeLocal(), Options{}, Deps{Metrics: m})
 			a.receive(string([]byte(tt.give)))
 			if value(m.ClusterParseErrors) != 1 || value(m.ClusterReceived) != 0 || a.Stats().Instances != 0 ||
 				a.RateOf("hot") != 0 || a.RateOfUser("u") != 0 || a.SubscribersOf("hot") != 0 {
@@ -185,7 +185,7 @@ func TestTolerantEnvelopes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.NewDiscard()
-			a := newOffline(t, newFakeLocal(), Options{Metrics: m})
+			a := newOffline(t, newFakeLocal(), Options{}, Deps{Metrics: m})
 			a.receive(string([]byte(tt.give)))
 			if value(m.ClusterParseErrors) != 0 || value(m.ClusterReceived) != 1 || a.Stats().Instances != 1 || a.RateOf("hot") != tt.wantRate {
 				t.Errorf("parseErrors %v received %v RateOf %v", value(m.ClusterParseErrors), value(m.ClusterReceived), a.RateOf("hot"))
@@ -230,10 +230,10 @@ func FuzzEnvelope(f *testing.F) {
 			}
 		}
 		// And the aggregator takes it without panicking, in either mode.
-		a := newOffline(t, newFakeLocal(), Options{HMACSecret: key, MaxEnvelopeBytes: 4096})
+		a := newOffline(t, newFakeLocal(), Options{HMACSecret: key, maxEnvelopeBytes: 4096}, Deps{})
 		a.receive(string(b))
 		_ = a.TopPublishers()
-		m := newOffline(t, newFakeLocal(), Options{HMACSecret: key, MaxEnvelopeBytes: 4096, Mode: ModeMerged})
+		m := newOffline(t, newFakeLocal(), Options{HMACSecret: key, maxEnvelopeBytes: 4096, Mode: ModeMerged}, Deps{})
 		m.receiveView(string(b))
 		_ = m.TopPublishers()
 	})

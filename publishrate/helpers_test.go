@@ -80,18 +80,19 @@ func deadClient(t testing.TB) redis.UniversalClient {
 
 // newOffline returns an aggregator that is marked active but has no Redis
 // goroutines: tests feed it payloads with receive and call collect.
-func newOffline(t testing.TB, local Local, opts Options, src ...Sources) *Aggregator {
+func newOffline(t testing.TB, local Local, opts Options, deps Deps, src ...Sources) *Aggregator {
 	t.Helper()
-	if opts.Logger == nil {
-		opts.Logger = discardLog
+	if deps.Logger == nil {
+		deps.Logger = discardLog
 	}
-	if opts.Now == nil {
-		opts.Now = testkit.NewClock(testEpoch).Now
+	if deps.now == nil {
+		deps.now = testkit.NewClock(testEpoch).Now
 	}
 	if opts.Mode == "" {
 		opts.Mode = ModeBroadcast // the tests of broadcast mode name none
 	}
-	a, err := New(deadClient(t), local, opts)
+	deps.Client, deps.Local = deadClient(t), local
+	a, err := New(opts, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func newOffline(t testing.TB, local Local, opts Options, src ...Sources) *Aggreg
 	}
 	a.mu.Lock()
 	a.active = true
-	a.win.reset(a.opts.Now())
+	a.win.reset(a.now())
 	a.mu.Unlock()
 	return a
 }

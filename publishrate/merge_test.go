@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"pgregory.net/rapid"
@@ -20,7 +21,7 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	m, reg := gatheredMetrics(t)
 	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 100, BytesPerSec: 1000})
-	a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, InstanceID: "self"})
+	a := newOffline(t, local, Options{}, Deps{now: clk.Now, Metrics: m, InstanceID: "self"})
 
 	a.receive(string(env(t, "A", 1, wireTopic{"hot", 600, 6000, 0}, wireTopic{"cold", 1, 10, 0})))
 	a.receive(string(env(t, "B", 1, wireTopic{"hot", 600, 6000, 0}, wireTopic{"other", 5, 50, 0})))
@@ -64,7 +65,7 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 func TestMergeUsersAndSubscribers(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	local := &fakeLocal{snap: &pressure.Snapshot{TopUsers: []pressure.UserRate{{User: "alice", MessagesPerSec: 7}}}}
-	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "self"},
+	a := newOffline(t, local, Options{}, Deps{now: clk.Now, InstanceID: "self"},
 		Sources{Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
 	if _, err := a.collect(clk.Now()); err != nil { // takes the local subjects
 		t.Fatal(err)
@@ -94,7 +95,7 @@ func TestMergeUsersAndSubscribers(t *testing.T) {
 
 func TestSubscribersOfLiveLocal(t *testing.T) {
 	live := map[string]int{"room": 5}
-	a := newOffline(t, newFakeLocal(), Options{InstanceID: "self"}, Sources{
+	a := newOffline(t, newFakeLocal(), Options{}, Deps{InstanceID: "self"}, Sources{
 		Subjects:         func() []SubjectCount { return []SubjectCount{{"room", 1000}} }, // not used for the local part
 		LocalSubscribers: func(topic string) int { return live[topic] },
 	})
@@ -117,7 +118,7 @@ func TestStalenessByReceiverClock(t *testing.T) {
 			clk := testkit.NewClock(testEpoch)
 			m := metrics.NewDiscard()
 			local := newFakeLocal()
-			a := newOffline(t, local, Options{Now: clk.Now, Metrics: m, StaleAfter: stale, PublishInterval: 5 * time.Second})
+			a := newOffline(t, local, Options{StaleAfter: stale, PublishInterval: 5 * time.Second}, Deps{now: clk.Now, Metrics: m})
 			ts := off.Milliseconds() // the sender's clock, as an offset from testEpoch
 			a.receive(string(env(t, "A", ts, wireTopic{"hot", 600, 1, 0})))
 			if a.RateOf("hot") != 600 {
@@ -173,7 +174,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 	const stale, skew = 12 * time.Second, 5 * time.Second
 	clk := testkit.NewClock(testEpoch)
 	local := newFakeLocal()
-	a := newOffline(t, local, Options{Now: clk.Now, StaleAfter: stale, PublishInterval: 5 * time.Second, HMACSecret: secret})
+	a := newOffline(t, local, Options{StaleAfter: stale, PublishInterval: 5 * time.Second, HMACSecret: secret}, Deps{now: clk.Now})
 	signed := func(ts int64) []byte {
 		b, err := marshalEnvelope(&envelope{V: 1, InstanceID: "A", TS: testEpochMs + ts, Slice: []wireTopic{{"hot", 1e6, 1, 0}}}, secret)
 		if err != nil {
@@ -218,7 +219,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 
 func TestBroadcastTickExpiresStale(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
-	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, StaleAfter: 3 * time.Second, PublishInterval: time.Second})
+	a := newOffline(t, newFakeLocal(), Options{StaleAfter: 3 * time.Second, PublishInterval: time.Second}, Deps{now: clk.Now})
 	a.receive(string(env(t, "A", 1, wireTopic{"hot", 1, 1, 0})))
 	clk.Advance(3 * time.Second)
 	if _, err := a.collect(clk.Now()); err != nil {
@@ -237,7 +238,7 @@ func TestBroadcastTickExpiresStale(t *testing.T) {
 
 func TestTopNCapAndOrder(t *testing.T) {
 	m, reg := gatheredMetrics(t)
-	a := newOffline(t, newFakeLocal(), Options{TopN: 5, Metrics: m})
+	a := newOffline(t, newFakeLocal(), Options{TopN: 5}, Deps{Metrics: m})
 	var slice []wireTopic
 	for i := range 12 {
 		slice = append(slice, wireTopic{fmt.Sprintf("t%02d", i), float64(i), 0, 0})
@@ -276,7 +277,7 @@ func TestTopNCapAndOrder(t *testing.T) {
 func TestMaxInstances(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	m := metrics.NewDiscard()
-	a := newOffline(t, newFakeLocal(), Options{Now: clk.Now, Metrics: m, MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second})
+	a := newOffline(t, newFakeLocal(), Options{MaxInstances: 2, StaleAfter: 10 * time.Second, PublishInterval: time.Second}, Deps{now: clk.Now, Metrics: m})
 	a.receive(string(env(t, "A", 1, wireTopic{"x", 1, 0, 0})))
 	clk.Advance(5 * time.Second)
 	a.receive(string(env(t, "B", 1, wireTopic{"x", 1, 0, 0})))
@@ -322,7 +323,7 @@ func TestMaxInstancesOption(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "publishRate.maxInstances") {
 		t.Errorf("Validate(maxInstances -1) = %v, want an error naming publishRate.maxInstances", err)
 	}
-	a := newOffline(t, newFakeLocal(), Options{MaxInstances: 3000})
+	a := newOffline(t, newFakeLocal(), Options{MaxInstances: 3000}, Deps{})
 	for i := range 3000 {
 		a.receive(string(env(t, fmt.Sprint("i", i), 1)))
 	}
@@ -333,7 +334,7 @@ func TestMaxInstancesOption(t *testing.T) {
 
 func TestOwnEnvelopeIgnored(t *testing.T) {
 	m := metrics.NewDiscard()
-	a := newOffline(t, newFakeLocal(), Options{InstanceID: "me", Metrics: m})
+	a := newOffline(t, newFakeLocal(), Options{}, Deps{InstanceID: "me", Metrics: m})
 	a.receive(string(env(t, "me", 1, wireTopic{"x", 1, 0, 0})))
 	if a.RateOf("x") != 0 || value(m.ClusterReceived) != 0 || value(m.ClusterParseErrors) != 0 || a.Stats().Instances != 0 {
 		t.Errorf("own envelope counted: RateOf %v, received %v", a.RateOf("x"), value(m.ClusterReceived))
@@ -555,7 +556,7 @@ func TestTableGrowsAndForgetsDormantKeys(t *testing.T) {
 }
 
 func TestLookupsDoNotAllocate(t *testing.T) {
-	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{}, Sources{
+	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{}, Deps{}, Sources{
 		LocalSubscribers: func(string) int { return 1 },
 	})
 	a.receive(string(env(t, "A", 1, wireTopic{"hot", 1, 1, 0})))
@@ -576,31 +577,31 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 }
 
 // TestWithPressureMonitor wires the real pressure monitor as Local: its
-// samples reach RateOf at once and the broadcast envelope.
+// samples reach RateOf at once and the broadcast envelope. Both run on
+// the bubble's clock.
 func TestWithPressureMonitor(t *testing.T) {
-	clk := testkit.NewClock(testEpoch)
-	cfg := pressure.DefaultConfig()
-	cfg.Now = clk.Now
-	mon, err := pressure.New(cfg, pressure.Deps{Metrics: metrics.NewDiscard(), Logger: discardLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := newOffline(t, mon, Options{Now: clk.Now, InstanceID: "me"})
-	for range 50 {
-		mon.RecordAttempt("chat", "alice", 100)
-	}
-	clk.Advance(time.Second)
-	mon.Sample()
-	if got := a.RateOf("chat"); got != 50 {
-		t.Errorf("RateOf(chat) = %v, want 50", got)
-	}
-	if got := a.RateOfUser("alice"); got != 50 {
-		t.Errorf("RateOfUser(alice) = %v, want 50", got)
-	}
-	e := sent(t, a, clk.Now())
-	if len(e.Slice) != 1 || e.Slice[0] != (wireTopic{"chat", 50, 5000, 0}) {
-		t.Errorf("slice = %v", e.Slice)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		mon, err := pressure.New(pressure.DefaultConfig(), pressure.Deps{Metrics: metrics.NewDiscard(), Logger: discardLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := newOffline(t, mon, Options{}, Deps{now: time.Now, InstanceID: "me"})
+		for range 50 {
+			mon.RecordAttempt("chat", "alice", 100)
+		}
+		time.Sleep(time.Second)
+		mon.Sample()
+		if got := a.RateOf("chat"); got != 50 {
+			t.Errorf("RateOf(chat) = %v, want 50", got)
+		}
+		if got := a.RateOfUser("alice"); got != 50 {
+			t.Errorf("RateOfUser(alice) = %v, want 50", got)
+		}
+		e := sent(t, a, time.Now())
+		if len(e.Slice) != 1 || e.Slice[0] != (wireTopic{"chat", 50, 5000, 0}) {
+			t.Errorf("slice = %v", e.Slice)
+		}
+	})
 }
 
 // TestLookupsDuringMergeSeeWholeEnvelopes: a reader racing the merge sees

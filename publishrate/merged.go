@@ -166,7 +166,7 @@ func (a *Aggregator) leadLoop(ctx context.Context) {
 }
 
 func (a *Aggregator) leadTick(ctx context.Context) {
-	now := a.opts.Now()
+	now := a.now()
 	// A Redis slower than a tick delays the next one (the ticker drops
 	// ticks) rather than costing the lease: past the TTL it is gone
 	// anyway.
@@ -257,8 +257,8 @@ func (a *Aggregator) stepDown(release bool) {
 // receiveSlice takes one instance's slice off sliceChannel, on the
 // merging instance: its own slice too.
 func (a *Aggregator) receiveSlice(payload string) {
-	now := a.opts.Now()
-	e, err := decodeEnvelope(payload, a.signer, a.opts.MaxEnvelopeBytes, a.maxList)
+	now := a.now()
+	e, err := decodeEnvelope(payload, a.signer, a.opts.maxEnvelopeBytes, a.maxList)
 	if err != nil {
 		a.dropped(err, payload, now)
 		return
@@ -389,8 +389,8 @@ func (b *bestK[T]) sorted() []T {
 // cluster view, this instance's own rates included, unless it is older
 // than the view held, by epoch and then by ts, while that one is fresh.
 func (a *Aggregator) receiveView(payload string) {
-	now := a.opts.Now()
-	e, err := decodeView(payload, a.signer, a.opts.MaxEnvelopeBytes, a.maxList)
+	now := a.now()
+	e, err := decodeView(payload, a.signer, a.opts.maxEnvelopeBytes, a.maxList)
 	if err != nil {
 		a.dropped(err, payload, now)
 		return

@@ -22,7 +22,7 @@ func TestMergedViewChoiceMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		clk := testkit.NewClock(testEpoch)
 		local := newFakeLocal()
-		a := newOffline(t, local, Options{Mode: ModeMerged, Now: clk.Now})
+		a := newOffline(t, local, Options{Mode: ModeMerged}, Deps{now: clk.Now})
 		type held struct {
 			epoch, ts int64
 			arrived   time.Time

@@ -28,7 +28,7 @@ func view(t testing.TB, id string, epoch, ts int64, instances int, slice ...wire
 func TestMergedViewReplacesOwnRatesAndFencesEpochs(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	local := newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 50})
-	a := newOffline(t, local, Options{Mode: ModeMerged, Now: clk.Now})
+	a := newOffline(t, local, Options{Mode: ModeMerged}, Deps{now: clk.Now})
 	if got := a.RateOf("hot"); got != 50 {
 		t.Fatalf("before any view RateOf = %v, want the own 50", got)
 	}
@@ -85,7 +85,7 @@ func TestMergedViewReplacesOwnRatesAndFencesEpochs(t *testing.T) {
 
 func TestViewAndSliceSignaturesDiffer(t *testing.T) {
 	secret := []byte("fleet")
-	a := newOffline(t, newFakeLocal(), Options{Mode: ModeMerged, HMACSecret: secret})
+	a := newOffline(t, newFakeLocal(), Options{Mode: ModeMerged, HMACSecret: secret}, Deps{})
 	// A slice signed by a fleet member is not a view, however it is
 	// dressed up: the domains differ.
 	b, _ := marshalEnvelope(&envelope{V: viewVersion, InstanceID: "M", TS: testTS, Epoch: 1, Instances: 1}, nil)
@@ -108,9 +108,11 @@ func mergedNode(t *testing.T, srv *redistest.Server, id string, local Local) (no
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	m := metrics.NewDiscard()
-	a, err := New(c, local, Options{
-		Mode: ModeMerged, InstanceID: id, PublishInterval: testInterval, StaleAfter: testStale,
-		HMACSecret: []byte("fleet"), Metrics: m, Logger: discardLog,
+	a, err := New(Options{
+		Mode: ModeMerged, PublishInterval: testInterval, StaleAfter: testStale,
+		HMACSecret: []byte("fleet"),
+	}, Deps{
+		Client: c, Local: local, InstanceID: id, Metrics: m, Logger: discardLog,
 		Breaker: NewBreaker(3, testInterval, nil),
 	})
 	if err != nil {
@@ -225,7 +227,7 @@ func TestMergedModeOnRealRedis(t *testing.T) {
 
 func TestMergedSubscribersOfCountsThisInstanceOnce(t *testing.T) {
 	live := map[string]int{"room": 5, "quiet": 2}
-	a := newOffline(t, newFakeLocal(), Options{Mode: ModeMerged}, Sources{LocalSubscribers: func(topic string) int { return live[topic] }})
+	a := newOffline(t, newFakeLocal(), Options{Mode: ModeMerged}, Deps{}, Sources{LocalSubscribers: func(topic string) int { return live[topic] }})
 	if got := a.SubscribersOf("room"); got != 5 {
 		t.Fatalf("before a view SubscribersOf = %d, want the live 5", got)
 	}

@@ -2,12 +2,15 @@ package publishrate
 
 import (
 	"cmp"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/rtserver/rtserver/internal/conf"
+	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
@@ -139,21 +142,35 @@ type Options struct {
 	// HMACSecret, when set, signs every envelope and makes receivers drop
 	// (and count) envelopes whose signature is missing or wrong.
 	HMACSecret []byte `yaml:"hmacSecret" help:"when set, rate envelopes and bus messages are signed (HMAC-SHA256) and unsigned or badly signed ones are dropped; the same on every instance"`
-	// Breaker guards the publish call. Nil: NewBreaker(3, 2*PublishInterval, Now).
-	Breaker Breaker `yaml:"-"`
+
+	// maxEnvelopeBytes bounds an envelope, sent or received; 0 =
+	// DefaultMaxEnvelopeBytes (no key sets it; this package's tests do).
+	maxEnvelopeBytes int
+}
+
+// Deps are what an Aggregator uses beside its configuration.
+type Deps struct {
+	// Client reaches Redis; required.
+	Client redis.UniversalClient
+	// Local is this instance's monitor, whose samples are the slice the
+	// aggregator shares; required.
+	Local Local
+	// InstanceID tags this instance's envelopes: 1 to 128 bytes of the
+	// topic alphabet [A-Za-z0-9_.:/@-]. Empty: a new random id.
+	InstanceID string
+	// Breaker guards the publish call. Nil: NewBreaker(3,
+	// 2*PublishInterval, the clock).
+	Breaker Breaker
 	// Metrics receives the cluster_* metrics. Nil: metrics.NewDiscard().
-	Metrics *metrics.Metrics `yaml:"-"`
+	Metrics *metrics.Metrics
 	// Logger for broadcast failures, breaker changes and dropped envelopes
 	// (rate limited). Nil: slog.Default().
-	Logger *slog.Logger `yaml:"-"`
-	// Now is the clock for freshness and interval averaging. Nil: time.Now.
-	// The broadcast ticker is a time.Ticker (fake inside testing/synctest).
-	Now func() time.Time `yaml:"-"`
-	// InstanceID tags this instance's envelopes: 1 to 128 bytes of the topic
-	// alphabet [A-Za-z0-9_.:/@-]. Default: 16 random hex digits.
-	InstanceID string `yaml:"-"`
-	// MaxEnvelopeBytes bounds an envelope, sent or received. Default 64 KiB.
-	MaxEnvelopeBytes int `yaml:"-"`
+	Logger *slog.Logger
+
+	// now is the clock for freshness and interval averaging; nil:
+	// time.Now. The broadcast ticker is a time.Ticker (fake inside
+	// testing/synctest).
+	now func() time.Time
 }
 
 // DefaultOptions is the publishRate.* defaults of docs/configuration.md.
@@ -187,18 +204,12 @@ func (o Options) Validate() error {
 	if o.MaxInstances < 0 {
 		p.Add("publishRate.maxInstances", "must not be negative (0 = %d), got %d", DefaultMaxInstances, o.MaxInstances)
 	}
-	if o.MaxEnvelopeBytes < 0 {
-		p.Add("publishRate.maxEnvelopeBytes", "must not be negative, got %d", o.MaxEnvelopeBytes)
-	}
 	interval := cmp.Or(max(o.PublishInterval, 0), DefaultPublishInterval)
 	if o.StaleAfter > 0 && o.StaleAfter < interval {
 		p.Add("publishRate.staleAfter", "must be at least publishRate.publishInterval (%s), got %s", interval, o.StaleAfter)
 	}
 	if o.Mode != "" && o.Mode != ModeBroadcast && o.Mode != ModeMerged {
 		p.Add("publishRate.mode", "must be %s or %s, got %q", ModeBroadcast, ModeMerged, o.Mode)
-	}
-	if o.InstanceID != "" && !validInstanceID(o.InstanceID) {
-		p.Add("publishRate.instanceId", "must be 1 to %d bytes of [A-Za-z0-9_.:/@-], got %q", MaxInstanceIDLen, o.InstanceID)
 	}
 	return p.Err()
 }
@@ -226,28 +237,38 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxInstances == 0 {
 		o.MaxInstances = DefaultMaxInstances
 	}
-	if o.MaxEnvelopeBytes == 0 {
-		o.MaxEnvelopeBytes = DefaultMaxEnvelopeBytes
+	if o.maxEnvelopeBytes <= 0 {
+		o.maxEnvelopeBytes = DefaultMaxEnvelopeBytes
 	}
 	if o.MaxClockSkew == 0 {
 		o.MaxClockSkew = DefaultMaxClockSkew
 	}
-	if o.Metrics == nil {
-		o.Metrics = metrics.NewDiscard()
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.InstanceID == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-		o.InstanceID = hex.EncodeToString(b[:])
-	}
-	if o.Breaker == nil {
-		o.Breaker = NewBreaker(3, 2*o.PublishInterval, o.Now)
-	}
 	return o, nil
+}
+
+// withDefaults checks d and fills its nil fields; interval is the
+// configuration's publish interval, the breaker's.
+func (d Deps) withDefaults(interval time.Duration) (Deps, error) {
+	if d.Client == nil || d.Local == nil {
+		return d, errors.New("publishrate: Deps.Client and Deps.Local are required")
+	}
+	if d.InstanceID != "" && !validInstanceID(d.InstanceID) {
+		return d, fmt.Errorf("publishrate: instance id must be 1 to %d bytes of [A-Za-z0-9_.:/@-], got %q", MaxInstanceIDLen, d.InstanceID)
+	}
+	if d.Metrics == nil {
+		d.Metrics = metrics.NewDiscard()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	if d.InstanceID == "" {
+		d.InstanceID = instance.NewID()
+	}
+	if d.Breaker == nil {
+		d.Breaker = NewBreaker(3, 2*interval, d.now)
+	}
+	return d, nil
 }

@@ -33,9 +33,10 @@ func newNode(t *testing.T, srv *redistest.Server, id string, local Local, secret
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	m := metrics.NewDiscard()
-	a, err := New(c, local, Options{
-		InstanceID: id, PublishInterval: testInterval, StaleAfter: testStale, Mode: ModeBroadcast,
-		HMACSecret: secret, Metrics: m, Logger: discardLog,
+	a, err := New(Options{
+		PublishInterval: testInterval, StaleAfter: testStale, Mode: ModeBroadcast, HMACSecret: secret,
+	}, Deps{
+		Client: c, Local: local, InstanceID: id, Metrics: m, Logger: discardLog,
 		Breaker: NewBreaker(3, testInterval, nil),
 	})
 	if err != nil {
@@ -192,7 +193,7 @@ func TestSubscriptionHasItsOwnPolledClient(t *testing.T) {
 func TestTLSClientKeepsTheGatherWait(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", TLSConfig: &tls.Config{}})
 	defer c.Close()
-	a, err := New(c, newFakeLocal(), Options{InstanceID: "A", Metrics: metrics.NewDiscard(), Logger: discardLog})
+	a, err := New(Options{}, Deps{Client: c, Local: newFakeLocal(), InstanceID: "A", Metrics: metrics.NewDiscard(), Logger: discardLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func TestBroadcastAveragesOverInterval(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	t0 := clk.Now()
 	local := newFakeLocal()
-	a := newOffline(t, local, Options{Now: clk.Now, InstanceID: "me"})
+	a := newOffline(t, local, Options{}, Deps{now: clk.Now, InstanceID: "me"})
 
 	sample := func(after time.Duration, topics []pressure.TopicRate, users []pressure.UserRate) {
 		clk.Advance(after)
@@ -97,7 +97,7 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 		{User: "u1", MessagesPerSec: 1}, {User: "u2", MessagesPerSec: 5}, {User: "u3", MessagesPerSec: 4},
 		{User: strings.Repeat("x", MaxUserLen+1), MessagesPerSec: 100}, {User: "", MessagesPerSec: 100},
 	}
-	a := newOffline(t, local, Options{Now: clk.Now, TopN: 2}, Sources{Subjects: func() []SubjectCount {
+	a := newOffline(t, local, Options{TopN: 2}, Deps{now: clk.Now}, Sources{Subjects: func() []SubjectCount {
 		return []SubjectCount{{"r1", 1}, {"r2", 9}, {"r1", 5}, {"r3", 0}, {"bad topic", 50}, {"r4", 2}}
 	}})
 	clk.Advance(time.Second)
@@ -117,7 +117,7 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 	}
 
 	// Subjects wired but empty: "subs":[] is still sent.
-	b, err := newOffline(t, newFakeLocal(), Options{}, Sources{Subjects: func() []SubjectCount { return nil }}).collect(time.Now())
+	b, err := newOffline(t, newFakeLocal(), Options{}, Deps{}, Sources{Subjects: func() []SubjectCount { return nil }}).collect(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestBroadcastFitsMaxEnvelopeBytes(t *testing.T) {
 	for i := range 20 {
 		topics = append(topics, pressure.TopicRate{Topic: strings.Repeat(string(rune('a'+i)), 200), MessagesPerSec: float64(i + 1)})
 	}
-	a := newOffline(t, newFakeLocal(topics...), Options{MaxEnvelopeBytes: 1500, HMACSecret: []byte("k")})
+	a := newOffline(t, newFakeLocal(topics...), Options{maxEnvelopeBytes: 1500, HMACSecret: []byte("k")}, Deps{})
 	b, err := a.collect(time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -159,13 +159,13 @@ func TestLongestUserIsSentAndTaken(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	local := newFakeLocal()
 	local.snap.TopUsers = []pressure.UserRate{{User: long, MessagesPerSec: 7}}
-	a := newOffline(t, local, Options{Now: clk.Now})
+	a := newOffline(t, local, Options{}, Deps{now: clk.Now})
 	clk.Advance(time.Second)
 	e := sent(t, a, clk.Now())
 	if want := []wireUser{{long, 7}}; !slices.Equal(e.Users, want) {
 		t.Fatalf("users sent = %d entries, want the %d-byte user", len(e.Users), len(long))
 	}
-	b := newOffline(t, newFakeLocal(), Options{Now: clk.Now})
+	b := newOffline(t, newFakeLocal(), Options{}, Deps{now: clk.Now})
 	raw, err := a.collect(clk.Now())
 	if err != nil {
 		t.Fatal(err)

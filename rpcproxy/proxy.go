@@ -29,9 +29,9 @@ const (
 type Config struct {
 	URL     string        `yaml:"url" help:"http(s) URL that receives each application RPC as a JSON-RPC POST and answers with the JSON-RPC response; empty: unknown methods answer -32601"`
 	Timeout time.Duration `yaml:"timeout" help:"longest wait for the backend; past it the call answers -32005; 0 = 5s"`
-	// MaxResponseBytes bounds an answer; default 1 MiB; larger answers
-	// are -32005.
-	MaxResponseBytes int64 `yaml:"-"`
+	// maxResponseBytes bounds an answer; 0 = 1 MiB (no key sets it; this
+	// package's tests do); larger answers are -32005.
+	maxResponseBytes int64
 }
 
 // Deps are what the proxy uses beside its configuration.
@@ -55,9 +55,6 @@ func (o Config) Validate() error {
 	if o.Timeout < 0 {
 		p.Add("rpc.proxy.timeout", "must not be negative (0 = 5s), got %s", o.Timeout)
 	}
-	if o.MaxResponseBytes < 0 {
-		p.Add("rpc.proxy.maxResponseBytes", "must not be negative, got %d", o.MaxResponseBytes)
-	}
 	return p.Err()
 }
 
@@ -73,8 +70,8 @@ func New(cfg Config, deps Deps) (server.Handler, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
-	if opts.MaxResponseBytes <= 0 {
-		opts.MaxResponseBytes = 1 << 20
+	if opts.maxResponseBytes <= 0 {
+		opts.maxResponseBytes = 1 << 20
 	}
 	if opts.Client == nil {
 		opts.Client = &http.Client{Transport: &http.Transport{
@@ -136,8 +133,8 @@ func (p *proxy) call(ctx context.Context, req *server.Request) (any, error) {
 	if req.ID == nil {
 		return nil, nil // a notification: nobody reads the answer
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, p.opts.MaxResponseBytes+1))
-	if err != nil || int64(len(data)) > p.opts.MaxResponseBytes {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, p.opts.maxResponseBytes+1))
+	if err != nil || int64(len(data)) > p.opts.maxResponseBytes {
 		p.opts.Logger.Warn("rpc backend response unreadable or too large", "method", req.Method, "bytes", len(data), "err", err)
 		return nil, upstream()
 	}

@@ -49,7 +49,7 @@ func TestProxyRelaysAndFailsClosed(t *testing.T) {
 		}
 	}))
 	defer backend.Close()
-	h, err := New(Config{URL: backend.URL, Timeout: 200 * time.Millisecond, MaxResponseBytes: 1024}, Deps{})
+	h, err := New(Config{URL: backend.URL, Timeout: 200 * time.Millisecond, maxResponseBytes: 1024}, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}

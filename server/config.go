@@ -18,14 +18,10 @@ type Config struct {
 	MessageTimeout          time.Duration `yaml:"messageTimeout" help:"longest a client message may take from its first frame to its last (a fragmented message its client never finishes, though it answers pings); past it: close 1008, checked at each keepalive step, so at most one pingInterval late; 0 = 30s"`
 	PortableSockets         bool          `yaml:"portableSockets" help:"true: after the upgrade rtserver makes no socket call of its own (reads wait inside the WebSocket library, frames are written through net.Conn, no poller parks idle connections, so each keeps a goroutine and more memory); for a platform or kernel where the fast path misbehaves"`
 	MaxJSONDepth            int           `yaml:"maxJSONDepth" help:"how deeply JSON may nest in a client message or a server API body; deeper: -32600 (client) or 400 (API), never forwarded to a handler or backend; 0 = 64"`
-	// MaxCallsPerConn is the application RPCs in flight per connection;
-	// default 16.
-	MaxCallsPerConn int `yaml:"-"`
-	// RefreshNotice is how long before its token's exp a connection gets
-	// the tokenExpiring notice; default 30s (docs/authentication.md). The
-	// root configuration sets it from auth.jwt.refreshNotice.
-	RefreshNotice time.Duration `yaml:"-"`
 }
+
+// maxCallsPerConn is the application RPCs in flight per connection.
+const maxCallsPerConn = 16
 
 // DefaultConfig is the limits.* defaults of docs/configuration.md.
 func DefaultConfig() Config {
@@ -54,12 +50,6 @@ func (c *Config) setDefaults() {
 	if c.MessageTimeout <= 0 {
 		c.MessageTimeout = 30 * time.Second
 	}
-	if c.MaxCallsPerConn <= 0 {
-		c.MaxCallsPerConn = 16
-	}
-	if c.RefreshNotice <= 0 {
-		c.RefreshNotice = 30 * time.Second
-	}
 	if c.MaxJSONDepth <= 0 {
 		c.MaxJSONDepth = protocol.DefaultMaxDepth
 	}
@@ -69,24 +59,12 @@ func (c *Config) setDefaults() {
 // means the default).
 func (c Config) Validate() error {
 	var p conf.Problems
-	nonNegative := func(key string, n int64) {
-		if n < 0 {
-			p.Add(key, "must not be negative (0 = the default), got %d", n)
-		}
-	}
-	nonNegativeDur := func(key string, d time.Duration) {
-		if d < 0 {
-			p.Add(key, "must not be negative (0 = the default), got %s", d)
-		}
-	}
-	nonNegative("limits.maxMessageBytes", c.MaxMessageBytes)
-	nonNegative("limits.maxSubscriptionsPerConn", int64(c.MaxSubscriptionsPerConn))
-	nonNegative("limits.sendQueueBytes", int64(c.SendQueueBytes))
-	nonNegativeDur("limits.writeTimeout", c.WriteTimeout)
-	nonNegativeDur("limits.pingInterval", c.PingInterval)
-	nonNegativeDur("limits.messageTimeout", c.MessageTimeout)
-	nonNegative("limits.maxJSONDepth", int64(c.MaxJSONDepth))
-	nonNegative("limits.maxCallsPerConn", int64(c.MaxCallsPerConn))
-	nonNegativeDur("auth.jwt.refreshNotice", c.RefreshNotice)
+	p.NonNegative("limits.maxMessageBytes", c.MaxMessageBytes)
+	p.NonNegative("limits.maxSubscriptionsPerConn", int64(c.MaxSubscriptionsPerConn))
+	p.NonNegative("limits.sendQueueBytes", int64(c.SendQueueBytes))
+	p.NonNegativeDuration("limits.writeTimeout", c.WriteTimeout)
+	p.NonNegativeDuration("limits.pingInterval", c.PingInterval)
+	p.NonNegativeDuration("limits.messageTimeout", c.MessageTimeout)
+	p.NonNegative("limits.maxJSONDepth", int64(c.MaxJSONDepth))
 	return p.Err()
 }

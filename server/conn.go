@@ -323,7 +323,7 @@ func (c *conn) handleFrame(frame []byte) {
 	// Built-ins touch state only the read goroutine may (subscriptions,
 	// the reused call, the token's expiry and claims), so a batch mixing
 	// them with application methods runs here too: the read waits for
-	// its application calls, as when MaxCallsPerConn is reached.
+	// its application calls, as when maxCallsPerConn is reached.
 	if !async || builtin {
 		if publish && c.raw.Native() {
 			// Only where every read that would wait flushes first
@@ -340,7 +340,7 @@ func (c *conn) handleFrame(frame []byte) {
 	}
 	own := append([]byte(nil), frame...)
 	f, _ = protocol.DecodeDepth(own, maxDepth)
-	if c.calls.Add(1) > int32(c.s.cfg.MaxCallsPerConn) {
+	if c.calls.Add(1) > maxCallsPerConn {
 		// Too many calls in flight: run this one here, which stops reading
 		// from this client until it is done (backpressure, not a drop).
 		c.runFrame(f, own)

@@ -107,6 +107,16 @@ func (r *busReceiver) DeliverControl(key string, data []byte) {
 	}
 }
 
+// DeliverNotice takes a notice from another instance: a presence diff.
+// Notices are not single use (bus.Bus.PublishNotice), so a notice never
+// acts on a user's connections.
+func (r *busReceiver) DeliverNotice(key string, data []byte) {
+	s := (*Server)(r)
+	if !s.presenceControl(key, data) {
+		s.controlDropped(key)
+	}
+}
+
 func (s *Server) controlDropped(key string) {
 	s.m.BusDropped.WithLabelValues(bus.DropMalformed).Inc()
 	s.log.Warn("dropped a control message this instance cannot apply", "key", key)

@@ -16,7 +16,7 @@ const (
 	MethodSubscribe   = protocol.MethodSubscribe
 	MethodUnsubscribe = protocol.MethodUnsubscribe
 	MethodPublish     = protocol.MethodPublish
-	MethodHistory     = "history" // a history topic's messages (docs/history.md)
+	MethodHistory     = protocol.MethodHistory
 )
 
 // builtinMethods are the methods the server answers itself. Each reads

@@ -121,7 +121,7 @@ func (e *tokenExpiry) stop() {
 // It runs on the read goroutine (start, or a refresh), which owns
 // c.expiry.
 func (c *conn) watchExpiry(expires time.Time) {
-	c.expiry = newTokenExpiry(c.s.expiries, expires, c.s.cfg.RefreshNotice, time.Now,
+	c.expiry = newTokenExpiry(c.s.expiries, expires, c.s.refreshNotice, time.Now,
 		func(left time.Duration) {
 			c.enqueue(protocol.AppendTokenExpiring(nil, max(left.Milliseconds(), 1)))
 		},

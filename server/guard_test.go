@@ -68,7 +68,7 @@ func parkedConns(s *Server) int {
 // A publish encodes its frame once, whatever the number of subscribers:
 // the allocations of the publish path do not grow with the fan-out.
 func TestPublishAllocatesOncePerPublish(t *testing.T) {
-	s := New(Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
 	data := []byte(`{"text":"hello"}`)
 	allocs := func(subs int) float64 {
 		topic := "fan:" + strings.Repeat("x", subs%7)
@@ -104,7 +104,7 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 // writer goroutine, no allocation. The publish allocates its frame once,
 // whatever the fan-out.
 func TestDirectDeliveryAllocatesNothing(t *testing.T) {
-	s := New(Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

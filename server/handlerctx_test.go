@@ -32,7 +32,7 @@ func TestHandlerSeesRequestValuesAndClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{Gate: gate, Metrics: m})
+	s := mustNew(t, Options{Gate: gate, Metrics: m})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,18 @@ import (
 // startServer runs s behind a real TCP listener and returns its ws:// URL.
 func startServer(t *testing.T, opts Options) (*Server, string) {
 	t.Helper()
-	s := New(opts)
+	s := mustNew(t, opts)
 	return s, serve(t, s)
+}
+
+// mustNew is New, failing t on an error.
+func mustNew(t testing.TB, opts Options) *Server {
+	t.Helper()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // portableRun runs every server of this package's tests with

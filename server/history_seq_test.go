@@ -31,8 +31,9 @@ func seqOf(t *testing.T, s *Server, topic string) *topicSeq {
 // lock.
 func TestHistoryFanoutKeepsOffsetOrderUnderRacingPublishers(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
-	_, url := startServer(t, historyOptions(store, history.Policy{Size: 10000, TTL: time.Minute}))
+	var srv *Server
+	store := memoryStore(&srv)
+	srv, url := startServer(t, historyOptions(store, history.Policy{Size: 10000, TTL: time.Minute}))
 	const subscribers, publishers, each = 4, 4, 150
 	subs := make([]*wstest.Conn, subscribers)
 	for i := range subs {
@@ -69,8 +70,10 @@ func TestHistoryFanoutKeepsOffsetOrderUnderRacingPublishers(t *testing.T) {
 // Once the queue is free, both subscribers get everything in order.
 func TestHistoryPublishDoesNotWaitForAStuckFanout(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	s, url := startServer(t, historyOptions(store, history.Policy{Size: 1000, TTL: time.Minute}))
+	srv = s
 	a, b := wstest.Dial(t, url), wstest.Dial(t, url)
 	resultPos(t, a.Call("subscribe", `{"topic":"h:stuck"}`))
 	resultPos(t, b.Call("subscribe", `{"topic":"h:stuck"}`))
@@ -181,7 +184,7 @@ func TestHistoryPeriodicCheckPerTopic(t *testing.T) {
 		store := &positionStore{at: map[string]uint64{}, checks: map[string]int{}, fills: map[string]int{}}
 		opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 		opts.HistoryCheckInterval = 5 * time.Second
-		s := New(opts)
+		s := mustNew(t, opts)
 		h := s.hist
 		h.start()
 		defer h.close()

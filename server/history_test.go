@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +32,14 @@ func historyOptions(store history.Store, pol history.Policy) Options {
 			return history.Policy{}
 		},
 	}
+}
+
+// memoryStore is a memory store that hands what it stores to *srv, as
+// the node wires it (*srv is set before anything is published).
+func memoryStore(srv **Server) *history.Memory {
+	return history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+		(*srv).DeliverHistory(topic, epoch, m)
+	}})
 }
 
 type position struct {
@@ -76,9 +85,11 @@ func publishN(t *testing.T, c *wstest.Conn, topic string, from, n int) {
 
 func TestHistoryPublishSubscribeAndRecover(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 	s, url := startServer(t, opts)
+	srv = s
 	pub, sub := wstest.Dial(t, url), wstest.Dial(t, url)
 
 	// An empty topic still has a position.
@@ -143,10 +154,11 @@ func TestHistoryPublishSubscribeAndRecover(t *testing.T) {
 
 func TestHistoryTrimmedAndTooMany(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 3, TTL: time.Minute})
 	opts.HistoryConfig.MaxReplay = 5
-	_, url := startServer(t, opts)
+	srv, url := startServer(t, opts)
 	pub := wstest.Dial(t, url)
 	p := resultPos(t, pub.Call("subscribe", `{"topic":"h:t"}`))
 	publishN(t, pub, "h:t", 1, 4)
@@ -171,10 +183,12 @@ func TestHistoryTrimmedAndTooMany(t *testing.T) {
 func TestHistoryReplayIsPacedBySendQueue(t *testing.T) {
 	fastPathOnly(t)
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 5000, TTL: time.Minute})
 	opts.Config.SendQueueBytes = 16 << 10
 	s, url := startServer(t, opts)
+	srv = s
 	pub := wstest.Dial(t, url)
 	p := resultPos(t, pub.Call("subscribe", `{"topic":"h:big"}`))
 	data := `"` + strings.Repeat("x", 1000) + `"`
@@ -236,14 +250,13 @@ func TestHistoryUnavailable(t *testing.T) {
 // subscriber; a lost last message is found by the periodic check.
 func TestHistoryFillsGapsFromTheStore(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
 	var srv *Server
-	store.Deliver = func(topic, epoch string, m history.Message) {
+	store := history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
 		if m.Offset == 3 || m.Offset == 6 {
 			return // lost on the way
 		}
-		srv.hist.offer(topic, m.Data, epoch, m.Offset)
-	}
+		srv.DeliverHistory(topic, epoch, m)
+	}})
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 	opts.HistoryCheckInterval = 20 * time.Millisecond
 	s, url := startServer(t, opts)
@@ -269,9 +282,10 @@ func TestHistoryFillsGapsFromTheStore(t *testing.T) {
 // since (a new epoch counts from 1 again).
 func TestUntrustedRecoveryIsLiveFromTheAnswer(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	var srv *Server
+	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
-	_, url := startServer(t, opts)
+	srv, url := startServer(t, opts)
 	pub := wstest.Dial(t, url)
 	p0 := resultPos(t, pub.Call("subscribe", `{"topic":"h:e"}`))
 	publishN(t, pub, "h:e", 1, 2)
@@ -319,10 +333,11 @@ func (d *downStore) Read(ctx context.Context, topic string, after uint64, limit 
 // still arrive, in order.
 func TestRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	leakcheck.Check(t)
-	mem := history.NewMemory(history.MemoryOptions{})
-	s := New(historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
-	// Wrapped once the server has given the memory store its delivery,
-	// before anything runs.
+	var s *Server
+	mem := memoryStore(&s)
+	s = mustNew(t, historyOptions(mem, history.Policy{Size: 10, TTL: time.Minute}))
+	// Wrapped once the server knows the memory store delivers in the
+	// publisher's call, before anything runs.
 	store := &downStore{Memory: mem}
 	s.hist.store = store
 	url := serve(t, s)
@@ -346,5 +361,83 @@ func TestRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	publishN(t, pub, "h:x", 2, 2)
 	if offs, _ := nextMessages(t, sub, "h:x", 2); fmt.Sprint(offs) != "[2 3]" {
 		t.Fatalf("after the store came back: offsets %v", offs)
+	}
+}
+
+// swapStore is a memory store that can be replaced by an empty one: Redis
+// coming back without its data, every topic in a new epoch.
+type swapStore struct {
+	mu      sync.Mutex
+	cur     *history.Memory
+	deliver func(topic, epoch string, m history.Message)
+}
+
+func (s *swapStore) get() *history.Memory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+func (s *swapStore) swap() {
+	m := history.NewMemory(history.MemoryOptions{Deliver: s.deliver})
+	s.mu.Lock()
+	s.cur = m
+	s.mu.Unlock()
+}
+
+func (s *swapStore) Publish(ctx context.Context, p history.Publish) (history.Position, bool, error) {
+	return s.get().Publish(ctx, p)
+}
+
+func (s *swapStore) Read(ctx context.Context, topic string, after uint64, limit int, pol history.Policy) (history.Position, []history.Message, error) {
+	return s.get().Read(ctx, topic, after, limit, pol)
+}
+
+// A new epoch never reaches a subscription of the old one: between the
+// resync and the client's subscribe again, the subscription gets nothing
+// of the new stream (whose offsets start from 1 again); the subscribe
+// again answers recovered false, reason epoch, and is live from there.
+func TestNewEpochNeverReachesAnOldSubscription(t *testing.T) {
+	leakcheck.Check(t)
+	var srv *Server
+	store := &swapStore{deliver: func(topic, epoch string, m history.Message) {
+		srv.hist.deliverAt(topic, m.Data, epoch, m.Offset, nil)
+	}}
+	store.swap()
+	srv, url := startServer(t, historyOptions(store, history.Policy{Size: 100, TTL: time.Minute}))
+	a, pub := wstest.Dial(t, url), wstest.Dial(t, url)
+	old := resultPos(t, a.Call("subscribe", `{"topic":"h:x"}`))
+	publishN(t, pub, "h:x", 1, 2)
+	if offs, _ := nextMessages(t, a, "h:x", 2); fmt.Sprint(offs) != "[1 2]" {
+		t.Fatalf("before: %v", offs)
+	}
+
+	store.swap()
+	publishN(t, pub, "h:x", 3, 3) // offsets 1, 2, 3 of the new epoch
+	a.Send(`{"jsonrpc":"2.0","id":"fence","method":"unsubscribe","params":{"topic":"fence"}}`)
+	resyncs := 0
+	for {
+		f := a.Recv()
+		if string(f.ID) == `"fence"` {
+			break
+		}
+		switch {
+		case f.Method == "system" && f.Params.Event == protocol.EventResync:
+			resyncs++
+		case f.Method == "message":
+			t.Fatalf("the old epoch's subscription got offset %d of the new epoch (data %s)", f.Params.Offset, f.Params.Data)
+		}
+	}
+	if resyncs != 1 {
+		t.Fatalf("%d resyncs before the fence, want 1", resyncs)
+	}
+
+	r := resultPos(t, a.Call("subscribe", fmt.Sprintf(`{"topic":"h:x","recover":true,"since":{"epoch":%q,"offset":2}}`, old.Epoch)))
+	if r.Recovered == nil || *r.Recovered || r.Reason != protocol.RecoverEpoch || r.Epoch == old.Epoch || r.Offset != 3 {
+		t.Fatalf("subscribe again: %+v", r)
+	}
+	publishN(t, pub, "h:x", 6, 1)
+	if offs, data := nextMessages(t, a, "h:x", 1); fmt.Sprint(offs) != "[4]" || data[0] != "6" {
+		t.Fatalf("after subscribing again: %v %v", offs, data)
 	}
 }

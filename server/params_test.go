@@ -53,11 +53,12 @@ func startExactServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := historyOptions(history.NewMemory(history.MemoryOptions{}), history.Policy{Size: 10, TTL: time.Hour})
+	var srv *Server
+	o := historyOptions(memoryStore(&srv), history.Policy{Size: 10, TTL: time.Hour})
 	o.Gate, o.Metrics, o.Access = gate, m, checker
 	o.Bus = bus.NewMemory(bus.NewMemoryBroker(), m)
 	o.Presence = PresenceOptions{Mode: roomMode, Config: presence.Config{DiffInterval: 50 * time.Millisecond}}
-	_, url := startServer(t, o)
+	srv, url := startServer(t, o)
 	return url
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -27,16 +28,22 @@ import (
 
 // Presence method names: client methods and server API methods alike.
 const (
-	MethodPresence      = "presence"
-	MethodPresenceStats = "presenceStats"
+	MethodPresence      = protocol.MethodPresence
+	MethodPresenceStats = protocol.MethodPresenceStats
 )
 
 // PresenceOptions configures presence (presence.* and the presence and
 // joinLeave keys of topics.namespaces). The zero value keeps nothing.
 type PresenceOptions struct {
 	presence.Config
-	// Store holds the fleet's entries; nil: in the process (memory bus).
+	// Store holds the fleet's entries; nil: in the process (memory bus),
+	// unless Redis is set.
 	Store presence.Store
+	// Redis, when set and Store is nil, keeps the entries in Redis: New
+	// makes the store from these options and hands it the server's own
+	// expiry hook (an entry removed because its instance stopped
+	// refreshing it is announced as a leave); Expired must be nil.
+	Redis *presence.RedisOptions
 	// Mode says what a topic keeps; nil: nothing.
 	Mode func(topic string) presence.Mode
 }
@@ -56,13 +63,26 @@ const ReasonPresenceUnavailable = "PRESENCE_UNAVAILABLE"
 // ErrNoPresence is returned for a topic whose mode keeps no presence.
 var ErrNoPresence = presence.ErrOff
 
-func (s *Server) newTracker(o PresenceOptions) *presence.Tracker {
+func (s *Server) newTracker(o PresenceOptions) (*presence.Tracker, error) {
+	store := o.Store
+	if store == nil && o.Redis != nil {
+		if o.Redis.Expired != nil {
+			return nil, errors.New("server: PresenceOptions.Redis.Expired is the server's own")
+		}
+		ro := *o.Redis
+		ro.Expired = s.presenceExpired
+		rs, err := presence.NewRedisStore(ro)
+		if err != nil {
+			return nil, err
+		}
+		store = rs
+	}
 	return presence.NewTracker(presence.Options{
 		Config: o.Config,
-		Store:  o.Store,
+		Store:  store,
 		Mode:   o.Mode,
 		Send: func(topic string, data []byte) error {
-			return s.bus.PublishControl(presence.Key(topic), data)
+			return s.bus.PublishNotice(presence.Key(topic), data)
 		},
 		Deliver: s.deliverPresence,
 		Interest: func(topic string, on bool) {
@@ -74,7 +94,7 @@ func (s *Server) newTracker(o PresenceOptions) *presence.Tracker {
 		},
 		Metrics: s.m,
 		Logger:  s.log,
-	})
+	}), nil
 }
 
 // ClientID is the fleet-wide id of a connection (presence entries name
@@ -168,9 +188,10 @@ func (s *Server) deliverPresence(topic string, payload []byte) int {
 	return n
 }
 
-// PresenceExpired hands the tracker entries the store removed because
+// presenceExpired hands the tracker entries the store removed because
 // their instance stopped refreshing them (presence.RedisOptions.Expired).
-func (s *Server) PresenceExpired(topic string, gone []presence.Entry) {
+// The store runs it only once started, after New has set s.presence.
+func (s *Server) presenceExpired(topic string, gone []presence.Entry) {
 	s.presence.Expired(topic, gone)
 }
 
@@ -236,7 +257,9 @@ func (c *conn) presenceCall(r *protocol.Request, raw []byte) (json.RawMessage, *
 	return b, nil
 }
 
-// presenceControl takes a diff another instance sent on a presence key.
+// presenceControl takes a diff another instance sent on a presence key:
+// a notice (bus.Bus.PublishNotice), or a control message from an
+// instance that predates notices.
 func (s *Server) presenceControl(key string, data []byte) bool {
 	topic, ok := presence.TopicOfKey(key)
 	if !ok {

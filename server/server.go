@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +20,7 @@ import (
 	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/deadlines"
+	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/message"
@@ -77,6 +76,10 @@ type Options struct {
 	// message tier (docs/access-control.md); nil: every topic not
 	// reserved for the server is open to everyone.
 	Access *access.Checker
+	// RefreshNotice is how long before its token's exp a connection gets
+	// the tokenExpiring notice (auth.jwt.refreshNotice); default 30s
+	// (docs/authentication.md).
+	RefreshNotice time.Duration
 	// DrainRetryAfter is the base of the retry hint sent with close code
 	// 1012 during a drain, and with the 503 that refuses an upgrade while
 	// draining without a gate (jittered); default 1s.
@@ -114,6 +117,8 @@ type Server struct {
 	log       *slog.Logger
 	fallback  Handler
 	drainHint time.Duration
+	// refreshNotice is Options.RefreshNotice.
+	refreshNotice time.Duration
 
 	tooBigReason string // the 1009 close reason, naming the limit
 
@@ -148,24 +153,25 @@ type Server struct {
 }
 
 // New returns a server. Call Start before serving if it has a bus.
-func New(opts Options) *Server {
+func New(opts Options) (*Server, error) {
 	cfg := opts.Config
 	cfg.setDefaults()
 	s := &Server{
-		cfg:          cfg,
-		epoch:        time.Now(),
-		tooBigReason: fmt.Sprintf("message larger than limits.maxMessageBytes (%d)", cfg.MaxMessageBytes),
-		gate:         opts.Gate,
-		router:       opts.Router,
-		access:       opts.Access,
-		pressure:     opts.Pressure,
-		bus:          opts.Bus,
-		m:            opts.Metrics,
-		log:          opts.Logger,
-		fallback:     opts.Fallback,
-		drainHint:    opts.DrainRetryAfter,
-		conns:        map[*conn]struct{}{},
-		users:        map[string][]*conn{},
+		cfg:           cfg,
+		epoch:         time.Now(),
+		tooBigReason:  fmt.Sprintf("message larger than limits.maxMessageBytes (%d)", cfg.MaxMessageBytes),
+		gate:          opts.Gate,
+		router:        opts.Router,
+		access:        opts.Access,
+		pressure:      opts.Pressure,
+		bus:           opts.Bus,
+		m:             opts.Metrics,
+		log:           opts.Logger,
+		fallback:      opts.Fallback,
+		drainHint:     opts.DrainRetryAfter,
+		refreshNotice: opts.RefreshNotice,
+		conns:         map[*conn]struct{}{},
+		users:         map[string][]*conn{},
 	}
 	if s.m == nil {
 		s.m = metrics.NewDiscard()
@@ -177,22 +183,26 @@ func New(opts Options) *Server {
 		s.bus = bus.NewMemory(nil, s.m)
 	}
 	if s.drainHint <= 0 {
-		s.drainHint = time.Second
+		s.drainHint = retryhint.DefaultBase
+	}
+	if s.refreshNotice <= 0 {
+		s.refreshNotice = 30 * time.Second
 	}
 	s.instanceID = opts.InstanceID
 	if s.instanceID == "" {
-		var b [8]byte
-		_, _ = crand.Read(b[:])
-		s.instanceID = hex.EncodeToString(b[:])
+		s.instanceID = instance.NewID()
 	}
 	// Keepalive steps due within 1/32 of the interval fire together: one
 	// timer round per 0.8 s at the default 25 s, however many connections.
 	s.pings = deadlines.New(cfg.PingInterval/32, func(c *conn) *deadlines.Handle { return &c.pingAt }, (*conn).keepalive)
 	s.expiries = newExpiryHeap()
-	s.presence = s.newTracker(opts.Presence)
+	var err error
+	if s.presence, err = s.newTracker(opts.Presence); err != nil {
+		return nil, fmt.Errorf("server: presence: %w", err)
+	}
 	s.hub.init(s)
 	s.hist = newHistoryState(s, opts)
-	return s
+	return s, nil
 }
 
 // Start connects the bus; messages from other instances reach local

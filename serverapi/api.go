@@ -95,16 +95,16 @@ type Options struct {
 
 // API methods, the last element of the path /api/<method>.
 const (
-	MethodPublish     = "publish"
-	MethodBroadcast   = "broadcast"
-	MethodDisconnect  = "disconnect"
-	MethodUnsubscribe = "unsubscribe"
-	MethodInfo        = "info"
+	MethodPublish     = protocol.MethodPublish
+	MethodBroadcast   = protocol.MethodBroadcast
+	MethodDisconnect  = protocol.MethodDisconnect
+	MethodUnsubscribe = protocol.MethodUnsubscribe
+	MethodInfo        = protocol.MethodInfo
 	// MethodPresence and MethodPresenceStats take the client methods'
 	// params and answer their results.
-	MethodPresence      = "presence"
-	MethodPresenceStats = "presenceStats"
-	MethodHistory       = "history"
+	MethodPresence      = protocol.MethodPresence
+	MethodPresenceStats = protocol.MethodPresenceStats
+	MethodHistory       = protocol.MethodHistory
 	// unknownMethod is the method label of paths that name no method.
 	unknownMethod = "unknown"
 )

@@ -169,7 +169,11 @@ export interface SubscribeOptions {
 }
 
 export interface PublishAtOptions {
-  /** Stop retrying when it aborts: the promise rejects with its reason. */
+  /**
+   * Stop retrying when it aborts (AbortSignal.timeout(ms): a deadline): the
+   * promise rejects with its reason, and a publish still waiting for a
+   * connection is never sent.
+   */
   signal?: AbortSignal;
 }
 

@@ -284,27 +284,64 @@ class Client {
 
   /**
    * Publishes data on topic with an idempotency key of its own and retries
-   * with the same key when the connection drops before the answer or the
-   * server sheds the call (-32001, after its retry hint), until it is
-   * answered, the client is closed or opts.signal aborts: on a history
-   * topic the message is stored and delivered once however often it is
-   * sent. Resolves with its position {epoch, offset} ({} on a topic
-   * without history, where a retry after a lost answer may deliver twice).
+   * with the same key until it is answered, the client is closed or
+   * opts.signal aborts (AbortSignal.timeout(ms) is a deadline): a publish
+   * the connection dropped before the answer is sent again on the next
+   * connection as soon as it is up, however long the outage; one the server
+   * shed (-32001: BUS, HISTORY_UNAVAILABLE, ...) after its retry hint (at
+   * most twice the hint). On a history topic the message is stored and
+   * delivered once however often it is sent. Resolves with its position
+   * {epoch, offset} ({} on a topic without history, where a retry after a
+   * lost answer may deliver twice).
    */
   async publishAt(topic, data, opts = {}) {
     const params = { topic, data, idempotencyKey: newIdempotencyKey() };
     const signal = opts.signal;
-    for (let attempt = 0; ; attempt++) {
+    for (let attempt = 0; ; ) {
       if (signal && signal.aborted) throw signal.reason;
       let wait = 0;
       try {
-        return await this.call("publish", params);
+        return await this._callUntil("publish", params, signal);
       } catch (err) {
-        if (err.code === OVERLOADED) wait = errorHintMs(err);
-        else if (err.code !== "DISCONNECTED") throw err;
+        if (signal && signal.aborted) throw signal.reason;
+        if (err.code === "DISCONNECTED") {
+          // Sent again at once: queued until the next connection is up.
+          // Only a socket whose drop is not yet handled waits a turn.
+          if (this._wsOpen) await this._sleep(0, signal);
+          continue;
+        }
+        if (err.code !== OVERLOADED) throw err;
+        wait = errorHintMs(err);
       }
-      await this._sleep(backoff(attempt, this._min, this._max, wait, this._random()), signal);
+      await this._sleep(backoff(attempt++, this._min, Math.max(2 * wait, this._min), wait, this._random()), signal);
     }
+  }
+
+  // _callUntil is call, given up when signal aborts: a call still queued
+  // for a connection is taken off the queue (it is never sent), and a late
+  // answer is discarded.
+  _callUntil(method, params, signal) {
+    if (!signal || this._stopped) return this.call(method, params);
+    const id = this._nextId;
+    const p = this.call(method, params);
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        this._queue = this._queue.filter((q) => q.id !== id);
+        this._pending.delete(id);
+        reject(signal.reason);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      p.then(
+        (v) => {
+          signal.removeEventListener("abort", onAbort);
+          resolve(v);
+        },
+        (e) => {
+          signal.removeEventListener("abort", onAbort);
+          reject(e);
+        },
+      );
+    });
   }
 
   /**

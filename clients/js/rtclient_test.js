@@ -927,6 +927,51 @@ test("publishAt stops when its signal aborts or the client closes", async () => 
   eq((await q.catch((e) => e)).code, "CLOSED", "closed");
 });
 
+test("publishAt keeps to the hint through a long refusal and resends at once on the next connection", async () => {
+  let { h, c, ws } = await opened({ minBackoffMs: 500, maxBackoffMs: 20000 });
+  const done = c.publishAt("room:1", 1, { signal: new AbortController().signal });
+  await tick();
+  const publishes = () => ws.sent.filter((m) => m.method === "publish");
+  const key = publishes()[0].params.idempotencyKey;
+  // Redis down for a while: every try refused with a 1 s hint, and each
+  // next try comes within twice the hint, however many came before.
+  for (let i = 1; i <= 6; i++) {
+    const last = publishes()[publishes().length - 1];
+    ws.recv({ jsonrpc: "2.0", id: last.id, error: { code: -32001, message: "overloaded", data: { reason: "HISTORY_UNAVAILABLE", retryAfterMs: 1000 } } });
+    await tick();
+    await h.advance(2000);
+    eq(publishes().length, i + 1, `try ${i + 1} within twice the hint`);
+  }
+  // The connection drops with the last try in flight: the publish goes
+  // out on the next connection as soon as it opens.
+  const before = h.sockets.length;
+  ws.drop(1006, "");
+  await tick();
+  while (h.sockets.length === before) await h.advance(50);
+  ws = h.last();
+  ws.open();
+  await tick();
+  const resent = publishes();
+  eq(resent.length, 1, "sent on the new connection at once");
+  eq(resent[0].params.idempotencyKey, key, "with the same key");
+  ws.recv({ jsonrpc: "2.0", id: resent[0].id, result: { epoch: "e1", offset: 1 } });
+  eq(await done, { epoch: "e1", offset: 1 }, "the position");
+  // A publishAt whose signal aborts while it waits for a connection is
+  // never sent.
+  ws.drop(1006, "");
+  await tick();
+  const ctl = new AbortController();
+  const late = c.publishAt("room:1", 2, { signal: ctl.signal });
+  await tick();
+  ctl.abort(new Error("deadline"));
+  eq((await late.catch((e) => e)).message, "deadline", "rejected at the deadline");
+  await h.advance(60000);
+  h.last().open();
+  await tick();
+  eq(h.last().sent.filter((m) => m.method === "publish").length, 0, "never sent");
+  c.close();
+});
+
 test("history asks for a topic's messages", async () => {
   const { h, c, ws } = await opened();
   const p = c.history("room:1", { limit: 2, since: { epoch: "e1", offset: 3, extra: 1 } });

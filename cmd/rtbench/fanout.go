@@ -442,7 +442,7 @@ loop:
 		params = append(params[:0], topics[topicOf(cfg, j, id)]...)
 		params = append(params, dataOf(payload(int64(time.Since(base)), cfg.Size))...)
 		params = append(params, '}')
-		if err := write(ctx, c, request(id, "publish", params)); err != nil {
+		if err := write(ctx, c, request(id, protocol.MethodPublish, params)); err != nil {
 			mu.Lock()
 			errs["write: "+errKind(err)]++
 			mu.Unlock()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // Probe phases: round trips are recorded in the phase they were scheduled in.
@@ -164,7 +166,7 @@ func (p *probes) run(ctx context.Context, c *websocket.Conn, topic string, inter
 		}
 		scheduled := next
 		next = next.Add(interval)
-		if err := write(ctx, c, request(seq, "publish", params(seq))); err != nil {
+		if err := write(ctx, c, request(seq, protocol.MethodPublish, params(seq))); err != nil {
 			failed[ph]++
 			return
 		}

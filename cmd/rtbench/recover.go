@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // recoverConfig is a recovery storm: N clients subscribe to history
@@ -88,7 +90,7 @@ func runRecover(ctx context.Context, cfg recoverConfig) (*recoverResult, error) 
 	since := make([]histPos, cfg.N)
 	conns, err := dialMany(ctx, d, cfg.N, 100, cfg.DialTimeout, func(i int, c *websocket.Conn) error {
 		c.SetReadLimit(1 << 24)
-		p, err := callSync(ctx, c, uint64(i+1), "subscribe", topicParams(recoverTopic(cfg.Prefix, i%cfg.T)))
+		p, err := callSync(ctx, c, uint64(i+1), protocol.MethodSubscribe, topicParams(recoverTopic(cfg.Prefix, i%cfg.T)))
 		since[i] = p
 		return err
 	})
@@ -313,7 +315,7 @@ func publishMissed(ctx context.Context, c *websocket.Conn, cfg recoverConfig, la
 		}
 		params := append([]byte(`{"topic":`+strconv.Quote(recoverTopic(cfg.Prefix, i%cfg.T))+`,"data":`), data...)
 		params = append(params, '}')
-		if err := write(ctx, c, request(uint64(i+1), "publish", params)); err != nil {
+		if err := write(ctx, c, request(uint64(i+1), protocol.MethodPublish, params)); err != nil {
 			return err
 		}
 	}
@@ -334,7 +336,7 @@ func recoverOne(ctx context.Context, c *websocket.Conn, topic string, since hist
 		Recover bool    `json:"recover"`
 		Since   histPos `json:"since"`
 	}{topic, true, histPos{Epoch: since.Epoch, Offset: since.Offset}})
-	if err := write(ctx, c, request(1, "subscribe", params)); err != nil {
+	if err := write(ctx, c, request(1, protocol.MethodSubscribe, params)); err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)

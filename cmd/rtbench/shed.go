@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/rtserver/rtserver/internal/ctxsleep"
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // What a refusal costs. Abusers publish as fast as their window lets them
@@ -99,7 +100,7 @@ func runAbuse(ctx context.Context, cfg abuseConfig) (*abuseResult, error) {
 				case <-stop:
 					return
 				}
-				if write(ctx, c, request(id, "publish", params)) != nil {
+				if write(ctx, c, request(id, protocol.MethodPublish, params)) != nil {
 					return
 				}
 				sent.Add(1)

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rtserver/rtserver/pressure"
+	"github.com/rtserver/rtserver/publishrate"
 )
 
 // siblingsConfig drives the siblings mode: N simulated instances publish
@@ -87,30 +87,15 @@ type siblingsResult struct {
 	UserCatchSecs float64 `json:"userCatchSeconds,omitempty"`
 }
 
-// wireEnvelope is the envelope of docs/cluster.md, in its member order.
-type wireEnvelope struct {
-	V          int         `json:"v"`
-	InstanceID string      `json:"instanceId"`
-	TS         int64       `json:"ts"`
-	Slice      []wireTopic `json:"slice"`
-	Users      []wireUser  `json:"users"`
-	Subs       []wireSub   `json:"subs"`
+// receivedUsers is what the view counter reads of a merged view: its
+// users.
+type receivedUsers struct {
+	Users []receivedUser `json:"users"`
 }
 
-type wireTopic struct {
-	Topic          string  `json:"topic"`
-	MessagesPerSec float64 `json:"messagesPerSec"`
-	BytesPerSec    float64 `json:"bytesPerSec"`
-}
-
-type wireUser struct {
+type receivedUser struct {
 	User           string  `json:"user"`
 	MessagesPerSec float64 `json:"messagesPerSec"`
-}
-
-type wireSub struct {
-	Topic string `json:"topic"`
-	Count int    `json:"count"`
 }
 
 const (
@@ -118,21 +103,14 @@ const (
 	hotUser  = "rtbench-hot-user"
 )
 
-// rateSliceLabel is what docs/cluster.md says a rate envelope's MAC
-// covers in front of the envelope: the label, then one 0x00 byte.
-const rateSliceLabel = "rtserver rate slice v1\x00"
-
-// siblingEnvelope is sibling i's envelope in round k, signed with secret
-// when it is set, from the bytes docs/cluster.md documents (not from the
-// server's code, so the test against a real node checks the document): B
-// is the envelope marshalled without sig, and the bytes sent are B with its
-// final '}' replaced by ,"sig":"<hex HMAC-SHA256(secret, label + B)>"}.
+// siblingEnvelope is sibling i's envelope in round k, encoded (and signed
+// with cfg.Secret when it is set) by the library, as an instance would.
 func siblingEnvelope(i, k int, cfg siblingsConfig, now time.Time) ([]byte, error) {
-	e := wireEnvelope{V: 1, InstanceID: fmt.Sprintf("rtbench-sibling-%05d", i), TS: now.UnixMilli()}
+	s := publishrate.Slice{InstanceID: fmt.Sprintf("rtbench-sibling-%05d", i), TS: now}
 	if k > 0 { // the hot publisher starts after the warm-up interval
 		share := cfg.HotRate / float64(cfg.N)
-		e.Slice = append(e.Slice, wireTopic{hotTopic, share, 100 * share})
-		e.Users = append(e.Users, wireUser{hotUser, share})
+		s.Topics = append(s.Topics, pressure.TopicRate{Topic: hotTopic, MessagesPerSec: share, BytesPerSec: 100 * share})
+		s.Users = append(s.Users, pressure.UserRate{User: hotUser, MessagesPerSec: share})
 	}
 	churned := int(math.Round(cfg.Churn * float64(cfg.TopN-1)))
 	for j := 1; j < cfg.TopN; j++ {
@@ -141,22 +119,17 @@ func siblingEnvelope(i, k int, cfg siblingsConfig, now time.Time) ([]byte, error
 			topic = fmt.Sprintf("sibling-%05d/room-%02d-round-%d", i, j, k)
 		}
 		rate := float64(cfg.TopN-j) / 2
-		e.Slice = append(e.Slice, wireTopic{topic, rate, 120 * rate})
-		e.Users = append(e.Users, wireUser{fmt.Sprintf("sibling-%05d/user-%02d", i, j), rate})
+		s.Topics = append(s.Topics, pressure.TopicRate{Topic: topic, MessagesPerSec: rate, BytesPerSec: 120 * rate})
+		s.Users = append(s.Users, pressure.UserRate{User: fmt.Sprintf("sibling-%05d/user-%02d", i, j), MessagesPerSec: rate})
 	}
 	for j := range cfg.TopN {
-		e.Subs = append(e.Subs, wireSub{fmt.Sprintf("sibling-%05d/room-%02d", i, j), 10 + j})
+		s.Subjects = append(s.Subjects, publishrate.SubjectCount{Topic: fmt.Sprintf("sibling-%05d/room-%02d", i, j), Count: 10 + j})
 	}
-	b, err := json.Marshal(&e)
-	if err != nil || cfg.Secret == "" {
-		return b, err
+	var secret []byte
+	if cfg.Secret != "" {
+		secret = []byte(cfg.Secret)
 	}
-	mac := hmac.New(sha256.New, []byte(cfg.Secret))
-	mac.Write([]byte(rateSliceLabel))
-	mac.Write(b)
-	out := append(b[:len(b)-1:len(b)-1], `,"sig":"`...)
-	out = hex.AppendEncode(out, mac.Sum(nil))
-	return append(out, '"', '}'), nil
+	return publishrate.EncodeSlice(s, secret)
 }
 
 func checkRedisURL(raw string) error {
@@ -398,8 +371,8 @@ func watchViews(ctx context.Context, rdb *redis.Client, channel string, hotRate 
 	go func() {
 		defer close(v.done)
 		for m := range ps.Channel() {
-			var e wireEnvelope
-			caught := json.Unmarshal([]byte(m.Payload), &e) == nil && slices.ContainsFunc(e.Users, func(u wireUser) bool {
+			var e receivedUsers
+			caught := json.Unmarshal([]byte(m.Payload), &e) == nil && slices.ContainsFunc(e.Users, func(u receivedUser) bool {
 				return u.User == hotUser && math.Abs(u.MessagesPerSec-hotRate) <= 1e-6*hotRate
 			})
 			v.mu.Lock()

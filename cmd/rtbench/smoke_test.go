@@ -24,15 +24,14 @@ import (
 func startNode(t *testing.T, mutate func(*rtserver.Config)) (*url.URL, *rtserver.Node) {
 	t.Helper()
 	cfg := rtserver.DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Drain.Duration = time.Millisecond
 	// As the binary does: the idle probe reads go_goroutines.
-	cfg.Registry = prometheus.NewRegistry()
-	cfg.Registry.MustRegister(collectors.NewGoCollector())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	node, addr := testnode.Start(t, cfg)
+	node, addr := testnode.Start(t, cfg, rtserver.Deps{Registry: reg, Logger: slog.New(slog.DiscardHandler)})
 	u, err := checkURL("ws://" + addr + "/ws")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // frame is the part of a server frame rtbench looks at.
@@ -99,7 +101,7 @@ func write(ctx context.Context, c *websocket.Conn, b []byte) error {
 // subscribeSync subscribes c to topic before any reader goroutine runs:
 // it reads until the answer to its request, ignoring anything else.
 func subscribeSync(ctx context.Context, c *websocket.Conn, id uint64, topic string) error {
-	if err := write(ctx, c, request(id, "subscribe", topicParams(topic))); err != nil {
+	if err := write(ctx, c, request(id, protocol.MethodSubscribe, topicParams(topic))); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

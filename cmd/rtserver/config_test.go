@@ -181,8 +181,6 @@ func TestDefaultMatchesContract(t *testing.T) {
 	fromContract.Admission = message.Config{FailPolicy: fromContract.Admission.FailPolicy}
 	fromContract.Log = rtserver.Log{Format: "text", Level: "info"} // not in the YAML above
 	// Fields that are not configuration keep their library defaults.
-	fromContract.Limits.MaxCallsPerConn = rtserver.DefaultConfig().Limits.MaxCallsPerConn
-	fromContract.Limits.RefreshNotice = rtserver.DefaultConfig().Limits.RefreshNotice
 	if want := rtserver.DefaultConfig(); !sameConfig(fromContract, want) {
 		t.Errorf("Default() differs from the documented defaults:\n got: %+v\nwant: %+v", want, fromContract)
 	}

@@ -87,7 +87,6 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 
 	log := cfg.Log.NewLogger(stderr)
-	cfg.Logger = log
 	// go-redis writes free text to stderr, a line per failed dial during
 	// an outage; route it through the structured, rate-limited log. Its
 	// logger is process-wide, so only the binary sets it.
@@ -98,8 +97,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: cfg.Metrics.Namespace}))
-	cfg.Registry = reg
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, rtserver.Deps{Registry: reg, Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2

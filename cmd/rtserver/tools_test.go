@@ -43,7 +43,7 @@ func TestSubcommandsAgainstANode(t *testing.T) {
 	cfg := rtserver.DefaultConfig()
 	cfg.Auth.JWT.HMACSecret = []byte(toolSecret)
 	cfg.Auth.JWT.Audience = "rt"
-	_, addr := testnode.Start(t, cfg)
+	_, addr := testnode.Start(t, cfg, rtserver.Deps{})
 	file := filepath.Join(t.TempDir(), "rt.yaml")
 	yaml := "listen: " + addr + "\nauth: {jwt: {hmacSecret: " + toolSecret + ", audience: rt}}\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
@@ -199,7 +199,7 @@ func TestSubRecoversAcrossADrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve := func() (stop func()) {
-		node, err := rtserver.New(cfg)
+		node, err := rtserver.New(cfg, rtserver.Deps{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +279,7 @@ func TestPresenceAndHistorySubcommands(t *testing.T) {
 		Subscribe: []string{access.GrantAny}, Publish: []string{access.GrantAny},
 		Presence: true, History: history.Policy{Size: 100, TTL: time.Minute},
 	}}}
-	_, addr := testnode.Start(t, cfg)
+	_, addr := testnode.Start(t, cfg, rtserver.Deps{})
 	file := filepath.Join(t.TempDir(), "rt.yaml")
 	if err := os.WriteFile(file, []byte("listen: "+addr+"\nauth: {jwt: {hmacSecret: "+toolSecret+"}}\n"), 0o600); err != nil {
 		t.Fatal(err)

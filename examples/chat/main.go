@@ -134,7 +134,6 @@ type app struct {
 func newApp(o options, log *slog.Logger) (*app, error) {
 	cfg := rtserver.DefaultConfig()
 	cfg.Listen = o.Listen
-	cfg.Logger = log
 	cfg.Drain.Duration = o.Drain
 	cfg.Handshake.MaxConnections = o.MaxConnections
 	switch o.Reject {
@@ -155,8 +154,8 @@ func newApp(o options, log *slog.Logger) (*app, error) {
 	if o.DemoAuth != "" {
 		cfg.Auth.JWT.HMACSecret = []byte(o.DemoAuth)
 	}
-	cfg.Limits.RefreshNotice = o.RefreshNotice
-	node, err := rtserver.New(cfg)
+	cfg.Auth.JWT.RefreshNotice = o.RefreshNotice
+	node, err := rtserver.New(cfg, rtserver.Deps{Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,35 @@ func (p *Problems) Join(err error) {
 	p.errs = append(p.errs, err)
 }
 
+// NonNegative records that key must not be negative, when n is.
+func (p *Problems) NonNegative(key string, n int64) {
+	if n < 0 {
+		p.Add(key, "must not be negative, got %d", n)
+	}
+}
+
+// NonNegativeDuration records that key must not be negative, when d is.
+func (p *Problems) NonNegativeDuration(key string, d time.Duration) {
+	if d < 0 {
+		p.Add(key, "must not be negative, got %s", d)
+	}
+}
+
+// Positive records that key must be positive, when n is not.
+func (p *Problems) Positive(key string, n int64) {
+	if n <= 0 {
+		p.Add(key, "must be positive, got %d", n)
+	}
+}
+
+// PositiveDuration records that key must be a positive duration, when d
+// is not.
+func (p *Problems) PositiveDuration(key string, d time.Duration) {
+	if d <= 0 {
+		p.Add(key, "must be a positive duration, got %s", d)
+	}
+}
+
 // Err is the errors.Join of every problem, or nil.
 func (p *Problems) Err() error { return errors.Join(p.errs...) }
 
@@ -91,7 +120,7 @@ type Field struct {
 }
 
 // Fields lists the keys of struct type t in declaration order: fields
-// tagged yaml:"-" or untagged and unexported are left out, inline structs
+// whose yaml name is "-", and untagged unexported ones, are left out, inline structs
 // are expanded in place.
 func Fields(t reflect.Type) []Field {
 	var out []Field

@@ -16,8 +16,12 @@
 // rtserver.Config reaches every package's Config, so the YAML file, the
 // RTSERVER_* variable, --print-config and the reference follow by
 // themselves; regenerate docs/configuration.md with
-// `go generate ./cmd/rtserver`. Fields that are not configuration
-// (loggers, clocks, callbacks) are tagged `yaml:"-"`.
+// `go generate ./cmd/rtserver`. A Config holds only what YAML can say:
+// what it cannot (loggers, metrics, clocks, callbacks, clients, the
+// instance id) travels in the package's Deps, the second argument of its
+// New(cfg Config, deps Deps); a clock only tests set is an unexported
+// field of Deps. A bound no key sets is a named constant, or an
+// unexported field its own package's tests set.
 //
 // Supported field types: string, bool, integers, float64, time.Duration
 // (a Go duration string), []byte (as a string), types implementing

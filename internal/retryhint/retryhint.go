@@ -16,6 +16,11 @@ const (
 	RateLimited = "RATE_LIMITED"
 )
 
+// DefaultBase is the base of the jittered retry hints when none is
+// configured: handshake.retryAfter's default (and what its 0 means), the
+// message tier's and a drain's.
+const DefaultBase = time.Second
+
 // ReasonKey names the hint in a close reason (reasonPrefix) and, in
 // traces, the attribute that carries it.
 const ReasonKey = "retry_after_ms"

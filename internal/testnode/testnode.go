@@ -15,13 +15,13 @@ import (
 	"github.com/rtserver/rtserver"
 )
 
-// Start builds a node from cfg, runs before on it (handlers registered
+// Start builds a node from cfg and deps, runs before on it (handlers registered
 // before serving), and serves it on 127.0.0.1 at a free port; addr is its
 // host:port. The node shuts down (drain over cfg's drain.duration, then
 // stop) when the test ends. The test fails if a step does.
-func Start(t testing.TB, cfg rtserver.Config, before ...func(*rtserver.Node)) (node *rtserver.Node, addr string) {
+func Start(t testing.TB, cfg rtserver.Config, deps rtserver.Deps, before ...func(*rtserver.Node)) (node *rtserver.Node, addr string) {
 	t.Helper()
-	node, err := rtserver.New(cfg)
+	node, err := rtserver.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func countAttempts(n *int) grpc.UnaryClientInterceptor {
 // succeeds because the limiter has refilled.
 func TestClientRetriesAfterTheHint(t *testing.T) {
 	clock := &sleeper{clock: testkit.NewClock(time.Unix(1_800_000_000, 0))}
-	_, r := newRouter(t, message.Options{Now: clock.clock.Now},
+	_, r := newRouter(t, withClock(message.Options{}, clock.clock.Now),
 		map[string]message.Rule{"c": {Rate: &message.Rate{Limit: 1, Per: 2 * time.Second}}},
 		map[string]string{methodCheck: "c"})
 	s := startServer(t)

@@ -2,13 +2,13 @@ package clusterrate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/bus"
+	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/message"
 )
 
@@ -42,12 +42,10 @@ var _ message.CeilingStore = (*Ceilings)(nil)
 func NewCeilings(client redis.Scripter, opts CeilingOptions) *Ceilings {
 	c := &Ceilings{client: client, prefix: opts.Prefix, id: opts.InstanceID, ttl: opts.TTL}
 	if c.prefix == "" {
-		c.prefix = "rt:"
+		c.prefix = bus.DefaultChannelPrefix
 	}
 	if c.id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-		c.id = hex.EncodeToString(b[:])
+		c.id = instance.NewID()
 	}
 	if c.ttl <= 0 {
 		c.ttl = 3 * time.Second

@@ -28,7 +28,7 @@ func TestFleetCeilingOnRedis(t *testing.T) {
 	var fleet []instance
 	for i, own := range []int{30, 60, 90} {
 		m := metrics.NewDiscard()
-		a := message.New(message.Options{Now: newClock().Now, Metrics: m, Ceilings: NewCeilings(client(t, s), CeilingOptions{InstanceID: fmt.Sprint("i", i)})})
+		a := message.New(withClock(message.Options{Metrics: m, Ceilings: NewCeilings(client(t, s), CeilingOptions{InstanceID: fmt.Sprint("i", i)})}, newClock().Now))
 		c := register(t, a, "llm", message.Rule{AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: own, Max: 1000, ProbeCalls: 1, Scope: "cluster"}})
 		call := &message.Call{}
 		c.Check(call) // the first no-load probe: one call

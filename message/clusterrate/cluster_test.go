@@ -43,7 +43,7 @@ func TestClassOnRedisCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := newClock()
-	a := message.New(message.Options{Now: clk.Now, Shared: failOnError{t, l}})
+	a := message.New(withClock(message.Options{Shared: failOnError{t, l}}, clk.Now))
 	c := register(t, a, "g", message.Rule{
 		Rate: &message.Rate{Limit: 3, Per: time.Minute, Scope: "cluster"},
 		Cost: &message.Cost{Budget: 1000, Per: time.Minute, Of: "bytes", Scope: "cluster"},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/ratelimit"
 )
@@ -37,7 +38,7 @@ var _ message.SharedLimiter = (*Limiter)(nil)
 func New(client redis.Scripter, opts Options) *Limiter {
 	l := &Limiter{client: client, prefix: opts.Prefix, timeout: opts.Timeout}
 	if l.prefix == "" {
-		l.prefix = "rt:"
+		l.prefix = bus.DefaultChannelPrefix
 	}
 	if l.timeout <= 0 {
 		l.timeout = 100 * time.Millisecond

@@ -1,0 +1,14 @@
+package clusterrate
+
+import (
+	"time"
+
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/message/internal/clock"
+)
+
+// withClock is opts with the Admission's clock set to now.
+func withClock(opts message.Options, now func() time.Time) message.Options {
+	clock.Set(&opts, now)
+	return opts
+}
