@@ -17,9 +17,15 @@ import (
 // more input in hand its answers go out and its next read waits
 // refusalPause. Whatever it sent meanwhile is then read, refused and
 // answered in one wake-up, one read and one write. A client that heeds
-// the retry hints never gets here; one that is admitted again is read at
-// once from its next request on. Other connections are not affected: the
-// pause holds only this connection's read goroutine.
+// the retry hints never gets here. One that is admitted again is read at
+// once from its next request on, but stays on probation: pacing ends for
+// good only when a second request in a row is not refused, and a refusal
+// right after the admitted one resumes it at once. A hammering client
+// within reach of its rate (one admitted call every few paced reads)
+// would otherwise earn refusedBeforePause unpaced refusals, each its own
+// wake-up, read and write, after every admitted call: most of what it
+// costs. Other connections are not affected: the pause holds only this
+// connection's read goroutine.
 
 // refusedBeforePause is how many built-in requests refused in a row make
 // a connection read at a pace.
@@ -32,16 +38,22 @@ const refusedBeforePause = 16
 const refusalPause = 10 * time.Millisecond
 
 // countRefused counts a built-in request's outcome: refused by admission,
-// or anything else (admitted, or refused for another reason), which ends
-// the run. Read goroutine only.
+// or anything else (admitted, or refused for another reason). Anything
+// else ends a run shorter than refusedBeforePause; a paced connection's
+// count drops to one short of it instead (on probation: the next refusal
+// paces it again, the next other outcome ends the run). Read goroutine
+// only.
 func (c *conn) countRefused(perr *protocol.Error) {
-	if perr != nil && (perr.Code == protocol.CodeOverloaded || perr.Code == protocol.CodeRateLimited) {
+	switch {
+	case perr != nil && (perr.Code == protocol.CodeOverloaded || perr.Code == protocol.CodeRateLimited):
 		if c.refused < 255 {
 			c.refused++
 		}
-		return
+	case c.refused >= refusedBeforePause:
+		c.refused = refusedBeforePause - 1
+	default:
+		c.refused = 0
 	}
-	c.refused = 0
 }
 
 // pauseRefused waits refusalPause before the next read of a connection

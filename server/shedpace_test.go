@@ -14,7 +14,9 @@ import (
 
 // The count of refusals in a row is the length of the outcomes' trailing
 // run of admission refusals (-32001, -32002), up to 255: anything else
-// (admitted, or refused for another reason) ends a run.
+// (admitted, or refused for another reason) ends a run, except that a
+// paced connection's first such outcome leaves it on probation, one
+// refusal short of pacing: only a second one in a row ends the run.
 func TestCountRefusedIsTheTrailingRun(t *testing.T) {
 	outcomes := []*protocol.Error{
 		nil,
@@ -34,15 +36,47 @@ func TestCountRefusedIsTheTrailingRun(t *testing.T) {
 				e = outcomes[1+r.IntN(2)]
 			}
 			c.countRefused(e)
-			if e != nil && (e.Code == protocol.CodeOverloaded || e.Code == protocol.CodeRateLimited) {
+			switch {
+			case e != nil && (e.Code == protocol.CodeOverloaded || e.Code == protocol.CodeRateLimited):
 				run++
-			} else {
+			case run >= refusedBeforePause:
+				run = refusedBeforePause - 1
+			default:
 				run = 0
 			}
 			if want := min(run, 255); int(c.refused) != want {
 				t.Fatalf("refused %d, want %d", c.refused, want)
 			}
 		}
+	}
+}
+
+// A paced connection's admitted call is read at once, a refusal right
+// after it paces the connection again, and two admitted calls in a row
+// end the pacing: a later refusal starts a new run from one.
+func TestPacingEndsAfterTwoAdmittedInARow(t *testing.T) {
+	refused := protocol.NewError(protocol.CodeRateLimited, "", nil)
+	c := &conn{}
+	paced := func() bool { return c.refused >= refusedBeforePause }
+	for range refusedBeforePause {
+		c.countRefused(refused)
+	}
+	if !paced() {
+		t.Fatalf("not paced after %d refusals", refusedBeforePause)
+	}
+	c.countRefused(nil)
+	if paced() {
+		t.Fatal("still paced after an admitted call")
+	}
+	c.countRefused(refused)
+	if !paced() {
+		t.Fatal("a refusal right after an admitted call did not pace again")
+	}
+	c.countRefused(nil)
+	c.countRefused(nil)
+	c.countRefused(refused)
+	if c.refused != 1 {
+		t.Fatalf("after two admitted calls and a refusal the run is %d, want 1", c.refused)
 	}
 }
 
