@@ -1,14 +1,9 @@
 package rtserver
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 
-	"github.com/rtserver/rtserver/protocol"
-	"github.com/rtserver/rtserver/server"
 	"github.com/rtserver/rtserver/serverapi"
 )
 
@@ -58,13 +53,5 @@ func loopback(addr string) bool {
 // apiBackend carries out server API calls on this node: the node's own
 // verbs (verbs.go), so Go code and the API get the same answers.
 type apiBackend struct{ *Node }
-
-func (b apiBackend) History(ctx context.Context, topic string, since *protocol.Since, limit int) (json.RawMessage, error) {
-	res, err := b.Node.History(ctx, topic, since, limit)
-	if errors.Is(err, server.ErrNoHistory) {
-		return nil, serverapi.ErrNoHistory
-	}
-	return res, err
-}
 
 func (b apiBackend) Draining() bool { return b.server.Draining() }

@@ -162,6 +162,10 @@ type Store interface {
 // "recovered: false".
 var ErrUnavailable = errors.New("history: store unavailable")
 
+// ErrNoHistory is the error for a topic that keeps no history: one value
+// whichever part answers (the server, Node, the server API).
+var ErrNoHistory = errors.New("topic keeps no history")
+
 // newEpoch returns a fresh epoch: 8 random hex digits.
 func newEpoch() string {
 	var b [4]byte

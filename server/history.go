@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -210,7 +209,7 @@ func (c *conn) historyCall(topic string, params json.RawMessage, pol history.Pol
 }
 
 // ErrNoHistory is History's error for a topic that keeps no history.
-var ErrNoHistory = errors.New("server: topic keeps no history")
+var ErrNoHistory = history.ErrNoHistory
 
 // History answers the history method (for clients and the server API):
 // {"epoch","offset","messages":[{"offset","data"}...]}. since nil: the

@@ -63,7 +63,7 @@ type HistoryBackend interface {
 
 // ErrNoHistory is HistoryBackend.History's error for a topic that keeps
 // no history: the call answers 400.
-var ErrNoHistory = errors.New("topic keeps no history")
+var ErrNoHistory = history.ErrNoHistory
 
 // Info is the result of the info method.
 type Info struct {
