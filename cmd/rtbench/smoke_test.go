@@ -148,9 +148,12 @@ func TestIdleCountsServerConnections(t *testing.T) {
 		t.Errorf("server connections_open %v, want 20", res.ConnsOpen)
 	}
 	// In-process, the count includes rtbench's own reader per connection
-	// too, so it is at least one per connection.
-	if res.GoPerConn < 1 {
-		t.Errorf("goroutines per connection %v, want at least 1", res.GoPerConn)
+	// (the server's idle connections park without one), so it is about
+	// one per connection: not exactly, since a goroutine of the process
+	// that ends between the two scrapes (a finished dial, a timer) counts
+	// against it. Zero would mean the count is not read at all.
+	if res.GoPerConn < 0.5 {
+		t.Errorf("goroutines per connection %v, want about 1", res.GoPerConn)
 	}
 	if res.RSSAfter <= 0 || res.RSSBefore <= 0 {
 		t.Errorf("rss before %d after %d", res.RSSBefore, res.RSSAfter)

@@ -103,6 +103,16 @@ func startApp(t *testing.T, o options, addr string) *testApp {
 			t.Errorf("serve: %v", err)
 		}
 	})
+	// Serve answers at once and says ready once the node's parts have
+	// started: the tests start from a ready app.
+	testkit.Eventually(t, 10*time.Second, "the app to say ready", func() bool {
+		resp, err := http.Get(ta.url("/readyz"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	return ta
 }
 
