@@ -21,7 +21,11 @@ import (
 // startNode runs a single-instance rtserver on a free loopback port and
 // returns its WebSocket URL and a function that drains and stops it.
 func startNode() (url string, stop func()) {
-	cfg := rtserver.DefaultConfig()
+	return serveNode(rtserver.DefaultConfig())
+}
+
+// serveNode runs a node of cfg as startNode says.
+func serveNode(cfg rtserver.Config) (url string, stop func()) {
 	cfg.Drain.Duration = 50 * time.Millisecond
 	node, err := rtserver.New(cfg, rtserver.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -118,21 +122,11 @@ func ExampleOptions() {
 // docs/presence.md).
 func startHistoryNode() (url string, stop func()) {
 	cfg := rtserver.DefaultConfig()
-	cfg.Drain.Duration = 50 * time.Millisecond
 	cfg.Topics.Namespaces = []access.Namespace{{Pattern: "room:*", Rule: access.Rule{
 		Subscribe: []string{access.GrantAny}, Publish: []string{access.GrantAny},
 		Presence: true, History: history.Policy{Size: 100, TTL: 5 * time.Minute},
 	}}}
-	node, err := rtserver.New(cfg, rtserver.Deps{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		panic(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	go node.Serve(ln)
-	return "ws://" + ln.Addr().String() + "/ws", func() { node.Shutdown(context.Background()) }
+	return serveNode(cfg)
 }
 
 // Read what a history topic stored, then subscribe from where the read

@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // benchShed measures one shed upgrade end to end over loopback TCP: dial,
@@ -46,7 +48,7 @@ func benchShed(b *testing.B, withDoor bool) {
 	addr := ln.Addr().String()
 	req := []byte(upgradeHead)
 	br := bufio.NewReaderSize(nil, 1024)
-	cpu0 := cpuTime()
+	cpu0 := testkit.ProcessCPU()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -69,7 +71,7 @@ func benchShed(b *testing.B, withDoor bool) {
 		c.Close()
 	}
 	b.StopTimer()
-	cpu := cpuTime() - cpu0
+	cpu := testkit.ProcessCPU() - cpu0
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
