@@ -4,7 +4,14 @@
 # through the built binary on a real redis-server. See docs/operations.md,
 # "Bad days".
 #
-# Usage: scripts/bad-days.sh [scenario...] (default: storm)
+# Usage: scripts/bad-days.sh [scenario...] (default: storm matrix rolling)
+#   matrix  the suite's three-instance matrix (Redis black-holed, slowed
+#           to 200 ms, restarted empty), its figures logged
+#   rolling a rolling restart of three instances while N clients (default
+#           3,000) stay subscribed to a history topic and recover
+#   churn   presence churn at about 20k diffs/s (published straight to
+#           Redis) while the server API disconnects a user on the other
+#           instance
 #   storm   1,000 clients each recover 1,000 messages (history on Redis) at
 #           once, while BURN busy-loop processes (default 4) saturate the
 #           CPU; prints the storm's JSON (rtbench recover --watch): the
@@ -12,13 +19,14 @@
 #           100 ms, the degraded events the clients got, the recoveries
 #           completed and the failures; and the "bus: degraded" lines the
 #           server logged.
-# Environment: BURN=n busy loops (0: none), N=clients, MISSED=messages per
-# client, RUNS=runs of each scenario (default 1), PORT=first of the
+# Environment: BURN=n busy loops (0: none), N=clients (storm: 1,000;
+# rolling: 3,000), MISSED=messages per client (storm), RATE=diffs/s
+# (churn), RUNS=runs of each scenario (default 1), PORT=first of the
 # loopback ports used (default 23411), RTSERVER=path a server binary to
 # use instead of building this tree's.
 # Needs go, redis-server and python3; builds into a temporary folder.
 set -euo pipefail
-if [ $# -eq 0 ]; then set -- storm; fi
+if [ $# -eq 0 ]; then set -- storm matrix rolling; fi
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d /tmp/bad-days.XXXXXX)
 burners=()
@@ -91,6 +99,9 @@ for s in "$@"; do
 	for i in $(seq 1 "$runs"); do
 		case $s in
 		storm) storm "$i" ;;
+		matrix) go test -count=1 -run 'TestBadDayMatrix$' -v ./e2e | grep -E 'badday_|^(---|ok|FAIL)' ;;
+		rolling) BADDAY_CLIENTS=${N:-3000} go test -count=1 -timeout 20m -run 'TestBadDayRollingRestart$' -v ./e2e | grep -E 'badday_|^(---|ok|FAIL)' ;;
+		churn) BADDAY_CHURN_RATE=${RATE:-20000} go test -count=1 -run 'TestDisconnectUnderPresenceChurn$' -v ./e2e | grep -E 'badday_|^(---|ok|FAIL)' ;;
 		*)
 			echo "unknown scenario $s" >&2
 			exit 2
