@@ -384,3 +384,24 @@ func TestPublishNotRefusedByNotices(t *testing.T) {
 	b.Close()
 	noBusGoroutines(t)
 }
+
+// TestNoticeEnvelopeIsWhatABusSends: a notice built by NoticeEnvelope and
+// published straight to Redis reaches a signed bus's Receiver like one of
+// its siblings' notices.
+func TestNoticeEnvelopeIsWhatABusSends(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	o := testOptions(c, "b")
+	o.HMACSecret = secret
+	b, rb := startRedis(t, o)
+	env := NoticeEnvelope("gen", "__presence:room", []byte(`{"joins":[]}`), secret)
+	if err := c.Publish(context.Background(), "test:bus", env).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m := rb.awaitMsgs(t, 1); m[0] != (got{"notice __presence:room", `{"joins":[]}`}) {
+		t.Errorf("received %v", m)
+	}
+	b.Close()
+	noBusGoroutines(t)
+}
