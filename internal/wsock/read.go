@@ -305,8 +305,8 @@ func (c *Conn) closeReceived(b []byte) error {
 			// RFC 6455 section 8.1: bytes to be read as UTF-8 that are
 			// not fail the connection, with 1007 (the library this
 			// reader replaces echoes them).
-			_ = c.WriteClose(CloseFrame(invalidPayload, ""), controlWait)
-			return &CloseError{Code: invalidPayload, Reason: "received close reason that is not UTF-8"}
+			_ = c.WriteClose(CloseFrame(invalidPayload, badCloseReason), controlWait)
+			return &CloseError{Code: invalidPayload, Reason: badCloseReason}
 		}
 	}
 	answer := emptyClose
@@ -317,6 +317,10 @@ func (c *Conn) closeReceived(b []byte) error {
 	_ = c.Close()
 	return &CloseError{Code: code, Reason: reason, Received: true}
 }
+
+// badCloseReason is the reason of the 1007 that answers a close reason
+// that is not UTF-8.
+const badCloseReason = "close reason is not valid UTF-8"
 
 // emptyClose is a close frame without a code: the answer to one.
 var emptyClose = []byte{CloseHead, 0}

@@ -200,7 +200,7 @@ func readByLibrary(t testing.TB, input []byte) *transcript {
 			// The one rule wsock adds to the library's: a close reason
 			// that is not UTF-8 fails the connection with 1007, where
 			// the library echoes it.
-			log.events[len(log.events)-1] = fmt.Sprintf("wrote % x", CloseFrame(invalidPayload, ""))
+			log.events[len(log.events)-1] = fmt.Sprintf("wrote % x", CloseFrame(invalidPayload, badCloseReason))
 			log.end = "failed"
 		} else if code := websocket.CloseStatus(err); code != -1 {
 			log.end = fmt.Sprintf("closed %d", code)
