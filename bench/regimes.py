@@ -15,7 +15,7 @@ ROWS = {
                ("100 x 10 sparse: latency p50 ms", lambda j: j["latency"]["p50Ms"]),
                ("100 x 10 sparse: latency p99 ms", lambda j: j["latency"]["p99Ms"])],
     "idle": [("idle at 10k: KiB RSS per connection", lambda j: j["serverRssPerConnBytes"] / 1024),
-             ("idle at 10k: goroutines per connection (none: not a Go server)", lambda j: j["serverGoroutinesPerConn"], None)],
+             ("idle at 10k: goroutines per connection (Go servers only)", lambda j: j["serverGoroutinesPerConn"], None)],
     "connect": [("connect flood, 10,000 attempts at a cap of 21: server CPU us per shed attempt", lambda j: j["serverCpuUsPerShed"]),
                 ("connect flood: attempts shed", lambda j: j["shed"], None)],
 }
