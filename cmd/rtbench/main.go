@@ -32,7 +32,8 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
   rtbench serve503 --listen 127.0.0.1:9503 [--max-time 1h]
 
 Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m),
---socketio (idle and fanout against a socket.io server: bench/socketio).
+--socketio (idle and fanout against a socket.io server: bench/socketio),
+--centrifugo (idle, fanout and connect against a Centrifugo server: bench/centrifugo).
 Run "rtbench MODE -h" for a mode's flags.
 `
 
@@ -63,6 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	pid := fs.Int("server-pid", 0, "server process id: measure its CPU (/proc/PID/stat) or RSS (/proc/PID/status)")
 	dialTimeout := fs.Duration("dial-timeout", 10*time.Second, "bound on each upgrade attempt")
 	socketIO := fs.Bool("socketio", false, "speak Socket.IO over Engine.IO v4's websocket transport to a socket.io server (bench/socketio), --url ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket")
+	centrifugo := fs.Bool("centrifugo", false, "speak Centrifugo's JSON client protocol to a Centrifugo server (bench/centrifugo), --url ws://127.0.0.1:8000/connection/websocket")
 
 	var runMode func(context.Context) (any, error)
 	switch mode {
@@ -288,7 +290,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if *socketIO && *centrifugo {
+		fmt.Fprintf(stderr, "rtbench %s: --socketio and --centrifugo exclude each other\n", mode)
+		return 2
+	}
 	engineIOMode.Store(*socketIO)
+	centrifugoMode.Store(*centrifugo)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "rtbench %s: unexpected arguments %q\n", mode, fs.Args())
 		return 2
