@@ -65,6 +65,11 @@ type Deps struct {
 	// TopicsProxyClient asks topics.proxy.url; nil: a client that follows
 	// no redirects and keeps up to 64 idle connections to the backend.
 	TopicsProxyClient *http.Client
+	// TopicGrants are the application's own topic grants by name, usable
+	// in every rule of Config.Topics next to the built-ins
+	// (docs/access-control.md); a rule naming one that is missing stops
+	// New.
+	TopicGrants map[string]access.GrantFunc
 }
 
 // Auth is connection authentication (auth.*).
@@ -162,8 +167,14 @@ var metricNamespaceRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // Validate reports every invalid key at once (errors.Join of errors that
 // name the key, *access.ConfigError); nil when c is valid. It reads
-// auth.jwt.publicKeyFile to check that it holds a PEM block.
-func (c Config) Validate() error {
+// auth.jwt.publicKeyFile to check that it holds a PEM block. It knows no
+// application grant or predicate: New, which knows deps, checks the names
+// of those too (ValidateWith).
+func (c Config) Validate() error { return c.ValidateWith(Deps{}) }
+
+// ValidateWith is Validate knowing what deps registers by name (topic
+// grants), as New checks c.
+func (c Config) ValidateWith(deps Deps) error {
 	var p conf.Problems
 	hostPort := func(key, addr string) {
 		if addr == "" {
@@ -182,7 +193,7 @@ func (c Config) Validate() error {
 	p.Join(c.Handshake.Validate())
 	p.NonNegativeDuration("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
 	p.Join(c.Auth.JWT.Validate())
-	p.Join(c.Topics.Validate())
+	p.Join(c.Topics.ValidateWith(access.Deps{Grants: deps.TopicGrants}))
 	p.Join(c.History.Validate())
 	p.Join(c.Presence.Validate())
 	p.Join(c.Limits.Validate())

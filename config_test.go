@@ -1,6 +1,7 @@
 package rtserver_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/internal/conf"
 )
 
@@ -231,5 +233,30 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 	}
 	if got := errorKeys(errors.Unwrap(err)); !slices.Equal(got, []string{"topics.proxy.timeout", "limits.maxMessageBytes"}) {
 		t.Errorf("keys = %v (%v)", got, err)
+	}
+}
+
+// An application grant is named in Deps.TopicGrants: Validate, which knows
+// only the built-ins, refuses a rule naming it; New and ValidateWith
+// accept it, and refuse a rule naming a grant that is not there.
+func TestTopicGrantsFromDeps(t *testing.T) {
+	t.Parallel()
+	cfg := configFrom(t, "topics: {default: {subscribe: [member], publish: [any]}}")
+	deps := rtserver.Deps{TopicGrants: map[string]access.GrantFunc{
+		"member": func(context.Context, access.Question) (bool, error) { return true, nil },
+	}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "topics.default.subscribe[0]") {
+		t.Errorf("Validate() = %v, want topics.default.subscribe[0] named", err)
+	}
+	if err := cfg.ValidateWith(deps); err != nil {
+		t.Errorf("ValidateWith(deps) = %v", err)
+	}
+	if n, err := rtserver.New(cfg, deps); err != nil {
+		t.Errorf("New = %v", err)
+	} else {
+		n.Close()
+	}
+	if _, err := rtserver.New(cfg, rtserver.Deps{}); err == nil || !strings.Contains(err.Error(), "topics.default.subscribe[0]") {
+		t.Errorf("New without the grant = %v, want topics.default.subscribe[0] named", err)
 	}
 }

@@ -72,7 +72,7 @@ type Node struct {
 // Nothing listens and no goroutine starts until Serve. cfg is validated
 // first: every invalid key is reported at once.
 func New(cfg Config, deps Deps) (*Node, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateWith(deps); err != nil {
 		return nil, fmt.Errorf("rtserver: invalid configuration: %w", err)
 	}
 	if cfg.Listen == "" {
@@ -152,7 +152,7 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("rtserver: %w", err) // "message: method %q: ..."
 	}
-	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log, ProxyClient: n.deps.TopicsProxyClient}); err != nil {
+	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log, ProxyClient: n.deps.TopicsProxyClient, Grants: n.deps.TopicGrants}); err != nil {
 		return fmt.Errorf("rtserver: %w", err)
 	}
 
