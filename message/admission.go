@@ -56,25 +56,16 @@ type Concurrency struct {
 // follows the latency of the calls: it falls when calls slow down past
 // their no-load latency or are dropped, and climbs back when they speed
 // up, never leaving [Min, Max]. The algorithm is Envoy's adaptive
-// concurrency gradient controller (see adaptive.go and docs/admission.md);
-// the zero value of each tuning field is its documented default. Calls
+// concurrency gradient controller, with Envoy's tuning (see adaptive.go
+// and docs/admission.md). Calls
 // must be released with Call.ReleaseWith (or Release, which reports
 // Completed) for the limit to learn.
 type AdaptiveConcurrency struct {
 	Min int `yaml:"min" help:"lowest in-flight limit, and the limit while the no-load latency is probed (positive)"`
 	Max int `yaml:"max" help:"highest in-flight limit (at least min); the limit starts at min and moves with the calls' latency and drops (reason CONCURRENCY; gauge admission_concurrency_limit)"`
-	// Tolerance: calls may take this many times the no-load latency
-	// before the limit falls (Envoy's 25% buffer). Default 1.25; > 1.
-	Tolerance float64 `yaml:"-"`
-	// Window is how often the limit is recomputed from the calls that
-	// completed since the last update. Default 100ms.
-	Window time.Duration `yaml:"-"`
-	// ProbeEvery is how often the no-load latency is re-measured: the
-	// limit is pinned to Min until ProbeCalls calls started at that
-	// concurrency have completed, then restored. Default 60s (plus up to
-	// 15% random jitter, so a fleet does not probe in step).
-	ProbeEvery time.Duration `yaml:"-"`
-	ProbeCalls int           `yaml:"-"` // default 25
+	// tuning is the controller's (adaptive.go); nil: defaultTuning.
+	// Only tests set another.
+	tuning *adaptiveTuning
 	// Scope is "local" (default: the limit is this instance's) or
 	// "cluster": every instance publishes its inferred limit through
 	// Options.Ceilings (Redis) and applies the fleet's Aggregate of the

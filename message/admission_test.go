@@ -533,8 +533,6 @@ func TestRegisterValidation(t *testing.T) {
 		{"cost ok", Rule{Cost: &Cost{Budget: 1, Per: time.Second, Of: "param:n"}}, false, ""},
 		{"adaptive min 0", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Max: 4}}, false, "adaptiveConcurrency: min and max"},
 		{"adaptive max < min", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 5, Max: 4}}, false, "adaptiveConcurrency: min and max"},
-		{"adaptive tolerance", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 1, Max: 4, Tolerance: 0.9}}, false, "adaptiveConcurrency: tolerance"},
-		{"adaptive window", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 1, Max: 4, Window: -1}}, false, "adaptiveConcurrency: window"},
 		{"adaptive ok", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 1, Max: 1}}, false, ""},
 		{"concurrency 0", Rule{Concurrency: &Concurrency{}}, false, "concurrency: max"},
 		{"concurrency negative", Rule{Concurrency: &Concurrency{Max: -1}}, false, "concurrency: max"},

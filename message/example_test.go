@@ -184,14 +184,16 @@ func (fleet) ShareLimit(_ context.Context, _ string, own int64) ([]int64, error)
 func ExampleAdmission_ShareCeilings() {
 	adm := message.New(message.Options{Ceilings: fleet{}})
 	if err := adm.Register("backend", message.Rule{
-		AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: 60, Max: 256, ProbeCalls: 1, Scope: "cluster"},
+		AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: 60, Max: 256, Scope: "cluster"},
 	}); err != nil {
 		panic(err)
 	}
 	backend, _ := adm.Class("backend")
 	var call message.Call
-	backend.Check(&call) // the first no-load probe: one call at Min
-	call.Release()
+	for range 25 { // the first no-load probe: 25 calls at Min
+		backend.Check(&call)
+		call.Release()
+	}
 	fmt.Println("own limit:", backend.ConcurrencyLimit())
 	adm.ShareCeilings(context.Background(), time.Second) // RunCeilings does this every second
 	fmt.Println("fleet share:", backend.ConcurrencyLimit())

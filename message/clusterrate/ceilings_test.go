@@ -29,10 +29,12 @@ func TestFleetCeilingOnRedis(t *testing.T) {
 	for i, own := range []int{30, 60, 90} {
 		m := metrics.NewDiscard()
 		a := message.New(withClock(message.Options{Metrics: m, Ceilings: NewCeilings(client(t, s), CeilingOptions{InstanceID: fmt.Sprint("i", i)})}, newClock().Now))
-		c := register(t, a, "llm", message.Rule{AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: own, Max: 1000, ProbeCalls: 1, Scope: "cluster"}})
+		c := register(t, a, "llm", message.Rule{AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: own, Max: 1000, Scope: "cluster"}})
 		call := &message.Call{}
-		c.Check(call) // the first no-load probe: one call
-		call.Release()
+		for range 25 { // the first no-load probe: 25 calls
+			c.Check(call)
+			call.Release()
+		}
 		fleet = append(fleet, instance{a, c, m})
 	}
 	share := func() {
