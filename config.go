@@ -70,6 +70,11 @@ type Deps struct {
 	// (docs/access-control.md); a rule naming one that is missing stops
 	// New.
 	TopicGrants map[string]access.GrantFunc
+	// AdmissionPredicates are the application's admission predicates by
+	// class name: each joins the rule of that class in
+	// Config.Admission.Classes (docs/embedding.md); one whose class is
+	// missing stops New.
+	AdmissionPredicates map[string]message.Predicate
 }
 
 // Auth is connection authentication (auth.*).
@@ -173,7 +178,7 @@ var metricNamespaceRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 func (c Config) Validate() error { return c.ValidateWith(Deps{}) }
 
 // ValidateWith is Validate knowing what deps registers by name (topic
-// grants), as New checks c.
+// grants, admission predicates), as New checks c.
 func (c Config) ValidateWith(deps Deps) error {
 	var p conf.Problems
 	hostPort := func(key, addr string) {
@@ -199,7 +204,7 @@ func (c Config) ValidateWith(deps Deps) error {
 	p.Join(c.Limits.Validate())
 	p.Join(c.Pressure.Validate())
 	p.Join(c.PublishRate.Validate())
-	p.Join(c.Admission.Validate())
+	p.Join(c.Admission.ValidateWith(message.Deps{Predicates: deps.AdmissionPredicates}))
 	if c.Redis.URL == "" {
 		for _, name := range slices.Sorted(maps.Keys(c.Admission.Classes)) {
 			r := c.Admission.Classes[name]

@@ -17,6 +17,8 @@ import (
 	"github.com/rtserver/rtserver"
 	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/internal/conf"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/pressure"
 )
 
 // configFrom is DefaultConfig with a YAML document on top, as the binary
@@ -258,5 +260,26 @@ func TestTopicGrantsFromDeps(t *testing.T) {
 	}
 	if _, err := rtserver.New(cfg, rtserver.Deps{}); err == nil || !strings.Contains(err.Error(), "topics.default.subscribe[0]") {
 		t.Errorf("New without the grant = %v, want topics.default.subscribe[0] named", err)
+	}
+}
+
+// An admission predicate is named by its class in Deps.AdmissionPredicates:
+// its class may have no other part, and a predicate whose class is not in
+// admission.classes stops New with the key named.
+func TestAdmissionPredicatesFromDeps(t *testing.T) {
+	t.Parallel()
+	cfg := configFrom(t, "admission: {classes: {admin: {}}, methods: {'admin.*': admin}}")
+	yes := func(*pressure.Snapshot, *message.Call) (bool, error) { return true, nil }
+	if err := cfg.Validate(); err == nil {
+		t.Error("Validate accepted a class with no part and no predicate")
+	}
+	n, err := rtserver.New(cfg, rtserver.Deps{AdmissionPredicates: map[string]message.Predicate{"admin": yes}})
+	if err != nil {
+		t.Fatalf("New = %v", err)
+	}
+	n.Close()
+	_, err = rtserver.New(cfg, rtserver.Deps{AdmissionPredicates: map[string]message.Predicate{"admin": yes, "ops": yes}})
+	if err == nil || !strings.Contains(err.Error(), "admission.classes.ops") {
+		t.Errorf("New with a predicate for a missing class = %v, want admission.classes.ops named", err)
 	}
 }

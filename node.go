@@ -128,25 +128,23 @@ func New(cfg Config, deps Deps) (*Node, error) {
 // error here.
 func (n *Node) build() error {
 	cfg, log := n.cfg, n.log
-	opts := message.Options{
+	deps := message.Deps{
 		Snapshot:   n.pressure.Snapshot,
 		Rates:      n.pressure, // live rates over the last second, without Redis
-		FailPolicy: cfg.Admission.FailPolicy,
 		RetryAfter: cfg.Handshake.RetryAfter,
 		Metrics:    n.metrics,
+		Predicates: n.deps.AdmissionPredicates,
 	}
 	if n.cluster != nil {
 		// The cluster-wide view (own rates plus every fresh sibling's)
 		// answers instead of the local top publishers.
-		opts.Rates = n.cluster.agg
-		opts.Shared = n.cluster.limiter
-		opts.Ceilings = n.cluster.ceilings
+		deps.Rates = n.cluster.agg
+		deps.Shared = n.cluster.limiter
+		deps.Ceilings = n.cluster.ceilings
 	}
-	n.admit = message.New(opts)
-	for name, rule := range cfg.Admission.Classes {
-		if err := n.admit.Register(name, rule); err != nil {
-			return fmt.Errorf("rtserver: %w", err) // "message: class %q: ..."
-		}
+	var err error
+	if n.admit, err = message.New(cfg.Admission, deps); err != nil {
+		return fmt.Errorf("rtserver: %w", err) // "message: class %q: ..."
 	}
 	router, err := message.NewRouter(n.admit, cfg.Admission.Methods)
 	if err != nil {

@@ -83,7 +83,7 @@ type adaptiveLimit struct {
 	window     int64 // ns
 	probeEvery int64 // ns
 	probeCalls int
-	now        func() time.Time // Options.Now; nil: the monotonic clock (elapsed)
+	now        func() time.Time // Deps.now; nil: the monotonic clock (elapsed)
 	epoch      time.Time
 	gauge      prometheus.Gauge
 

@@ -82,7 +82,7 @@ func TestAdaptiveConcurrencyFollowsTheKnee(t *testing.T) {
 	)
 	clk := newClock()
 	m := newMetrics()
-	a := New(Options{now: clk.Now, Metrics: m})
+	a := newAdmission(Deps{now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "llm", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: lo, Max: hi}})
 	if got := c.ConcurrencyLimit(); got != lo {
 		t.Fatalf("initial limit %d, want Min %d (probing the no-load latency)", got, lo)
@@ -133,7 +133,7 @@ func TestAdaptiveConcurrencyFollowsTheKnee(t *testing.T) {
 // the previous limit back once probeCalls calls have completed.
 func TestAdaptiveProbeRestoresLimit(t *testing.T) {
 	clk := newClock()
-	a := New(Options{now: clk.Now})
+	a := newAdmission(Deps{now: clk.Now})
 	c := mustRegister(t, a, "x", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{
 		Min: 2, Max: 50, tuning: &adaptiveTuning{tolerance: 1.25, window: 10 * time.Millisecond, probeEvery: time.Second, probeCalls: 4},
 	}})
@@ -157,7 +157,7 @@ func TestAdaptiveProbeRestoresLimit(t *testing.T) {
 // it; both count one lease.
 func TestAdaptiveWithConcurrencyMax(t *testing.T) {
 	clk := newClock()
-	a := New(Options{now: clk.Now})
+	a := newAdmission(Deps{now: clk.Now})
 	c := mustRegister(t, a, "x", Rule{
 		Concurrency:         &Concurrency{Max: 3},
 		AdaptiveConcurrency: &AdaptiveConcurrency{Min: 5, Max: 10},
@@ -186,7 +186,7 @@ func TestAdaptiveWithConcurrencyMax(t *testing.T) {
 // (the race detector watches the lock-free window sums); in flight never
 // passes the largest limit and ends at zero, and the limit stays in range.
 func TestAdaptiveConcurrent(t *testing.T) {
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	c := mustRegister(t, a, "x", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{
 		Min: 2, Max: 16, tuning: &adaptiveTuning{tolerance: 1.25, window: time.Millisecond, probeEvery: 20 * time.Millisecond, probeCalls: 3},
 	}})

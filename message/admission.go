@@ -2,6 +2,8 @@ package message
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +44,7 @@ type Rate struct {
 	Strategy string `yaml:"strategy" help:"gcra (a token bucket: a full burst, then one call per per/limit) | slidingWindow (the true count: at most limit calls in any window of per; memory up to limit timestamps per key); empty: gcra"`
 	// Scope is "local" (default: each instance counts its own calls) or
 	// "cluster" (one budget shared by every instance: each check is one
-	// round trip through Options.Shared; strategy gcra only; by user or ip,
+	// round trip through Deps.Shared; strategy gcra only; by user or ip,
 	// since a connection lives on one instance).
 	Scope string `yaml:"scope" help:"local (each instance counts its own calls) | cluster (one budget shared by every instance through Redis: needs redis.url, strategy gcra, by user or ip; one round trip per check; a Redis failure is decided by admission.failPolicy and counted in admission_rule_errors_total); empty: local"`
 }
@@ -68,7 +70,7 @@ type AdaptiveConcurrency struct {
 	tuning *adaptiveTuning
 	// Scope is "local" (default: the limit is this instance's) or
 	// "cluster": every instance publishes its inferred limit through
-	// Options.Ceilings (Redis) and applies the fleet's Aggregate of the
+	// Deps.Ceilings (Redis) and applies the fleet's Aggregate of the
 	// live instances' limits divided by their count, so a backend behind
 	// the fleet sees one ceiling. While the exchange fails, the instance
 	// uses its own limit (counted). While probing, Min applies.
@@ -94,7 +96,7 @@ type Cost struct {
 	Of string `yaml:"of" help:"what a call costs: bytes (the request frame) | fanout (the request's bytes x this instance's subscribers of the topic, for publish) | param:NAME (the call's top-level numeric param NAME, e.g. param:maxTokens, rounded up; a call without it is decided by admission.failPolicy); denied calls answer -32002 with reason COST"`
 	By string `yaml:"by" help:"user | conn | ip, as for rate; empty: user"` // as Rate.By: "user" (default), "conn" or "ip"
 	// Scope is "local" (default: this instance's own budget) or "cluster"
-	// (one budget shared by every instance, through Options.Shared).
+	// (one budget shared by every instance, through Deps.Shared).
 	Scope string `yaml:"scope" help:"local | cluster, as for rate; a class whose rate and cost are both cluster-scoped checks both in one round trip and needs the same by for both; empty: local"`
 }
 
@@ -102,18 +104,13 @@ type Cost struct {
 // with no part admits everything (and still counts it).
 type Rule struct {
 	// Reasons rejects while the pressure snapshot's reason is listed.
-	Reasons []pressure.Reason `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS, BUS (the bus refused a publish in the last sample interval)"`
-	// Predicate rejects (PREDICATE) when it returns false. One that errors
-	// or panics is decided by Options.FailPolicy and counted in
-	// admission_rule_errors_total. It runs on the dispatch path: keep it
-	// cheap and non-blocking. The snapshot is never nil.
-	Predicate           func(s *pressure.Snapshot, c *Call) (bool, error) `yaml:"-"`
-	ClusterTopPublisher *ClusterTopPublisher                              `yaml:"clusterTopPublisher,omitempty"`
-	Rate                *Rate                                             `yaml:"rate,omitempty"`
-	Cost                *Cost                                             `yaml:"cost,omitempty"`
-	BidPrice            *BidPrice                                         `yaml:"bidPrice,omitempty"`
-	Concurrency         *Concurrency                                      `yaml:"concurrency,omitempty"`
-	AdaptiveConcurrency *AdaptiveConcurrency                              `yaml:"adaptiveConcurrency,omitempty"`
+	Reasons             []pressure.Reason    `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS, BUS (the bus refused a publish in the last sample interval)"`
+	ClusterTopPublisher *ClusterTopPublisher `yaml:"clusterTopPublisher,omitempty"`
+	Rate                *Rate                `yaml:"rate,omitempty"`
+	Cost                *Cost                `yaml:"cost,omitempty"`
+	BidPrice            *BidPrice            `yaml:"bidPrice,omitempty"`
+	Concurrency         *Concurrency         `yaml:"concurrency,omitempty"`
+	AdaptiveConcurrency *AdaptiveConcurrency `yaml:"adaptiveConcurrency,omitempty"`
 }
 
 // FailPolicy decides a rule part that errors or panics: a predicate, a
@@ -135,31 +132,35 @@ func (p FailPolicy) String() string {
 	return fmt.Sprintf("FailPolicy(%d)", int(p))
 }
 
-// Options of an Admission. The zero value works: no pressure source, no
-// rate source, fail open, a 1s retry base, metrics on a private registry.
-type Options struct {
+// Predicate is an application's own rule part, in Go: it rejects
+// (PREDICATE) when it returns false. One that errors or panics is decided
+// by Config.FailPolicy and counted in admission_rule_errors_total. It runs
+// on the dispatch path: keep it cheap and non-blocking. The snapshot is
+// never nil.
+type Predicate func(s *pressure.Snapshot, c *Call) (bool, error)
+
+// Deps are what an Admission uses beside its configuration. The zero value
+// works: no pressure source, no rate source, a 1s retry base, metrics
+// discarded.
+type Deps struct {
 	// Snapshot is the pressure monitor's Snapshot (an atomic load). It is
 	// required by classes with Reasons; nil (or a nil snapshot) reads as
 	// no pressure for predicates.
 	Snapshot func() *pressure.Snapshot
 	// Rates answers ClusterTopPublisher parts. nil: every rate reads 0
 	// (nothing is shed by that part).
-	Rates      RateSource
-	FailPolicy FailPolicy // any value but FailOpen decides as FailClosed
+	Rates RateSource
 	// RetryAfter is the base of the jittered retry hint for rejections
-	// other than RATE: the hint is uniform in [base/2, 3*base/2), at
-	// least 1ms. <= 0 means 1s.
+	// other than RATE (a node passes handshake.retryAfter, the one base of
+	// both tiers): the hint is uniform in [base/2, 3*base/2), at least
+	// 1ms. <= 0 means 1s.
 	RetryAfter time.Duration
 	Metrics    *metrics.Metrics // nil: metrics.NewDiscard()
-	// now is the clock of Rate, Cost and AdaptiveConcurrency parts (tests
-	// inject a fixed or stepped one; those of sub-packages through
-	// message/internal/clock). nil: the monotonic clock for the local
-	// parts (a latency or a local budget only measures intervals) and
-	// time.Now for cluster-scoped ones.
-	now func() time.Time
-	// RateMaxKeys bounds each local Rate and Cost part's key store
-	// (ratelimit.NewKeyed's maxKeys); <= 0 means ratelimit's default.
-	RateMaxKeys int
+	// Predicates are the application's predicates by class name: each
+	// joins the rule of the class of that name in Config.Classes, which a
+	// class with a predicate may leave otherwise empty. A predicate whose
+	// class Config.Classes lacks stops New.
+	Predicates map[string]Predicate
 	// Ceilings shares the limits of AdaptiveConcurrency parts with Scope
 	// "cluster" (e.g. clusterrate.Ceilings on Redis); Admission.RunCeilings
 	// drives it. nil: registering such a part is an error.
@@ -168,6 +169,16 @@ type Options struct {
 	// clusterrate.Limiter on Redis). nil: registering such a part is an
 	// error.
 	Shared SharedLimiter
+
+	// now is the clock of Rate, Cost and AdaptiveConcurrency parts (tests
+	// inject a fixed or stepped one; those of sub-packages through
+	// message/internal/clock). nil: the monotonic clock for the local
+	// parts (a latency or a local budget only measures intervals) and
+	// time.Now for cluster-scoped ones.
+	now func() time.Time
+	// rateMaxKeys bounds each local Rate and Cost part's key store
+	// (ratelimit.NewKeyed's maxKeys); <= 0 means ratelimit's default.
+	rateMaxKeys int
 }
 
 // Admission holds the registered classes. Register and Class are start-up
@@ -178,8 +189,8 @@ type Admission struct {
 	failClosed  bool
 	retryBase   time.Duration
 	m           *metrics.Metrics
-	now         func() time.Time // wall clock: Options.Now, or time.Now
-	injectedNow func() time.Time // Options.now as given (nil: the default clocks)
+	now         func() time.Time // wall clock: Deps.now, or time.Now
+	injectedNow func() time.Time // Deps.now as given (nil: the default clocks)
 	epoch       time.Time        // a time.Now reading taken by New (see localNow)
 	rateMaxKeys int
 	shared      SharedLimiter
@@ -190,23 +201,29 @@ type Admission struct {
 }
 
 func init() {
-	clock.Set = func(opts any, now func() time.Time) { opts.(*Options).now = now }
+	clock.Set = func(deps any, now func() time.Time) { deps.(*Deps).now = now }
 }
 
-// New returns an Admission with no classes.
-func New(opts Options) *Admission {
+// New validates cfg and returns an Admission with cfg's classes
+// registered, each with its predicate from deps.Predicates. cfg.Methods
+// is for a Router (NewRouter). More classes may be registered in code
+// (Register).
+func New(cfg Config, deps Deps) (*Admission, error) {
+	if err := cfg.ValidateWith(deps); err != nil {
+		return nil, err
+	}
 	a := &Admission{
-		snapshot:    opts.Snapshot,
-		failClosed:  opts.FailPolicy != FailOpen,
-		retryBase:   opts.RetryAfter,
-		m:           opts.Metrics,
-		now:         opts.now,
-		injectedNow: opts.now,
+		snapshot:    deps.Snapshot,
+		failClosed:  cfg.FailPolicy != FailOpen,
+		retryBase:   deps.RetryAfter,
+		m:           deps.Metrics,
+		now:         deps.now,
+		injectedNow: deps.now,
 		epoch:       time.Now(),
-		rateMaxKeys: opts.RateMaxKeys,
-		shared:      opts.Shared,
-		ceilings:    opts.Ceilings,
-		rates:       opts.Rates,
+		rateMaxKeys: deps.rateMaxKeys,
+		shared:      deps.Shared,
+		ceilings:    deps.Ceilings,
+		rates:       deps.Rates,
 		classes:     map[string]*Class{},
 	}
 	if a.retryBase <= 0 {
@@ -218,7 +235,12 @@ func New(opts Options) *Admission {
 	if a.now == nil {
 		a.now = time.Now
 	}
-	return a
+	for _, name := range slices.Sorted(maps.Keys(cfg.Classes)) {
+		if err := a.register(name, cfg.Classes[name], deps.Predicates[name]); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // localNow is the clock of the parts that only measure intervals on this
@@ -229,7 +251,7 @@ func New(opts Options) *Admission {
 // both clocks and costs about twice as much. Its wall part follows the
 // monotonic clock from New on, which no local part reads. A cluster-scoped
 // part compares times across instances, so it keeps the wall clock (a.now).
-// An injected clock (Options.now) drives every part.
+// An injected clock (Deps.now) drives every part.
 func (a *Admission) localNow() time.Time {
 	if a.injectedNow != nil {
 		return a.injectedNow()

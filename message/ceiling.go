@@ -99,7 +99,7 @@ func (a *Admission) HasCeilings() bool {
 }
 
 // ShareCeilings exchanges, once, every fleet-wide class's limit through
-// Options.Ceilings: it publishes the class's own inferred limit and then
+// Deps.Ceilings: it publishes the class's own inferred limit and then
 // applies the fleet's ceiling divided by the live instance count. A class
 // whose exchange fails falls back to its own limit (counted in
 // admission_concurrency_ceiling_fallbacks_total) until an exchange

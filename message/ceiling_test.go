@@ -81,7 +81,7 @@ func probed(t interface{ Fatal(...any) }, a *Admission, name string, min int) *C
 func TestFleetCeiling(t *testing.T) {
 	m := newMetrics()
 	store := &fakeCeilings{others: []int64{90, 30}}
-	a := New(Options{Metrics: m, Ceilings: store, now: newClock().Now})
+	a := newAdmission(Deps{Metrics: m, Ceilings: store, now: newClock().Now})
 	c := probed(t, a, "llm", 60)
 	if !a.HasCeilings() {
 		t.Fatal("HasCeilings false")
@@ -121,11 +121,11 @@ func TestFleetCeiling(t *testing.T) {
 
 func TestFleetCeilingValidation(t *testing.T) {
 	r := Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 1, Max: 2, Scope: "cluster"}}
-	if err := New(Options{}).Register("x", r); err == nil {
+	if err := newAdmission(Deps{}).Register("x", r); err == nil {
 		t.Error("scope cluster without a store registered")
 	}
 	for _, ac := range []*AdaptiveConcurrency{{Min: 1, Max: 2, Scope: "fleet"}, {Min: 1, Max: 2, Scope: "cluster", Aggregate: "p99"}} {
-		if err := New(Options{Ceilings: &fakeCeilings{}}).Register("x", Rule{AdaptiveConcurrency: ac}); err == nil {
+		if err := newAdmission(Deps{Ceilings: &fakeCeilings{}}).Register("x", Rule{AdaptiveConcurrency: ac}); err == nil {
 			t.Errorf("%+v registered", ac)
 		}
 		if err := (Config{Classes: map[string]Rule{"x": {AdaptiveConcurrency: ac}}}).Validate(); err == nil {
@@ -143,7 +143,7 @@ func TestFleetCeilingValidation(t *testing.T) {
 func TestFleetCeilingExactlyOnceRelease(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		store := &fakeCeilings{others: []int64{5}}
-		a := New(Options{Ceilings: store, now: newClock().Now})
+		a := newAdmission(Deps{Ceilings: store, now: newClock().Now})
 		c := probed(rt, a, "c", 4)
 		n := rapid.IntRange(1, 8).Draw(rt, "calls")
 		calls := make([]*Call, n)
@@ -222,7 +222,7 @@ func TestFleetCeilingExactlyOnceRelease(t *testing.T) {
 // context ends, puts every class back on its own limit.
 func TestRunCeilingsStops(t *testing.T) {
 	store := &fakeCeilings{others: []int64{90, 30}}
-	a := New(Options{Ceilings: store, now: newClock().Now})
+	a := newAdmission(Deps{Ceilings: store, now: newClock().Now})
 	c := probed(t, a, "llm", 60)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

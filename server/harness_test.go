@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"net/http/httptest"
 	"os"
 	"runtime"
@@ -97,7 +98,7 @@ func newTier(t *testing.T, class string, rule message.Rule, routes map[string]st
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm := message.New(message.Options{Snapshot: mon.Snapshot, Metrics: m})
+	adm := testkit.Must(message.New(message.Config{}, message.Deps{Snapshot: mon.Snapshot, Metrics: m}))
 	if err := adm.Register(class, rule); err != nil {
 		t.Fatal(err)
 	}

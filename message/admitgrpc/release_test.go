@@ -2,6 +2,7 @@ package admitgrpc_test
 
 import (
 	"context"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"io"
 	"testing"
 
@@ -39,7 +40,7 @@ func TestExactlyOnceReleaseProperty(t *testing.T) {
 	cl := s.dial(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		k := rapid.IntRange(1, 3).Draw(rt, "k")
-		a := message.New(message.Options{})
+		a := testkit.Must(message.New(message.Config{}, message.Deps{}))
 		if err := a.Register("c", message.Rule{Concurrency: &message.Concurrency{Max: k}}); err != nil {
 			rt.Fatal(err)
 		}

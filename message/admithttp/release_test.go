@@ -2,6 +2,7 @@ package admithttp_test
 
 import (
 	"context"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -43,7 +44,7 @@ func TestExactlyOnceReleaseProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		k := rapid.IntRange(1, 3).Draw(rt, "k")
 		onGone := rapid.Bool().Draw(rt, "releaseWhenClientGone")
-		a := message.New(message.Options{})
+		a := testkit.Must(message.New(message.Config{}, message.Deps{}))
 		if err := a.Register("c", message.Rule{Concurrency: &message.Concurrency{Max: k}}); err != nil {
 			rt.Fatal(err)
 		}

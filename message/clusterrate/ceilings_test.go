@@ -3,6 +3,7 @@ package clusterrate
 import (
 	"context"
 	"fmt"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestFleetCeilingOnRedis(t *testing.T) {
 	var fleet []instance
 	for i, own := range []int{30, 60, 90} {
 		m := metrics.NewDiscard()
-		a := message.New(withClock(message.Options{Metrics: m, Ceilings: NewCeilings(client(t, s), CeilingOptions{InstanceID: fmt.Sprint("i", i)})}, newClock().Now))
+		a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Metrics: m, Ceilings: NewCeilings(client(t, s), CeilingOptions{InstanceID: fmt.Sprint("i", i)})}, newClock().Now)))
 		c := register(t, a, "llm", message.Rule{AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: own, Max: 1000, Scope: "cluster"}})
 		call := &message.Call{}
 		for range 25 { // the first no-load probe: 25 calls

@@ -3,6 +3,7 @@ package clusterrate
 import (
 	"context"
 	"fmt"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func TestClassOnRedisCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := newClock()
-	a := message.New(withClock(message.Options{Shared: failOnError{t, l}}, clk.Now))
+	a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Shared: failOnError{t, l}}, clk.Now)))
 	c := register(t, a, "g", message.Rule{
 		Rate: &message.Rate{Limit: 3, Per: time.Minute, Scope: "cluster"},
 		Cost: &message.Cost{Budget: 1000, Per: time.Minute, Of: "bytes", Scope: "cluster"},

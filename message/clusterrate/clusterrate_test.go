@@ -50,11 +50,11 @@ func TestLocalAndClusterAgree(t *testing.T) {
 		// be a whole number of anything.
 		per := time.Duration(rapid.Int64Range(1, int64(100*time.Millisecond)).Draw(rt, "per"))
 		clk := newClock()
-		local := message.New(withClock(message.Options{}, clk.Now))
+		local := testkit.Must(message.New(message.Config{}, withClock(message.Deps{}, clk.Now)))
 		// A generous timeout, and any error fails the test: a check that
 		// timed out on a loaded machine would be decided open, not compared.
 		l := New(rc, Options{Prefix: fmt.Sprintf("conf%d:", round), Timeout: 10 * time.Second})
-		shared := message.New(withClock(message.Options{Shared: failOnError{t, l}}, clk.Now))
+		shared := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Shared: failOnError{t, l}}, clk.Now)))
 		lc := register(rt, local, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per}})
 		sc := register(rt, shared, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per, Scope: "cluster"}})
 		users := []string{"ann", "bob"}
@@ -182,7 +182,7 @@ func TestClusterLimitHoldsAcrossInstances(t *testing.T) {
 	clk := newClock()
 	var classes []*message.Class
 	for range 2 {
-		a := message.New(withClock(message.Options{Shared: New(client(t, s), Options{})}, clk.Now))
+		a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Shared: New(client(t, s), Options{})}, clk.Now)))
 		classes = append(classes, register(t, a, "global", message.Rule{Rate: &message.Rate{Limit: 50, Per: time.Second, Scope: "cluster"}}))
 	}
 	admitted := 0
@@ -209,7 +209,7 @@ func TestFusedRateAndCostChargeAllOrNothing(t *testing.T) {
 	var cmds atomic.Int64
 	rc.AddHook(countHook{&cmds})
 	clk := newClock()
-	a := message.New(withClock(message.Options{Shared: New(rc, Options{})}, clk.Now))
+	a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Shared: New(rc, Options{})}, clk.Now)))
 	c := register(t, a, "llm", message.Rule{
 		Rate: &message.Rate{Limit: 2, Per: time.Minute, Scope: "cluster"},
 		Cost: &message.Cost{Budget: 100, Per: time.Minute, Of: "bytes", Scope: "cluster"},
@@ -296,7 +296,7 @@ func BenchmarkClusterCheck(b *testing.B) {
 	s := redistest.Start(b)
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer rc.Close()
-	a := message.New(message.Options{Shared: New(rc, Options{})})
+	a := testkit.Must(message.New(message.Config{}, message.Deps{Shared: New(rc, Options{})}))
 	c := register(b, a, "g", message.Rule{Rate: &message.Rate{Limit: 1_000_000_000, Per: time.Second, Scope: "cluster"}})
 	call := &message.Call{User: "u"}
 	c.Check(call) // load the script
