@@ -75,6 +75,10 @@ type Deps struct {
 	// Config.Admission.Classes (docs/embedding.md); one whose class is
 	// missing stops New.
 	AdmissionPredicates map[string]message.Predicate
+	// JWTPublicKey is the PEM of auth.jwt's RSA or EC P-256 public key
+	// held in memory (from a secret store); when set,
+	// auth.jwt.publicKeyFile is not read.
+	JWTPublicKey []byte
 }
 
 // Auth is connection authentication (auth.*).
@@ -178,7 +182,8 @@ var metricNamespaceRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 func (c Config) Validate() error { return c.ValidateWith(Deps{}) }
 
 // ValidateWith is Validate knowing what deps registers by name (topic
-// grants, admission predicates), as New checks c.
+// grants, admission predicates) and holds (a JWT public key), as New
+// checks c.
 func (c Config) ValidateWith(deps Deps) error {
 	var p conf.Problems
 	hostPort := func(key, addr string) {
@@ -197,7 +202,7 @@ func (c Config) ValidateWith(deps Deps) error {
 	p.Join(c.Redis.Validate())
 	p.Join(c.Handshake.Validate())
 	p.NonNegativeDuration("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
-	p.Join(c.Auth.JWT.Validate())
+	p.Join(c.Auth.JWT.ValidateWith(handshake.VerifierDeps{PublicKey: deps.JWTPublicKey}))
 	p.Join(c.Topics.ValidateWith(access.Deps{Grants: deps.TopicGrants}))
 	p.Join(c.History.Validate())
 	p.Join(c.Presence.Validate())

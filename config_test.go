@@ -179,8 +179,9 @@ func TestConfigValidateReportsEveryError(t *testing.T) {
 	}
 }
 
-func TestConfigValidateAccepts(t *testing.T) {
-	t.Parallel()
+// publicKeyPEM is the PEM of a new P-256 public key.
+func publicKeyPEM(t *testing.T) []byte {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -189,8 +190,13 @@ func TestConfigValidateAccepts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+func TestConfigValidateAccepts(t *testing.T) {
+	t.Parallel()
 	pemFile := filepath.Join(t.TempDir(), "pub.pem")
-	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(pemFile, publicKeyPEM(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []string{
@@ -281,5 +287,25 @@ func TestAdmissionPredicatesFromDeps(t *testing.T) {
 	_, err = rtserver.New(cfg, rtserver.Deps{AdmissionPredicates: map[string]message.Predicate{"admin": yes, "ops": yes}})
 	if err == nil || !strings.Contains(err.Error(), "admission.classes.ops") {
 		t.Errorf("New with a predicate for a missing class = %v, want admission.classes.ops named", err)
+	}
+}
+
+// A public key held in memory (Deps.JWTPublicKey) is a key for auth.jwt:
+// an audience needs one, which Validate alone does not see.
+func TestJWTPublicKeyFromDeps(t *testing.T) {
+	t.Parallel()
+	deps := rtserver.Deps{JWTPublicKey: publicKeyPEM(t)}
+	cfg := configFrom(t, "auth: {jwt: {audience: rt}}")
+	if err := cfg.Validate(); err == nil {
+		t.Error("Validate accepted an audience without a key")
+	}
+	n, err := rtserver.New(cfg, deps)
+	if err != nil {
+		t.Fatalf("New with Deps.JWTPublicKey = %v", err)
+	}
+	n.Close()
+	deps.JWTPublicKey = []byte("not PEM")
+	if _, err := rtserver.New(cfg, deps); err == nil {
+		t.Error("New accepted a JWTPublicKey that is not PEM")
 	}
 }

@@ -95,9 +95,11 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	}
 	n.metrics = m
 
-	hs := cfg.Handshake
-	hs.JWT = cfg.Auth.JWT.JWT
-	if n.gate, err = handshake.New(hs, handshake.Deps{Metrics: n.metrics, Logger: log}); err != nil {
+	tokens, err := handshake.NewVerifier(cfg.Auth.JWT.JWT, handshake.VerifierDeps{PublicKey: deps.JWTPublicKey, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("rtserver: %w", err)
+	}
+	if n.gate, err = handshake.New(cfg.Handshake, handshake.Deps{Metrics: n.metrics, Logger: log, Tokens: tokens}); err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	if n.pressure, err = pressure.New(cfg.Pressure, pressure.Deps{Metrics: n.metrics, Logger: log}); err != nil {

@@ -26,9 +26,8 @@ type requestIDKey struct{}
 func TestHandlerSeesRequestValuesAndClaims(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := handshake.DefaultConfig()
-	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m, Tokens: testTokens(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
