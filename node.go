@@ -202,7 +202,10 @@ func (n *Node) build() error {
 	n.mux.Handle("GET /ws", upgrades{n})
 	// Server-Sent Events and POST for clients WebSocket cannot reach: each
 	// one a connection of the server's own, through its handshake tier.
-	events := sse.New(sse.Options{WebSocket: n.server, MaxMessageBytes: limits.MaxMessageBytes})
+	events, err := sse.New(sse.Config{MaxMessageBytes: limits.MaxMessageBytes}, sse.Deps{WebSocket: n.server})
+	if err != nil {
+		return fmt.Errorf("rtserver: %w", err)
+	}
 	n.mux.Handle("GET /sse", events)
 	n.mux.Handle("POST /sse", events)
 	n.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/server"
 )
 
@@ -68,7 +69,7 @@ func TestPipeEventsDoNotDependOnWriteBoundaries(t *testing.T) {
 
 	run := func(cuts []int) string {
 		rc := &recordConn{}
-		p := newPipe(New(Options{}), modeEvents)
+		p := newPipe(testkit.Must(New(Config{}, Deps{WebSocket: http.NotFoundHandler()})), modeEvents)
 		p.nc, p.topics = rc, []string{"room:a"}
 		last := 0
 		for _, c := range append(cuts, len(stream)) {
@@ -115,7 +116,7 @@ func TestPostRunsOnAConnectionOfItsOwn(t *testing.T) {
 		defer cancel()
 		s.Shutdown(ctx)
 	})
-	h := New(Options{WebSocket: s, MaxMessageBytes: 200})
+	h := testkit.Must(New(Config{MaxMessageBytes: 200}, Deps{WebSocket: s}))
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	post := func(body string) (int, string) {
