@@ -29,7 +29,7 @@ func TestFleetCeilingOnRedis(t *testing.T) {
 	var fleet []instance
 	for i, own := range []int{30, 60, 90} {
 		m := metrics.NewDiscard()
-		a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Metrics: m, Ceilings: NewCeilings(client(t, s), CeilingOptions{InstanceID: fmt.Sprint("i", i)})}, newClock().Now)))
+		a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Metrics: m, Ceilings: testkit.Must(NewCeilings(Config{}, Deps{Client: client(t, s), InstanceID: fmt.Sprint("i", i)}))}, newClock().Now)))
 		c := register(t, a, "llm", message.Rule{AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: own, Max: 1000, Scope: "cluster"}})
 		call := &message.Call{}
 		for range 25 { // the first no-load probe: 25 calls

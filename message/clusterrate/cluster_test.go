@@ -37,7 +37,7 @@ func TestClassOnRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
 	t.Cleanup(func() { rc.Close() })
-	l := New(rc, Options{})
+	l := mustLimiter(Config{}, Deps{Client: rc})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := l.Preload(ctx); err != nil {
