@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -28,9 +29,9 @@ func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	url, stop := serveServer(t, func() *server.Server {
 		var err error
 		srv, err = server.New(server.Options{
-			History: history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+			History: testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: func(topic, epoch string, m history.Message) {
 				srv.DeliverHistory(topic, epoch, m)
-			}}),
+			}})),
 			HistoryPolicy: func(string) history.Policy { return pol },
 		})
 		if err != nil {

@@ -27,7 +27,7 @@ func BenchmarkRedisStorePublish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := NewRedis(RedisOptions{Client: client, Bus: bb, KeyPrefix: "b:"})
+	store, err := NewRedis(Config{}, RedisDeps{Client: client, Bus: bb, KeyPrefix: "b:"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func startBus(t *testing.T, b testBus, r bus.Receiver) {
 
 func newStore(t *testing.T, c redis.UniversalClient, b bus.HistoryPublisher, parts int, errs *prometheus.CounterVec) *Redis {
 	t.Helper()
-	s, err := NewRedis(RedisOptions{Client: c, Bus: b, KeyPrefix: "t:", Partitions: parts, StoreErrors: errs})
+	s, err := NewRedis(Config{}, RedisDeps{Client: c, Bus: b, KeyPrefix: "t:", Partitions: parts, StoreErrors: errs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestRedisStoreRefusesAtOnceWhileDown(t *testing.T) {
 	startBus(t, b, newPositions())
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "e"}, []string{"op"})
 	var down atomic.Bool
-	s, err := NewRedis(RedisOptions{Client: client, Bus: b, KeyPrefix: "t:", StoreErrors: errs, Down: down.Load})
+	s, err := NewRedis(Config{}, RedisDeps{Client: client, Bus: b, KeyPrefix: "t:", StoreErrors: errs, Down: down.Load})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestBinaryErrorsAndTextFrame(t *testing.T) {
 // with the subscribe's recover, as bytes, in order.
 func TestBinaryHistoryRecovery(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	store := testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{}))
 	_, url := startServer(t, historyOptions(store, history.Policy{Size: 100, TTL: time.Minute}))
 	pub, bin, live := wstest.DialBinary(t, url), wstest.DialBinary(t, url), wstest.Dial(t, url)
 	first := resultPos(t, bin.Call("subscribe", `{"topic":"h:1"}`))

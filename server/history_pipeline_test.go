@@ -29,7 +29,7 @@ func startRedisHistoryServer(t *testing.T, srv *redistest.Server) (*Server, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := history.NewRedis(history.RedisOptions{Client: client, Bus: b, KeyPrefix: "t:"})
+	store, err := history.NewRedis(history.Config{}, history.RedisDeps{Client: client, Bus: b, KeyPrefix: "t:"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,9 +38,9 @@ func historyOptions(store history.Store, pol history.Policy) Options {
 // memoryStore is a memory store that hands what it stores to *srv, as
 // the node wires it (*srv is set before anything is published).
 func memoryStore(srv **Server) *history.Memory {
-	return history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+	return testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: func(topic, epoch string, m history.Message) {
 		(*srv).DeliverHistory(topic, epoch, m)
-	}})
+	}}))
 }
 
 type position struct {
@@ -251,12 +252,12 @@ func TestHistoryUnavailable(t *testing.T) {
 func TestHistoryFillsGapsFromTheStore(t *testing.T) {
 	leakcheck.Check(t)
 	var srv *Server
-	store := history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+	store := testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: func(topic, epoch string, m history.Message) {
 		if m.Offset == 3 || m.Offset == 6 {
 			return // lost on the way
 		}
 		srv.DeliverHistory(topic, epoch, m)
-	}})
+	}}))
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 	opts.HistoryCheckInterval = 20 * time.Millisecond
 	s, url := startServer(t, opts)
@@ -379,7 +380,7 @@ func (s *swapStore) get() *history.Memory {
 }
 
 func (s *swapStore) swap() {
-	m := history.NewMemory(history.MemoryOptions{Deliver: s.deliver})
+	m := testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: s.deliver}))
 	s.mu.Lock()
 	s.cur = m
 	s.mu.Unlock()
