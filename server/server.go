@@ -212,8 +212,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("server: start bus: %w", err)
 	}
 	s.hist.start()
-	s.presence.Start()
-	return nil
+	return s.presence.Start(ctx)
 }
 
 // Handle registers the handler of an application method. Built-in names
