@@ -79,7 +79,7 @@ func (s *Server) newTracker(o PresenceOptions) (*presence.Tracker, error) {
 	}
 	return presence.NewTracker(o.Config, presence.TrackerDeps{
 		Store: store,
-		Mode:   o.Mode,
+		Mode:  o.Mode,
 		Send: func(topic string, data []byte) error {
 			return s.bus.PublishNotice(presence.Key(topic), data)
 		},
