@@ -175,8 +175,7 @@ func (n *Node) build() error {
 		return fmt.Errorf("rtserver: history: %w", err)
 	}
 	limits := cfg.Limits
-	n.server, err = server.New(server.Options{
-		Config:          limits,
+	n.server, err = server.New(limits, server.Deps{
 		Gate:            n.gate,
 		Router:          router,
 		Pressure:        n.pressure,

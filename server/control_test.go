@@ -36,7 +36,7 @@ func startAuthServer(t *testing.T, broker *bus.MemoryBroker) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startServer(t, Options{Gate: gate, Bus: bus.NewMemory(broker, m), Metrics: m})
+	return startServer(t, Deps{Gate: gate, Bus: bus.NewMemory(broker, m), Metrics: m})
 }
 
 func dialAs(t *testing.T, url, user string) *wstest.Conn {

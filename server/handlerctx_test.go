@@ -31,7 +31,7 @@ func TestHandlerSeesRequestValuesAndClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := mustNew(t, Options{Gate: gate, Metrics: m})
+	s := mustNew(t, Deps{Gate: gate, Metrics: m})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestHandlerSeesRequestValuesAndClaims(t *testing.T) {
 	}
 
 	// Anonymous: no claims.
-	s2, url2 := startServer(t, Options{})
+	s2, url2 := startServer(t, Deps{})
 	s2.Handle("claims", func(ctx context.Context, req *Request) (any, error) {
 		return map[string]bool{"none": req.Claims == nil}, nil
 	})

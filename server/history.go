@@ -124,7 +124,7 @@ const (
 	maxHistoryResultBytes = 1 << 20
 )
 
-func newHistoryState(s *Server, o Options) *historyState {
+func newHistoryState(s *Server, o Deps) *historyState {
 	if o.History == nil || o.HistoryPolicy == nil {
 		return nil
 	}

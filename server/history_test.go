@@ -22,8 +22,8 @@ import (
 )
 
 // historyOptions keeps history on topics starting with "h:".
-func historyOptions(store history.Store, pol history.Policy) Options {
-	return Options{
+func historyOptions(store history.Store, pol history.Policy) Deps {
+	return Deps{
 		Metrics: metrics.NewDiscard(),
 		History: store,
 		HistoryPolicy: func(topic string) history.Policy {
@@ -187,8 +187,7 @@ func TestHistoryReplayIsPacedBySendQueue(t *testing.T) {
 	var srv *Server
 	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 5000, TTL: time.Minute})
-	opts.Config.SendQueueBytes = 16 << 10
-	s, url := startServer(t, opts)
+	s, url := startServer(t, opts, Config{SendQueueBytes: 16 << 10})
 	srv = s
 	pub := wstest.Dial(t, url)
 	p := resultPos(t, pub.Call("subscribe", `{"topic":"h:big"}`))

@@ -44,7 +44,7 @@ func startPresenceServer(t *testing.T, broker *bus.MemoryBroker, store presence.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startServer(t, Options{Gate: gate, Bus: bus.NewMemory(broker, m), Metrics: m, Access: checker,
+	return startServer(t, Deps{Gate: gate, Bus: bus.NewMemory(broker, m), Metrics: m, Access: checker,
 		Presence: PresenceOptions{Store: store, Mode: roomMode, Config: presence.Config{DiffInterval: 50 * time.Millisecond}}})
 }
 

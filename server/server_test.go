@@ -24,7 +24,7 @@ import (
 
 func TestPublishReachesSubscribersInOrder(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	sub, pub, other := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"room:1"}`))
 	wstest.MustOK(t, other.Call("subscribe", `{"topic":"room:2"}`))
@@ -52,7 +52,7 @@ func TestPublishReachesSubscribersInOrder(t *testing.T) {
 
 func TestProtocolErrors(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{Config: Config{MaxSubscriptionsPerConn: 1}})
+	s, url := startServer(t, Deps{}, Config{MaxSubscriptionsPerConn: 1})
 	s.Handle("boom", func(context.Context, *Request) (any, error) { panic("boom") })
 	s.Handle("deny", func(context.Context, *Request) (any, error) {
 		return nil, protocol.NewError(protocol.CodeForbidden, "", nil)
@@ -115,7 +115,7 @@ func TestProtocolErrors(t *testing.T) {
 
 func TestBatchAndNotifications(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	var notified atomic.Int32
 	ran := make(chan struct{}, 8)
 	s.Handle("echo", func(_ context.Context, r *Request) (any, error) {
@@ -182,7 +182,7 @@ func TestBatchAndNotifications(t *testing.T) {
 
 func TestBinaryFrameCloses1003(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	c := wstest.Dial(t, url)
 	if err := c.WS.Write(context.Background(), websocket.MessageBinary, []byte("x")); err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestBinaryFrameCloses1003(t *testing.T) {
 func TestInvalidUTF8Closes1007(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
-	_, url := startServer(t, Options{Metrics: m})
+	_, url := startServer(t, Deps{Metrics: m})
 	sub := wstest.Dial(t, url)
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 	c := wstest.Dial(t, url)
@@ -218,7 +218,7 @@ func TestInvalidUTF8Closes1007(t *testing.T) {
 func TestOversizeMessageCloses1009(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
-	_, url := startServer(t, Options{Config: Config{MaxMessageBytes: 1024}, Metrics: m})
+	_, url := startServer(t, Deps{Metrics: m}, Config{MaxMessageBytes: 1024})
 	c := wstest.Dial(t, url)
 	// Exactly at the limit is fine.
 	at := `{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":"`
@@ -240,7 +240,7 @@ func TestOversizeMessageCloses1009(t *testing.T) {
 func TestSlowConsumerIsCutOffHealthyOneGetsEverything(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
-	_, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: 256 << 10}})
+	_, url := startServer(t, Deps{Metrics: m}, Config{SendQueueBytes: 256 << 10})
 	stalled, healthy, pub := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"feed"}`))
 	wstest.MustOK(t, healthy.Call("subscribe", `{"topic":"feed"}`))
@@ -259,7 +259,7 @@ func TestSlowConsumerIsCutOffHealthyOneGetsEverything(t *testing.T) {
 
 func TestDrainNotifiesThenCloses1012(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	clients := []*wstest.Conn{wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)}
 	for _, c := range clients {
 		wstest.MustOK(t, c.Call("subscribe", `{"topic":"t"}`))
@@ -323,7 +323,7 @@ func TestDrainScheduleSpreadsCloses(t *testing.T) {
 
 func TestServerSidePublish(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	c := wstest.Dial(t, url)
 	wstest.MustOK(t, c.Call("subscribe", `{"topic":"news"}`))
 	if err := s.Publish("news", json.RawMessage(`{ "a" : 1 }`)); err != nil {
@@ -346,7 +346,7 @@ func TestServerSidePublish(t *testing.T) {
 // its slot and subscriptions are given back, while a live peer stays.
 func TestDeadPeerIsDetectedByPing(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{Config: Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond}})
+	s, url := startServer(t, Deps{}, Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
 	dead, live := wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, dead.Call("subscribe", `{"topic":"t"}`))
 	// live keeps reading, so its client answers pings; dead never reads
@@ -377,7 +377,7 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 // silent peer off.
 func TestSendingPeerIsAliveWithoutPongs(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{Config: Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond}})
+	s, url := startServer(t, Deps{}, Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
 	sender := wstest.Dial(t, url)
 	wstest.Dial(t, url) // the silent peer: never reads, never sends
 	stop := make(chan struct{})
@@ -419,7 +419,7 @@ func TestSendingPeerIsAliveWithoutPongs(t *testing.T) {
 // them is not a client speaking the protocol: 1008, after the answers.
 func TestRepeatedInvalidFramesClose1008(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	c := wstest.Dial(t, url)
 	for range maxInvalid - 1 {
 		c.Send(`not json`)

@@ -107,7 +107,7 @@ func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 // A POST without a session is a connection of the server's own: its
 // answer is the response body, and the connection ends after it.
 func TestPostRunsOnAConnectionOfItsOwn(t *testing.T) {
-	s, err := server.New(server.Options{})
+	s, err := server.New(server.Config{}, server.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
