@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/pressure"
@@ -46,7 +45,7 @@ func (n *Node) buildParts() {
 	}
 	if n.history != nil {
 		// After the server in the order of stop: it still delivers to it.
-		n.parts = append(n.parts, namedPart{"history store", historyPart{n.history}})
+		n.parts = append(n.parts, namedPart{"history store", n.history})
 	}
 	n.parts = append(n.parts, namedPart{"server", serverPart{n.server}})
 	if n.cluster != nil {
@@ -102,13 +101,6 @@ type clientPart struct{ c redis.UniversalClient }
 
 func (clientPart) Start(context.Context) error { return nil }
 func (p clientPart) Close() error              { return p.c.Close() }
-
-// historyPart is the Redis history store, which starts its writer on the
-// first publish.
-type historyPart struct{ h *history.Redis }
-
-func (historyPart) Start(context.Context) error { return nil }
-func (p historyPart) Close() error              { return p.h.Close() }
 
 // serverPart is the server and its bus. Close closes what a drain left
 // open at once, bounded.

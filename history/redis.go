@@ -56,7 +56,7 @@ type Redis struct {
 	stop    chan struct{}
 	done    sync.WaitGroup
 	once    sync.Once
-	started sync.Once // the writer starts with the first publish
+	started sync.Once // the writer starts with Start
 }
 
 // RedisDeps are what a Redis store uses beside its configuration.
@@ -88,7 +88,7 @@ const (
 )
 
 // NewRedis returns a Redis store. It does no I/O; its writer goroutine
-// starts with the first Publish, and Close stops it.
+// starts with Start (publishes queue until then), and Close stops it.
 func NewRedis(cfg Config, deps RedisDeps) (*Redis, error) {
 	if deps.Client == nil || deps.Bus == nil {
 		return nil, errors.New("history: a Redis store needs a client and a Redis bus")
@@ -116,6 +116,17 @@ func NewRedis(cfg Config, deps RedisDeps) (*Redis, error) {
 }
 
 var _ Store = (*Redis)(nil)
+
+// Start starts the writer, which sends the queued publishes to Redis. It
+// does no I/O itself and never fails: a publish that Redis refuses fails
+// alone. After Close it starts nothing.
+func (r *Redis) Start(context.Context) error {
+	r.started.Do(func() {
+		r.done.Add(1)
+		go r.writer()
+	})
+	return nil
+}
 
 // Close stops the writer; publishes still queued fail with ErrUnavailable.
 func (r *Redis) Close() error {
@@ -255,10 +266,6 @@ func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err er
 		p.Policy.TTL.Milliseconds(), (r.cfg.MetaTTL + p.Policy.TTL).Milliseconds(),
 		r.cfg.IdempotencyTTL.Milliseconds(), newEpoch(), sh,
 	}}
-	r.started.Do(func() {
-		r.done.Add(1)
-		go r.writer()
-	})
 	select {
 	case <-r.stop:
 		done(Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable))

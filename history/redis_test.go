@@ -84,6 +84,7 @@ func newStore(t *testing.T, c redis.UniversalClient, b bus.HistoryPublisher, par
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Start(context.Background())
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -313,6 +314,7 @@ func TestRedisStoreRefusesAtOnceWhileDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Start(context.Background())
 	defer s.Close()
 	pol := Policy{Size: 10, TTL: time.Minute}
 	down.Store(true)

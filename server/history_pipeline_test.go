@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -33,6 +34,7 @@ func startRedisHistoryServer(t *testing.T, srv *redistest.Server) (*Server, stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	store.Start(context.Background())
 	t.Cleanup(func() { _ = store.Close() })
 	opts := historyOptions(store, history.Policy{Size: 1000, TTL: time.Minute})
 	opts.Bus, opts.Metrics = b, m
