@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
@@ -58,7 +57,7 @@ func (n *Node) buildParts() {
 		}})
 	}
 	if n.cluster != nil && n.admit.HasCeilings() {
-		n.parts = append(n.parts, namedPart{"shared ceilings", &ceilingsPart{admit: n.admit}})
+		n.parts = append(n.parts, namedPart{"shared ceilings", n.admit})
 	}
 	n.parts = append(n.parts, namedPart{"pressure monitor", pressurePart{n.pressure, n.server.Counts}})
 }
@@ -171,32 +170,6 @@ func (p *aggregatorPart) Close() error {
 		<-p.done
 	}
 	return p.agg.Close()
-}
-
-// ceilingsPart exchanges the message tier's adaptive concurrency
-// ceilings with the fleet through Redis, in the background, until Close.
-type ceilingsPart struct {
-	admit  *message.Admission
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (p *ceilingsPart) Start(context.Context) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan struct{})
-	go func() {
-		defer close(p.done)
-		p.admit.RunCeilings(ctx, message.DefaultCeilingEvery)
-	}()
-	return nil
-}
-
-func (p *ceilingsPart) Close() error {
-	if p.cancel != nil {
-		p.cancel()
-		<-p.done
-	}
-	return nil
 }
 
 // subjectSources hands the aggregator the server's subscriber counts.

@@ -1,6 +1,7 @@
 package message
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -162,7 +163,7 @@ type Deps struct {
 	// class Config.Classes lacks stops New.
 	Predicates map[string]Predicate
 	// Ceilings shares the limits of AdaptiveConcurrency parts with Scope
-	// "cluster" (e.g. clusterrate.Ceilings on Redis); Admission.RunCeilings
+	// "cluster" (e.g. clusterrate.Ceilings on Redis); Admission.Start
 	// drives it. nil: registering such a part is an error.
 	Ceilings CeilingStore
 	// Shared decides the Rate and Cost parts with Scope "cluster" (e.g.
@@ -198,6 +199,11 @@ type Admission struct {
 
 	mu      sync.Mutex
 	classes map[string]*Class
+	// run is the ceilings exchange of Start, until Close.
+	run struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
 }
 
 func init() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rtserver/rtserver/internal/leakcheck"
 	"slices"
 	"sync"
 	"testing"
@@ -218,20 +219,47 @@ func TestFleetCeilingExactlyOnceRelease(t *testing.T) {
 	})
 }
 
-// TestRunCeilingsStops: RunCeilings exchanges at once and, when its
-// context ends, puts every class back on its own limit.
+// TestRunCeilingsStops: the exchange runs at once and, when its context
+// ends, puts every class back on its own limit.
 func TestRunCeilingsStops(t *testing.T) {
 	store := &fakeCeilings{others: []int64{90, 30}}
 	a := newAdmission(Deps{Ceilings: store, now: newClock().Now})
 	c := probed(t, a, "llm", 60)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	a.RunCeilings(ctx, time.Hour) // one exchange, then it sees ctx done
+	a.runCeilings(ctx, time.Hour) // one exchange, then it sees ctx done
 	if store.mine != 60 {
 		t.Fatalf("no exchange: %d", store.mine)
 	}
 	if got := c.ConcurrencyLimit(); got != 60 {
-		t.Fatalf("limit %d after RunCeilings ended, want its own 60", got)
+		t.Fatalf("limit %d after the exchange ended, want its own 60", got)
+	}
+}
+
+// TestStartClose: Start runs the exchange until Close, which waits for it
+// and leaves every class on its own limit; Close without Start, twice, or
+// before a Start that then starts nothing, is safe.
+func TestStartClose(t *testing.T) {
+	defer leakcheck.Check(t)
+	store := &fakeCeilings{others: []int64{90, 30}}
+	a := newAdmission(Deps{Ceilings: store, now: newClock().Now})
+	c := probed(t, a, "llm", 60)
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ConcurrencyLimit(); got != 60 {
+		t.Fatalf("limit %d after Close, want its own 60", got)
+	}
+	a.Close()
+	b := newAdmission(Deps{Ceilings: store})
+	b.Close()
+	b.Start(context.Background()) // after Close: starts nothing
+	b.Close()
+	if err := newAdmission(Deps{}).Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -208,7 +208,7 @@ func ExampleAdmission_ShareCeilings() {
 		call.Release()
 	}
 	fmt.Println("own limit:", backend.ConcurrencyLimit())
-	adm.ShareCeilings(context.Background(), time.Second) // RunCeilings does this every second
+	adm.ShareCeilings(context.Background(), time.Second) // a started Admission does this every second
 	fmt.Println("fleet share:", backend.ConcurrencyLimit())
 	// Output:
 	// own limit: 60
