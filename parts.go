@@ -46,7 +46,7 @@ func (n *Node) buildParts() {
 		// After the server in the order of stop: it still delivers to it.
 		n.parts = append(n.parts, namedPart{"history store", n.history})
 	}
-	n.parts = append(n.parts, namedPart{"server", serverPart{n.server}})
+	n.parts = append(n.parts, namedPart{"server", n.server})
 	if n.cluster != nil {
 		n.parts = append(n.parts, namedPart{"cluster aggregator", &aggregatorPart{
 			agg:     n.cluster.agg,
@@ -100,18 +100,6 @@ type clientPart struct{ c redis.UniversalClient }
 
 func (clientPart) Start(context.Context) error { return nil }
 func (p clientPart) Close() error              { return p.c.Close() }
-
-// serverPart is the server and its bus. Close closes what a drain left
-// open at once, bounded.
-type serverPart struct{ s *server.Server }
-
-func (p serverPart) Start(ctx context.Context) error { return p.s.Start(ctx) }
-
-func (p serverPart) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return p.s.Shutdown(ctx)
-}
 
 // pressurePart is the pressure monitor, handed the server's counts.
 type pressurePart struct {

@@ -538,6 +538,17 @@ func (s *Server) drainClose(c *conn, done *sync.WaitGroup) {
 	c.closeLater(websocket.StatusServiceRestart, retryhint.Reason(hintMillis(s.drainHint)), true, done)
 }
 
+// closeWait bounds Close's wait for the connections' goroutines.
+const closeWait = 10 * time.Second
+
+// Close is Shutdown bounded by closeWait: it closes what a drain left
+// open at once.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	return s.Shutdown(ctx)
+}
+
 // Shutdown closes every connection at once (1001, going away) and waits
 // for their goroutines, then stops the bus.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -558,7 +569,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.poller.stop()
 	// After the connections (their leaves are among what it sends), before
 	// the bus (which carries its last diffs).
-	s.presence.Close()
+	err = errors.Join(err, s.presence.Close())
 	if berr := s.bus.Close(); berr != nil && !errors.Is(berr, bus.ErrClosed) {
 		err = errors.Join(err, berr)
 	}

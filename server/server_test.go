@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -438,5 +439,24 @@ func TestRepeatedInvalidFramesClose1008(t *testing.T) {
 	}
 	if code, reason := c.CloseStatus(); code != websocket.StatusPolicyViolation {
 		t.Fatalf("close %d %q, want 1008", code, reason)
+	}
+}
+
+// Close is a bounded Shutdown: a started server with a connection closes
+// it (1001, going away) and stops everything it started.
+func TestCloseIsBoundedShutdown(t *testing.T) {
+	defer leakcheck.Check(t)
+	s := mustNew(t, Deps{})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	defer hs.Close()
+	c := wstest.Dial(t, "ws"+strings.TrimPrefix(hs.URL, "http"))
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if code, _ := c.CloseStatus(); code != websocket.StatusGoingAway {
+		t.Fatalf("close code %d, want 1001", code)
 	}
 }
