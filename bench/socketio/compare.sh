@@ -34,16 +34,9 @@ mkdir -p "$out"
 go build -o "$tmp/rtserver" ./cmd/rtserver
 go build -o "$tmp/rtbench" ./cmd/rtbench
 bench=$tmp/rtbench
+# shellcheck source=bench/regimes.sh
+. "$here/../regimes.sh"
 printf 'listen: 127.0.0.1:%s\nhandshake: {maxConnections: 20000}\n' "$rtport" > "$tmp/rt.yaml"
-
-wait_port() { # $1 port: until the server accepts
-	for _ in $(seq 1 400); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-		sleep 0.05
-	done
-	echo "server on port $1 did not start" >&2
-	return 1
-}
 
 start_server() { # $1 rtserver or socketio; sets sp, url and flags
 	if [ "$1" = rtserver ]; then
@@ -61,29 +54,9 @@ start_server() { # $1 rtserver or socketio; sets sp, url and flags
 	fi
 }
 
-stop_server() {
-	kill "$sp" 2>/dev/null || true
-	wait "$sp" 2>/dev/null || true
-}
-
 run_regime() { # $1 regime, $2 server, $3 run index: writes $out/$1.$2.$3.json
-	local f=$out/$1.$2.$3.json
-	start_server "$2"
-	case $1 in
-	fan1000 | window1 | rooms | sparse)
-		local shape
-		case $1 in
-		fan1000) shape=(-p 1 -s 1000 -t 1) ;;
-		window1) shape=(-p 1 -s 1000 -t 1 --window 1) ;;
-		rooms) shape=(-p 100 -s 1000 -t 100 --own-topics) ;;
-		sparse) shape=(-p 100 -s 1000 -t 100 --own-topics --rate 2000) ;;
-		esac
-		"$bench" fanout "${flags[@]}" --url "$url" "${shape[@]}" --size 100 --duration "$dur" --server-pid "$sp" --max-time 90s --json > "$f" || true
-		;;
-	idle)
-		"$bench" idle "${flags[@]}" --url "$url" -n 10000 -c 100 --settle 5s --server-pid "$sp" --max-time 120s --json > "$f" || true
-		;;
-	esac
+	start_server "$2" "$1"
+	run_rtbench "$1" "$url" "$sp" "$out/$1.$2.$3.json" "${flags[@]}"
 	stop_server
 }
 
@@ -102,20 +75,9 @@ echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$out" "$runs" "$regimes" <<'PY'
 import sys
-sys.path.insert(0, "scripts")
+sys.path[:0] = ["scripts", "bench"]
 from benchtable import table
+from regimes import ROWS as rows
 out, runs, regimes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-rows = {
-    "fan1000": [("1 -> 1,000, 64 in flight: server CPU s per million delivered", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
-                ("1 -> 1,000, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"])],
-    "window1": [("1 -> 1,000, one at a time: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
-                ("1 -> 1,000, one at a time: latency p50 ms", lambda j: j["latency"]["p50Ms"])],
-    "rooms": [("100 x 10, a publisher per topic, 64 in flight: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
-              ("100 x 10, a publisher per topic, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"])],
-    "sparse": [("100 x 10 sparse (20 msg/s per publisher): server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
-               ("100 x 10 sparse: latency p50 ms", lambda j: j["latency"]["p50Ms"]),
-               ("100 x 10 sparse: latency p99 ms", lambda j: j["latency"]["p99Ms"])],
-    "idle": [("idle at 10k: KiB RSS per connection", lambda j: j["serverRssPerConnBytes"] / 1024)],
-}
 table(out, runs, regimes, rows, "socketio", "rtserver")
 PY

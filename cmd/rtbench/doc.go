@@ -8,7 +8,7 @@
 //	rtbench storm    the storm-isolation harness: probe clients in a process of
 //	                 their own on the server's core, the storm in another on the
 //	                 other core, so the factor is the server's, not rtbench's
-//	rtbench idle     N idle connections: server RSS and goroutines per connection
+//	rtbench idle     N idle connections (WebSockets, or with --sse event streams): server RSS and goroutines per connection
 //	rtbench fanout   P publishers, S subscribers over T topics: delivered/s,
 //	                 end-to-end latency, server CPU per million delivered
 //	rtbench rpc      paced calls to one method: calls/s and the share answered

@@ -239,7 +239,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 				}
 				return
 			}
-			if sioPing(c, b) {
+			if serverPing(c, b) {
 				continue
 			}
 			now := int64(time.Since(base))

@@ -134,7 +134,7 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 						if err != nil {
 							return
 						}
-						sioPing(c, b)
+						serverPing(c, b)
 					}
 				}()
 			}

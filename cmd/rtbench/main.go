@@ -20,7 +20,7 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
                    [--probe-clients K --probe-rate R --baseline 3s --probe-url URL]
   rtbench storm    --url ... --server-pid PID [-n 5000 -c 256 --hold 100ms] [--storm-url URL] [--probe-cpu 0 --storm-cpu 1]
                    [--probe-clients 20 --probe-rate 1000 --baseline 5s]
-  rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID] [--probe-clients 10 --probe-rate 200 --probe-time 3s]
+  rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID] [--probe-clients 10 --probe-rate 200 --probe-time 3s] [--sse [--sse-topics 100]]
   rtbench shed     --url ... --server-pid PID [--abusers 5 --window 16 --duration 5s] [--probe-clients 20 --probe-rate 200 --baseline 3s] [--abuse-cpu 1]
   rtbench abuse    --url ... [-n 5 --window 16 --duration 5s] [--server-pid PID]
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
@@ -32,7 +32,8 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
   rtbench serve503 --listen 127.0.0.1:9503 [--max-time 1h]
 
 Common flags: --json (machine-readable output), --max-time (hard bound on the run, default 10m),
---socketio (idle and fanout against a socket.io server: bench/socketio).
+--socketio (idle and fanout against a socket.io server: bench/socketio),
+--centrifugo (idle, fanout and connect against a Centrifugo server: bench/centrifugo).
 Run "rtbench MODE -h" for a mode's flags.
 `
 
@@ -63,6 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	pid := fs.Int("server-pid", 0, "server process id: measure its CPU (/proc/PID/stat) or RSS (/proc/PID/status)")
 	dialTimeout := fs.Duration("dial-timeout", 10*time.Second, "bound on each upgrade attempt")
 	socketIO := fs.Bool("socketio", false, "speak Socket.IO over Engine.IO v4's websocket transport to a socket.io server (bench/socketio), --url ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket")
+	centrifugo := fs.Bool("centrifugo", false, "speak Centrifugo's JSON client protocol to a Centrifugo server (bench/centrifugo), --url ws://127.0.0.1:8000/connection/websocket")
 
 	var runMode func(context.Context) (any, error)
 	switch mode {
@@ -155,6 +157,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		probeK := fs.Int("probe-clients", 0, "after measuring, established clients doing publish round trips while the idle connections stay open")
 		probeR := fs.Float64("probe-rate", 200, "probe round trips per second, over all probe clients")
 		probeT := fs.Duration("probe-time", 3*time.Second, "how long the probes run")
+		sse := fs.Bool("sse", false, "open Server-Sent Events streams (GET /sse) instead of WebSockets (idlesse.go)")
+		sseTopics := fs.Int("sse-topics", 0, "with --sse: stream i subscribes to topic room:<i mod this>; 0: GET /sse?rpc, no subscription")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
@@ -169,8 +173,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 					return nil, err
 				}
 			}
-			return runIdle(ctx, idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m,
-				ProbeClients: *probeK, ProbeRate: *probeR, ProbeTime: *probeT})
+			cfg := idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m,
+				ProbeClients: *probeK, ProbeRate: *probeR, ProbeTime: *probeT}
+			if *sse {
+				return runIdleSSE(ctx, cfg, *sseTopics)
+			}
+			return runIdle(ctx, cfg)
 		}
 	case "fanout":
 		p := fs.Int("p", 1, "publishers")
@@ -282,7 +290,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if *socketIO && *centrifugo {
+		fmt.Fprintf(stderr, "rtbench %s: --socketio and --centrifugo exclude each other\n", mode)
+		return 2
+	}
 	engineIOMode.Store(*socketIO)
+	centrifugoMode.Store(*centrifugo)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "rtbench %s: unexpected arguments %q\n", mode, fs.Args())
 		return 2

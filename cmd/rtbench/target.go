@@ -124,6 +124,12 @@ func (d *dialer) dial(ctx context.Context) (*websocket.Conn, *http.Response, err
 				return nil, resp, err
 			}
 		}
+		if centrifugoOn() {
+			if err := cfOpen(ctx, c); err != nil {
+				c.CloseNow()
+				return nil, resp, err
+			}
+		}
 	}
 	return c, resp, err
 }

@@ -32,6 +32,9 @@ func frames(b []byte) ([]frame, error) {
 	if engineIOOn() {
 		return sioFrames(b)
 	}
+	if centrifugoOn() {
+		return cfFrames(b)
+	}
 	b = bytes.TrimSpace(fromWire(b))
 	if len(b) > 0 && b[0] == '[' {
 		var fs []frame
@@ -45,6 +48,12 @@ func frames(b []byte) ([]frame, error) {
 	return []frame{f}, nil
 }
 
+// serverPing answers the ping of a socket.io or Centrifugo server in b
+// and reports whether b was nothing but that ping.
+func serverPing(c *websocket.Conn, b []byte) bool {
+	return sioPing(c, b) || cfPing(c, b)
+}
+
 // readFrames reads c until it fails, handing fn every decoded frame (a
 // batch's frames one by one) with the time its message arrived; fn returns
 // false to stop. Messages that do not decode are skipped.
@@ -55,7 +64,7 @@ func readFrames(c *websocket.Conn, fn func(at time.Time, f frame) bool) {
 			return
 		}
 		at := time.Now()
-		if sioPing(c, b) {
+		if serverPing(c, b) {
 			continue
 		}
 		fs, err := frames(b)
@@ -74,6 +83,9 @@ func readFrames(c *websocket.Conn, fn func(at time.Time, f frame) bool) {
 func request(id uint64, method string, params []byte) []byte {
 	if engineIOOn() {
 		return sioRequest(id, method, params)
+	}
+	if centrifugoOn() {
+		return cfRequest(id, method, params)
 	}
 	b := make([]byte, 0, 64+len(method)+len(params))
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
@@ -111,7 +123,7 @@ func subscribeSync(ctx context.Context, c *websocket.Conn, id uint64, topic stri
 		if err != nil {
 			return err
 		}
-		if sioPing(c, b) {
+		if serverPing(c, b) {
 			continue
 		}
 		fs, err := frames(b)

@@ -465,15 +465,20 @@ func (c *Conn) Heard() {
 
 // Read is what the WebSocket library reads frames through (its Accept
 // resets the hijacked reader to read the net.Conn it got, this one):
-// before a read that would wait for the client, held frames go out.
+// before a read that would wait for the client, held frames go out. A
+// connection that publishes (it has a Hold) reads what has arrived with
+// one non-blocking read(2) that the scheduler is not told of (ReadFD);
+// only a read that would wait goes through the runtime's poller.
 func (c *Conn) Read(p []byte) (int, error) {
-	if h := c.hold.Load(); h.Pending() && c.sc != nil {
+	if h := c.hold.Load(); h != nil && c.sc != nil {
 		if n := h.readNow(c.sc, p); n > 0 {
 			return n, nil
 		}
 		// Nothing yet (or the end, or an error: the read below reports
 		// it): flush before waiting.
-		h.f.Flush()
+		if h.Pending() {
+			h.f.Flush()
+		}
 	}
 	return c.Conn.Read(p)
 }

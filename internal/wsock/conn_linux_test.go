@@ -2,12 +2,15 @@ package wsock
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/testkit"
 )
 
@@ -38,5 +41,69 @@ func TestAwaitInputSeesAnEarlierEnd(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second): // a hang guard, not a threshold
 		t.Fatal("AwaitInput waits for a client that has already closed")
+	}
+}
+
+// countingFlusher counts flushes and clears the mark, as the server's
+// holdSet does.
+type countingFlusher struct {
+	h       *Hold
+	flushes atomic.Int32
+}
+
+func (f *countingFlusher) Flush() {
+	f.flushes.Add(1)
+	f.h.Unmark()
+}
+
+// A publisher's read (its connection has a Hold) takes what has arrived
+// with a read the scheduler is not told of; one that would wait flushes
+// held frames first, then waits in the poller for the client's next
+// bytes, and reports the end when the client closes.
+func TestPublisherReadTakesWhatArrivedThenWaits(t *testing.T) {
+	leakcheck.Check(t)
+	server, client := pair(t)
+	defer server.Close()
+	rc := NewConn(server)
+	f := &countingFlusher{h: new(Hold)}
+	f.h.Init(f)
+	rc.SetHold(f.h)
+
+	if _, err := client.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	awaitReadable(t, rc.sc, make([]byte, 1))
+	p := make([]byte, 8)
+	if n, err := rc.Read(p); err != nil || string(p[:n]) != "abc" {
+		t.Fatalf("Read = %q, %v; want abc", p[:n], err)
+	}
+	if got := f.flushes.Load(); got != 0 {
+		t.Fatalf("%d flushes with nothing held", got)
+	}
+
+	f.h.Mark() // frames held: the read that would wait flushes them first
+	type result struct {
+		s   string
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		n, err := rc.Read(p)
+		got <- result{string(p[:n]), err}
+	}()
+	testkit.Eventually(t, 10*time.Second, "the read that waits flushes the held frames", func() bool { return f.flushes.Load() == 1 })
+	if _, err := client.Write([]byte("de")); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r.err != nil || r.s != "de" {
+		t.Fatalf("Read after waiting = %q, %v; want de", r.s, r.err)
+	}
+
+	client.Close()
+	if n, err := rc.Read(p); n != 0 || err != io.EOF {
+		t.Fatalf("Read after the client closed = %d, %v; want 0, EOF", n, err)
+	}
+	if got := f.flushes.Load(); got != 1 {
+		t.Fatalf("%d flushes, want 1", got)
 	}
 }

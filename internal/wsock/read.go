@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // The frame reader: a client's frames after the upgrade, read by this
@@ -300,6 +301,13 @@ func (c *Conn) closeReceived(b []byte) error {
 			return c.fail("received invalid close payload: invalid status code " + statusName(code))
 		}
 		reason = string(b[2:])
+		if !utf8.ValidString(reason) {
+			// RFC 6455 section 8.1: bytes to be read as UTF-8 that are
+			// not fail the connection, with 1007 (the library this
+			// reader replaces echoes them).
+			_ = c.WriteClose(CloseFrame(invalidPayload, badCloseReason), controlWait)
+			return &CloseError{Code: invalidPayload, Reason: badCloseReason}
+		}
 	}
 	answer := emptyClose
 	if code != noStatus {
@@ -309,6 +317,10 @@ func (c *Conn) closeReceived(b []byte) error {
 	_ = c.Close()
 	return &CloseError{Code: code, Reason: reason, Received: true}
 }
+
+// badCloseReason is the reason of the 1007 that answers a close reason
+// that is not UTF-8.
+const badCloseReason = "close reason is not valid UTF-8"
 
 // emptyClose is a close frame without a code: the answer to one.
 var emptyClose = []byte{CloseHead, 0}
@@ -325,8 +337,9 @@ func (c *Conn) fail(reason string) error {
 
 // Close codes this package sends or reads (RFC 6455 section 7.4.1).
 const (
-	protocolError = 1002
-	noStatus      = 1005
+	protocolError  = 1002
+	noStatus       = 1005
+	invalidPayload = 1007
 )
 
 // validCloseCode reports whether a client may send code in a close frame:

@@ -193,8 +193,15 @@ func readByLibrary(t testing.TB, input []byte) *transcript {
 				continue
 			}
 		}
+		var ce websocket.CloseError
 		if r := refusal(err); r != "" {
 			log.end = r
+		} else if errors.As(err, &ce) && !utf8.ValidString(ce.Reason) {
+			// The one rule wsock adds to the library's: a close reason
+			// that is not UTF-8 fails the connection with 1007, where
+			// the library echoes it.
+			log.events[len(log.events)-1] = fmt.Sprintf("wrote % x", CloseFrame(invalidPayload, badCloseReason))
+			log.end = "failed"
 		} else if code := websocket.CloseStatus(err); code != -1 {
 			log.end = fmt.Sprintf("closed %d", code)
 		} else {
@@ -269,6 +276,8 @@ func readerSeeds() [][]byte {
 		clientFrame(0x88, []byte{3, 0xe8, 'b', 'y', 'e'}),
 		join(clientFrame(0x88, []byte{3, 0xe8}), text("after the close")),
 		clientFrame(0x88, append([]byte{0x0f, 0xa0}, strings.Repeat("r", 123)...)),
+		clientFrame(0x88, []byte{3, 0xe8, 'o', 'k', 0xff}),         // a reason that is not UTF-8
+		clientFrame(0x88, []byte{3, 0xe8, 0xce, 0xba, 0xe1, 0xbd}), // cut inside a character
 	}
 	for _, code := range []uint16{0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, 65535} {
 		seeds = append(seeds, clientFrame(0x88, []byte{byte(code >> 8), byte(code)}))

@@ -3,26 +3,66 @@ package wsock
 import (
 	"io"
 	"syscall"
+	"unsafe"
 )
 
 // native: this system has the descriptor calls.
 const native = true
+
+// The calls below go to the kernel without telling the Go scheduler
+// (syscall.RawSyscall, not syscall.Syscall): the descriptors are
+// non-blocking, so a call returns at once (EAGAIN when it would wait),
+// and announcing it would only cost. An announced call that outlasts the
+// runtime's monitor tick (20 µs, which a busy loopback write or a
+// descheduled vCPU passes) has its P handed to another thread, and every
+// such hand-off keeps the monitor polling at its shortest interval: on a
+// two-core VM that polling was a tenth of the server's CPU in a fan-out
+// and a fifth to two fifths under refusals and connect storms
+// (docs/journal/latency-and-shedding.md).
+
+// rawWrite is write(2) on a non-blocking descriptor.
+func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) {
+	if len(p) == 0 {
+		return 0, 0
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	return int(n), e
+}
+
+// rawRead is read(2) on a non-blocking descriptor.
+func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
+	if len(p) == 0 {
+		return 0, 0
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	return int(n), e
+}
+
+// rawPeek is recvfrom(2) with MSG_PEEK|MSG_DONTWAIT.
+func rawPeek(fd uintptr, p []byte) (int, syscall.Errno) {
+	if len(p) == 0 {
+		return 0, 0
+	}
+	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	return int(n), e
+}
 
 // WriteFD writes as much of p as the non-blocking descriptor takes now,
 // and returns how much went. full reports that it stopped because the
 // socket would take no more (EAGAIN); err is any other failure.
 func WriteFD(fd uintptr, p []byte) (n int, full bool, err error) {
 	for n < len(p) {
-		k, err := syscall.Write(int(fd), p[n:])
-		if k > 0 {
+		k, errno := rawWrite(fd, p[n:])
+		if errno == 0 && k > 0 {
 			n += k
 		}
 		switch {
-		case err == syscall.EINTR:
-		case err == syscall.EAGAIN:
+		case errno == syscall.EINTR:
+		case errno == syscall.EAGAIN:
 			return n, true, nil
-		case err != nil:
-			return n, false, err
+		case errno != 0:
+			return n, false, errno
 		case k <= 0:
 			return n, false, io.ErrShortWrite
 		}
@@ -34,11 +74,14 @@ func WriteFD(fd uintptr, p []byte) (n int, full bool, err error) {
 // without waiting: 0 when nothing has arrived, at the end, or on error.
 func ReadFD(fd uintptr, p []byte) int {
 	for {
-		n, err := syscall.Read(int(fd), p)
-		if err == syscall.EINTR {
+		n, errno := rawRead(fd, p)
+		switch {
+		case errno == syscall.EINTR:
 			continue
+		case errno != 0:
+			return 0
 		}
-		return max(n, 0)
+		return n
 	}
 }
 
@@ -50,13 +93,15 @@ func ReadFD(fd uintptr, p []byte) int {
 // count of waiting bytes (TIOCINQ) would not tell from "nothing yet".
 func PeekFD(fd uintptr, p []byte) (n int, wait bool) {
 	for {
-		n, _, err := syscall.Recvfrom(int(fd), p, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch err {
+		n, errno := rawPeek(fd, p)
+		switch errno {
+		case 0:
+			return n, false
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return 0, true
 		}
-		return max(n, 0), false
+		return 0, false
 	}
 }
