@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rtserver/rtserver/internal/testkit"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/server"
 )
 

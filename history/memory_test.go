@@ -3,7 +3,6 @@ package history
 import (
 	"context"
 	"fmt"
-	"github.com/rtserver/rtserver/internal/testkit"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 var ctx = context.Background()

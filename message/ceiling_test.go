@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rtserver/rtserver/internal/leakcheck"
 	"slices"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"pgregory.net/rapid"
 
+	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/metrics"
 )
 

@@ -3,7 +3,6 @@ package presence
 import (
 	"context"
 	"fmt"
-	"github.com/rtserver/rtserver/internal/testkit"
 	"slices"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // stores runs f against every store: memory, Redis, and a 3-node Redis

@@ -3,7 +3,6 @@ package admitgrpc_test
 import (
 	"context"
 	"errors"
-	"github.com/rtserver/rtserver/internal/testkit"
 	"net"
 	"strconv"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 )
 

@@ -2,7 +2,6 @@ package admitgrpc_test
 
 import (
 	"context"
-	"github.com/rtserver/rtserver/internal/testkit"
 	"io"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/admitgrpc"
 )

@@ -3,7 +3,6 @@ package admithttp_test
 import (
 	"encoding/json"
 	"errors"
-	"github.com/rtserver/rtserver/internal/testkit"
 	"io"
 	"math"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/admithttp"
 	"github.com/rtserver/rtserver/pressure"

@@ -2,7 +2,6 @@ package admithttp_test
 
 import (
 	"context"
-	"github.com/rtserver/rtserver/internal/testkit"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/admithttp"
 )

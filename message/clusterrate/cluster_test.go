@@ -3,13 +3,13 @@ package clusterrate
 import (
 	"context"
 	"fmt"
-	"github.com/rtserver/rtserver/internal/testkit"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/ratelimit"
 )
