@@ -12,13 +12,14 @@ import (
 // guards it either way; on a main listener reachable beyond loopback it
 // also faces the clients' network, which start-up says once.
 func (n *Node) mountAPI() error {
-	h, err := serverapi.New(serverapi.Options{
+	h, err := serverapi.New(serverapi.Config{
 		Key:          n.cfg.API.Key,
 		MaxBodyBytes: n.cfg.Limits.MaxMessageBytes,
 		MaxJSONDepth: n.cfg.Limits.MaxJSONDepth,
-		Backend:      apiBackend{n},
-		Metrics:      n.metrics,
-		Logger:       n.log,
+	}, serverapi.Deps{
+		Backend: apiBackend{n},
+		Metrics: n.metrics,
+		Logger:  n.log,
 	})
 	if err != nil {
 		return err

@@ -42,11 +42,15 @@ func newCluster(cfg Config, id string, m *metrics.Metrics, log *slog.Logger, mon
 		client.Close()
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
+	// The limiter and the ceilings only fail without a client.
+	rcfg := clusterrate.Config{Prefix: cfg.Redis.ChannelPrefix}
+	limiter, _ := clusterrate.New(rcfg, clusterrate.Deps{Client: client})
+	ceilings, _ := clusterrate.NewCeilings(rcfg, clusterrate.Deps{Client: client, InstanceID: id})
 	return &cluster{
 		client:   client,
 		agg:      agg,
-		limiter:  clusterrate.New(client, clusterrate.Options{Prefix: cfg.Redis.ChannelPrefix}),
-		ceilings: clusterrate.NewCeilings(client, clusterrate.CeilingOptions{Prefix: cfg.Redis.ChannelPrefix, InstanceID: id}),
+		limiter:  limiter,
+		ceilings: ceilings,
 		scoped:   cfg.Admission.ClusterScoped(),
 	}, nil
 }

@@ -65,6 +65,20 @@ type Deps struct {
 	// TopicsProxyClient asks topics.proxy.url; nil: a client that follows
 	// no redirects and keeps up to 64 idle connections to the backend.
 	TopicsProxyClient *http.Client
+	// TopicGrants are the application's own topic grants by name, usable
+	// in every rule of Config.Topics next to the built-ins
+	// (docs/access-control.md); a rule naming one that is missing stops
+	// New.
+	TopicGrants map[string]access.GrantFunc
+	// AdmissionPredicates are the application's admission predicates by
+	// class name: each joins the rule of that class in
+	// Config.Admission.Classes (docs/embedding.md); one whose class is
+	// missing stops New.
+	AdmissionPredicates map[string]message.Predicate
+	// JWTPublicKey is the PEM of auth.jwt's RSA or EC P-256 public key
+	// held in memory (from a secret store); when set,
+	// auth.jwt.publicKeyFile is not read.
+	JWTPublicKey []byte
 }
 
 // Auth is connection authentication (auth.*).
@@ -162,8 +176,15 @@ var metricNamespaceRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // Validate reports every invalid key at once (errors.Join of errors that
 // name the key, *access.ConfigError); nil when c is valid. It reads
-// auth.jwt.publicKeyFile to check that it holds a PEM block.
-func (c Config) Validate() error {
+// auth.jwt.publicKeyFile to check that it holds a PEM block. It knows no
+// application grant or predicate: New, which knows deps, checks the names
+// of those too (ValidateWith).
+func (c Config) Validate() error { return c.ValidateWith(Deps{}) }
+
+// ValidateWith is Validate knowing what deps registers by name (topic
+// grants, admission predicates) and holds (a JWT public key), as New
+// checks c.
+func (c Config) ValidateWith(deps Deps) error {
 	var p conf.Problems
 	hostPort := func(key, addr string) {
 		if addr == "" {
@@ -181,14 +202,14 @@ func (c Config) Validate() error {
 	p.Join(c.Redis.Validate())
 	p.Join(c.Handshake.Validate())
 	p.NonNegativeDuration("auth.jwt.refreshNotice", c.Auth.JWT.RefreshNotice)
-	p.Join(c.Auth.JWT.Validate())
-	p.Join(c.Topics.Validate())
+	p.Join(c.Auth.JWT.ValidateWith(handshake.VerifierDeps{PublicKey: deps.JWTPublicKey}))
+	p.Join(c.Topics.ValidateWith(access.Deps{Grants: deps.TopicGrants}))
 	p.Join(c.History.Validate())
 	p.Join(c.Presence.Validate())
 	p.Join(c.Limits.Validate())
 	p.Join(c.Pressure.Validate())
 	p.Join(c.PublishRate.Validate())
-	p.Join(c.Admission.Validate())
+	p.Join(c.Admission.ValidateWith(message.Deps{Predicates: deps.AdmissionPredicates}))
 	if c.Redis.URL == "" {
 		for _, name := range slices.Sorted(maps.Keys(c.Admission.Classes)) {
 			r := c.Admission.Classes[name]

@@ -1,6 +1,7 @@
 package rtserver_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,7 +15,10 @@ import (
 	"testing"
 
 	"github.com/rtserver/rtserver"
+	"github.com/rtserver/rtserver/access"
 	"github.com/rtserver/rtserver/internal/conf"
+	"github.com/rtserver/rtserver/message"
+	"github.com/rtserver/rtserver/pressure"
 )
 
 // configFrom is DefaultConfig with a YAML document on top, as the binary
@@ -175,8 +179,9 @@ func TestConfigValidateReportsEveryError(t *testing.T) {
 	}
 }
 
-func TestConfigValidateAccepts(t *testing.T) {
-	t.Parallel()
+// publicKeyPEM is the PEM of a new P-256 public key.
+func publicKeyPEM(t *testing.T) []byte {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +190,13 @@ func TestConfigValidateAccepts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+func TestConfigValidateAccepts(t *testing.T) {
+	t.Parallel()
 	pemFile := filepath.Join(t.TempDir(), "pub.pem")
-	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(pemFile, publicKeyPEM(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []string{
@@ -231,5 +241,71 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 	}
 	if got := errorKeys(errors.Unwrap(err)); !slices.Equal(got, []string{"topics.proxy.timeout", "limits.maxMessageBytes"}) {
 		t.Errorf("keys = %v (%v)", got, err)
+	}
+}
+
+// An application grant is named in Deps.TopicGrants: Validate, which knows
+// only the built-ins, refuses a rule naming it; New and ValidateWith
+// accept it, and refuse a rule naming a grant that is not there.
+func TestTopicGrantsFromDeps(t *testing.T) {
+	t.Parallel()
+	cfg := configFrom(t, "topics: {default: {subscribe: [member], publish: [any]}}")
+	deps := rtserver.Deps{TopicGrants: map[string]access.GrantFunc{
+		"member": func(context.Context, access.Question) (bool, error) { return true, nil },
+	}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "topics.default.subscribe[0]") {
+		t.Errorf("Validate() = %v, want topics.default.subscribe[0] named", err)
+	}
+	if err := cfg.ValidateWith(deps); err != nil {
+		t.Errorf("ValidateWith(deps) = %v", err)
+	}
+	if n, err := rtserver.New(cfg, deps); err != nil {
+		t.Errorf("New = %v", err)
+	} else {
+		n.Close()
+	}
+	if _, err := rtserver.New(cfg, rtserver.Deps{}); err == nil || !strings.Contains(err.Error(), "topics.default.subscribe[0]") {
+		t.Errorf("New without the grant = %v, want topics.default.subscribe[0] named", err)
+	}
+}
+
+// An admission predicate is named by its class in Deps.AdmissionPredicates:
+// its class may have no other part, and a predicate whose class is not in
+// admission.classes stops New with the key named.
+func TestAdmissionPredicatesFromDeps(t *testing.T) {
+	t.Parallel()
+	cfg := configFrom(t, "admission: {classes: {admin: {}}, methods: {'admin.*': admin}}")
+	yes := func(*pressure.Snapshot, *message.Call) (bool, error) { return true, nil }
+	if err := cfg.Validate(); err == nil {
+		t.Error("Validate accepted a class with no part and no predicate")
+	}
+	n, err := rtserver.New(cfg, rtserver.Deps{AdmissionPredicates: map[string]message.Predicate{"admin": yes}})
+	if err != nil {
+		t.Fatalf("New = %v", err)
+	}
+	n.Close()
+	_, err = rtserver.New(cfg, rtserver.Deps{AdmissionPredicates: map[string]message.Predicate{"admin": yes, "ops": yes}})
+	if err == nil || !strings.Contains(err.Error(), "admission.classes.ops") {
+		t.Errorf("New with a predicate for a missing class = %v, want admission.classes.ops named", err)
+	}
+}
+
+// A public key held in memory (Deps.JWTPublicKey) is a key for auth.jwt:
+// an audience needs one, which Validate alone does not see.
+func TestJWTPublicKeyFromDeps(t *testing.T) {
+	t.Parallel()
+	deps := rtserver.Deps{JWTPublicKey: publicKeyPEM(t)}
+	cfg := configFrom(t, "auth: {jwt: {audience: rt}}")
+	if err := cfg.Validate(); err == nil {
+		t.Error("Validate accepted an audience without a key")
+	}
+	n, err := rtserver.New(cfg, deps)
+	if err != nil {
+		t.Fatalf("New with Deps.JWTPublicKey = %v", err)
+	}
+	n.Close()
+	deps.JWTPublicKey = []byte("not PEM")
+	if _, err := rtserver.New(cfg, deps); err == nil {
+		t.Error("New accepted a JWTPublicKey that is not PEM")
 	}
 }

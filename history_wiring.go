@@ -17,22 +17,20 @@ func (n *Node) historyStore(cfg Config, b bus.Bus) (history.Store, error) {
 		return nil, nil
 	}
 	if n.cluster == nil {
-		return history.NewMemory(history.MemoryOptions{
-			Config:  cfg.History,
+		return history.NewMemory(cfg.History, history.MemoryDeps{
 			Evicted: n.metrics.HistoryEvictions,
 			Deliver: func(topic, epoch string, m history.Message) { n.server.DeliverHistory(topic, epoch, m) },
-		}), nil
+		})
 	}
 	hp, ok := b.(bus.HistoryPublisher)
 	if !ok {
 		return nil, fmt.Errorf("redis.bus %q cannot carry history", cfg.Redis.Bus)
 	}
-	store, err := history.NewRedis(history.RedisOptions{
+	store, err := history.NewRedis(cfg.History, history.RedisDeps{
 		Client:      n.cluster.client,
 		Bus:         hp,
 		KeyPrefix:   cfg.Redis.ChannelPrefix,
 		Partitions:  cfg.Redis.Partitions,
-		Config:      cfg.History,
 		StoreErrors: n.metrics.HistoryStoreErrors,
 		Logger:      n.log,
 		Down:        b.Degraded,

@@ -72,7 +72,7 @@ type Node struct {
 // Nothing listens and no goroutine starts until Serve. cfg is validated
 // first: every invalid key is reported at once.
 func New(cfg Config, deps Deps) (*Node, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateWith(deps); err != nil {
 		return nil, fmt.Errorf("rtserver: invalid configuration: %w", err)
 	}
 	if cfg.Listen == "" {
@@ -95,9 +95,11 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	}
 	n.metrics = m
 
-	hs := cfg.Handshake
-	hs.JWT = cfg.Auth.JWT.JWT
-	if n.gate, err = handshake.New(hs, handshake.Deps{Metrics: n.metrics, Logger: log}); err != nil {
+	tokens, err := handshake.NewVerifier(cfg.Auth.JWT.JWT, handshake.VerifierDeps{PublicKey: deps.JWTPublicKey, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("rtserver: %w", err)
+	}
+	if n.gate, err = handshake.New(cfg.Handshake, handshake.Deps{Metrics: n.metrics, Logger: log, Tokens: tokens}); err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	if n.pressure, err = pressure.New(cfg.Pressure, pressure.Deps{Metrics: n.metrics, Logger: log}); err != nil {
@@ -128,31 +130,29 @@ func New(cfg Config, deps Deps) (*Node, error) {
 // error here.
 func (n *Node) build() error {
 	cfg, log := n.cfg, n.log
-	opts := message.Options{
+	deps := message.Deps{
 		Snapshot:   n.pressure.Snapshot,
 		Rates:      n.pressure, // live rates over the last second, without Redis
-		FailPolicy: cfg.Admission.FailPolicy,
 		RetryAfter: cfg.Handshake.RetryAfter,
 		Metrics:    n.metrics,
+		Predicates: n.deps.AdmissionPredicates,
 	}
 	if n.cluster != nil {
 		// The cluster-wide view (own rates plus every fresh sibling's)
 		// answers instead of the local top publishers.
-		opts.Rates = n.cluster.agg
-		opts.Shared = n.cluster.limiter
-		opts.Ceilings = n.cluster.ceilings
+		deps.Rates = n.cluster.agg
+		deps.Shared = n.cluster.limiter
+		deps.Ceilings = n.cluster.ceilings
 	}
-	n.admit = message.New(opts)
-	for name, rule := range cfg.Admission.Classes {
-		if err := n.admit.Register(name, rule); err != nil {
-			return fmt.Errorf("rtserver: %w", err) // "message: class %q: ..."
-		}
+	var err error
+	if n.admit, err = message.New(cfg.Admission, deps); err != nil {
+		return fmt.Errorf("rtserver: %w", err) // "message: class %q: ..."
 	}
 	router, err := message.NewRouter(n.admit, cfg.Admission.Methods)
 	if err != nil {
 		return fmt.Errorf("rtserver: %w", err) // "message: method %q: ..."
 	}
-	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log, ProxyClient: n.deps.TopicsProxyClient}); err != nil {
+	if n.access, err = access.New(cfg.Topics, access.Deps{Metrics: n.metrics, Logger: log, ProxyClient: n.deps.TopicsProxyClient, Grants: n.deps.TopicGrants}); err != nil {
 		return fmt.Errorf("rtserver: %w", err)
 	}
 
@@ -175,8 +175,7 @@ func (n *Node) build() error {
 		return fmt.Errorf("rtserver: history: %w", err)
 	}
 	limits := cfg.Limits
-	n.server, err = server.New(server.Options{
-		Config:          limits,
+	n.server, err = server.New(limits, server.Deps{
 		Gate:            n.gate,
 		Router:          router,
 		Pressure:        n.pressure,
@@ -202,7 +201,10 @@ func (n *Node) build() error {
 	n.mux.Handle("GET /ws", upgrades{n})
 	// Server-Sent Events and POST for clients WebSocket cannot reach: each
 	// one a connection of the server's own, through its handshake tier.
-	events := sse.New(sse.Options{WebSocket: n.server, MaxMessageBytes: limits.MaxMessageBytes})
+	events, err := sse.New(sse.Config{MaxMessageBytes: limits.MaxMessageBytes}, sse.Deps{WebSocket: n.server})
+	if err != nil {
+		return fmt.Errorf("rtserver: %w", err)
+	}
 	n.mux.Handle("GET /sse", events)
 	n.mux.Handle("POST /sse", events)
 	n.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -9,8 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/rtserver/rtserver/history"
-	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
@@ -46,9 +44,9 @@ func (n *Node) buildParts() {
 	}
 	if n.history != nil {
 		// After the server in the order of stop: it still delivers to it.
-		n.parts = append(n.parts, namedPart{"history store", historyPart{n.history}})
+		n.parts = append(n.parts, namedPart{"history store", n.history})
 	}
-	n.parts = append(n.parts, namedPart{"server", serverPart{n.server}})
+	n.parts = append(n.parts, namedPart{"server", n.server})
 	if n.cluster != nil {
 		n.parts = append(n.parts, namedPart{"cluster aggregator", &aggregatorPart{
 			agg:     n.cluster.agg,
@@ -59,7 +57,7 @@ func (n *Node) buildParts() {
 		}})
 	}
 	if n.cluster != nil && n.admit.HasCeilings() {
-		n.parts = append(n.parts, namedPart{"shared ceilings", &ceilingsPart{admit: n.admit}})
+		n.parts = append(n.parts, namedPart{"shared ceilings", n.admit})
 	}
 	n.parts = append(n.parts, namedPart{"pressure monitor", pressurePart{n.pressure, n.server.Counts}})
 }
@@ -102,25 +100,6 @@ type clientPart struct{ c redis.UniversalClient }
 
 func (clientPart) Start(context.Context) error { return nil }
 func (p clientPart) Close() error              { return p.c.Close() }
-
-// historyPart is the Redis history store, which starts its writer on the
-// first publish.
-type historyPart struct{ h *history.Redis }
-
-func (historyPart) Start(context.Context) error { return nil }
-func (p historyPart) Close() error              { return p.h.Close() }
-
-// serverPart is the server and its bus. Close closes what a drain left
-// open at once, bounded.
-type serverPart struct{ s *server.Server }
-
-func (p serverPart) Start(ctx context.Context) error { return p.s.Start(ctx) }
-
-func (p serverPart) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return p.s.Shutdown(ctx)
-}
 
 // pressurePart is the pressure monitor, handed the server's counts.
 type pressurePart struct {
@@ -179,32 +158,6 @@ func (p *aggregatorPart) Close() error {
 		<-p.done
 	}
 	return p.agg.Close()
-}
-
-// ceilingsPart exchanges the message tier's adaptive concurrency
-// ceilings with the fleet through Redis, in the background, until Close.
-type ceilingsPart struct {
-	admit  *message.Admission
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (p *ceilingsPart) Start(context.Context) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan struct{})
-	go func() {
-		defer close(p.done)
-		p.admit.RunCeilings(ctx, message.DefaultCeilingEvery)
-	}()
-	return nil
-}
-
-func (p *ceilingsPart) Close() error {
-	if p.cancel != nil {
-		p.cancel()
-		<-p.done
-	}
-	return nil
 }
 
 // subjectSources hands the aggregator the server's subscriber counts.

@@ -20,11 +20,10 @@ func (n *Node) presenceOptions(cfg Config) server.PresenceOptions {
 		return presence.Mode{Presence: p, JoinLeave: jl}
 	}
 	if n.cluster != nil {
-		o.Redis = &presence.RedisOptions{
+		o.Redis = &presence.RedisDeps{
 			Client:        n.cluster.client,
 			ChannelPrefix: cfg.Redis.ChannelPrefix,
 			Partitions:    cfg.Redis.Partitions,
-			TTL:           cfg.Presence.TTL,
 		}
 	}
 	return o

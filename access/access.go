@@ -65,7 +65,7 @@ func (d Decision) String() string {
 }
 
 // GrantFunc is a grant an embedding application registers by name in
-// Config.Grants. It is called only when no grant listed before it allowed;
+// Deps.Grants. It is called only when no grant listed before it allowed;
 // ctx ends when the connection does. true allows; false lets the next
 // grant decide; an error (or a panic) means it could not decide: the next
 // grants are still tried, and when none allows the call answers -32005.
@@ -139,7 +139,7 @@ type Checker struct {
 // New validates cfg (every problem at once, as *ConfigError values joined)
 // and compiles it.
 func New(cfg Config, deps Deps) (*Checker, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(deps.Grants); err != nil {
 		return nil, err
 	}
 	m, log := deps.Metrics, deps.Logger
@@ -176,7 +176,7 @@ func New(cfg Config, deps Deps) (*Checker, error) {
 					g.kind = kindProxy
 					usesProxy = true
 				default:
-					g.kind, g.fn = kindFunc, cfg.Grants[name]
+					g.kind, g.fn = kindFunc, deps.Grants[name]
 				}
 				out[a] = append(out[a], g)
 			}

@@ -109,7 +109,8 @@ func TestValidate(t *testing.T) {
 	tests := []struct {
 		name     string
 		cfg      Config
-		wantKeys []string
+		grants   map[string]GrantFunc // Deps.Grants
+		wantKeys []string             // "-": an error that names no key
 	}{
 		{name: "zero", cfg: Config{}},
 		{name: "everything valid", cfg: Config{
@@ -119,8 +120,7 @@ func TestValidate(t *testing.T) {
 			},
 			Default: &Rule{Subscribe: []string{"any"}},
 			Proxy:   Proxy{URL: "http://127.0.0.1:1/grant", Timeout: time.Second},
-			Grants:  map[string]GrantFunc{"mine": okFn},
-		}},
+		}, grants: map[string]GrantFunc{"mine": okFn}},
 		{name: "bad glob", cfg: Config{Namespaces: []Namespace{{Pattern: "a"}, {Pattern: "chat:["}}}, wantKeys: []string{"topics.namespaces[1].pattern"}},
 		{name: "bad glob after user", cfg: Config{Namespaces: []Namespace{{Pattern: "u:{user}:[z-"}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
 		{name: "empty pattern", cfg: Config{Namespaces: []Namespace{{Pattern: ""}}}, wantKeys: []string{"topics.namespaces[0].pattern"}},
@@ -135,18 +135,20 @@ func TestValidate(t *testing.T) {
 		{name: "proxy without url", cfg: Config{Default: &Rule{Subscribe: []string{"proxy"}}}, wantKeys: []string{"topics.default.subscribe[0]"}},
 		{name: "bad proxy settings", cfg: Config{Proxy: Proxy{URL: "ftp://x", Timeout: -1, CacheTTL: -1}},
 			wantKeys: []string{"topics.proxy.url", "topics.proxy.timeout", "topics.proxy.cacheTTL"}},
-		{name: "grant shadows a built-in", cfg: Config{Grants: map[string]GrantFunc{"any": okFn}}, wantKeys: []string{"topics.grants.any"}},
-		{name: "nil grant", cfg: Config{Grants: map[string]GrantFunc{"x": nil}, Default: &Rule{Publish: []string{"x"}}},
-			wantKeys: []string{"topics.grants.x", "topics.default.publish[0]"}},
+		{name: "grant shadows a built-in", grants: map[string]GrantFunc{"any": okFn}, wantKeys: []string{"-"}},
+		{name: "nil grant", cfg: Config{Default: &Rule{Publish: []string{"x"}}}, grants: map[string]GrantFunc{"x": nil},
+			wantKeys: []string{"-", "topics.default.publish[0]"}},
+		{name: "application grant unknown to Validate", cfg: Config{Default: &Rule{Publish: []string{"mine"}}}, grants: map[string]GrantFunc{"mine": okFn}},
 	}
 	for _, tt := range tests {
-		err := tt.cfg.Validate()
+		err := tt.cfg.validate(tt.grants)
 		var keys []string
 		if err != nil {
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
 				var ce *ConfigError
 				if !errors.As(e, &ce) {
-					t.Fatalf("%s: %T is not a *ConfigError", tt.name, e)
+					keys = append(keys, "-")
+					continue
 				}
 				keys = append(keys, ce.Key)
 			}
@@ -154,8 +156,11 @@ func TestValidate(t *testing.T) {
 		if !slices.Equal(keys, tt.wantKeys) {
 			t.Errorf("%s: keys %v, want %v (%v)", tt.name, keys, tt.wantKeys, err)
 		}
-		if _, nerr := New(tt.cfg, Deps{}); (nerr == nil) != (err == nil) {
-			t.Errorf("%s: New error %v, Validate %v", tt.name, nerr, err)
+		if _, nerr := New(tt.cfg, Deps{Grants: tt.grants}); (nerr == nil) != (err == nil) {
+			t.Errorf("%s: New error %v, validate %v", tt.name, nerr, err)
+		}
+		if len(tt.grants) > 0 && tt.cfg.Default != nil && tt.cfg.Validate() == nil {
+			t.Errorf("%s: Validate, which knows no application grant, accepts a rule naming one", tt.name)
 		}
 	}
 }
@@ -273,20 +278,23 @@ func TestZeroConfigAllowsAllButReserved(t *testing.T) {
 func TestApplicationGrant(t *testing.T) {
 	t.Parallel()
 	var asked []string
-	c, m := newChecker(t, Config{
+	m := metrics.NewDiscard()
+	c, err := New(Config{
 		Namespaces: []Namespace{
 			{Pattern: "room:*", Rule: Rule{Subscribe: []string{"member"}, Publish: []string{"flaky", "member"}}},
 			{Pattern: "boom:*", Rule: Rule{Subscribe: []string{"panics"}, Publish: []string{"authenticated", "panics"}}},
 		},
-		Grants: map[string]GrantFunc{
-			"member": func(_ context.Context, q Question) (bool, error) {
-				asked = append(asked, q.Action.String()+" "+q.Topic+" "+q.User)
-				return q.User == "alice" && strings.HasSuffix(q.Topic, ":1"), nil
-			},
-			"flaky":  func(context.Context, Question) (bool, error) { return false, errors.New("db down") },
-			"panics": func(context.Context, Question) (bool, error) { panic("bug") },
+	}, Deps{Metrics: m, Grants: map[string]GrantFunc{
+		"member": func(_ context.Context, q Question) (bool, error) {
+			asked = append(asked, q.Action.String()+" "+q.Topic+" "+q.User)
+			return q.User == "alice" && strings.HasSuffix(q.Topic, ":1"), nil
 		},
-	})
+		"flaky":  func(context.Context, Question) (bool, error) { return false, errors.New("db down") },
+		"panics": func(context.Context, Question) (bool, error) { panic("bug") },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	check := func(a Action, topic, user string) Decision {
 		return c.Check(ctx, Question{Action: a, Topic: topic, User: user})

@@ -49,9 +49,6 @@ type Config struct {
 	// {Subscribe: [any], Publish: [any]}.
 	Default *Rule `yaml:"default"`
 	Proxy   Proxy `yaml:"proxy"`
-	// Grants are the application's own grants by name, usable in every
-	// rule next to the built-ins. A name may not shadow a built-in.
-	Grants map[string]GrantFunc `yaml:"-"`
 }
 
 // Deps are what a Checker uses beside its configuration.
@@ -61,6 +58,10 @@ type Deps struct {
 	// ProxyClient asks topics.proxy.url; nil = a client that follows no
 	// redirects and keeps up to 64 idle connections to the backend.
 	ProxyClient *http.Client
+	// Grants are the application's own grants by name, usable in every
+	// rule next to the built-ins. A name may not shadow a built-in, and a
+	// rule naming a grant that is neither stops New.
+	Grants map[string]GrantFunc
 
 	now func() time.Time // the proxy answers' cache clock; nil = time.Now
 }

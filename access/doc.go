@@ -23,7 +23,7 @@
 //   - proxy: an HTTP backend answers {"allow": bool} to a POST of the
 //     question (see Proxy).
 //
-// An embedding application adds its own grants by name (Config.Grants);
+// An embedding application adds its own grants by name (Deps.Grants);
 // they are listed in namespaces like the built-ins.
 //
 // Checker.Check answers Allow, Deny (the server answers -32003 with the

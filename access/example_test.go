@@ -20,12 +20,11 @@ func Example() {
 			{Pattern: "news:*", Rule: access.Rule{Subscribe: []string{"any"}}},
 		},
 		Default: &access.Rule{Subscribe: []string{"authenticated"}, Publish: []string{"authenticated"}},
-		Grants: map[string]access.GrantFunc{
-			"member": func(_ context.Context, q access.Question) (bool, error) {
-				return members[q.User+"/"+strings.TrimPrefix(q.Topic, "room:")], nil
-			},
+	}, access.Deps{Grants: map[string]access.GrantFunc{
+		"member": func(_ context.Context, q access.Question) (bool, error) {
+			return members[q.User+"/"+strings.TrimPrefix(q.Topic, "room:")], nil
 		},
-	}, access.Deps{})
+	}})
 	if err != nil {
 		panic(err)
 	}

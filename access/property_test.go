@@ -165,9 +165,9 @@ func TestCheckMatchesModel(t *testing.T) {
 			}})
 		}
 		def := Rule{Subscribe: genGrants(false).Draw(t, "defSub"), Publish: genGrants(false).Draw(t, "defPub")}
-		c, err := New(Config{Namespaces: nss, Default: &def, Grants: map[string]GrantFunc{
+		c, err := New(Config{Namespaces: nss, Default: &def}, Deps{Grants: map[string]GrantFunc{
 			"even": func(_ context.Context, q Question) (bool, error) { return even(q.Topic), nil },
-		}}, Deps{})
+		}})
 		if err != nil {
 			t.Fatalf("valid config refused: %v", err)
 		}

@@ -16,26 +16,35 @@ type ConfigError = conf.KeyError
 
 // Validate reports every problem of cfg at once (errors.Join of
 // *ConfigError), or nil: bad patterns, unknown grant names, owner outside
-// a {user} namespace, proxy without a URL, bad proxy settings, and
-// application grants that are nil or shadow a built-in.
-func (cfg Config) Validate() error {
+// a {user} namespace, proxy without a URL and bad proxy settings. A grant
+// name is known when it is a built-in; New also knows the application's
+// grants (Deps.Grants).
+func (cfg Config) Validate() error { return cfg.validate(nil) }
+
+// ValidateWith is Validate knowing the application's grants (deps.Grants),
+// as New checks cfg: a rule may name them, and each needs a name, a
+// function and no built-in's name.
+func (cfg Config) ValidateWith(deps Deps) error { return cfg.validate(deps.Grants) }
+
+// validate is Validate knowing the application's grants, which it checks
+// too: each needs a name and a function, and may not shadow a built-in.
+func (cfg Config) validate(grants map[string]GrantFunc) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
-	for _, name := range slices.Sorted(maps.Keys(cfg.Grants)) {
-		key := "topics.grants." + name
+	for _, name := range slices.Sorted(maps.Keys(grants)) {
 		switch {
 		case name == "":
-			bad(key, "a grant needs a name")
+			errs = append(errs, errors.New("access: Deps.Grants: a grant needs a name"))
 		case slices.Contains(builtinGrants, name):
-			bad(key, "%q is a built-in grant", name)
-		case cfg.Grants[name] == nil:
-			bad(key, "nil GrantFunc")
+			errs = append(errs, fmt.Errorf("access: Deps.Grants[%q]: a built-in grant's name", name))
+		case grants[name] == nil:
+			errs = append(errs, fmt.Errorf("access: Deps.Grants[%q]: nil GrantFunc", name))
 		}
 	}
 	known := func(name string) bool {
-		return slices.Contains(builtinGrants, name) || (name != "" && cfg.Grants[name] != nil)
+		return slices.Contains(builtinGrants, name) || (name != "" && grants[name] != nil)
 	}
 	checkRule := func(key string, r Rule, hasUser bool) {
 		if err := r.History.Validate(key + ".history"); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/server"
 )
 
@@ -27,10 +28,10 @@ func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	var srv *server.Server
 	url, stop := serveServer(t, func() *server.Server {
 		var err error
-		srv, err = server.New(server.Options{
-			History: history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+		srv, err = server.New(server.Config{}, server.Deps{
+			History: testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: func(topic, epoch string, m history.Message) {
 				srv.DeliverHistory(topic, epoch, m)
-			}}),
+			}})),
 			HistoryPolicy: func(string) history.Policy { return pol },
 		})
 		if err != nil {
@@ -106,7 +107,7 @@ func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 // "client closed" after a retry that could never succeed.
 func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
 	defer leakcheck.Check(t)
-	url, stop := serveRT(t, server.Options{})
+	url, stop := serveRT(t, server.Config{}, server.Deps{})
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -126,9 +127,9 @@ func TestPublishAtFailsWithTheCloseItCaused(t *testing.T) {
 
 // serveRT serves a real rtserver server over TCP and returns its
 // WebSocket URL and how to stop it (before the test's leak check).
-func serveRT(t *testing.T, opts server.Options) (url string, stop func()) {
+func serveRT(t *testing.T, cfg server.Config, deps server.Deps) (url string, stop func()) {
 	t.Helper()
-	srv, err := server.New(opts)
+	srv, err := server.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

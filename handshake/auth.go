@@ -47,7 +47,8 @@ var (
 	errTopicsClaim = errors.New("topics claim")
 )
 
-// verifier checks JWTs (docs/handshake.md, step 4). Each configured key
+// Verifier checks JWTs (docs/handshake.md, step 4), as auth.jwt.* say: a
+// gate's Deps.Tokens. Each configured key
 // admits exactly one algorithm: the HMAC secret HS256, an RSA public key
 // RS256, a P-256 public key ES256; keys from a JWKS URL are picked by the
 // token's kid and admit the algorithm of their type. The parser refuses
@@ -57,7 +58,7 @@ var (
 // enforced when present; exp is required with auth.jwt.requireExp or
 // maxLifetime (otherwise a token without exp does not expire, as in
 // Centrifugo); aud and iss when configured; sub is required.
-type verifier struct {
+type Verifier struct {
 	parser     *jwt.Parser
 	requireExp bool
 	maxLife    time.Duration
@@ -68,22 +69,46 @@ type verifier struct {
 	jwks       *jwks // nil without a JWKS URL
 }
 
-// newVerifier returns nil (anonymous connections) when no key is set.
-func newVerifier(cfg *Config, jwksClient *http.Client, now func() time.Time, log *slog.Logger) (*verifier, error) {
-	secret, publicPEM := cfg.JWT.HMACSecret, cfg.JWT.PublicKey
-	if len(publicPEM) == 0 && cfg.JWT.PublicKeyFile != "" {
+// VerifierDeps are what a Verifier uses beside auth.jwt.*.
+type VerifierDeps struct {
+	// PublicKey is the PEM of an RSA or EC P-256 public key held in memory
+	// (from a secret store); when set, JWT.PublicKeyFile is not read.
+	PublicKey []byte
+	// JWKSClient fetches JWT.JWKSURL; nil = a client with a 10 s timeout.
+	JWKSClient *http.Client
+	// Logger receives the key set's fetch failures; nil = discard.
+	Logger *slog.Logger
+
+	now func() time.Time // token expiry and the key set's age; nil = time.Now
+}
+
+// NewVerifier validates cfg, reads its key file, fetches its key set (an
+// error stops it) and returns the verifier, or nil and no error when no
+// key is set (hmacSecret, publicKeyFile, jwksUrl, deps.PublicKey):
+// anonymous connections. The key set is fetched again when an unknown kid
+// arrives or the set is an hour old, at most once per 30s.
+func NewVerifier(cfg JWT, deps VerifierDeps) (*Verifier, error) {
+	if err := cfg.ValidateWith(deps); err != nil {
+		return nil, err
+	}
+	now, log := deps.now, deps.Logger
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	secret, publicPEM := cfg.HMACSecret, deps.PublicKey
+	if len(publicPEM) == 0 && cfg.PublicKeyFile != "" {
 		var err error
-		if publicPEM, err = os.ReadFile(cfg.JWT.PublicKeyFile); err != nil {
+		if publicPEM, err = os.ReadFile(cfg.PublicKeyFile); err != nil {
 			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: %w", err)
 		}
 	}
-	if len(secret) == 0 && len(publicPEM) == 0 && cfg.JWT.JWKSURL == "" {
-		if cfg.JWT.Audience != "" || cfg.JWT.Issuer != "" {
-			return nil, errors.New("handshake: auth.jwt.audience and issuer need a key (hmacSecret, publicKeyFile or jwksUrl)")
-		}
+	if len(secret) == 0 && len(publicPEM) == 0 && cfg.JWKSURL == "" {
 		return nil, nil
 	}
-	v := &verifier{}
+	v := &Verifier{}
 	var algs []string
 	if len(secret) > 0 {
 		v.hmac = append([]byte(nil), secret...)
@@ -108,23 +133,26 @@ func newVerifier(cfg *Config, jwksClient *http.Client, now func() time.Time, log
 			return nil, fmt.Errorf("handshake: auth.jwt.publicKeyFile: unsupported key type %T (want RSA or EC P-256)", key)
 		}
 	}
-	if cfg.JWT.JWKSURL != "" {
+	if cfg.JWKSURL != "" {
 		var err error
-		if v.jwks, err = newJWKS(cfg.JWT.JWKSURL, jwksClient, now, log); err != nil {
+		if v.jwks, err = newJWKS(cfg.JWKSURL, deps.JWKSClient, now, log); err != nil {
 			return nil, err
 		}
 		algs = append(algs, "RS256", "ES256")
 	}
 	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithTimeFunc(now)}
-	if cfg.JWT.Audience != "" {
-		opts = append(opts, jwt.WithAudience(cfg.JWT.Audience))
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
-	if cfg.JWT.Issuer != "" {
-		opts = append(opts, jwt.WithIssuer(cfg.JWT.Issuer))
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
 	v.parser = jwt.NewParser(opts...)
-	v.requireExp = cfg.JWT.RequireExp || cfg.JWT.MaxLifetime > 0
-	v.maxLife, v.now = cfg.JWT.MaxLifetime, now
+	v.requireExp = cfg.RequireExp || cfg.MaxLifetime > 0
+	v.maxLife, v.now = cfg.MaxLifetime, now
+	if !v.requireExp {
+		log.Warn("auth.jwt.requireExp is off: a token without exp (or with exp null) never expires; set auth.jwt.requireExp: true and auth.jwt.maxLifetime (docs/authentication.md)")
+	}
 	return v, nil
 }
 
@@ -151,7 +179,7 @@ func parsePublicKey(data []byte) (any, error) {
 // key picks the key a token is checked with: by kid from the JWKS when
 // the token names one (or no static key fits its alg), else the static
 // key of its alg.
-func (v *verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
+func (v *Verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 	// RFC 7515 section 4.1.11: a recipient must refuse a token whose
 	// "crit" header names an extension it does not understand. The server
 	// understands none, so any "crit" (even a malformed one) refuses it,
@@ -234,7 +262,7 @@ func checkClaimNames(b []byte) error {
 }
 
 // verify checks the request's token and fills id's token fields.
-func (v *verifier) verify(r *http.Request, id *Identity) error {
+func (v *Verifier) verify(r *http.Request, id *Identity) error {
 	tok := tokenOf(r)
 	if tok == "" {
 		return errNoToken
@@ -245,7 +273,7 @@ func (v *verifier) verify(r *http.Request, id *Identity) error {
 // verifyToken checks one token (signature, exp, nbf, sub, the topics
 // claim's shape) and fills id's User, Expires and Topics. id is left
 // untouched when the token is refused.
-func (v *verifier) verifyToken(ctx context.Context, tok string, id *Identity) error {
+func (v *Verifier) verifyToken(ctx context.Context, tok string, id *Identity) error {
 	if len(tok) > maxTokenBytes {
 		return errBigToken
 	}

@@ -25,17 +25,17 @@ func BenchmarkVerifyToken(b *testing.B) {
 	ks.Serve(b, map[string]any{"r": &rsaKey.PublicKey, "e": &ecKey.PublicKey})
 	for _, bc := range []struct {
 		name string
-		cfg  func(*Config)
+		cfg  func(*authConfig)
 		tok  string
 	}{
-		{"HS256", func(c *Config) { c.JWT.HMACSecret = secret }, jwttest.Sign(b, jwt.SigningMethodHS256, secret, "", claims)},
-		{"RS256-file", func(c *Config) { c.JWT.PublicKey = pemOf(b, &rsaKey.PublicKey) }, jwttest.Sign(b, jwt.SigningMethodRS256, rsaKey, "", claims)},
-		{"RS256-jwks", func(c *Config) { c.JWT.JWKSURL = ks.URL }, jwttest.Sign(b, jwt.SigningMethodRS256, rsaKey, "r", claims)},
-		{"ES256-jwks", func(c *Config) { c.JWT.JWKSURL = ks.URL }, jwttest.Sign(b, jwt.SigningMethodES256, ecKey, "e", claims)},
-		{"ES256-jwks-aud", func(c *Config) { c.JWT.JWKSURL, c.JWT.Audience = ks.URL, "rt" }, jwttest.Sign(b, jwt.SigningMethodES256, ecKey, "e", claims)},
+		{"HS256", func(c *authConfig) { c.JWT.HMACSecret = secret }, jwttest.Sign(b, jwt.SigningMethodHS256, secret, "", claims)},
+		{"RS256-file", func(c *authConfig) { c.PublicKey = pemOf(b, &rsaKey.PublicKey) }, jwttest.Sign(b, jwt.SigningMethodRS256, rsaKey, "", claims)},
+		{"RS256-jwks", func(c *authConfig) { c.JWT.JWKSURL = ks.URL }, jwttest.Sign(b, jwt.SigningMethodRS256, rsaKey, "r", claims)},
+		{"ES256-jwks", func(c *authConfig) { c.JWT.JWKSURL = ks.URL }, jwttest.Sign(b, jwt.SigningMethodES256, ecKey, "e", claims)},
+		{"ES256-jwks-aud", func(c *authConfig) { c.JWT.JWKSURL, c.JWT.Audience = ks.URL, "rt" }, jwttest.Sign(b, jwt.SigningMethodES256, ecKey, "e", claims)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			cfg := DefaultConfig()
+			cfg := authed()
 			bc.cfg(&cfg)
 			g, _ := newGate(b, cfg)
 			ctx := context.Background()

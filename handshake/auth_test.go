@@ -99,8 +99,8 @@ func TestAuth(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := DefaultConfig()
-			cfg.JWT.HMACSecret, cfg.JWT.PublicKey = tt.secret, tt.pub
+			cfg := authed()
+			cfg.JWT.HMACSecret, cfg.PublicKey = tt.secret, tt.pub
 			g, m := newGate(t, cfg)
 			r := upgradeReq("203.0.113.7:1")
 			if tt.token != "" {
@@ -148,9 +148,9 @@ func TestAuthConfigErrors(t *testing.T) {
 		"private block": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{1}}),
 		"P-384 key":     pemOf(t, &p384.PublicKey),
 	} {
-		cfg := DefaultConfig()
-		cfg.JWT.PublicKey = pub
-		if _, err := New(cfg, Deps{}); err == nil {
+		cfg := authed()
+		cfg.PublicKey = pub
+		if _, err := newAuthed(cfg, Deps{}); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -184,7 +184,7 @@ func TestAuthTopicsClaim(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := DefaultConfig()
+			cfg := authed()
 			cfg.JWT.HMACSecret = secret
 			g, m := newGate(t, cfg)
 			claims := jwt.MapClaims{"sub": "alice", "exp": exp}
@@ -219,7 +219,7 @@ func TestAuthTopicsClaim(t *testing.T) {
 // is refused as such, and a reused ticket forgets the previous claim.
 func TestAuthTopicsClaimForgedAndReuse(t *testing.T) {
 	secret := []byte("s3cret-hmac-key-of-enough-length")
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.JWT.HMACSecret = secret
 	g, m := newGate(t, cfg)
 	forged := sign(t, jwt.SigningMethodHS256, []byte("not-the-secret-not-the-secret-00"), jwt.MapClaims{"sub": "a", "topics": "bad"})
@@ -248,7 +248,7 @@ func TestVerifyToken(t *testing.T) {
 	t.Parallel()
 	secret := []byte("s3cret-hmac-key-of-enough-length")
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.JWT.HMACSecret = secret
 	g, _ := newGate(t, cfg)
 

@@ -6,7 +6,6 @@ import (
 	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/metrics"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -46,9 +45,9 @@ func (m *RejectMode) UnmarshalText(b []byte) error {
 }
 
 // Config of the gate: the handshake.* keys of docs/configuration.md (the
-// auth.jwt.* keys are JWT, placed there by the root configuration). The
-// zero value has no caps, no pacing, a 1s retry hint, same-host origins
-// only and anonymous connections.
+// auth.jwt.* keys are JWT, which a Verifier in Deps checks tokens by). The
+// zero value has no caps, no pacing, a 1s retry hint and same-host
+// origins only.
 type Config struct {
 	MaxConnections int            `yaml:"maxConnections" help:"open WebSocket connections on this instance; 0 = no cap"`
 	MaxConcurrent  int            `yaml:"maxConcurrent" help:"upgrades in flight, from arrival to the end of the handshake; 0 = no cap"`
@@ -61,10 +60,6 @@ type Config struct {
 	TrustedProxies []netip.Prefix `yaml:"trustedProxies" help:"CIDRs of proxies whose X-Forwarded-For is believed"`
 	AllowedOrigins []string       `yaml:"allowedOrigins" help:"Origin glob patterns (path.Match syntax); empty: same host only"`
 	AllowNoOrigin  bool           `yaml:"allowNoOrigin" help:"admit upgrades that carry no Origin header (non-browser clients)"`
-
-	// JWT verifies tokens (auth.jwt.*); all keys empty: anonymous
-	// connections.
-	JWT JWT `yaml:"-"`
 }
 
 // PerIP is the per-client-IP upgrade rate (handshake.perIP.*).
@@ -81,9 +76,6 @@ type PerIP struct {
 type JWT struct {
 	HMACSecret    []byte `yaml:"hmacSecret" help:"HS256 key (the raw bytes of this string); empty with no publicKeyFile or jwksUrl: anonymous connections"`
 	PublicKeyFile string `yaml:"publicKeyFile" help:"PEM file with the RSA or EC public key for RS256 / ES256 tokens; read at start-up"`
-	// PublicKey is the PEM of an RSA or EC P-256 public key; when set,
-	// PublicKeyFile is not read.
-	PublicKey []byte `yaml:"-"`
 	// JWKSURL serves a JSON Web Key Set: RS256 / ES256 keys picked by the
 	// token's kid, fetched by New (an error stops it), cached, and
 	// fetched again when an unknown kid arrives or the set is an hour
@@ -110,11 +102,12 @@ type Deps struct {
 	// shape (a backend bug), and panics while serving an upgrade; nil =
 	// discard.
 	Logger *slog.Logger
-	// JWKSClient fetches JWT.JWKSURL; nil = a client with a 10 s timeout.
-	JWKSClient *http.Client
+	// Tokens checks the token of each upgrade (auth.jwt.*, NewVerifier);
+	// nil: anonymous connections.
+	Tokens *Verifier
 
-	// now is the clock for the per-IP rate, pacing windows, the retry
-	// hint and token expiry; nil = time.Now. Pacing waits on real timers,
+	// now is the clock for the per-IP rate, pacing windows and the retry
+	// hint; nil = time.Now. Pacing waits on real timers,
 	// so with pacing on it must advance with real time (a frozen clock
 	// would never open a new tick): tests of pacing run in
 	// testing/synctest, where both are the bubble's fake clock.
@@ -184,16 +177,18 @@ func (c Config) Validate() error {
 			p.Add(key, "bad glob pattern %q (path.Match syntax)", o)
 		}
 	}
-	p.Join(c.JWT.Validate())
 	return p.Err()
 }
 
 // Validate reports every invalid auth.jwt.* value at once. It reads
-// PublicKeyFile (when PublicKey is empty) to check that it holds a PEM
-// block.
-func (j JWT) Validate() error {
+// PublicKeyFile to check that it holds a PEM block.
+func (j JWT) Validate() error { return j.ValidateWith(VerifierDeps{}) }
+
+// ValidateWith is Validate knowing deps.PublicKey, as NewVerifier checks j:
+// with a key in memory, PublicKeyFile is not read.
+func (j JWT) ValidateWith(deps VerifierDeps) error {
 	var p conf.Problems
-	noKey := len(j.HMACSecret) == 0 && len(j.PublicKey) == 0 && j.PublicKeyFile == "" && j.JWKSURL == ""
+	noKey := len(j.HMACSecret) == 0 && len(deps.PublicKey) == 0 && j.PublicKeyFile == "" && j.JWKSURL == ""
 	if noKey && (j.Audience != "" || j.Issuer != "") {
 		p.Add("auth.jwt", "audience and issuer need a key: set hmacSecret, publicKeyFile or jwksUrl")
 	}
@@ -205,7 +200,7 @@ func (j JWT) Validate() error {
 			p.Add("auth.jwt.jwksUrl", "want an http(s) URL, got %q", j.JWKSURL)
 		}
 	}
-	if len(j.PublicKey) == 0 && j.PublicKeyFile != "" {
+	if len(deps.PublicKey) == 0 && j.PublicKeyFile != "" {
 		if data, err := os.ReadFile(j.PublicKeyFile); err != nil {
 			p.Add("auth.jwt.publicKeyFile", "%v", err)
 		} else if b, _ := pem.Decode(data); b == nil {

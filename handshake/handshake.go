@@ -146,7 +146,7 @@ type Gate struct {
 	maxConns, maxConc int64
 	perIP             *ratelimit.Keyed
 	origin            originPolicy
-	auth              *verifier
+	auth              *Verifier
 	pacer             *pacer
 	now               func() time.Time // Deps.now
 	epoch             time.Time
@@ -197,12 +197,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if g.origin, err = newOriginPolicy(cfg.AllowedOrigins, cfg.AllowNoOrigin); err != nil {
 		return nil, err
 	}
-	if g.auth, err = newVerifier(&cfg, deps.JWKSClient, now, log); err != nil {
-		return nil, err
-	}
-	if g.auth != nil && !g.auth.requireExp {
-		log.Warn("auth.jwt.requireExp is off: a token without exp (or with exp null) never expires; set auth.jwt.requireExp: true and auth.jwt.maxLifetime (docs/authentication.md)")
-	}
+	g.auth = deps.Tokens
 	if cfg.PerIP.Limit > 0 {
 		g.perIP = ratelimit.NewKeyed(cfg.PerIP.Limit, cfg.PerIP.Per, perIPMaxKeys)
 	}

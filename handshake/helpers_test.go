@@ -18,21 +18,50 @@ type tb interface {
 	Fatalf(format string, args ...any)
 }
 
+// authConfig is a gate's configuration with the auth.jwt section (and
+// the in-memory public key) that its Verifier is built from.
+type authConfig struct {
+	Config
+	JWT       JWT
+	PublicKey []byte
+}
+
+// authed is DefaultConfig with no key yet: anonymous connections.
+func authed() authConfig { return authConfig{Config: DefaultConfig()} }
+
+// gateConfig is a Config, or an authConfig.
+type gateConfig interface{ split() authConfig }
+
+func (c Config) split() authConfig     { return authConfig{Config: c} }
+func (c authConfig) split() authConfig { return c }
+
+// newAuthed is New with a Verifier built from cfg's auth part on deps'
+// clock and logger, as a node builds it.
+func newAuthed(cfg gateConfig, deps Deps) (*Gate, error) {
+	c := cfg.split()
+	tokens, err := NewVerifier(c.JWT, VerifierDeps{PublicKey: c.PublicKey, Logger: deps.Logger, now: deps.now})
+	if err != nil {
+		return nil, err
+	}
+	deps.Tokens = tokens
+	return New(c.Config, deps)
+}
+
 // newGate is New with discarded metrics (and log, unless one is given).
-func newGate(t tb, cfg Config, log ...*slog.Logger) (*Gate, *metrics.Metrics) {
+func newGate(t tb, cfg gateConfig, log ...*slog.Logger) (*Gate, *metrics.Metrics) {
 	t.Helper()
 	return newGateAt(t, cfg, nil, log...)
 }
 
 // newGateAt is newGate on the clock now (nil: time.Now).
-func newGateAt(t tb, cfg Config, now func() time.Time, log ...*slog.Logger) (*Gate, *metrics.Metrics) {
+func newGateAt(t tb, cfg gateConfig, now func() time.Time, log ...*slog.Logger) (*Gate, *metrics.Metrics) {
 	t.Helper()
 	m := metrics.NewDiscard()
 	deps := Deps{Metrics: m, now: now}
 	for _, l := range log {
 		deps.Logger = l
 	}
-	g, err := New(cfg, deps)
+	g, err := newAuthed(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

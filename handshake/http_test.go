@@ -81,7 +81,7 @@ func dialHeld(t *testing.T, srv *httptest.Server) func() {
 
 func TestHTTP503OverCap(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.MaxConnections = 1
 	g, m := newGate(t, cfg)
 	srv, ended := serve(t, g)
@@ -98,7 +98,7 @@ func TestHTTP503OverCap(t *testing.T) {
 
 func TestHTTP429PerIPWithForgedXFF(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.PerIP.Limit, cfg.PerIP.Per = 2, time.Minute
 	cfg.TrustedProxies = prefixes("10.0.0.0/8") // the loopback test client is not a proxy
 	g, m := newGate(t, cfg)
@@ -119,7 +119,7 @@ func TestHTTP403And401AlsoInCloseMode(t *testing.T) {
 	t.Parallel()
 	secret := []byte("http-test-secret-0123456789abcdef")
 	for _, mode := range []RejectMode{RejectHTTP, RejectClose} {
-		cfg := DefaultConfig()
+		cfg := authed()
 		cfg.Reject, cfg.JWT.HMACSecret = mode, secret
 		g, m := newGate(t, cfg)
 		srv, ended := serve(t, g)
@@ -157,7 +157,7 @@ func TestHTTP403And401AlsoInCloseMode(t *testing.T) {
 
 func TestCloseMode1013(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.MaxConnections, cfg.Reject = 1, RejectClose
 	cfg.PerIP.Limit, cfg.PerIP.Per = 1, time.Minute
 	g, m := newGate(t, cfg)
@@ -210,7 +210,7 @@ func TestHTTPDraining(t *testing.T) {
 // (net/http cancels the request context when the peer goes away).
 func TestQueuedClientHangsUp(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.PerTickBudget, cfg.Tick, cfg.MaxQueueWait = 1, time.Hour, time.Hour
 	g, m := newGate(t, cfg)
 	srv, ended := serve(t, g)

@@ -40,7 +40,7 @@ func TestJWKSRotation(t *testing.T) {
 	ks := jwttest.NewKeyServer(t)
 	ks.Serve(t, map[string]any{"k1": &rsa1.PublicKey})
 	clock := testkit.NewClock(time.Now().Round(0))
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.JWT.JWKSURL = ks.URL
 	cfg.PerTickBudget = 0
 	g, _ := newGateAt(t, cfg, clock.Now)
@@ -109,7 +109,7 @@ func TestJWKSConcurrentUnknownKID(t *testing.T) {
 	fresh, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ks := jwttest.NewKeyServer(t)
 	ks.Serve(t, map[string]any{"old": &old.PublicKey})
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.JWT.JWKSURL = ks.URL
 	cfg.PerTickBudget = 0
 	g, _ := newGate(t, cfg)
@@ -144,22 +144,22 @@ func TestJWKSStartErrors(t *testing.T) {
 		if body != "" {
 			ks.ServeRaw([]byte(body))
 		}
-		cfg := DefaultConfig()
+		cfg := authed()
 		cfg.JWT.JWKSURL = ks.URL
-		if _, err := New(cfg, Deps{}); err == nil {
+		if _, err := newAuthed(cfg, Deps{}); err == nil {
 			t.Errorf("%s: New accepted the key set", name)
 		}
 	}
 	// Keys without a kid, for encryption, or on another curve are skipped.
 	ks := jwttest.NewKeyServer(t)
 	ks.Serve(t, map[string]any{"": &ec.PublicKey, "p384": &p384.PublicKey})
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.JWT.JWKSURL = ks.URL
-	if _, err := New(cfg, Deps{}); err == nil {
+	if _, err := newAuthed(cfg, Deps{}); err == nil {
 		t.Error("a set with no usable key was accepted")
 	}
 	cfg.JWT.JWKSURL = "http://127.0.0.1:1/unreachable"
-	if _, err := New(cfg, Deps{}); err == nil {
+	if _, err := newAuthed(cfg, Deps{}); err == nil {
 		t.Error("unreachable key set accepted")
 	}
 }
@@ -167,7 +167,7 @@ func TestJWKSStartErrors(t *testing.T) {
 func TestAudienceIssuer(t *testing.T) {
 	t.Parallel()
 	secret := []byte("s3cret-hmac-key-of-enough-length")
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.JWT.HMACSecret = secret
 	cfg.JWT.Audience = "rt"
 	cfg.JWT.Issuer = "https://idp.example"
@@ -190,9 +190,9 @@ func TestAudienceIssuer(t *testing.T) {
 			t.Errorf("%s: admitted as %q, want %q", tt.name, got, tt.want)
 		}
 	}
-	anon := DefaultConfig()
+	anon := authed()
 	anon.JWT.Audience = "rt"
-	if _, err := New(anon, Deps{}); err == nil {
+	if _, err := newAuthed(anon, Deps{}); err == nil {
 		t.Error("audience without a key accepted")
 	}
 }
@@ -254,7 +254,7 @@ func TestJWKSMaxAge(t *testing.T) {
 	ks := jwttest.NewKeyServer(t)
 	ks.Serve(t, map[string]any{"k1": &k1.PublicKey, "k2": &k2.PublicKey})
 	clock := testkit.NewClock(time.Now().Round(0))
-	cfg := DefaultConfig()
+	cfg := authed()
 	cfg.JWT.JWKSURL = ks.URL
 	cfg.PerTickBudget = 0
 	g, _ := newGateAt(t, cfg, clock.Now)

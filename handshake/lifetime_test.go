@@ -20,10 +20,10 @@ func TestRequireExpAndMaxLifetime(t *testing.T) {
 	secret := []byte("s3cret-hmac-key-of-enough-length")
 	now := time.Unix(1_800_000_000, 0)
 	gate := func(requireExp bool, maxLife time.Duration) *Gate {
-		cfg := DefaultConfig()
+		cfg := authed()
 		cfg.JWT.HMACSecret = secret
 		cfg.JWT.RequireExp, cfg.JWT.MaxLifetime = requireExp, maxLife
-		g, err := New(cfg, Deps{now: func() time.Time { return now }})
+		g, err := newAuthed(cfg, Deps{now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,10 +69,10 @@ func TestNoExpWarnsAtStartUp(t *testing.T) {
 		warn       bool
 	}{{false, 0, true}, {true, 0, false}, {false, time.Hour, false}} {
 		var buf bytes.Buffer
-		cfg := DefaultConfig()
+		cfg := authed()
 		cfg.JWT.HMACSecret = []byte("s3cret-hmac-key-of-enough-length")
 		cfg.JWT.RequireExp, cfg.JWT.MaxLifetime = c.requireExp, c.maxLife
-		if _, err := New(cfg, Deps{Logger: slog.New(slog.NewTextHandler(&buf, nil))}); err != nil {
+		if _, err := newAuthed(cfg, Deps{Logger: slog.New(slog.NewTextHandler(&buf, nil))}); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(buf.String(), "requireExp is off"); got != c.warn {

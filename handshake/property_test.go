@@ -48,7 +48,7 @@ func TestExactlyOnceProperty(t *testing.T) {
 		// bubble; wrapped, it falls back to its own default.
 		rapid.Check(bubbleT{t}, func(rt *rapid.T) {
 			secret := []byte("property-test-secret-0123456789")
-			cfg := DefaultConfig()
+			cfg := authed()
 			cfg.MaxConnections = rapid.IntRange(0, 5).Draw(rt, "maxConnections")
 			cfg.MaxConcurrent = rapid.IntRange(0, 4).Draw(rt, "maxConcurrent")
 			cfg.PerTickBudget = rapid.IntRange(0, 2).Draw(rt, "budget")

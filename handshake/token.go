@@ -3,7 +3,6 @@ package handshake
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -41,11 +40,8 @@ func (j JWT) SignHMAC(user string, ttl time.Duration, now time.Time) (string, er
 // carries. A refused token's error gives its Refusal through RefusalOf;
 // without any key configured the error is ErrNoAuth.
 func (j JWT) Check(ctx context.Context, tok string) (Identity, error) {
-	cfg := DefaultConfig()
-	cfg.JWT = j
-	cfg = cfg.withDefaults()
 	var id Identity
-	v, err := newVerifier(&cfg, nil, time.Now, slog.New(slog.DiscardHandler))
+	v, err := NewVerifier(j, VerifierDeps{})
 	if err != nil {
 		return id, err
 	}

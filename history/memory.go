@@ -38,7 +38,7 @@ type Memory struct {
 	cfg     Config
 	evicted prometheus.Counter
 
-	deliver func(topic string, epoch string, m Message) // MemoryOptions.Deliver
+	deliver func(topic string, epoch string, m Message) // MemoryDeps.Deliver
 
 	// mu guards topics, lru, idem, bytes and gens. Lock order: a stream's
 	// mu, then mu (mu is never held while taking a stream's mu, except by
@@ -96,9 +96,8 @@ const (
 	idemOverhead   = 96
 )
 
-// MemoryOptions configures NewMemory.
-type MemoryOptions struct {
-	Config Config
+// MemoryDeps are what a Memory store uses beside its configuration.
+type MemoryDeps struct {
 	// Evicted counts topics that lost their streams to MemoryMaxBytes
 	// (history_evictions_total). nil: not counted.
 	Evicted prometheus.Counter
@@ -110,14 +109,17 @@ type MemoryOptions struct {
 }
 
 // NewMemory returns an empty memory store.
-func NewMemory(o MemoryOptions) *Memory {
-	m := &Memory{cfg: o.Config.WithDefaults(), evicted: o.Evicted, deliver: o.Deliver,
+func NewMemory(cfg Config, deps MemoryDeps) (*Memory, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Memory{cfg: cfg.WithDefaults(), evicted: deps.Evicted, deliver: deps.Deliver,
 		topics: map[string]*stream{}, idem: map[string]idemEntry{},
 		seed: maphash.MakeSeed()}
 	var salt [8]byte
 	_, _ = rand.Read(salt[:])
 	m.salt = binary.LittleEndian.Uint64(salt[:])
-	return m
+	return m, nil
 }
 
 var _ Store = (*Memory)(nil)

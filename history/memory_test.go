@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 var ctx = context.Background()
@@ -37,7 +39,7 @@ func offsets(ms []Message) []uint64 {
 func TestMemoryKeepsSizeAndTTL(t *testing.T) { synctest.Test(t, testMemoryKeepsSizeAndTTL) }
 
 func testMemoryKeepsSizeAndTTL(t *testing.T) {
-	m := NewMemory(MemoryOptions{})
+	m := testkit.Must(NewMemory(Config{}, MemoryDeps{}))
 	pol := Policy{Size: 3, TTL: time.Minute}
 	empty, _, _ := m.Read(ctx, "t", 0, 10, pol)
 	if empty.Offset != 0 || empty.Epoch == "" {
@@ -73,7 +75,7 @@ func testMemoryKeepsSizeAndTTL(t *testing.T) {
 
 func TestMemoryByteCapEvictsLeastRecentlyPublished(t *testing.T) {
 	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-	m := NewMemory(MemoryOptions{Config: Config{MemoryMaxBytes: 4096}, Evicted: evicted})
+	m := testkit.Must(NewMemory(Config{MemoryMaxBytes: 4096}, MemoryDeps{Evicted: evicted}))
 	pol := Policy{Size: 100, TTL: time.Hour}
 	first := publish(t, m, "old", pol, `"x"`)
 	data := fmt.Sprintf("%q", make([]byte, 100))
@@ -96,8 +98,7 @@ func TestMemoryIdempotencyKey(t *testing.T) { synctest.Test(t, testMemoryIdempot
 
 func testMemoryIdempotencyKey(t *testing.T) {
 	var delivered []uint64
-	m := NewMemory(MemoryOptions{Config: Config{IdempotencyTTL: time.Minute},
-		Deliver: func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }})
+	m := testkit.Must(NewMemory(Config{IdempotencyTTL: time.Minute}, MemoryDeps{Deliver: func(_, _ string, msg Message) { delivered = append(delivered, msg.Offset) }}))
 	pol := Policy{Size: 10, TTL: time.Hour}
 	p := Publish{Topic: "t", Data: []byte(`1`), Policy: pol, IdempotencyKey: "u:k"}
 	a, dup, _ := m.Publish(ctx, p)
@@ -119,7 +120,7 @@ func testMemoryIdempotencyKey(t *testing.T) {
 func TestMemoryDeliversInOffsetOrderUnderRacingPublishers(t *testing.T) {
 	var mu sync.Mutex
 	var got []uint64
-	m := NewMemory(MemoryOptions{Deliver: func(_, _ string, msg Message) { mu.Lock(); got = append(got, msg.Offset); mu.Unlock() }})
+	m := testkit.Must(NewMemory(Config{}, MemoryDeps{Deliver: func(_, _ string, msg Message) { mu.Lock(); got = append(got, msg.Offset); mu.Unlock() }}))
 	pol := Policy{Size: 1000, TTL: time.Hour}
 	var wg sync.WaitGroup
 	for range 4 {
@@ -143,7 +144,7 @@ func TestMemoryDeliversInOffsetOrderUnderRacingPublishers(t *testing.T) {
 // the next publish swept 100,000 of them at once under the store's lock.
 func TestMemoryReadsOfMadeUpTopicsKeepNothing(t *testing.T) {
 	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-	m := NewMemory(MemoryOptions{Config: Config{MemoryMaxBytes: 8 << 20}, Evicted: evicted})
+	m := testkit.Must(NewMemory(Config{MemoryMaxBytes: 8 << 20}, MemoryDeps{Evicted: evicted}))
 	pol := Policy{Size: 100, TTL: time.Hour}
 	for i := range 150_000 {
 		pos, ms, err := m.Read(ctx, fmt.Sprint("room:made-up-", i), 0, 100, pol)
@@ -168,7 +169,7 @@ func TestMemoryReadsOfMadeUpTopicsKeepNothing(t *testing.T) {
 // topic that lost its stream answers another epoch, from a read or a
 // publish alike.
 func TestMemoryEmptyTopicPositionIsTheFirstPublishes(t *testing.T) {
-	m := NewMemory(MemoryOptions{Config: Config{MemoryMaxBytes: 1024}})
+	m := testkit.Must(NewMemory(Config{MemoryMaxBytes: 1024}, MemoryDeps{}))
 	pol := Policy{Size: 10, TTL: time.Hour}
 	for i := range 200 {
 		topic := fmt.Sprint("t", i)
@@ -202,7 +203,7 @@ func TestMemoryEmptyTopicPositionIsTheFirstPublishes(t *testing.T) {
 func TestMemorySweepIsBoundedByThePublish(t *testing.T) {
 	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
 	const capBytes = 1 << 20
-	m := NewMemory(MemoryOptions{Config: Config{MemoryMaxBytes: capBytes}, Evicted: evicted})
+	m := testkit.Must(NewMemory(Config{MemoryMaxBytes: capBytes}, MemoryDeps{Evicted: evicted}))
 	pol := Policy{Size: 1, TTL: time.Hour}
 	for i := 0; m.Bytes() < capBytes-512; i++ {
 		publish(t, m, fmt.Sprint("s", i), pol, `1`)

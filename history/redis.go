@@ -33,7 +33,7 @@ import (
 // envelope with the position in front (bus/position.go) on the topic's
 // channel; Redis runs it atomically, so every instance receives a topic's
 // messages in offset order. Publishes are pipelined: one writer goroutine
-// sends what is queued, up to BatchSize scripts per round trip. A script
+// sends what is queued, up to redisBatch scripts per round trip. A script
 // cache miss (NOSCRIPT, after a failover or SCRIPT FLUSH) is answered by
 // running the same batch again with EVAL, which reloads the script.
 //
@@ -56,25 +56,20 @@ type Redis struct {
 	stop    chan struct{}
 	done    sync.WaitGroup
 	once    sync.Once
-	started sync.Once // the writer starts with the first publish
+	started sync.Once // the writer starts with Start
 }
 
-// RedisOptions configures NewRedis.
-type RedisOptions struct {
+// RedisDeps are what a Redis store uses beside its configuration.
+type RedisDeps struct {
 	Client redis.UniversalClient // not closed by the store
 	// Bus is the Redis bus the scripts publish through (its channels, its
 	// envelope and signature).
 	Bus bus.HistoryPublisher
-	// KeyPrefix and Partitions must be the bus's ChannelPrefix and (for
-	// the sharded bus) Partitions: keys are tagged with bus.KeyTag.
+	// KeyPrefix and Partitions are the bus's (redis.channelPrefix and, for
+	// the sharded bus, redis.partitions): keys are tagged with bus.KeyTag
+	// to share the slots of the channels the scripts publish to.
 	KeyPrefix  string
 	Partitions int
-	Config     Config
-	// BatchSize is the most publish scripts per round trip. 0: 128.
-	BatchSize int
-	// QueueSize bounds the publishes waiting for the writer; a full queue
-	// answers ErrUnavailable at once. 0: 8192.
-	QueueSize int
 	// StoreErrors counts failed store operations, by op ("publish",
 	// "read"): history_store_errors_total. nil: not counted.
 	StoreErrors *prometheus.CounterVec
@@ -86,22 +81,26 @@ type RedisOptions struct {
 	Down func() bool
 }
 
+// Bounds of a Redis store's writer.
+const (
+	redisBatch = 128  // the most publish scripts per round trip
+	redisQueue = 8192 // publishes waiting for the writer; past it ErrUnavailable at once
+)
+
 // NewRedis returns a Redis store. It does no I/O; its writer goroutine
-// starts with the first Publish, and Close stops it.
-func NewRedis(o RedisOptions) (*Redis, error) {
-	if o.Client == nil || o.Bus == nil {
+// starts with Start (publishes queue until then), and Close stops it.
+func NewRedis(cfg Config, deps RedisDeps) (*Redis, error) {
+	if deps.Client == nil || deps.Bus == nil {
 		return nil, errors.New("history: a Redis store needs a client and a Redis bus")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := deps
 	r := &Redis{
 		client: o.Client, bus: o.Bus, prefix: o.KeyPrefix, parts: o.Partitions,
-		cfg: o.Config.WithDefaults(), batch: o.BatchSize, down: o.Down, log: o.Logger,
-		queue: make(chan *pubReq, max(o.QueueSize, 0)), stop: make(chan struct{}),
-	}
-	if r.batch <= 0 {
-		r.batch = 128
-	}
-	if o.QueueSize <= 0 {
-		r.queue = make(chan *pubReq, 8192)
+		cfg: cfg.WithDefaults(), batch: redisBatch, down: o.Down, log: o.Logger,
+		queue: make(chan *pubReq, redisQueue), stop: make(chan struct{}),
 	}
 	if r.down == nil {
 		r.down = func() bool { return false }
@@ -117,6 +116,17 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 }
 
 var _ Store = (*Redis)(nil)
+
+// Start starts the writer, which sends the queued publishes to Redis. It
+// does no I/O itself and never fails: a publish that Redis refuses fails
+// alone. After Close it starts nothing.
+func (r *Redis) Start(context.Context) error {
+	r.started.Do(func() {
+		r.done.Add(1)
+		go r.writer()
+	})
+	return nil
+}
 
 // Close stops the writer; publishes still queued fail with ErrUnavailable.
 func (r *Redis) Close() error {
@@ -256,10 +266,6 @@ func (r *Redis) PublishAsync(p Publish, done func(pos Position, dup bool, err er
 		p.Policy.TTL.Milliseconds(), (r.cfg.MetaTTL + p.Policy.TTL).Milliseconds(),
 		r.cfg.IdempotencyTTL.Milliseconds(), newEpoch(), sh,
 	}}
-	r.started.Do(func() {
-		r.done.Add(1)
-		go r.writer()
-	})
 	select {
 	case <-r.stop:
 		done(Position{}, false, fmt.Errorf("%w: store closed", ErrUnavailable))

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -27,10 +28,11 @@ func BenchmarkRedisStorePublish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := NewRedis(RedisOptions{Client: client, Bus: bb, KeyPrefix: "b:"})
+	store, err := NewRedis(Config{}, RedisDeps{Client: client, Bus: bb, KeyPrefix: "b:"})
 	if err != nil {
 		b.Fatal(err)
 	}
+	store.Start(context.Background())
 	defer store.Close()
 	pol := Policy{Size: 1000, TTL: time.Minute}
 	data := []byte(`"` + string(make([]byte, 98)) + `"`)

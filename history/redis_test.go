@@ -80,10 +80,11 @@ func startBus(t *testing.T, b testBus, r bus.Receiver) {
 
 func newStore(t *testing.T, c redis.UniversalClient, b bus.HistoryPublisher, parts int, errs *prometheus.CounterVec) *Redis {
 	t.Helper()
-	s, err := NewRedis(RedisOptions{Client: c, Bus: b, KeyPrefix: "t:", Partitions: parts, StoreErrors: errs})
+	s, err := NewRedis(Config{}, RedisDeps{Client: c, Bus: b, KeyPrefix: "t:", Partitions: parts, StoreErrors: errs})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Start(context.Background())
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -309,10 +310,11 @@ func TestRedisStoreRefusesAtOnceWhileDown(t *testing.T) {
 	startBus(t, b, newPositions())
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "e"}, []string{"op"})
 	var down atomic.Bool
-	s, err := NewRedis(RedisOptions{Client: client, Bus: b, KeyPrefix: "t:", StoreErrors: errs, Down: down.Load})
+	s, err := NewRedis(Config{}, RedisDeps{Client: client, Bus: b, KeyPrefix: "t:", StoreErrors: errs, Down: down.Load})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Start(context.Background())
 	defer s.Close()
 	pol := Policy{Size: 10, TTL: time.Minute}
 	down.Store(true)

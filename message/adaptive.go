@@ -1,7 +1,6 @@
 package message
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,15 +11,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Defaults of AdaptiveConcurrency's tuning fields: Envoy's adaptive
-// concurrency filter's (gradient controller) defaults, except ProbeCalls
-// (Envoy: 50), halved so a probe pins the limit for half as long.
+// adaptiveTuning is the gradient controller's tuning. No key sets it:
+// every part runs with defaultTuning (tests pass their own).
+type adaptiveTuning struct {
+	// tolerance: calls may take this many times the no-load latency
+	// before the limit falls (Envoy's 25% buffer); > 1.
+	tolerance float64
+	// window is how often the limit is recomputed from the calls that
+	// completed since the last update.
+	window time.Duration
+	// probeEvery is how often the no-load latency is re-measured (plus up
+	// to probeJitter of it): the limit is pinned to Min until probeCalls
+	// calls started at that concurrency have completed, then restored.
+	probeEvery time.Duration
+	probeCalls int
+}
+
+// defaultTuning is Envoy's adaptive concurrency filter's (gradient
+// controller) defaults, except probeCalls (Envoy: 50), halved so a probe
+// pins the limit for half as long.
+var defaultTuning = adaptiveTuning{
+	tolerance:  1.25,
+	window:     100 * time.Millisecond,
+	probeEvery: 60 * time.Second,
+	probeCalls: 25,
+}
+
 const (
-	defaultTolerance  = 1.25
-	defaultWindow     = 100 * time.Millisecond
-	defaultProbeEvery = 60 * time.Second
-	defaultProbeCalls = 25
-	// probeJitter spreads probes: each interval is ProbeEvery plus up to
+	// probeJitter spreads probes: each interval is probeEvery plus up to
 	// this fraction of it (Envoy's default jitter is 15%).
 	probeJitter = 0.15
 	// The gradient is clamped to [minGradient, maxGradient] per update, so
@@ -31,10 +49,10 @@ const (
 
 // adaptiveLimit is the gradient controller of an AdaptiveConcurrency part.
 //
-// Every Window it compares the mean latency of the calls completed in the
+// Every window it compares the mean latency of the calls completed in the
 // window (sample) with the no-load latency (minRTT):
 //
-//	gradient = clamp(Tolerance × minRTT / sample, 0.5, 2)
+//	gradient = clamp(tolerance × minRTT / sample, 0.5, 2)
 //	limit    = clamp(limit × gradient + sqrt(limit × gradient), Min, Max)
 //
 // The square root is burst headroom: at gradient 1 the limit still creeps
@@ -43,13 +61,13 @@ const (
 // does not grow (the calls, not the limit, were the bottleneck).
 //
 // A dropped call (Outcome Dropped) counts as a sample of at least
-// 2 × Tolerance × minRTT: alone it drives the gradient to its floor, and
+// 2 × tolerance × minRTT: alone it drives the gradient to its floor, and
 // mixed with completed calls it drags the mean up in proportion.
 //
-// minRTT is measured by a probe: at start and every ProbeEvery (+ up to 15%
-// jitter) the limit is pinned to Min until ProbeCalls calls that started
+// minRTT is measured by a probe: at start and every probeEvery (+ up to 15%
+// jitter) the limit is pinned to Min until probeCalls calls that started
 // during the probe have completed (or, at low traffic, at least one has and
-// ProbeEvery/12 has passed); their mean latency is the new minRTT and the
+// probeEvery/12 has passed); their mean latency is the new minRTT and the
 // limit returns to where it was. Pinning is what makes the measurement a
 // no-load one even under sustained overload.
 //
@@ -65,14 +83,14 @@ type adaptiveLimit struct {
 	window     int64 // ns
 	probeEvery int64 // ns
 	probeCalls int
-	now        func() time.Time // Options.Now; nil: the monotonic clock (elapsed)
+	now        func() time.Time // Deps.now; nil: the monotonic clock (elapsed)
 	epoch      time.Time
 	gauge      prometheus.Gauge
 
 	limit     atomic.Int64 // the controller's limit: est, or Min while probing
 	ceiling   atomic.Int64 // the fleet's share (scope cluster); 0: none, the limit applies
 	probing   atomic.Bool
-	dropFloor atomic.Int64 // ns: a dropped call's least sample, 2 × Tolerance × minRTT
+	dropFloor atomic.Int64 // ns: a dropped call's least sample, 2 × tolerance × minRTT
 	winStart  atomic.Int64
 	sum       atomic.Int64 // latency (ns) of the window's samples
 	n         atomic.Int64
@@ -91,27 +109,13 @@ func newAdaptiveLimit(p AdaptiveConcurrency, now func() time.Time, gauge prometh
 	if p.Min < 1 || p.Max < p.Min {
 		return nil, fmt.Errorf("min and max must satisfy 1 <= min <= max (got min %d, max %d)", p.Min, p.Max)
 	}
-	if p.Tolerance == 0 {
-		p.Tolerance = defaultTolerance
-	}
-	if !(p.Tolerance > 1) || math.IsInf(p.Tolerance, 1) {
-		return nil, fmt.Errorf("tolerance must be a number > 1 (got %v)", p.Tolerance)
-	}
-	if p.Window == 0 {
-		p.Window = defaultWindow
-	}
-	if p.ProbeEvery == 0 {
-		p.ProbeEvery = defaultProbeEvery
-	}
-	if p.ProbeCalls == 0 {
-		p.ProbeCalls = defaultProbeCalls
-	}
-	if p.Window < 0 || p.ProbeEvery < 0 || p.ProbeCalls < 0 {
-		return nil, errors.New("window, probeEvery and probeCalls must not be negative")
+	tu := defaultTuning
+	if p.tuning != nil {
+		tu = *p.tuning
 	}
 	al := &adaptiveLimit{
-		min: int64(p.Min), max: int64(p.Max), tolerance: p.Tolerance,
-		window: int64(p.Window), probeEvery: int64(p.ProbeEvery), probeCalls: p.ProbeCalls,
+		min: int64(p.Min), max: int64(p.Max), tolerance: tu.tolerance,
+		window: int64(tu.window), probeEvery: int64(tu.probeEvery), probeCalls: tu.probeCalls,
 		now: now, epoch: time.Now(), gauge: gauge,
 		est: float64(p.Min),
 	}

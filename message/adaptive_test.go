@@ -82,7 +82,7 @@ func TestAdaptiveConcurrencyFollowsTheKnee(t *testing.T) {
 	)
 	clk := newClock()
 	m := newMetrics()
-	a := New(Options{now: clk.Now, Metrics: m})
+	a := newAdmission(Deps{now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "llm", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: lo, Max: hi}})
 	if got := c.ConcurrencyLimit(); got != lo {
 		t.Fatalf("initial limit %d, want Min %d (probing the no-load latency)", got, lo)
@@ -104,7 +104,7 @@ func TestAdaptiveConcurrencyFollowsTheKnee(t *testing.T) {
 	got = settled(simPhase(t, clk, c, running, phase, kneed, Completed, lo, hi))
 	t.Logf("knee %d: %d", knee, got)
 	// Past the knee every call slows in proportion, so the fixed point is
-	// Tolerance × knee plus the square-root headroom: about 46.
+	// tolerance × knee plus the square-root headroom: about 46.
 	if got < knee*3/4 || got > knee*7/4 {
 		t.Fatalf("backend with a knee at %d: limit settled at %d, want within [%d, %d]", knee, got, knee*3/4, knee*7/4)
 	}
@@ -130,12 +130,12 @@ func TestAdaptiveConcurrencyFollowsTheKnee(t *testing.T) {
 }
 
 // TestAdaptiveProbeRestoresLimit: a probe pins the limit to Min and gives
-// the previous limit back once ProbeCalls calls have completed.
+// the previous limit back once probeCalls calls have completed.
 func TestAdaptiveProbeRestoresLimit(t *testing.T) {
 	clk := newClock()
-	a := New(Options{now: clk.Now})
+	a := newAdmission(Deps{now: clk.Now})
 	c := mustRegister(t, a, "x", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{
-		Min: 2, Max: 50, Window: 10 * time.Millisecond, ProbeEvery: time.Second, ProbeCalls: 4,
+		Min: 2, Max: 50, tuning: &adaptiveTuning{tolerance: 1.25, window: 10 * time.Millisecond, probeEvery: time.Second, probeCalls: 4},
 	}})
 	running := &simHeap{}
 	fast := func(int64) time.Duration { return time.Millisecond }
@@ -143,7 +143,7 @@ func TestAdaptiveProbeRestoresLimit(t *testing.T) {
 	if got := c.ConcurrencyLimit(); got != 50 {
 		t.Fatalf("limit %d before the probe, want Max 50", got)
 	}
-	// Past ProbeEvery (+15% jitter at most), the next window end starts a probe.
+	// Past probeEvery (+15% jitter at most), the next window end starts a probe.
 	seen := simPhase(t, clk, c, running, 500*time.Millisecond, fast, Completed, 2, 50)
 	if !slices.Contains(seen, 2) {
 		t.Fatalf("no probe (limit pinned to Min 2) among %d limits seen (min %d)", len(seen), slices.Min(seen))
@@ -157,7 +157,7 @@ func TestAdaptiveProbeRestoresLimit(t *testing.T) {
 // it; both count one lease.
 func TestAdaptiveWithConcurrencyMax(t *testing.T) {
 	clk := newClock()
-	a := New(Options{now: clk.Now})
+	a := newAdmission(Deps{now: clk.Now})
 	c := mustRegister(t, a, "x", Rule{
 		Concurrency:         &Concurrency{Max: 3},
 		AdaptiveConcurrency: &AdaptiveConcurrency{Min: 5, Max: 10},
@@ -186,9 +186,9 @@ func TestAdaptiveWithConcurrencyMax(t *testing.T) {
 // (the race detector watches the lock-free window sums); in flight never
 // passes the largest limit and ends at zero, and the limit stays in range.
 func TestAdaptiveConcurrent(t *testing.T) {
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	c := mustRegister(t, a, "x", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{
-		Min: 2, Max: 16, Window: time.Millisecond, ProbeEvery: 20 * time.Millisecond, ProbeCalls: 3,
+		Min: 2, Max: 16, tuning: &adaptiveTuning{tolerance: 1.25, window: time.Millisecond, probeEvery: 20 * time.Millisecond, probeCalls: 3},
 	}})
 	var wg sync.WaitGroup
 	for g := range 8 {

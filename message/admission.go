@@ -1,7 +1,10 @@
 package message
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +45,7 @@ type Rate struct {
 	Strategy string `yaml:"strategy" help:"gcra (a token bucket: a full burst, then one call per per/limit) | slidingWindow (the true count: at most limit calls in any window of per; memory up to limit timestamps per key); empty: gcra"`
 	// Scope is "local" (default: each instance counts its own calls) or
 	// "cluster" (one budget shared by every instance: each check is one
-	// round trip through Options.Shared; strategy gcra only; by user or ip,
+	// round trip through Deps.Shared; strategy gcra only; by user or ip,
 	// since a connection lives on one instance).
 	Scope string `yaml:"scope" help:"local (each instance counts its own calls) | cluster (one budget shared by every instance through Redis: needs redis.url, strategy gcra, by user or ip; one round trip per check; a Redis failure is decided by admission.failPolicy and counted in admission_rule_errors_total); empty: local"`
 }
@@ -56,28 +59,19 @@ type Concurrency struct {
 // follows the latency of the calls: it falls when calls slow down past
 // their no-load latency or are dropped, and climbs back when they speed
 // up, never leaving [Min, Max]. The algorithm is Envoy's adaptive
-// concurrency gradient controller (see adaptive.go and docs/admission.md);
-// the zero value of each tuning field is its documented default. Calls
+// concurrency gradient controller, with Envoy's tuning (see adaptive.go
+// and docs/admission.md). Calls
 // must be released with Call.ReleaseWith (or Release, which reports
 // Completed) for the limit to learn.
 type AdaptiveConcurrency struct {
 	Min int `yaml:"min" help:"lowest in-flight limit, and the limit while the no-load latency is probed (positive)"`
 	Max int `yaml:"max" help:"highest in-flight limit (at least min); the limit starts at min and moves with the calls' latency and drops (reason CONCURRENCY; gauge admission_concurrency_limit)"`
-	// Tolerance: calls may take this many times the no-load latency
-	// before the limit falls (Envoy's 25% buffer). Default 1.25; > 1.
-	Tolerance float64 `yaml:"-"`
-	// Window is how often the limit is recomputed from the calls that
-	// completed since the last update. Default 100ms.
-	Window time.Duration `yaml:"-"`
-	// ProbeEvery is how often the no-load latency is re-measured: the
-	// limit is pinned to Min until ProbeCalls calls started at that
-	// concurrency have completed, then restored. Default 60s (plus up to
-	// 15% random jitter, so a fleet does not probe in step).
-	ProbeEvery time.Duration `yaml:"-"`
-	ProbeCalls int           `yaml:"-"` // default 25
+	// tuning is the controller's (adaptive.go); nil: defaultTuning.
+	// Only tests set another.
+	tuning *adaptiveTuning
 	// Scope is "local" (default: the limit is this instance's) or
 	// "cluster": every instance publishes its inferred limit through
-	// Options.Ceilings (Redis) and applies the fleet's Aggregate of the
+	// Deps.Ceilings (Redis) and applies the fleet's Aggregate of the
 	// live instances' limits divided by their count, so a backend behind
 	// the fleet sees one ceiling. While the exchange fails, the instance
 	// uses its own limit (counted). While probing, Min applies.
@@ -103,7 +97,7 @@ type Cost struct {
 	Of string `yaml:"of" help:"what a call costs: bytes (the request frame) | fanout (the request's bytes x this instance's subscribers of the topic, for publish) | param:NAME (the call's top-level numeric param NAME, e.g. param:maxTokens, rounded up; a call without it is decided by admission.failPolicy); denied calls answer -32002 with reason COST"`
 	By string `yaml:"by" help:"user | conn | ip, as for rate; empty: user"` // as Rate.By: "user" (default), "conn" or "ip"
 	// Scope is "local" (default: this instance's own budget) or "cluster"
-	// (one budget shared by every instance, through Options.Shared).
+	// (one budget shared by every instance, through Deps.Shared).
 	Scope string `yaml:"scope" help:"local | cluster, as for rate; a class whose rate and cost are both cluster-scoped checks both in one round trip and needs the same by for both; empty: local"`
 }
 
@@ -111,18 +105,13 @@ type Cost struct {
 // with no part admits everything (and still counts it).
 type Rule struct {
 	// Reasons rejects while the pressure snapshot's reason is listed.
-	Reasons []pressure.Reason `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS, BUS (the bus refused a publish in the last sample interval)"`
-	// Predicate rejects (PREDICATE) when it returns false. One that errors
-	// or panics is decided by Options.FailPolicy and counted in
-	// admission_rule_errors_total. It runs on the dispatch path: keep it
-	// cheap and non-blocking. The snapshot is never nil.
-	Predicate           func(s *pressure.Snapshot, c *Call) (bool, error) `yaml:"-"`
-	ClusterTopPublisher *ClusterTopPublisher                              `yaml:"clusterTopPublisher,omitempty"`
-	Rate                *Rate                                             `yaml:"rate,omitempty"`
-	Cost                *Cost                                             `yaml:"cost,omitempty"`
-	BidPrice            *BidPrice                                         `yaml:"bidPrice,omitempty"`
-	Concurrency         *Concurrency                                      `yaml:"concurrency,omitempty"`
-	AdaptiveConcurrency *AdaptiveConcurrency                              `yaml:"adaptiveConcurrency,omitempty"`
+	Reasons             []pressure.Reason    `yaml:"reasons,omitempty" help:"shed while the local pressure reason is one of these: MEMORY, PUBLISH_RATE, SUBSCRIBERS, BUS (the bus refused a publish in the last sample interval)"`
+	ClusterTopPublisher *ClusterTopPublisher `yaml:"clusterTopPublisher,omitempty"`
+	Rate                *Rate                `yaml:"rate,omitempty"`
+	Cost                *Cost                `yaml:"cost,omitempty"`
+	BidPrice            *BidPrice            `yaml:"bidPrice,omitempty"`
+	Concurrency         *Concurrency         `yaml:"concurrency,omitempty"`
+	AdaptiveConcurrency *AdaptiveConcurrency `yaml:"adaptiveConcurrency,omitempty"`
 }
 
 // FailPolicy decides a rule part that errors or panics: a predicate, a
@@ -144,39 +133,53 @@ func (p FailPolicy) String() string {
 	return fmt.Sprintf("FailPolicy(%d)", int(p))
 }
 
-// Options of an Admission. The zero value works: no pressure source, no
-// rate source, fail open, a 1s retry base, metrics on a private registry.
-type Options struct {
+// Predicate is an application's own rule part, in Go: it rejects
+// (PREDICATE) when it returns false. One that errors or panics is decided
+// by Config.FailPolicy and counted in admission_rule_errors_total. It runs
+// on the dispatch path: keep it cheap and non-blocking. The snapshot is
+// never nil.
+type Predicate func(s *pressure.Snapshot, c *Call) (bool, error)
+
+// Deps are what an Admission uses beside its configuration. The zero value
+// works: no pressure source, no rate source, a 1s retry base, metrics
+// discarded.
+type Deps struct {
 	// Snapshot is the pressure monitor's Snapshot (an atomic load). It is
 	// required by classes with Reasons; nil (or a nil snapshot) reads as
 	// no pressure for predicates.
 	Snapshot func() *pressure.Snapshot
 	// Rates answers ClusterTopPublisher parts. nil: every rate reads 0
 	// (nothing is shed by that part).
-	Rates      RateSource
-	FailPolicy FailPolicy // any value but FailOpen decides as FailClosed
+	Rates RateSource
 	// RetryAfter is the base of the jittered retry hint for rejections
-	// other than RATE: the hint is uniform in [base/2, 3*base/2), at
-	// least 1ms. <= 0 means 1s.
+	// other than RATE (a node passes handshake.retryAfter, the one base of
+	// both tiers): the hint is uniform in [base/2, 3*base/2), at least
+	// 1ms. <= 0 means 1s.
 	RetryAfter time.Duration
 	Metrics    *metrics.Metrics // nil: metrics.NewDiscard()
-	// now is the clock of Rate, Cost and AdaptiveConcurrency parts (tests
-	// inject a fixed or stepped one; those of sub-packages through
-	// message/internal/clock). nil: the monotonic clock for the local
-	// parts (a latency or a local budget only measures intervals) and
-	// time.Now for cluster-scoped ones.
-	now func() time.Time
-	// RateMaxKeys bounds each local Rate and Cost part's key store
-	// (ratelimit.NewKeyed's maxKeys); <= 0 means ratelimit's default.
-	RateMaxKeys int
+	// Predicates are the application's predicates by class name: each
+	// joins the rule of the class of that name in Config.Classes, which a
+	// class with a predicate may leave otherwise empty. A predicate whose
+	// class Config.Classes lacks stops New.
+	Predicates map[string]Predicate
 	// Ceilings shares the limits of AdaptiveConcurrency parts with Scope
-	// "cluster" (e.g. clusterrate.Ceilings on Redis); Admission.RunCeilings
+	// "cluster" (e.g. clusterrate.Ceilings on Redis); Admission.Start
 	// drives it. nil: registering such a part is an error.
 	Ceilings CeilingStore
 	// Shared decides the Rate and Cost parts with Scope "cluster" (e.g.
 	// clusterrate.Limiter on Redis). nil: registering such a part is an
 	// error.
 	Shared SharedLimiter
+
+	// now is the clock of Rate, Cost and AdaptiveConcurrency parts (tests
+	// inject a fixed or stepped one; those of sub-packages through
+	// message/internal/clock). nil: the monotonic clock for the local
+	// parts (a latency or a local budget only measures intervals) and
+	// time.Now for cluster-scoped ones.
+	now func() time.Time
+	// rateMaxKeys bounds each local Rate and Cost part's key store
+	// (ratelimit.NewKeyed's maxKeys); <= 0 means ratelimit's default.
+	rateMaxKeys int
 }
 
 // Admission holds the registered classes. Register and Class are start-up
@@ -187,8 +190,8 @@ type Admission struct {
 	failClosed  bool
 	retryBase   time.Duration
 	m           *metrics.Metrics
-	now         func() time.Time // wall clock: Options.Now, or time.Now
-	injectedNow func() time.Time // Options.now as given (nil: the default clocks)
+	now         func() time.Time // wall clock: Deps.now, or time.Now
+	injectedNow func() time.Time // Deps.now as given (nil: the default clocks)
 	epoch       time.Time        // a time.Now reading taken by New (see localNow)
 	rateMaxKeys int
 	shared      SharedLimiter
@@ -196,26 +199,37 @@ type Admission struct {
 
 	mu      sync.Mutex
 	classes map[string]*Class
+	// run is the ceilings exchange of Start, until Close.
+	run struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
 }
 
 func init() {
-	clock.Set = func(opts any, now func() time.Time) { opts.(*Options).now = now }
+	clock.Set = func(deps any, now func() time.Time) { deps.(*Deps).now = now }
 }
 
-// New returns an Admission with no classes.
-func New(opts Options) *Admission {
+// New validates cfg and returns an Admission with cfg's classes
+// registered, each with its predicate from deps.Predicates. cfg.Methods
+// is for a Router (NewRouter). More classes may be registered in code
+// (Register).
+func New(cfg Config, deps Deps) (*Admission, error) {
+	if err := cfg.ValidateWith(deps); err != nil {
+		return nil, err
+	}
 	a := &Admission{
-		snapshot:    opts.Snapshot,
-		failClosed:  opts.FailPolicy != FailOpen,
-		retryBase:   opts.RetryAfter,
-		m:           opts.Metrics,
-		now:         opts.now,
-		injectedNow: opts.now,
+		snapshot:    deps.Snapshot,
+		failClosed:  cfg.FailPolicy != FailOpen,
+		retryBase:   deps.RetryAfter,
+		m:           deps.Metrics,
+		now:         deps.now,
+		injectedNow: deps.now,
 		epoch:       time.Now(),
-		rateMaxKeys: opts.RateMaxKeys,
-		shared:      opts.Shared,
-		ceilings:    opts.Ceilings,
-		rates:       opts.Rates,
+		rateMaxKeys: deps.rateMaxKeys,
+		shared:      deps.Shared,
+		ceilings:    deps.Ceilings,
+		rates:       deps.Rates,
 		classes:     map[string]*Class{},
 	}
 	if a.retryBase <= 0 {
@@ -227,7 +241,12 @@ func New(opts Options) *Admission {
 	if a.now == nil {
 		a.now = time.Now
 	}
-	return a
+	for _, name := range slices.Sorted(maps.Keys(cfg.Classes)) {
+		if err := a.register(name, cfg.Classes[name], deps.Predicates[name]); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // localNow is the clock of the parts that only measure intervals on this
@@ -238,7 +257,7 @@ func New(opts Options) *Admission {
 // both clocks and costs about twice as much. Its wall part follows the
 // monotonic clock from New on, which no local part reads. A cluster-scoped
 // part compares times across instances, so it keeps the wall clock (a.now).
-// An injected clock (Options.now) drives every part.
+// An injected clock (Deps.now) drives every part.
 func (a *Admission) localNow() time.Time {
 	if a.injectedNow != nil {
 		return a.injectedNow()

@@ -28,7 +28,7 @@ func benchPaths() []benchPath {
 	return []benchPath{
 		{"reasons", func(tb testing.TB) func() {
 			src := newPressure(pressure.Subscribers)
-			a := New(Options{Snapshot: src.Snapshot})
+			a := newAdmission(Deps{Snapshot: src.Snapshot})
 			c := mustRegister(tb, a, "x", Rule{Reasons: []pressure.Reason{pressure.Memory, pressure.PublishRate}})
 			call := &Call{Method: "report.daily"}
 			return func() {
@@ -39,7 +39,7 @@ func benchPaths() []benchPath {
 		}},
 		{"reasons_denied", func(tb testing.TB) func() {
 			src := newPressure(pressure.Memory)
-			a := New(Options{Snapshot: src.Snapshot})
+			a := newAdmission(Deps{Snapshot: src.Snapshot})
 			c := mustRegister(tb, a, "x", Rule{Reasons: []pressure.Reason{pressure.Memory, pressure.PublishRate}})
 			call := &Call{Method: "report.daily"}
 			return func() {
@@ -53,7 +53,7 @@ func benchPaths() []benchPath {
 			for i := range 20 {
 				rates["topic:"+string(rune('a'+i))] = float64(i * 100)
 			}
-			a := New(Options{Rates: rates})
+			a := newAdmission(Deps{Rates: rates})
 			c := mustRegister(tb, a, "x", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 1000}})
 			call := &Call{Method: "publish", Topic: "topic:e"}
 			return func() {
@@ -83,7 +83,7 @@ func benchPaths() []benchPath {
 		// Sliding window at its steady state: 100 per second, the clock
 		// steps 10ms per read, so each call expires one event and adds one.
 		{"slidingWindow_steppedclock", func(tb testing.TB) func() {
-			a := New(Options{now: steppedClock(10 * time.Millisecond)})
+			a := newAdmission(Deps{now: steppedClock(10 * time.Millisecond)})
 			c := mustRegister(tb, a, "x", Rule{Rate: &Rate{Limit: 100, Per: time.Second, Strategy: "slidingWindow"}})
 			call := &Call{Method: "chat.send", User: "alice"}
 			return func() {
@@ -113,7 +113,7 @@ func steppedClock(step time.Duration) func() time.Time {
 }
 
 func adaptivePath(tb testing.TB, now func() time.Time) func() {
-	a := New(Options{now: now})
+	a := newAdmission(Deps{now: now})
 	c := mustRegister(tb, a, "x", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 4, Max: 128}})
 	call := &Call{Method: "llm.complete", User: "alice"}
 	return func() {
@@ -127,7 +127,7 @@ func adaptivePath(tb testing.TB, now func() time.Time) func() {
 // costPath charges a fan-out call (1 byte to 1 subscriber, so a fixed
 // clock does not run the budget dry within a benchmark).
 func costPath(tb testing.TB, now func() time.Time) func() {
-	a := New(Options{now: now})
+	a := newAdmission(Deps{now: now})
 	c := mustRegister(tb, a, "x", Rule{Cost: &Cost{Budget: 2_000_000_000, Per: time.Nanosecond, Of: "fanout"}})
 	call := &Call{Method: "publish", Topic: "t", User: "alice", Bytes: 1, Subscribers: 1}
 	return func() {
@@ -140,7 +140,7 @@ func costPath(tb testing.TB, now func() time.Time) func() {
 // rateConcurrencyPath is the full path: token spent, lease taken and given
 // back. The limit is so generous that every call is allowed.
 func rateConcurrencyPath(tb testing.TB, now func() time.Time) func() {
-	a := New(Options{now: now})
+	a := newAdmission(Deps{now: now})
 	c := mustRegister(tb, a, "x", Rule{
 		Rate:        &Rate{Limit: 1_000_000_000, Per: time.Second},
 		Concurrency: &Concurrency{Max: 8},
@@ -186,7 +186,7 @@ func BenchmarkCheckParallel(b *testing.B) {
 }
 
 func routerForBench(tb testing.TB) *Router {
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	for _, n := range []string{"cb", "rpc", "chat"} {
 		mustRegister(tb, a, n, Rule{})
 	}

@@ -87,7 +87,7 @@ func TestReasonsMatrix(t *testing.T) {
 	src := newPressure(pressure.None)
 	m := newMetrics()
 	const base = 200 * time.Millisecond
-	a := New(Options{Snapshot: src.Snapshot, Metrics: m, RetryAfter: base})
+	a := newAdmission(Deps{Snapshot: src.Snapshot, Metrics: m, RetryAfter: base})
 	for name, rs := range classes {
 		mustRegister(t, a, name, Rule{Reasons: rs})
 	}
@@ -157,8 +157,9 @@ func TestPredicateFailPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.policy.String()+"/"+tt.pred, func(t *testing.T) {
 			m := newMetrics()
-			a := New(Options{FailPolicy: tt.policy, Metrics: m})
-			c := mustRegister(t, a, "p", Rule{Predicate: preds[tt.pred]})
+			a := newAdmissionCfg(Config{FailPolicy: tt.policy, Classes: map[string]Rule{"p": {}}},
+				Deps{Metrics: m, Predicates: map[string]Predicate{"p": preds[tt.pred]}})
+			c, _ := a.Class("p")
 			var call Call
 			d := c.Check(&call)
 			if d.Allowed != tt.wantAllow {
@@ -191,16 +192,18 @@ func TestPredicateArguments(t *testing.T) {
 		return s.Reason == pressure.None, nil
 	}
 
-	a := New(Options{})
-	c := mustRegister(t, a, "p", Rule{Predicate: pred})
+	classes := map[string]Rule{"p": {}}
+	preds := map[string]Predicate{"p": pred}
+	a := newAdmissionCfg(Config{Classes: classes}, Deps{Predicates: preds})
+	c, _ := a.Class("p")
 	call := Call{Method: "m"}
 	if d := c.Check(&call); !d.Allowed || seen == nil || seenCall != &call {
 		t.Fatalf("no source: d=%+v snapshot=%v call=%p", d, seen, seenCall)
 	}
 
 	src := newPressure(pressure.Memory)
-	a = New(Options{Snapshot: src.Snapshot})
-	c = mustRegister(t, a, "p", Rule{Predicate: pred})
+	a = newAdmissionCfg(Config{Classes: classes}, Deps{Snapshot: src.Snapshot, Predicates: preds})
+	c, _ = a.Class("p")
 	if d := c.Check(&call); d.Allowed || seen != src.Snapshot() {
 		t.Fatalf("with source: d=%+v, snapshot %p want %p", d, seen, src.Snapshot())
 	}
@@ -230,7 +233,7 @@ func TestClusterTopPublisher(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.by+"/"+tt.call.Topic+tt.call.User+tt.call.IP, func(t *testing.T) {
 			m := newMetrics()
-			a := New(Options{Rates: rates, Metrics: m})
+			a := newAdmission(Deps{Rates: rates, Metrics: m})
 			c := mustRegister(t, a, "cb", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 1000, By: tt.by}})
 			d := c.Check(tt.call)
 			if d.Allowed != tt.want {
@@ -262,7 +265,7 @@ func TestRatesSource(t *testing.T) {
 		{"at the threshold", fakeRates{topics: map[string]float64{"t": 100}}, false},
 		{"cool", fakeRates{topics: map[string]float64{"t": 50}}, true},
 	} {
-		a := New(Options{Rates: tt.src})
+		a := newAdmission(Deps{Rates: tt.src})
 		c := mustRegister(t, a, "cb", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 100}})
 		if d := c.Check(&call); d.Allowed != tt.want {
 			t.Errorf("%s: Allowed = %v, want %v", tt.name, d.Allowed, tt.want)
@@ -273,7 +276,7 @@ func TestRatesSource(t *testing.T) {
 func TestRate(t *testing.T) {
 	clk := newClock()
 	m := newMetrics()
-	a := New(Options{now: clk.Now, Metrics: m})
+	a := newAdmission(Deps{now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "chat", Rule{Rate: &Rate{Limit: 3, Per: time.Second, By: "user"}})
 
 	alice := Call{User: "alice", IP: "10.0.0.1"}
@@ -329,7 +332,7 @@ func TestRateKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.by, func(t *testing.T) {
 			clk := newClock()
-			a := New(Options{now: clk.Now})
+			a := newAdmission(Deps{now: clk.Now})
 			c := mustRegister(t, a, "r", Rule{Rate: &Rate{Limit: 1, Per: time.Minute, By: tt.by}})
 			if d := c.Check(tt.first); !d.Allowed {
 				t.Fatalf("first: %+v", d)
@@ -347,7 +350,7 @@ func TestRateKeys(t *testing.T) {
 // A Call reused on another connection must not keep the old connection's
 // cached key.
 func TestRateConnKeyFollowsConnID(t *testing.T) {
-	a := New(Options{now: newClock().Now})
+	a := newAdmission(Deps{now: newClock().Now})
 	c := mustRegister(t, a, "r", Rule{Rate: &Rate{Limit: 1, Per: time.Minute, By: "conn"}})
 	call := Call{ConnID: 1}
 	if d := c.Check(&call); !d.Allowed {
@@ -369,7 +372,7 @@ func TestEvaluationOrder(t *testing.T) {
 	src := newPressure(pressure.Memory)
 	clk := newClock()
 	m := newMetrics()
-	a := New(Options{Snapshot: src.Snapshot, now: clk.Now, Metrics: m})
+	a := newAdmission(Deps{Snapshot: src.Snapshot, now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "x", Rule{
 		Reasons:     []pressure.Reason{pressure.Memory},
 		Rate:        &Rate{Limit: 2, Per: time.Minute},
@@ -410,7 +413,7 @@ func TestEvaluationOrder(t *testing.T) {
 func TestConcurrency(t *testing.T) {
 	m := newMetrics()
 	const base = 100 * time.Millisecond
-	a := New(Options{Metrics: m, RetryAfter: base, now: newClock().Now})
+	a := newAdmission(Deps{Metrics: m, RetryAfter: base, now: newClock().Now})
 	c := mustRegister(t, a, "c", Rule{Concurrency: &Concurrency{Max: 2}})
 	var x, y, z Call
 	if d := c.Check(&x); !d.Allowed || d.Limit != 2 || d.Remaining != 1 {
@@ -454,7 +457,7 @@ func TestConcurrency(t *testing.T) {
 // Rate clears, concurrency denies: the reported decision is both parts
 // combined (tightest limit, the concurrency reason and hint).
 func TestRateThenConcurrencyCombined(t *testing.T) {
-	a := New(Options{now: newClock().Now})
+	a := newAdmission(Deps{now: newClock().Now})
 	c := mustRegister(t, a, "c", Rule{Rate: &Rate{Limit: 10, Per: time.Second}, Concurrency: &Concurrency{Max: 1}})
 	held := Call{User: "u"}
 	if d := c.Check(&held); !d.Allowed || d.Limit != 1 || d.Remaining != 0 {
@@ -471,7 +474,7 @@ func TestRateThenConcurrencyCombined(t *testing.T) {
 }
 
 func TestCheckPanicsOnHeldLease(t *testing.T) {
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	c := mustRegister(t, a, "c", Rule{Concurrency: &Concurrency{Max: 5}})
 	other := mustRegister(t, a, "o", Rule{})
 	var call Call
@@ -497,7 +500,6 @@ func TestCheckPanicsOnHeldLease(t *testing.T) {
 }
 
 func TestRegisterValidation(t *testing.T) {
-	pred := func(*pressure.Snapshot, *Call) (bool, error) { return true, nil }
 	tests := []struct {
 		name    string
 		rule    Rule
@@ -507,14 +509,13 @@ func TestRegisterValidation(t *testing.T) {
 		{"empty rule", Rule{}, false, ""},
 		{"everything", Rule{
 			Reasons:             []pressure.Reason{pressure.Memory, pressure.Memory},
-			Predicate:           pred,
 			ClusterTopPublisher: &ClusterTopPublisher{Threshold: 1, By: "user"},
 			Rate:                &Rate{Limit: 1, Per: time.Second, By: "ip"},
 			Concurrency:         &Concurrency{Max: 1},
 		}, false, ""},
 		{"reason none", Rule{Reasons: []pressure.Reason{pressure.None}}, false, "reasons: unknown reason"},
 		{"reason out of range", Rule{Reasons: []pressure.Reason{200}}, false, "reasons: unknown reason"},
-		{"reasons without snapshot", Rule{Reasons: []pressure.Reason{pressure.Memory}}, true, "reasons: Options.Snapshot is nil"},
+		{"reasons without snapshot", Rule{Reasons: []pressure.Reason{pressure.Memory}}, true, "reasons: Deps.Snapshot is nil"},
 		{"rate limit 0", Rule{Rate: &Rate{Limit: 0, Per: time.Second}}, false, "rate: limit"},
 		{"rate per 0", Rule{Rate: &Rate{Limit: 1}}, false, "rate: per"},
 		{"rate by", Rule{Rate: &Rate{Limit: 1, Per: time.Second, By: "topic"}}, false, "rate: by"},
@@ -533,8 +534,6 @@ func TestRegisterValidation(t *testing.T) {
 		{"cost ok", Rule{Cost: &Cost{Budget: 1, Per: time.Second, Of: "param:n"}}, false, ""},
 		{"adaptive min 0", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Max: 4}}, false, "adaptiveConcurrency: min and max"},
 		{"adaptive max < min", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 5, Max: 4}}, false, "adaptiveConcurrency: min and max"},
-		{"adaptive tolerance", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 1, Max: 4, Tolerance: 0.9}}, false, "adaptiveConcurrency: tolerance"},
-		{"adaptive window", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 1, Max: 4, Window: -1}}, false, "adaptiveConcurrency: window"},
 		{"adaptive ok", Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 1, Max: 1}}, false, ""},
 		{"concurrency 0", Rule{Concurrency: &Concurrency{}}, false, "concurrency: max"},
 		{"concurrency negative", Rule{Concurrency: &Concurrency{Max: -1}}, false, "concurrency: max"},
@@ -545,11 +544,11 @@ func TestRegisterValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := Options{Snapshot: newPressure(pressure.None).Snapshot}
+			deps := Deps{Snapshot: newPressure(pressure.None).Snapshot}
 			if tt.noSnap {
-				opts.Snapshot = nil
+				deps.Snapshot = nil
 			}
-			a := New(opts)
+			a := newAdmission(deps)
 			err := a.Register("k", tt.rule)
 			if tt.wantErr == "" {
 				if err != nil {
@@ -565,7 +564,7 @@ func TestRegisterValidation(t *testing.T) {
 			}
 		})
 	}
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	mustRegister(t, a, "dup", Rule{})
 	if err := a.Register("dup", Rule{}); err == nil || !strings.Contains(err.Error(), "already registered") {
 		t.Errorf("duplicate Register error = %v", err)
@@ -587,13 +586,13 @@ func TestMetricSeriesResolvedAtRegister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New(Options{Snapshot: newPressure(pressure.None).Snapshot, Metrics: m})
-	mustRegister(t, a, "a", Rule{Reasons: []pressure.Reason{pressure.Memory, pressure.Subscribers}})
-	mustRegister(t, a, "b", Rule{
-		Predicate:   func(*pressure.Snapshot, *Call) (bool, error) { return true, nil },
+	a := newAdmissionCfg(Config{Classes: map[string]Rule{"b": {
 		Rate:        &Rate{Limit: 1, Per: time.Second},
 		Concurrency: &Concurrency{Max: 1},
-	})
+	}}}, Deps{Snapshot: newPressure(pressure.None).Snapshot, Metrics: m, Predicates: map[string]Predicate{
+		"b": func(*pressure.Snapshot, *Call) (bool, error) { return true, nil },
+	}})
+	mustRegister(t, a, "a", Rule{Reasons: []pressure.Reason{pressure.Memory, pressure.Subscribers}})
 	mustRegister(t, a, "c", Rule{ClusterTopPublisher: &ClusterTopPublisher{Threshold: 1}})
 	if got := testutil.CollectAndCount(m.AdmissionAccepted); got != 3 {
 		t.Errorf("accepted series = %d, want 3", got)
@@ -621,7 +620,7 @@ admission_rejected_total{class="c",reason="CLUSTER_TOP_PUBLISHER"} 0
 
 func TestJitter(t *testing.T) {
 	for _, base := range []time.Duration{time.Nanosecond, time.Millisecond, time.Second} {
-		a := New(Options{RetryAfter: base})
+		a := newAdmission(Deps{RetryAfter: base})
 		lo, hi := max(base/2, time.Millisecond), max(base*3/2, time.Millisecond+1)
 		seen := map[time.Duration]bool{}
 		for range 1000 {
@@ -635,7 +634,41 @@ func TestJitter(t *testing.T) {
 			t.Errorf("base 1s: only %d distinct hints in 1000: not jittered", len(seen))
 		}
 	}
-	if got := New(Options{}).retryBase; got != time.Second {
+	if got := newAdmission(Deps{}).retryBase; got != time.Second {
 		t.Errorf("default base = %v, want 1s", got)
 	}
+}
+
+// A predicate joins the class of its name in Config.Classes, which may
+// then have no other part; one naming a class Config lacks, or nil, stops
+// New, and Validate, which knows no predicate, refuses the empty rule.
+func TestPredicatesByClassName(t *testing.T) {
+	yes := func(*pressure.Snapshot, *Call) (bool, error) { return true, nil }
+	cfg := Config{Classes: map[string]Rule{"admin": {}}}
+	if _, err := New(cfg, Deps{Predicates: map[string]Predicate{"admin": yes}}); err != nil {
+		t.Fatalf("predicate-only class: %v", err)
+	}
+	if err := cfg.Validate(); err == nil {
+		t.Error("Validate accepted an empty rule that has no predicate")
+	}
+	for name, preds := range map[string]map[string]Predicate{
+		"unknown class": {"admin": yes, "other": yes},
+		"nil predicate": {"admin": nil},
+	} {
+		if _, err := New(cfg, Deps{Predicates: preds}); err == nil || !strings.Contains(err.Error(), "admission.classes.") {
+			t.Errorf("%s: New error = %v, want one naming the class's key", name, err)
+		}
+	}
+}
+
+// newAdmission is New with no classes in the configuration.
+func newAdmission(deps Deps) *Admission { return newAdmissionCfg(Config{}, deps) }
+
+// newAdmissionCfg is New, which must succeed.
+func newAdmissionCfg(cfg Config, deps Deps) *Admission {
+	a, err := New(cfg, deps)
+	if err != nil {
+		panic(err)
+	}
+	return a
 }

@@ -44,7 +44,7 @@ func calibrationRule(bid *BidPrice) Rule {
 func TestBidPriceDenies(t *testing.T) {
 	m := newMetrics()
 	clk := newClock()
-	a := New(Options{now: clk.Now, Metrics: m})
+	a := newAdmission(Deps{now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "llm", calibrationRule(&BidPrice{ValueOf: "param:value", Workload: &calibration}))
 	if d, ok := c.BidPrice(); !ok || d.Rate != 0 || math.Abs(d.Cost-0.01) > 1e-12 {
 		t.Fatalf("duals %+v, %v", d, ok)
@@ -76,7 +76,7 @@ func TestBidPriceValue(t *testing.T) {
 		if closed {
 			fp = FailClosed
 		}
-		a := New(Options{Metrics: m, FailPolicy: fp})
+		a := newAdmissionCfg(Config{FailPolicy: fp}, Deps{Metrics: m})
 		c := mustRegister(t, a, "c", Rule{
 			Cost:     &Cost{Budget: 1000, Per: time.Second, Of: "param:cost"},
 			BidPrice: &BidPrice{ValueOf: "param:value", Duals: &Duals{Rate: 1, Cost: 0.5}},
@@ -92,7 +92,7 @@ func TestBidPriceValue(t *testing.T) {
 			t.Fatalf("below the price: %+v", d)
 		}
 	}
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	c := mustRegister(t, a, "k", Rule{
 		Cost:     &Cost{Budget: 1000, Per: time.Second, Of: "bytes"},
 		BidPrice: &BidPrice{Value: 10, Duals: &Duals{Cost: 0.1}},
@@ -113,7 +113,7 @@ func TestBidPriceValidation(t *testing.T) {
 		{Cost: cost, BidPrice: &BidPrice{Duals: &Duals{}, Value: -2}},
 		{Cost: cost, BidPrice: &BidPrice{Workload: &fluidlp.Workload{}}},
 	} {
-		if err := New(Options{}).Register("x", r); err == nil {
+		if err := newAdmission(Deps{}).Register("x", r); err == nil {
 			t.Errorf("%+v: registered", r.BidPrice)
 		}
 		if err := (Config{Classes: map[string]Rule{"x": r}}).Validate(); err == nil {
@@ -142,8 +142,8 @@ func TestBidPriceOnlyRemovesAdmits(t *testing.T) {
 		r := rule(nil)
 		withBid := r
 		withBid.BidPrice = &BidPrice{ValueOf: "param:value", Duals: &duals}
-		policy := mustRegister(t, New(Options{now: clk.Now}), "p", withBid)
-		marginal := mustRegister(t, New(Options{now: clk.Now}), "m", r)
+		policy := mustRegister(t, newAdmission(Deps{now: clk.Now}), "p", withBid)
+		marginal := mustRegister(t, newAdmission(Deps{now: clk.Now}), "m", r)
 		for i := range rapid.IntRange(1, 100).Draw(rt, "steps") {
 			clk.Advance(time.Duration(rapid.IntRange(0, 200).Draw(rt, fmt.Sprint("gapMs", i))) * time.Millisecond)
 			cost := int64(rapid.IntRange(0, 2000).Draw(rt, fmt.Sprint("cost", i)))
@@ -183,7 +183,7 @@ func regret(t *testing.T, rho float64, bid *BidPrice, seeds int) float64 {
 	total := 0.0
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 33))
-		a := New(Options{now: newClock().Now})
+		a := newAdmission(Deps{now: newClock().Now})
 		c := mustRegister(t, a, "llm", calibrationRule(bid))
 		typ := rng.IntN(2)
 		value := 0.0

@@ -20,7 +20,7 @@ type CeilingStore interface {
 	ShareLimit(ctx context.Context, class string, limit int64) ([]int64, error)
 }
 
-// DefaultCeilingEvery is how often RunCeilings exchanges the limits of
+// DefaultCeilingEvery is how often a started Admission exchanges the limits of
 // classes with a fleet-wide (scope cluster) adaptive concurrency limit.
 const DefaultCeilingEvery = time.Second
 
@@ -99,7 +99,7 @@ func (a *Admission) HasCeilings() bool {
 }
 
 // ShareCeilings exchanges, once, every fleet-wide class's limit through
-// Options.Ceilings: it publishes the class's own inferred limit and then
+// Deps.Ceilings: it publishes the class's own inferred limit and then
 // applies the fleet's ceiling divided by the live instance count. A class
 // whose exchange fails falls back to its own limit (counted in
 // admission_concurrency_ceiling_fallbacks_total) until an exchange
@@ -129,13 +129,50 @@ func (a *Admission) ShareCeilings(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// RunCeilings calls ShareCeilings every interval (<= 0: DefaultCeilingEvery,
-// each exchange bounded by half of it) until ctx ends; at the end every
-// class is back on its own limit.
-func (a *Admission) RunCeilings(ctx context.Context, every time.Duration) {
-	if every <= 0 {
-		every = DefaultCeilingEvery
+// Start starts exchanging the limits of the fleet-wide classes through
+// Deps.Ceilings in the background, at once and then every
+// DefaultCeilingEvery (each exchange bounded by half of it), until Close.
+// Without Deps.Ceilings there is nothing to exchange and it starts
+// nothing. It does no I/O itself and never fails: an exchange that fails
+// leaves the classes on their own limits. After Close it starts nothing.
+func (a *Admission) Start(context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ceilings == nil || a.run.done != nil {
+		return nil
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.run.cancel, a.run.done = cancel, make(chan struct{})
+	go func() {
+		defer close(a.run.done)
+		a.runCeilings(ctx, DefaultCeilingEvery)
+	}()
+	return nil
+}
+
+// Close stops what Start started and waits for it: every class is back on
+// its own limit.
+func (a *Admission) Close() error {
+	a.mu.Lock()
+	if a.run.done == nil {
+		a.run.done = closedRun // a later Start starts nothing
+	}
+	cancel, done := a.run.cancel, a.run.done
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	<-done
+	return nil
+}
+
+// closedRun is the done channel of an Admission closed before it started.
+var closedRun = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// runCeilings calls ShareCeilings every interval (each exchange bounded
+// by half of it) until ctx ends; at the end every class is back on its
+// own limit.
+func (a *Admission) runCeilings(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

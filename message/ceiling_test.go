@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"pgregory.net/rapid"
 
+	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -58,15 +59,17 @@ func TestAggregate(t *testing.T) {
 // probed returns a fleet-wide adaptive class whose first no-load probe is
 // over, so its own limit (Min) is what the controller inferred.
 func probed(t interface{ Fatal(...any) }, a *Admission, name string, min int) *Class {
-	if err := a.Register(name, Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: min, Max: 1000, ProbeCalls: 1, Scope: "cluster"}}); err != nil {
+	if err := a.Register(name, Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: min, Max: 1000, Scope: "cluster"}}); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := a.Class(name)
 	call := &Call{}
-	if !c.Check(call).Allowed {
-		t.Fatal("first call denied")
+	for range defaultTuning.probeCalls {
+		if !c.Check(call).Allowed {
+			t.Fatal("a probe call denied")
+		}
+		call.Release()
 	}
-	call.Release()
 	if c.adaptive.probing.Load() {
 		t.Fatal("still probing")
 	}
@@ -79,7 +82,7 @@ func probed(t interface{ Fatal(...any) }, a *Admission, name string, min int) *C
 func TestFleetCeiling(t *testing.T) {
 	m := newMetrics()
 	store := &fakeCeilings{others: []int64{90, 30}}
-	a := New(Options{Metrics: m, Ceilings: store, now: newClock().Now})
+	a := newAdmission(Deps{Metrics: m, Ceilings: store, now: newClock().Now})
 	c := probed(t, a, "llm", 60)
 	if !a.HasCeilings() {
 		t.Fatal("HasCeilings false")
@@ -119,11 +122,11 @@ func TestFleetCeiling(t *testing.T) {
 
 func TestFleetCeilingValidation(t *testing.T) {
 	r := Rule{AdaptiveConcurrency: &AdaptiveConcurrency{Min: 1, Max: 2, Scope: "cluster"}}
-	if err := New(Options{}).Register("x", r); err == nil {
+	if err := newAdmission(Deps{}).Register("x", r); err == nil {
 		t.Error("scope cluster without a store registered")
 	}
 	for _, ac := range []*AdaptiveConcurrency{{Min: 1, Max: 2, Scope: "fleet"}, {Min: 1, Max: 2, Scope: "cluster", Aggregate: "p99"}} {
-		if err := New(Options{Ceilings: &fakeCeilings{}}).Register("x", Rule{AdaptiveConcurrency: ac}); err == nil {
+		if err := newAdmission(Deps{Ceilings: &fakeCeilings{}}).Register("x", Rule{AdaptiveConcurrency: ac}); err == nil {
 			t.Errorf("%+v registered", ac)
 		}
 		if err := (Config{Classes: map[string]Rule{"x": {AdaptiveConcurrency: ac}}}).Validate(); err == nil {
@@ -141,7 +144,7 @@ func TestFleetCeilingValidation(t *testing.T) {
 func TestFleetCeilingExactlyOnceRelease(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		store := &fakeCeilings{others: []int64{5}}
-		a := New(Options{Ceilings: store, now: newClock().Now})
+		a := newAdmission(Deps{Ceilings: store, now: newClock().Now})
 		c := probed(rt, a, "c", 4)
 		n := rapid.IntRange(1, 8).Draw(rt, "calls")
 		calls := make([]*Call, n)
@@ -216,20 +219,47 @@ func TestFleetCeilingExactlyOnceRelease(t *testing.T) {
 	})
 }
 
-// TestRunCeilingsStops: RunCeilings exchanges at once and, when its
-// context ends, puts every class back on its own limit.
+// TestRunCeilingsStops: the exchange runs at once and, when its context
+// ends, puts every class back on its own limit.
 func TestRunCeilingsStops(t *testing.T) {
 	store := &fakeCeilings{others: []int64{90, 30}}
-	a := New(Options{Ceilings: store, now: newClock().Now})
+	a := newAdmission(Deps{Ceilings: store, now: newClock().Now})
 	c := probed(t, a, "llm", 60)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	a.RunCeilings(ctx, time.Hour) // one exchange, then it sees ctx done
+	a.runCeilings(ctx, time.Hour) // one exchange, then it sees ctx done
 	if store.mine != 60 {
 		t.Fatalf("no exchange: %d", store.mine)
 	}
 	if got := c.ConcurrencyLimit(); got != 60 {
-		t.Fatalf("limit %d after RunCeilings ended, want its own 60", got)
+		t.Fatalf("limit %d after the exchange ended, want its own 60", got)
+	}
+}
+
+// TestStartClose: Start runs the exchange until Close, which waits for it
+// and leaves every class on its own limit; Close without Start, twice, or
+// before a Start that then starts nothing, is safe.
+func TestStartClose(t *testing.T) {
+	defer leakcheck.Check(t)
+	store := &fakeCeilings{others: []int64{90, 30}}
+	a := newAdmission(Deps{Ceilings: store, now: newClock().Now})
+	c := probed(t, a, "llm", 60)
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ConcurrencyLimit(); got != 60 {
+		t.Fatalf("limit %d after Close, want its own 60", got)
+	}
+	a.Close()
+	b := newAdmission(Deps{Ceilings: store})
+	b.Close()
+	b.Start(context.Background()) // after Close: starts nothing
+	b.Close()
+	if err := newAdmission(Deps{}).Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 

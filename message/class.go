@@ -43,7 +43,7 @@ type Class struct {
 	name string
 	a    *Admission
 
-	snapshot   func() *pressure.Snapshot // Options.Snapshot; nil: none
+	snapshot   func() *pressure.Snapshot // Deps.Snapshot; nil: none
 	needSnap   bool
 	reasonMask uint64 // bit r is set when pressure.Reason r is listed
 	reasons    []reasonPart
@@ -132,13 +132,19 @@ func (p *ratePart) allow(call *Call, now time.Time) ratelimit.Result {
 	return p.keyed.Allow(key, now)
 }
 
-// Register adds a class. Registering a name twice, or a rule with an invalid
-// part, is an error naming the class and the part.
+// Register adds a class besides Config's (New registered those).
+// Registering a name twice, or a rule with an invalid part, is an error
+// naming the class and the part.
 func (a *Admission) Register(name string, r Rule) error {
+	return a.register(name, r, nil)
+}
+
+// register is Register with the class's predicate (nil: none).
+func (a *Admission) register(name string, r Rule, pred Predicate) error {
 	if name == "" {
 		return errors.New("message: class name is empty")
 	}
-	c, err := a.build(name, r)
+	c, err := a.build(name, r, pred)
 	if err != nil {
 		return fmt.Errorf("message: class %q: %w", name, err)
 	}
@@ -152,8 +158,8 @@ func (a *Admission) Register(name string, r Rule) error {
 	return nil
 }
 
-func (a *Admission) build(name string, r Rule) (*Class, error) {
-	c := &Class{name: name, a: a, predicate: r.Predicate}
+func (a *Admission) build(name string, r Rule, pred Predicate) (*Class, error) {
+	c := &Class{name: name, a: a, predicate: pred}
 	seen := map[pressure.Reason]bool{}
 	for _, pr := range r.Reasons {
 		code, ok := pressureCode(pr)
@@ -168,7 +174,7 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 		c.reasonMask |= 1 << pr
 	}
 	if len(c.reasons) > 0 && a.snapshot == nil {
-		return nil, errors.New("reasons: Options.Snapshot is nil, so pressure would never be seen")
+		return nil, errors.New("reasons: Deps.Snapshot is nil, so pressure would never be seen")
 	}
 	c.needSnap = len(c.reasons) > 0 || c.predicate != nil
 	c.snapshot = a.snapshot
@@ -214,7 +220,7 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 				byText[sharedRate.by], byText[sharedCost.by])
 		}
 		if a.shared == nil {
-			return nil, errors.New("scope cluster: no shared store to keep the fleet's budget in (message.Options.Shared; a node has one when redis.url is set)")
+			return nil, errors.New("scope cluster: no shared store to keep the fleet's budget in (message.Deps.Shared; a node has one when redis.url is set)")
 		}
 		c.shared = &sharedPart{rate: sharedRate, cost: sharedCost}
 	}
@@ -253,7 +259,7 @@ func (a *Admission) build(name string, r Rule) (*Class, error) {
 				return nil, fmt.Errorf("adaptiveConcurrency: %w", err)
 			}
 			if a.ceilings == nil {
-				return nil, errors.New("adaptiveConcurrency: scope cluster: no store to share the fleet's limits in (message.Options.Ceilings; a node has one when redis.url is set)")
+				return nil, errors.New("adaptiveConcurrency: scope cluster: no store to share the fleet's limits in (message.Deps.Ceilings; a node has one when redis.url is set)")
 			}
 			c.fleet = &fleetPart{agg: g, fallbacks: fallbacks}
 		default:

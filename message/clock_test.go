@@ -21,7 +21,7 @@ func TestDefaultClockStartIsOnTheLatencyClock(t *testing.T) {
 		"cost":          {Cost: &Cost{Budget: 1000, Per: time.Second, Of: "bytes"}, AdaptiveConcurrency: adaptive},
 		"cluster rate":  {Rate: &Rate{Limit: 1000, Per: time.Second, Scope: "cluster"}, AdaptiveConcurrency: adaptive},
 	} {
-		a := New(Options{Shared: &flakyShared{keyed: map[string]*ratelimit.Keyed{}}})
+		a := newAdmission(Deps{Shared: &flakyShared{keyed: map[string]*ratelimit.Keyed{}}})
 		time.Sleep(time.Millisecond) // New's epoch and the limiter's must not coincide
 		c := mustRegister(t, a, "x", r)
 		for range 100 {

@@ -97,8 +97,20 @@ func (c Config) ClusterScoped() bool {
 
 // Validate reports every invalid admission.* value at once, naming each
 // key (admission.classes.NAME.rate.limit).
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.ValidateWith(Deps{}) }
+
+// ValidateWith is Validate knowing deps.Predicates, as New checks c: a
+// class with a predicate needs no other part, and a predicate needs its
+// class in c.Classes.
+func (c Config) ValidateWith(deps Deps) error {
 	var p conf.Problems
+	for _, name := range slices.Sorted(maps.Keys(deps.Predicates)) {
+		if _, ok := c.Classes[name]; !ok {
+			p.Add("admission.classes."+name, "a predicate is registered for class %q, which admission.classes lacks", name)
+		} else if deps.Predicates[name] == nil {
+			p.Add("admission.classes."+name, "nil predicate")
+		}
+	}
 	oneOf := func(key, got string, allowed ...string) {
 		if !slices.Contains(allowed, got) {
 			p.Add(key, "must be %s, got %q", strings.Join(allowed, " or "), got)
@@ -113,7 +125,7 @@ func (c Config) Validate() error {
 		if name == "" || !utf8.ValidString(name) {
 			p.Add(key, "class name must be non-empty UTF-8 text")
 		}
-		if len(r.Reasons) == 0 && r.Predicate == nil && r.ClusterTopPublisher == nil && r.Rate == nil && r.Cost == nil && r.BidPrice == nil && r.Concurrency == nil && r.AdaptiveConcurrency == nil {
+		if len(r.Reasons) == 0 && deps.Predicates[name] == nil && r.ClusterTopPublisher == nil && r.Rate == nil && r.Cost == nil && r.BidPrice == nil && r.Concurrency == nil && r.AdaptiveConcurrency == nil {
 			p.Add(key, "a rule needs at least one of reasons, clusterTopPublisher, rate, cost, concurrency, adaptiveConcurrency")
 		}
 		for i, reason := range r.Reasons {

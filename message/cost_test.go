@@ -21,7 +21,7 @@ import (
 func TestCostFanoutChargesPerSubscriber(t *testing.T) {
 	admitted := func(subscribers int64) int {
 		clk := newClock()
-		a := New(Options{now: clk.Now})
+		a := newAdmission(Deps{now: clk.Now})
 		c := mustRegister(t, a, "fanout", Rule{Cost: &Cost{Budget: 10_000, Per: time.Hour, Of: "fanout", By: "user"}})
 		call := &Call{Method: "publish", Topic: "t", User: "u", Bytes: 100, Subscribers: subscribers}
 		n := 0
@@ -39,7 +39,7 @@ func TestCostFanoutChargesPerSubscriber(t *testing.T) {
 func TestCostDenialIsCOSTWithExactWait(t *testing.T) {
 	clk := newClock()
 	m := newMetrics()
-	a := New(Options{now: clk.Now, Metrics: m})
+	a := newAdmission(Deps{now: clk.Now, Metrics: m})
 	c := mustRegister(t, a, "b", Rule{Cost: &Cost{Budget: 1000, Per: time.Second, Of: "bytes", By: "conn"}})
 	call := &Call{ConnID: 7, Bytes: 600}
 	if d := c.Check(call); !d.Allowed || d.Limit != 1000 || d.Remaining != 400 {
@@ -69,7 +69,7 @@ func TestCostParam(t *testing.T) {
 		t.Run(fp.String(), func(t *testing.T) {
 			clk := newClock()
 			m := newMetrics()
-			a := New(Options{now: clk.Now, Metrics: m, FailPolicy: fp})
+			a := newAdmissionCfg(Config{FailPolicy: fp}, Deps{now: clk.Now, Metrics: m})
 			c := mustRegister(t, a, "llm", Rule{Cost: &Cost{Budget: 1000, Per: time.Minute, Of: "param:maxTokens"}})
 			call := &Call{User: "u", Params: []byte(`{"prompt":"hi {\"maxTokens\": 1}","maxTokens": 700}`)}
 			if d := c.Check(call); !d.Allowed || d.Remaining != 300 {
@@ -198,7 +198,7 @@ func TestSharedPartsFailPolicy(t *testing.T) {
 		t.Run(fp.String(), func(t *testing.T) {
 			m := newMetrics()
 			sh := &flakyShared{keyed: map[string]*ratelimit.Keyed{}}
-			a := New(Options{Metrics: m, FailPolicy: fp, Shared: sh})
+			a := newAdmissionCfg(Config{FailPolicy: fp}, Deps{Metrics: m, Shared: sh})
 			c := mustRegister(t, a, "g", Rule{
 				Rate: &Rate{Limit: 2, Per: time.Minute, Scope: "cluster"},
 				Cost: &Cost{Budget: 100, Per: time.Minute, Of: "bytes", Scope: "cluster"},
@@ -238,7 +238,7 @@ func TestSharedPartsFailPolicy(t *testing.T) {
 }
 
 func TestSharedRateAndCostMustShareBy(t *testing.T) {
-	a := New(Options{Shared: &flakyShared{}})
+	a := newAdmission(Deps{Shared: &flakyShared{}})
 	err := a.Register("g", Rule{
 		Rate: &Rate{Limit: 2, Per: time.Minute, Scope: "cluster", By: "ip"},
 		Cost: &Cost{Budget: 100, Per: time.Minute, Of: "bytes", Scope: "cluster", By: "user"},

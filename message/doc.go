@@ -9,10 +9,10 @@
 //
 // Must never: do I/O, block, or allocate on the Check path, with one
 // explicit exception: a Rate or Cost part with Scope "cluster" makes one
-// round trip to Options.Shared (message/clusterrate: Redis), because a
+// round trip to Deps.Shared (message/clusterrate: Redis), because a
 // budget shared by a fleet has to live somewhere shared; classes without
 // such a part never touch it. Otherwise: the pressure snapshot is an atomic
-// pointer load, the cluster view is a map read (Options.Rates), metric children are resolved at Register, and the
+// pointer load, the cluster view is a map read (Deps.Rates), metric children are resolved at Register, and the
 // concurrency lease lives in the caller's Call. The locks taken are the
 // rate and cost limiters' per-shard mutexes, held for a map lookup, and an
 // adaptive limit's mutex, taken once per Release to add a latency sample.
@@ -41,7 +41,7 @@
 //     the rate limiter knows the exact wait;
 //   - bounded by configuration: the Router's cache of method names seen
 //     holds at most 1024 entries (routerCacheMax), and each local Rate and
-//     Cost part's key store is bounded by Options.RateMaxKeys (the limiter
+//     Cost part's key store is bounded by Deps.rateMaxKeys (the limiter
 //     evicts, never fails open); a sliding window holds at most Limit
 //     timestamps per key.
 package message

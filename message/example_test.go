@@ -20,21 +20,21 @@ func verdict(d message.Decision) string {
 // Classes, rules and routing: resolve the class once per method, check
 // every call, release what the check took when the call is done.
 func Example() {
-	adm := message.New(message.Options{})
-	if err := adm.Register("chat", message.Rule{
-		Rate: &message.Rate{Limit: 2, Per: time.Minute, By: "user"},
-	}); err != nil {
+	cfg := message.Config{
+		Classes: map[string]message.Rule{
+			"chat":    {Rate: &message.Rate{Limit: 2, Per: time.Minute, By: "user"}},
+			"reports": {Concurrency: &message.Concurrency{Max: 1}},
+		},
+		Methods: map[string]string{
+			"chat.say": "chat",
+			"report.*": "reports", // path.Match glob; exact names win
+		},
+	}
+	adm, err := message.New(cfg, message.Deps{})
+	if err != nil {
 		panic(err)
 	}
-	if err := adm.Register("reports", message.Rule{
-		Concurrency: &message.Concurrency{Max: 1},
-	}); err != nil {
-		panic(err)
-	}
-	router, err := message.NewRouter(adm, map[string]string{
-		"chat.say": "chat",
-		"report.*": "reports", // path.Match glob; exact names win
-	})
+	router, err := message.NewRouter(adm, cfg.Methods)
 	if err != nil {
 		panic(err)
 	}
@@ -71,10 +71,13 @@ func Example() {
 // pressure, read from the pressure monitor's snapshot on every call.
 func ExampleRule_reasons() {
 	snap := &pressure.Snapshot{Reason: pressure.None}
-	adm := message.New(message.Options{
+	adm, err := message.New(message.Config{}, message.Deps{
 		Snapshot:   func() *pressure.Snapshot { return snap },
 		RetryAfter: 2 * time.Second, // hints are uniform in [1s, 3s)
 	})
+	if err != nil {
+		panic(err)
+	}
 	reasons, err := message.ParseReasons([]string{"MEMORY", "PUBLISH_RATE"})
 	if err != nil {
 		panic(err)
@@ -94,18 +97,22 @@ func ExampleRule_reasons() {
 	// false MEMORY true
 }
 
-// A predicate rule: any cheap, non-blocking test of the pressure snapshot
-// and the call. One that fails is decided by Options.FailPolicy.
-func ExampleRule_predicate() {
-	adm := message.New(message.Options{FailPolicy: message.FailClosed})
-	err := adm.Register("admin", message.Rule{
-		Predicate: func(_ *pressure.Snapshot, c *message.Call) (bool, error) {
+// A predicate: any cheap, non-blocking test of the pressure snapshot and
+// the call, given by the name of its class. One that fails is decided by
+// Config.FailPolicy.
+func ExamplePredicate() {
+	cfg := message.Config{
+		Classes:    map[string]message.Rule{"admin": {}}, // the predicate is its only part
+		FailPolicy: message.FailClosed,
+	}
+	adm, err := message.New(cfg, message.Deps{Predicates: map[string]message.Predicate{
+		"admin": func(_ *pressure.Snapshot, c *message.Call) (bool, error) {
 			if c.User == "" {
 				return false, fmt.Errorf("anonymous call")
 			}
 			return c.User == "root", nil
 		},
-	})
+	}})
 	if err != nil {
 		panic(err)
 	}
@@ -138,7 +145,10 @@ func ExampleCombine() {
 // 50) do not, and are denied POLICY without spending any of the budget,
 // which stays for the small calls.
 func ExampleBidPrice() {
-	adm := message.New(message.Options{})
+	adm, err := message.New(message.Config{}, message.Deps{})
+	if err != nil {
+		panic(err)
+	}
 	if err := adm.Register("llm", message.Rule{
 		Cost: &message.Cost{Budget: 50_000, Per: time.Minute, Of: "param:maxTokens"},
 		BidPrice: &message.BidPrice{
@@ -182,18 +192,23 @@ func (fleet) ShareLimit(_ context.Context, _ string, own int64) ([]int64, error)
 // A fleet-wide adaptive concurrency ceiling: every instance applies the
 // median of the live instances' limits divided by their count.
 func ExampleAdmission_ShareCeilings() {
-	adm := message.New(message.Options{Ceilings: fleet{}})
+	adm, err := message.New(message.Config{}, message.Deps{Ceilings: fleet{}})
+	if err != nil {
+		panic(err)
+	}
 	if err := adm.Register("backend", message.Rule{
-		AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: 60, Max: 256, ProbeCalls: 1, Scope: "cluster"},
+		AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: 60, Max: 256, Scope: "cluster"},
 	}); err != nil {
 		panic(err)
 	}
 	backend, _ := adm.Class("backend")
 	var call message.Call
-	backend.Check(&call) // the first no-load probe: one call at Min
-	call.Release()
+	for range 25 { // the first no-load probe: 25 calls at Min
+		backend.Check(&call)
+		call.Release()
+	}
 	fmt.Println("own limit:", backend.ConcurrencyLimit())
-	adm.ShareCeilings(context.Background(), time.Second) // RunCeilings does this every second
+	adm.ShareCeilings(context.Background(), time.Second) // a started Admission does this every second
 	fmt.Println("fleet share:", backend.ConcurrencyLimit())
 	// Output:
 	// own limit: 60

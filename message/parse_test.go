@@ -58,7 +58,7 @@ func TestParseReasons(t *testing.T) {
 	}
 	// What ParseReasons returns, Register accepts.
 	rs, _ := ParseReasons([]string{"MEMORY", "PUBLISH_RATE", "SUBSCRIBERS"})
-	a := New(Options{Snapshot: newPressure(pressure.None).Snapshot})
+	a := newAdmission(Deps{Snapshot: newPressure(pressure.None).Snapshot})
 	if err := a.Register("all", Rule{Reasons: rs}); err != nil {
 		t.Error(err)
 	}

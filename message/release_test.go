@@ -33,7 +33,7 @@ func TestExactlyOnceRelease(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		k := rapid.IntRange(1, 4).Draw(rt, "k")
 		n := rapid.IntRange(1, 6).Draw(rt, "calls")
-		a := New(Options{})
+		a := newAdmission(Deps{})
 		if err := a.Register("c", Rule{Concurrency: &Concurrency{Max: k}}); err != nil {
 			rt.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestExactlyOnceRelease(t *testing.T) {
 // step would show as a count below zero or off at the end.
 func TestReleaseConcurrentStress(t *testing.T) {
 	const k, workers, rounds, releasers = 3, 4, 300, 4
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	c := mustRegister(t, a, "c", Rule{Concurrency: &Concurrency{Max: k}})
 	var wg sync.WaitGroup
 	for range workers {
@@ -192,7 +192,7 @@ func TestReleaseConcurrentStress(t *testing.T) {
 // TestReleaseWithThenRelease pins the pattern the adapters use: report the
 // outcome on failure, and a deferred Release afterwards does nothing more.
 func TestReleaseWithThenRelease(t *testing.T) {
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	c := mustRegister(t, a, "c", Rule{Concurrency: &Concurrency{Max: 1}})
 	call := &Call{}
 	if !c.Check(call).Allowed {

@@ -10,7 +10,7 @@ import (
 
 func routerFixture(t *testing.T) (*Admission, map[string]*Class) {
 	t.Helper()
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	cs := map[string]*Class{}
 	for _, n := range []string{"exact", "report", "report-daily", "any", "q"} {
 		cs[n] = mustRegister(t, a, n, Rule{})
@@ -165,7 +165,7 @@ func FuzzClassOf(f *testing.F) {
 	for _, s := range []string{"", "publish", "report.daily", "report.daily.eu", "report.", "a/b", "[", "\\", "*", "q\x00", "reportédaily", strings.Repeat("x", 300)} {
 		f.Add(s)
 	}
-	a := New(Options{})
+	a := newAdmission(Deps{})
 	for _, n := range []string{"exact", "report", "deep", "any"} {
 		if err := a.Register(n, Rule{}); err != nil {
 			f.Fatal(err)

@@ -18,7 +18,7 @@ func TestRateSlidingWindow(t *testing.T) {
 	} {
 		t.Run("strategy="+tt.strategy, func(t *testing.T) {
 			clk := newClock()
-			a := New(Options{now: clk.Now})
+			a := newAdmission(Deps{now: clk.Now})
 			c := mustRegister(t, a, "fair", Rule{Rate: &Rate{Limit: 4, Per: time.Second, Strategy: tt.strategy}})
 			call := &Call{User: "u"}
 			for i := range 4 {

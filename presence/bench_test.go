@@ -29,7 +29,7 @@ func fill(b testing.TB, s Store, topic string, n int) []Change {
 // BenchmarkRedisStats100k: presenceStats on a topic of 100,000 entries
 // against a local redis-server; reports p50 and p99 latency.
 func BenchmarkRedisStats100k(b *testing.B) {
-	s := newRedisStore(b, RedisOptions{})
+	s := newRedisStore(b, storeOptions{})
 	fill(b, s, "room:big", 100000)
 	ctx := context.Background()
 	mustStats(b, s, "room:big") // warm: script cached, connection open
@@ -51,10 +51,10 @@ func BenchmarkRedisStats100k(b *testing.B) {
 // over 100 topics: round trips and this process's CPU per refresh (the
 // share of a core is that over the refresh period, ttl/3).
 func BenchmarkRedisRefresh10k(b *testing.B) {
-	s := newRedisStore(b, RedisOptions{})
+	s := newRedisStore(b, storeOptions{})
 	var h roundTrips
 	s.client.AddHook(&h)
-	tr := NewTracker(Options{Store: s, Mode: func(string) Mode { return Mode{Presence: true} }})
+	tr := mustTracker(Config{}, TrackerDeps{Store: s, Mode: func(string) Mode { return Mode{Presence: true} }})
 	var cs []Change
 	for i := range 10000 {
 		cs = append(cs, join(fmt.Sprint("room:", i%100), fmt.Sprintf("%016x.%d", 7, i), fmt.Sprintf("user%04d", i)))
@@ -75,11 +75,11 @@ func BenchmarkRedisRefresh10k(b *testing.B) {
 // BenchmarkRedisSubscribeRoundTrips: one subscribe, and one close of a
 // connection in 5 presence topics, through a Tracker.
 func BenchmarkRedisSubscribeRoundTrips(b *testing.B) {
-	s := newRedisStore(b, RedisOptions{})
+	s := newRedisStore(b, storeOptions{})
 	var h roundTrips
 	s.client.AddHook(&h)
-	tr := NewTracker(Options{Store: s, Mode: func(string) Mode { return Mode{Presence: true} }})
-	tr.Start()
+	tr := mustTracker(Config{}, TrackerDeps{Store: s, Mode: func(string) Mode { return Mode{Presence: true} }})
+	tr.Start(context.Background())
 	defer tr.Close()
 	<-tr.Update([]Change{join("warm", "w.1", "")})
 	h.take()
@@ -104,7 +104,7 @@ func TestRedisMemoryPerEntry(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills 100,000 entries")
 	}
-	s := newRedisStore(t, RedisOptions{})
+	s := newRedisStore(t, storeOptions{})
 	const n = 100000
 	fill(t, s, "room:big", n)
 	var total int64

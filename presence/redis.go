@@ -38,8 +38,9 @@ type RedisStore struct {
 	expired    func(topic string, gone []Entry)
 }
 
-// RedisOptions configures a RedisStore.
-type RedisOptions struct {
+// RedisDeps are what a RedisStore uses beside its configuration (its TTL,
+// presence.ttl).
+type RedisDeps struct {
 	// Client is the Redis client: a *redis.Client or a *redis.ClusterClient.
 	Client redis.UniversalClient
 	// ChannelPrefix and Partitions place each topic's keys in its bus
@@ -47,26 +48,24 @@ type RedisOptions struct {
 	// redis.partitions). Defaults "rt:" and 16.
 	ChannelPrefix string
 	Partitions    int
-	// TTL is how long an entry lives without a refresh (presence.ttl);
-	// default 60s.
-	TTL time.Duration
 	// Expired, when set, hears of the entries a script removed because
 	// they expired (their instance died): the Tracker announces their
 	// leaves. It runs on the caller's goroutine and must not block.
 	Expired func(topic string, gone []Entry)
 }
 
-// NewRedisStore returns a store on opts.Client. It does no I/O.
-func NewRedisStore(opts RedisOptions) (*RedisStore, error) {
-	if opts.Client == nil {
-		return nil, errors.New("presence: RedisOptions.Client is required")
+// NewRedisStore returns a store on deps.Client whose entries live
+// cfg.TTL without a refresh. It does no I/O.
+func NewRedisStore(cfg Config, deps RedisDeps) (*RedisStore, error) {
+	if deps.Client == nil {
+		return nil, errors.New("presence: RedisDeps.Client is required")
 	}
 	s := &RedisStore{
-		client:     opts.Client,
-		prefix:     opts.ChannelPrefix,
-		partitions: opts.Partitions,
-		ttl:        opts.TTL,
-		expired:    opts.Expired,
+		client:     deps.Client,
+		prefix:     deps.ChannelPrefix,
+		partitions: deps.Partitions,
+		ttl:        cfg.TTL,
+		expired:    deps.Expired,
 	}
 	if s.prefix == "" {
 		s.prefix = bus.DefaultChannelPrefix

@@ -11,29 +11,47 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
 
 // stores runs f against every store: memory, Redis, and a 3-node Redis
 // Cluster.
 func stores(t *testing.T, f func(t *testing.T, s Store)) {
 	t.Run("memory", func(t *testing.T) { f(t, NewMemoryStore()) })
-	t.Run("redis", func(t *testing.T) { f(t, newRedisStore(t, RedisOptions{})) })
-	t.Run("cluster", func(t *testing.T) { f(t, newClusterStore(t, RedisOptions{})) })
+	t.Run("redis", func(t *testing.T) { f(t, newRedisStore(t, storeOptions{})) })
+	t.Run("cluster", func(t *testing.T) { f(t, newClusterStore(t, storeOptions{})) })
 }
 
-func newRedisStore(t testing.TB, opts RedisOptions) *RedisStore {
+func newRedisStore(t testing.TB, opts storeOptions) *RedisStore {
 	return storeOn(t, redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr}), opts)
 }
 
-func newClusterStore(t testing.TB, opts RedisOptions) *RedisStore {
+func newClusterStore(t testing.TB, opts storeOptions) *RedisStore {
 	return storeOn(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.StartCluster(t).Addrs}), opts)
 }
 
+// storeOptions is what a test's Redis store is built from: its TTL
+// (presence.ttl) and its dependencies.
+type storeOptions struct {
+	Client        redis.UniversalClient
+	ChannelPrefix string
+	Partitions    int
+	TTL           time.Duration
+	Expired       func(topic string, gone []Entry)
+}
+
+func (o storeOptions) build() (*RedisStore, error) {
+	return NewRedisStore(Config{TTL: o.TTL}, RedisDeps{Client: o.Client, ChannelPrefix: o.ChannelPrefix, Partitions: o.Partitions, Expired: o.Expired})
+}
+
+// mustTracker is NewTracker, which must succeed.
+func mustTracker(cfg Config, deps TrackerDeps) *Tracker { return testkit.Must(NewTracker(cfg, deps)) }
+
 // storeOn builds a Redis store on c, closed when the test ends.
-func storeOn(t testing.TB, c redis.UniversalClient, opts RedisOptions) *RedisStore {
+func storeOn(t testing.TB, c redis.UniversalClient, opts storeOptions) *RedisStore {
 	t.Cleanup(func() { c.Close() })
 	opts.Client = c
-	s, err := NewRedisStore(opts)
+	s, err := opts.build()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +178,7 @@ func TestRedisEntriesOfADeadInstanceExpire(t *testing.T) {
 		t.Run(fmt.Sprint("cluster=", cluster), func(t *testing.T) {
 			var mu sync.Mutex
 			gone := map[string]int{}
-			opts := RedisOptions{TTL: 300 * time.Millisecond, Expired: func(topic string, es []Entry) {
+			opts := storeOptions{TTL: 300 * time.Millisecond, Expired: func(topic string, es []Entry) {
 				mu.Lock()
 				defer mu.Unlock()
 				for _, e := range es {
@@ -177,7 +195,7 @@ func TestRedisEntriesOfADeadInstanceExpire(t *testing.T) {
 			// in this test (so no refresh loop is needed).
 			liveOpts := opts
 			liveOpts.Client, liveOpts.TTL = dead.client, time.Hour
-			live, err := NewRedisStore(liveOpts)
+			live, err := liveOpts.build()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +244,7 @@ func TestRedisEntriesOfADeadInstanceExpire(t *testing.T) {
 // tag of the topic's bus partition (so scripts work on a Cluster, where a
 // cross-slot script fails), and the keys vanish with their last entry.
 func TestRedisKeysShareTheTopicsSlot(t *testing.T) {
-	s := newRedisStore(t, RedisOptions{ChannelPrefix: "t1:", Partitions: 8})
+	s := newRedisStore(t, storeOptions{ChannelPrefix: "t1:", Partitions: 8})
 	mustApply(t, s, join("room:1", "a.1", "alice"))
 	keys, err := s.client.Keys(context.Background(), "*").Result()
 	if err != nil {
@@ -253,7 +271,7 @@ func TestRedisKeysShareTheTopicsSlot(t *testing.T) {
 // TestRedisStoreSurvivesAScriptCacheFlush: a Redis restart empties the
 // script cache; writes fall back to EVAL.
 func TestRedisStoreSurvivesAScriptCacheFlush(t *testing.T) {
-	s := newRedisStore(t, RedisOptions{})
+	s := newRedisStore(t, storeOptions{})
 	mustApply(t, s, join("room:1", "a.1", "alice"))
 	if err := s.client.ScriptFlush(context.Background()).Err(); err != nil {
 		t.Fatal(err)

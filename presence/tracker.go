@@ -19,9 +19,9 @@ type Mode struct {
 
 func (m Mode) any() bool { return m.Presence || m.JoinLeave }
 
-// Options wires a Tracker. Every func may be nil: then that part is off.
-type Options struct {
-	Config
+// TrackerDeps are what a Tracker uses beside its configuration. Every
+// func may be nil: then that part is off.
+type TrackerDeps struct {
 	// Store holds the fleet's entries; nil: a MemoryStore of its own.
 	Store Store
 	// Mode says what topic keeps; nil: nothing (every call is a no-op).
@@ -55,7 +55,7 @@ const writeTimeout = 2 * time.Second
 type Tracker struct {
 	cfg   Config
 	store Store
-	o     Options
+	o     TrackerDeps
 	m     *metrics.Metrics
 	log   *slog.Logger
 
@@ -75,9 +75,13 @@ type Tracker struct {
 	done chan struct{}
 }
 
-// NewTracker returns a tracker; nothing runs until Start.
-func NewTracker(opts Options) *Tracker {
-	cfg := opts.Config.withDefaults()
+// NewTracker validates cfg and returns a tracker; nothing runs until
+// Start.
+func NewTracker(cfg Config, opts TrackerDeps) (*Tracker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	t := &Tracker{
 		cfg:     cfg,
 		store:   opts.Store,
@@ -102,7 +106,7 @@ func NewTracker(opts Options) *Tracker {
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
-	return t
+	return t, nil
 }
 
 // Mode is what topic keeps.
@@ -114,25 +118,28 @@ func (t *Tracker) Mode(topic string) Mode {
 }
 
 // Start starts the writer goroutine: queued writes, and a refresh of every
-// entry each TTL/3.
-func (t *Tracker) Start() {
+// entry each TTL/3. It does no I/O and never fails: the writer retries what
+// the store refuses. After Close it starts nothing.
+func (t *Tracker) Start(context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.started || t.closed {
-		return
+		return nil
 	}
 	t.started = true
 	go t.run()
+	return nil
 }
 
 // Close sends what is pending (store writes, this instance's own diffs)
 // and stops. Call it after every connection has left: their leaves are
-// among what it sends.
-func (t *Tracker) Close() {
+// among what it sends. What the store refused is left to expire: Close
+// has nothing to report.
+func (t *Tracker) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return
+		return nil
 	}
 	t.closed = true
 	var topics []string
@@ -151,6 +158,7 @@ func (t *Tracker) Close() {
 	for _, topic := range topics {
 		t.fire(topic, true)
 	}
+	return nil
 }
 
 // Update records changes of this instance's connections (joins when they

@@ -26,9 +26,9 @@ type note struct {
 	diff  Diff
 }
 
-func (r *recorder) options(mode Mode) Options {
+func (r *recorder) options(mode Mode) TrackerDeps {
 	r.interest = map[string]int{}
-	return Options{
+	return TrackerDeps{
 		Mode: func(string) Mode { return mode },
 		Deliver: func(topic string, frame []byte) int {
 			var n struct {
@@ -87,8 +87,8 @@ func clients(es []Entry) []string {
 func TestTrackerCoalescesDiffs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r recorder
-		tr := NewTracker(r.options(Mode{Presence: true, JoinLeave: true}))
-		tr.Start()
+		tr := mustTracker(Config{}, r.options(Mode{Presence: true, JoinLeave: true}))
+		tr.Start(context.Background())
 		start := time.Now()
 
 		<-tr.Update([]Change{join("room", "i.1", "alice")})
@@ -151,8 +151,8 @@ func TestTrackerCoalescesDiffs(t *testing.T) {
 func TestTrackerMassReconnect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r recorder
-		tr := NewTracker(r.options(Mode{Presence: true, JoinLeave: true}))
-		tr.Start()
+		tr := mustTracker(Config{}, r.options(Mode{Presence: true, JoinLeave: true}))
+		tr.Start(context.Background())
 		defer tr.Close()
 		for i := range 1000 {
 			tr.Update([]Change{join("room", fmt.Sprintf("old.%04d", i), fmt.Sprint("u", i))})
@@ -238,10 +238,9 @@ func (s *countingStore) Apply(ctx context.Context, cs []Change) error {
 func TestTrackerRefreshIsBatched(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &countingStore{MemoryStore: NewMemoryStore()}
-		tr := NewTracker(Options{
-			Config: Config{TTL: 30 * time.Second},
-			Store:  store,
-			Mode:   func(string) Mode { return Mode{Presence: true} },
+		tr := mustTracker(Config{TTL: 30 * time.Second}, TrackerDeps{
+			Store: store,
+			Mode:  func(string) Mode { return Mode{Presence: true} },
 		})
 		var cs []Change
 		for i := range 10000 {
@@ -251,7 +250,7 @@ func TestTrackerRefreshIsBatched(t *testing.T) {
 		for _, c := range cs {
 			tr.Update([]Change{c})
 		}
-		tr.Start()
+		tr.Start(context.Background())
 		defer tr.Close()
 		synctest.Wait()
 		if applies, sizes := store.take(); applies != 1 || sizes[0] != 10000 {
@@ -311,11 +310,11 @@ func (h *roundTrips) take() int {
 // trip, a close that leaves 5 topics is one, and a refresh of 10,000
 // entries is 10.
 func TestRedisRoundTrips(t *testing.T) {
-	s := newRedisStore(t, RedisOptions{})
+	s := newRedisStore(t, storeOptions{})
 	var h roundTrips
 	s.client.AddHook(&h)
-	tr := NewTracker(Options{Store: s, Mode: func(string) Mode { return Mode{Presence: true} }})
-	tr.Start()
+	tr := mustTracker(Config{}, TrackerDeps{Store: s, Mode: func(string) Mode { return Mode{Presence: true} }})
+	tr.Start(context.Background())
 	defer tr.Close()
 	mustApply(t, s, join("warm", "w.1", "")) // load the script
 	h.take()
@@ -355,7 +354,7 @@ func TestRedisRoundTrips(t *testing.T) {
 // A tracker that was never started closes at once: a server shut down
 // before it started must not hang on a writer that never ran.
 func TestCloseWithoutStart(t *testing.T) {
-	tr := NewTracker(Options{Store: NewMemoryStore(), Mode: func(string) Mode { return Mode{Presence: true} }})
+	tr := mustTracker(Config{}, TrackerDeps{Store: NewMemoryStore(), Mode: func(string) Mode { return Mode{Presence: true} }})
 	done := make(chan struct{})
 	go func() { tr.Close(); close(done) }()
 	select {
@@ -363,6 +362,6 @@ func TestCloseWithoutStart(t *testing.T) {
 	case <-time.After(10 * time.Second): // only stops a broken test from hanging
 		t.Fatal("Close of a tracker never started did not return")
 	}
-	tr.Start() // after Close: a no-op, not a writer nobody stops
+	tr.Start(context.Background()) // after Close: a no-op, not a writer nobody stops
 	tr.Close()
 }

@@ -210,7 +210,7 @@ func clusterRuleOn(tb testing.TB, local Local) func() {
 		p, _ := marshalEnvelope(siblingEnvelope(i, 0, DefaultTopN, true), nil)
 		a.receive(string(p))
 	}
-	adm := message.New(message.Options{Rates: a})
+	adm := testkit.Must(message.New(message.Config{}, message.Deps{Rates: a}))
 	if err := adm.Register("x", message.Rule{ClusterTopPublisher: &message.ClusterTopPublisher{Threshold: 1e6}}); err != nil {
 		tb.Fatal(err)
 	}

@@ -64,10 +64,12 @@ func ExampleAggregator_Start() {
 	}
 	defer agg.Close()
 
-	adm := message.New(message.Options{Snapshot: mon.Snapshot, Rates: agg})
-	_ = adm.Register("broadcast", message.Rule{
+	_, err = message.New(message.Config{Classes: map[string]message.Rule{"broadcast": {
 		ClusterTopPublisher: &message.ClusterTopPublisher{Threshold: 1000, By: "topic"},
-	})
+	}}}, message.Deps{Snapshot: mon.Snapshot, Rates: agg})
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(agg.Stats().Instances, "siblings in view")
 }
 

@@ -20,7 +20,7 @@ import (
 func TestConcurrencyLeaseReleasedOnEveryPath(t *testing.T) {
 	leakcheck.Check(t)
 	tr := newTier(t, "one", message.Rule{Concurrency: &message.Concurrency{Max: 1}}, map[string]string{"work.*": "one"})
-	s, url := startServer(t, Options{Router: tr.router, Metrics: tr.m})
+	s, url := startServer(t, Deps{Router: tr.router, Metrics: tr.m})
 	entered := make(chan struct{}, 1)
 	s.Handle("work.ok", func(context.Context, *Request) (any, error) { return "done", nil })
 	s.Handle("work.panic", func(context.Context, *Request) (any, error) { panic("boom") })

@@ -11,7 +11,7 @@ import (
 // A batch that holds an application method runs off the read goroutine;
 // the built-ins in it must not race the built-ins of the next frames.
 func TestBatchWithBuiltinsAndRPCDoesNotRace(t *testing.T) {
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	s.Handle("echo", func(context.Context, *Request) (any, error) { return nil, nil })
 	c := wstest.Dial(t, url)
 	const n = 50

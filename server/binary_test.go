@@ -11,6 +11,7 @@ import (
 
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -20,7 +21,7 @@ import (
 // JSON data reaches binary subscribers as the same value.
 func TestBinaryFanOutAcrossEncodings(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	bsub, jsub, bpub, jpub := wstest.DialBinary(t, url), wstest.Dial(t, url), wstest.DialBinary(t, url), wstest.Dial(t, url)
 	for _, c := range []*wstest.Conn{bsub, jsub} {
 		wstest.MustOK(t, c.Call("subscribe", `{"topic":"room:1"}`))
@@ -53,7 +54,7 @@ func TestBinaryFanOutAcrossEncodings(t *testing.T) {
 // closes a binary connection with 1003.
 func TestBinaryErrorsAndTextFrame(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{Config: Config{MaxSubscriptionsPerConn: 1}})
+	_, url := startServer(t, Deps{}, Config{MaxSubscriptionsPerConn: 1})
 	c := wstest.DialBinary(t, url)
 	if err := c.WS.Write(context.Background(), websocket.MessageBinary, []byte{0xc1}); err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestBinaryErrorsAndTextFrame(t *testing.T) {
 // with the subscribe's recover, as bytes, in order.
 func TestBinaryHistoryRecovery(t *testing.T) {
 	leakcheck.Check(t)
-	store := history.NewMemory(history.MemoryOptions{})
+	store := testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{}))
 	_, url := startServer(t, historyOptions(store, history.Policy{Size: 100, TTL: time.Minute}))
 	pub, bin, live := wstest.DialBinary(t, url), wstest.DialBinary(t, url), wstest.Dial(t, url)
 	first := resultPos(t, bin.Call("subscribe", `{"topic":"h:1"}`))

@@ -26,7 +26,7 @@ func TestBurstReachesContinuousReaderStalledOneIsCutOff(t *testing.T) {
 	fastPathOnly(t)
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
-	_, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: 65536}})
+	_, url := startServer(t, Deps{Metrics: m}, Config{SendQueueBytes: 65536})
 	healthy, stalled, pub := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, healthy.Call("subscribe", `{"topic":"burst"}`))
 	wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"burst"}`))

@@ -41,7 +41,7 @@ func TestBusRefusalShedsThePublish(t *testing.T) {
 	leakcheck.Check(t)
 	tr := newTier(t, "pub", message.Rule{Reasons: []pressure.Reason{pressure.Bus}}, map[string]string{"publish": "pub"})
 	b := &refusingBus{Memory: bus.NewMemory(nil, tr.m)}
-	_, url := startServer(t, Options{Metrics: tr.m, Bus: b, Router: tr.router, Pressure: tr.mon})
+	_, url := startServer(t, Deps{Metrics: tr.m, Bus: b, Router: tr.router, Pressure: tr.mon})
 	sub, pub := wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 
@@ -75,7 +75,7 @@ func TestBusRefusalShedsThePublish(t *testing.T) {
 func TestBusGapTellsTheTopicsSubscribers(t *testing.T) {
 	leakcheck.Check(t)
 	b := &refusingBus{Memory: bus.NewMemory(nil, nil)}
-	_, url := startServer(t, Options{Bus: b})
+	_, url := startServer(t, Deps{Bus: b})
 	sub, other := wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 	wstest.MustOK(t, other.Call("subscribe", `{"topic":"u"}`))

@@ -44,7 +44,7 @@ func TestStalledReaderGets1013OnceItReadsAgain(t *testing.T) {
 			leakcheck.Check(t)
 			m := metrics.NewDiscard()
 			tc.cfg.PingInterval = time.Hour // the close frame's bound (closeWait): never reached here
-			s, url := startServer(t, Options{Metrics: m, Config: tc.cfg})
+			s, url := startServer(t, Deps{Metrics: m}, tc.cfg)
 			stalled := wstest.DialSmallReceive(t, url, smallReceive)
 			wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"feed"}`))
 			pub := wstest.Dial(t, url)
@@ -97,7 +97,7 @@ func TestStalledReaderGets1013OnceItReadsAgain(t *testing.T) {
 func TestShutdownSays1001AndDoesNotWaitForAStalledClient(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
-	s, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: 1 << 30, WriteTimeout: time.Hour}})
+	s, url := startServer(t, Deps{Metrics: m}, Config{SendQueueBytes: 1 << 30, WriteTimeout: time.Hour})
 	idle := wstest.Dial(t, url)
 	stalled := wstest.DialSmallReceive(t, url, smallReceive)
 	wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"feed"}`))

@@ -16,18 +16,27 @@ import (
 
 const testSecret = "control-test-secret"
 
+// testTokens verifies HS256 tokens signed with testSecret.
+func testTokens(t *testing.T) *handshake.Verifier {
+	t.Helper()
+	v, err := handshake.NewVerifier(handshake.JWT{HMACSecret: []byte(testSecret)}, handshake.VerifierDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // startAuthServer runs a server that authenticates with testSecret, on
 // broker (as one instance of a fleet).
 func startAuthServer(t *testing.T, broker *bus.MemoryBroker) (*Server, string) {
 	t.Helper()
 	cfg := handshake.DefaultConfig()
-	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m, Tokens: testTokens(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startServer(t, Options{Gate: gate, Bus: bus.NewMemory(broker, m), Metrics: m})
+	return startServer(t, Deps{Gate: gate, Bus: bus.NewMemory(broker, m), Metrics: m})
 }
 
 func dialAs(t *testing.T, url, user string) *wstest.Conn {

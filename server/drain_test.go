@@ -23,7 +23,7 @@ func TestDrainCutsOffASilentClientWhenTheDrainEnds(t *testing.T) {
 			if portable {
 				withPortable(t)
 			}
-			s, url := startServer(t, Options{Metrics: metrics.NewDiscard()})
+			s, url := startServer(t, Deps{Metrics: metrics.NewDiscard()})
 			waits := make(chan time.Duration, 1)
 			s.closeWaitHook = func(d time.Duration) { waits <- d }
 			c := rawDial(t, url)

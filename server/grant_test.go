@@ -26,7 +26,7 @@ func TestGrantsBeforeMessageTier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, url := startServer(t, Options{Router: tr.router, Access: checker, Pressure: mon, Metrics: tr.m})
+	_, url := startServer(t, Deps{Router: tr.router, Access: checker, Pressure: mon, Metrics: tr.m})
 	c := wstest.Dial(t, url)
 	for range 3 {
 		f := c.Call("publish", `{"topic":"secret:x","data":1}`)

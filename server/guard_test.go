@@ -34,7 +34,7 @@ func serverGoroutines() int {
 func TestIdleConnectionHasNoGoroutine(t *testing.T) {
 	fastPathOnly(t)
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	const n = 50
 	for range n {
 		c := wstest.Dial(t, url)
@@ -68,7 +68,7 @@ func parkedConns(s *Server) int {
 // A publish encodes its frame once, whatever the number of subscribers:
 // the allocations of the publish path do not grow with the fan-out.
 func TestPublishAllocatesOncePerPublish(t *testing.T) {
-	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 	data := []byte(`{"text":"hello"}`)
 	allocs := func(subs int) float64 {
 		topic := "fan:" + strings.Repeat("x", subs%7)
@@ -104,7 +104,7 @@ func TestPublishAllocatesOncePerPublish(t *testing.T) {
 // writer goroutine, no allocation. The publish allocates its frame once,
 // whatever the fan-out.
 func TestDirectDeliveryAllocatesNothing(t *testing.T) {
-	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestDirectDeliveryAllocatesNothing(t *testing.T) {
 func TestPingRoundsLeaveConnectionsParked(t *testing.T) {
 	fastPathOnly(t)
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{Config: Config{PingInterval: 20 * time.Millisecond, WriteTimeout: time.Second}})
+	s, url := startServer(t, Deps{}, Config{PingInterval: 20 * time.Millisecond, WriteTimeout: time.Second})
 	const n = 10
 	for range n {
 		c := wstest.Dial(t, url)

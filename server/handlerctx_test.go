@@ -26,13 +26,12 @@ type requestIDKey struct{}
 func TestHandlerSeesRequestValuesAndClaims(t *testing.T) {
 	leakcheck.Check(t)
 	cfg := handshake.DefaultConfig()
-	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m, Tokens: testTokens(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := mustNew(t, Options{Gate: gate, Metrics: m})
+	s := mustNew(t, Deps{Gate: gate, Metrics: m})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +70,7 @@ func TestHandlerSeesRequestValuesAndClaims(t *testing.T) {
 	}
 
 	// Anonymous: no claims.
-	s2, url2 := startServer(t, Options{})
+	s2, url2 := startServer(t, Deps{})
 	s2.Handle("claims", func(ctx context.Context, req *Request) (any, error) {
 		return map[string]bool{"none": req.Claims == nil}, nil
 	})

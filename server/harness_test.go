@@ -11,22 +11,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 )
 
-// startServer runs s behind a real TCP listener and returns its ws:// URL.
-func startServer(t *testing.T, opts Options) (*Server, string) {
+// startServer runs a server behind a real TCP listener and returns its
+// ws:// URL. cfg, at most one, is its configuration (default: the zero
+// Config).
+func startServer(t *testing.T, deps Deps, cfg ...Config) (*Server, string) {
 	t.Helper()
-	s := mustNew(t, opts)
+	s := mustNew(t, deps, cfg...)
 	return s, serve(t, s)
 }
 
 // mustNew is New, failing t on an error.
-func mustNew(t testing.TB, opts Options) *Server {
+func mustNew(t testing.TB, deps Deps, cfg ...Config) *Server {
 	t.Helper()
-	s, err := New(opts)
+	var c Config
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	s, err := New(c, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +104,7 @@ func newTier(t *testing.T, class string, rule message.Rule, routes map[string]st
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm := message.New(message.Options{Snapshot: mon.Snapshot, Metrics: m})
+	adm := testkit.Must(message.New(message.Config{}, message.Deps{Snapshot: mon.Snapshot, Metrics: m}))
 	if err := adm.Register(class, rule); err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ const (
 	maxHistoryResultBytes = 1 << 20
 )
 
-func newHistoryState(s *Server, o Options) *historyState {
+func newHistoryState(s *Server, o Deps) *historyState {
 	if o.History == nil || o.HistoryPolicy == nil {
 		return nil
 	}
@@ -135,7 +135,7 @@ func newHistoryState(s *Server, o Options) *historyState {
 		scope: hex.EncodeToString(b[:]), topics: map[string]*topicSeq{}, stop: make(chan struct{}),
 	}
 	// The memory store delivers in the publisher's call, under its topic
-	// lock, through DeliverHistory (history.MemoryOptions.Deliver): it
+	// lock, through DeliverHistory (history.MemoryDeps.Deliver): it
 	// only puts in line (offset order); publish delivers once the store
 	// has returned.
 	_, h.inProcess = o.History.(*history.Memory)

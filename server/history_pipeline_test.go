@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -29,10 +30,11 @@ func startRedisHistoryServer(t *testing.T, srv *redistest.Server) (*Server, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := history.NewRedis(history.RedisOptions{Client: client, Bus: b, KeyPrefix: "t:"})
+	store, err := history.NewRedis(history.Config{}, history.RedisDeps{Client: client, Bus: b, KeyPrefix: "t:"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	store.Start(context.Background())
 	t.Cleanup(func() { _ = store.Close() })
 	opts := historyOptions(store, history.Policy{Size: 1000, TTL: time.Minute})
 	opts.Bus, opts.Metrics = b, m

@@ -23,7 +23,7 @@ func (h *historyState) deliverAt(topic string, data []byte, epoch string, offset
 }
 
 // DeliverHistory takes a message an in-process store (history.Memory)
-// just stored: what history.MemoryOptions.Deliver must call. It runs under
+// just stored: what history.MemoryDeps.Deliver must call. It runs under
 // the store's topic lock, so it only puts the message in line, in offset
 // order; the publish that stored it delivers it.
 func (s *Server) DeliverHistory(topic, epoch string, m history.Message) {

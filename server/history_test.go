@@ -15,14 +15,15 @@ import (
 
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/protocol"
 )
 
 // historyOptions keeps history on topics starting with "h:".
-func historyOptions(store history.Store, pol history.Policy) Options {
-	return Options{
+func historyOptions(store history.Store, pol history.Policy) Deps {
+	return Deps{
 		Metrics: metrics.NewDiscard(),
 		History: store,
 		HistoryPolicy: func(topic string) history.Policy {
@@ -37,9 +38,9 @@ func historyOptions(store history.Store, pol history.Policy) Options {
 // memoryStore is a memory store that hands what it stores to *srv, as
 // the node wires it (*srv is set before anything is published).
 func memoryStore(srv **Server) *history.Memory {
-	return history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+	return testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: func(topic, epoch string, m history.Message) {
 		(*srv).DeliverHistory(topic, epoch, m)
-	}})
+	}}))
 }
 
 type position struct {
@@ -186,8 +187,7 @@ func TestHistoryReplayIsPacedBySendQueue(t *testing.T) {
 	var srv *Server
 	store := memoryStore(&srv)
 	opts := historyOptions(store, history.Policy{Size: 5000, TTL: time.Minute})
-	opts.Config.SendQueueBytes = 16 << 10
-	s, url := startServer(t, opts)
+	s, url := startServer(t, opts, Config{SendQueueBytes: 16 << 10})
 	srv = s
 	pub := wstest.Dial(t, url)
 	p := resultPos(t, pub.Call("subscribe", `{"topic":"h:big"}`))
@@ -251,12 +251,12 @@ func TestHistoryUnavailable(t *testing.T) {
 func TestHistoryFillsGapsFromTheStore(t *testing.T) {
 	leakcheck.Check(t)
 	var srv *Server
-	store := history.NewMemory(history.MemoryOptions{Deliver: func(topic, epoch string, m history.Message) {
+	store := testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: func(topic, epoch string, m history.Message) {
 		if m.Offset == 3 || m.Offset == 6 {
 			return // lost on the way
 		}
 		srv.DeliverHistory(topic, epoch, m)
-	}})
+	}}))
 	opts := historyOptions(store, history.Policy{Size: 100, TTL: time.Minute})
 	opts.HistoryCheckInterval = 20 * time.Millisecond
 	s, url := startServer(t, opts)
@@ -379,7 +379,7 @@ func (s *swapStore) get() *history.Memory {
 }
 
 func (s *swapStore) swap() {
-	m := history.NewMemory(history.MemoryOptions{Deliver: s.deliver})
+	m := testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: s.deliver}))
 	s.mu.Lock()
 	s.cur = m
 	s.mu.Unlock()

@@ -57,7 +57,7 @@ func writerIdle(c *conn) {
 // Held frames stay queued until the flush, which writes them all in one
 // write; a second flush has nothing to do.
 func TestHeldFramesLeaveTogetherAtTheFlush(t *testing.T) {
-	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 	c, client := tcpConn(t, s)
 	defer client.Close()
 	defer c.raw.Close()
@@ -89,7 +89,7 @@ func TestHeldFramesLeaveTogetherAtTheFlush(t *testing.T) {
 // they were held, and its connection is held once: the flush writes them
 // first before a large fan-out (ownFirst), last after a small one.
 func TestOwnAnswersAreHeldApart(t *testing.T) {
-	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 	pub, pubClient := tcpConn(t, s)
 	defer pubClient.Close()
 	defer pub.raw.Close()
@@ -119,7 +119,7 @@ func TestOwnAnswersAreHeldApart(t *testing.T) {
 // of anything queued after them, whoever writes next.
 func TestHeldDirectAndQueuedFramesKeepTheirOrder(t *testing.T) {
 	leakcheck.Check(t)
-	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 	rapid.Check(t, func(rt *rapid.T) {
 		c, client := tcpConn(t, s)
 		defer client.Close()
@@ -166,7 +166,7 @@ func TestHeldDirectAndQueuedFramesKeepTheirOrder(t *testing.T) {
 // A busy publisher's deliveries are flushed every maxHeldPublishes
 // publishes, not only when its input runs dry.
 func TestHeldPublishesAreBounded(t *testing.T) {
-	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 	c, client := tcpConn(t, s)
 	defer client.Close()
 	defer c.raw.Close()
@@ -229,7 +229,7 @@ func maskedText(payload string) []byte {
 // read would wait for the rest of the frame.
 func TestPublisherStalledMidFrameStillDelivers(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{Metrics: metrics.NewDiscard()})
+	_, url := startServer(t, Deps{Metrics: metrics.NewDiscard()})
 	sub := wstest.Dial(t, url)
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"stall"}`))
 	pub := rawUpgrade(t, url)
@@ -287,7 +287,7 @@ func TestConnStaysInItsSizeClass(t *testing.T) {
 // every publish is delivered once and in order.
 func TestPublisherReadBufferKeepsEveryByte(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{Metrics: metrics.NewDiscard()})
+	_, url := startServer(t, Deps{Metrics: metrics.NewDiscard()})
 	sub := wstest.Dial(t, url)
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"bytes"}`))
 	pub := rawUpgrade(t, url)

@@ -26,7 +26,7 @@ func batchOf(elem string, n int) string {
 // the number of elements.
 func TestOversizeBatchIsRefusedWhole(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	c := wstest.Dial(t, url)
 	for _, n := range []int{protocol.MaxBatch + 1, 20000} {
 		c.Send(batchOf(`{}`, n))
@@ -46,7 +46,7 @@ func TestOversizeBatchIsRefusedWhole(t *testing.T) {
 // request beside them does not reset the count.
 func TestInvalidBatchElementsCountToward1008(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	c := wstest.Dial(t, url)
 	valid := `{"jsonrpc":"2.0","id":"ok","method":"subscribe","params":{"topic":"t"}}`
 	c.Send("[" + valid + "," + batchOf(`{"id":1}`, maxInvalid-1)[1:])
@@ -68,7 +68,7 @@ func TestUnreadRepliesClose1013(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
 	const queue = 64 << 10
-	_, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: queue}})
+	_, url := startServer(t, Deps{Metrics: m}, Config{SendQueueBytes: queue})
 	c := wstest.Dial(t, url)
 	// 100 calls of an unknown method, each with a 500-byte id: about
 	// 60 KB of answers per frame.
@@ -92,7 +92,7 @@ func TestUnreadRepliesClose1013(t *testing.T) {
 func TestAnswerOverSendQueueIsRefused(t *testing.T) {
 	leakcheck.Check(t)
 	const queue = 32 << 10
-	s, url := startServer(t, Options{Config: Config{SendQueueBytes: queue}})
+	s, url := startServer(t, Deps{}, Config{SendQueueBytes: queue})
 	big := json.RawMessage(`"` + strings.Repeat("x", queue/4) + `"`)
 	s.Handle("big", func(context.Context, *Request) (any, error) { return big, nil })
 	c := wstest.Dial(t, url)
@@ -124,7 +124,7 @@ func TestAnswerOverSendQueueIsRefused(t *testing.T) {
 // Params nested deeper than MaxJSONDepth never reach a handler.
 func TestDeepParamsNeverReachAHandler(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{Config: Config{MaxJSONDepth: 8}})
+	s, url := startServer(t, Deps{}, Config{MaxJSONDepth: 8})
 	var called atomic.Int32
 	s.Handle("m", func(context.Context, *Request) (any, error) { called.Add(1); return nil, nil })
 	c := wstest.Dial(t, url)

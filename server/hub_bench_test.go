@@ -13,7 +13,7 @@ import (
 func BenchmarkHubPublish(b *testing.B) {
 	for _, subs := range []int{10, 1000} {
 		b.Run(strconv.Itoa(subs), func(b *testing.B) {
-			s := mustNew(b, Options{Metrics: metrics.NewDiscard()})
+			s := mustNew(b, Deps{Metrics: metrics.NewDiscard()})
 			conns := make([]*conn, subs)
 			for i := range conns {
 				c := &conn{s: s, queue: make([][]byte, 0, 64)}

@@ -16,7 +16,7 @@ import (
 // when the publish began.
 func TestHubSharedListsFollowSubscriptions(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+		s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 		conns := make([]*conn, 4)
 		for i := range conns {
 			conns[i] = &conn{s: s}
@@ -61,7 +61,7 @@ func TestHubSharedListsFollowSubscriptions(t *testing.T) {
 // Deliveries that build and share lists race with subscriptions that
 // drop them; -race checks the list is published safely.
 func TestHubSharedListsUnderChurn(t *testing.T) {
-	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 	conns := make([]*conn, 8)
 	for i := range conns {
 		conns[i] = &conn{s: s}
@@ -94,7 +94,7 @@ func TestHubSharedListsUnderChurn(t *testing.T) {
 // Publishes start at a random place in a topic's shared list: no
 // subscriber is always written to last.
 func TestHubPublishRotatesFirstSubscriber(t *testing.T) {
-	s := mustNew(t, Options{Metrics: metrics.NewDiscard()})
+	s := mustNew(t, Deps{Metrics: metrics.NewDiscard()})
 	conns := make([]*conn, 3)
 	for i := range conns {
 		conns[i] = &conn{s: s}

@@ -20,7 +20,7 @@ import (
 func TestEveryMessageSizeRoundTrips(t *testing.T) {
 	leakcheck.Check(t)
 	const limit = 16 << 10
-	s, url := startServer(t, Options{Config: Config{MaxMessageBytes: limit}})
+	s, url := startServer(t, Deps{}, Config{MaxMessageBytes: limit})
 	s.Handle("echo", func(_ context.Context, r *Request) (any, error) { return r.Params, nil })
 	for _, sub := range []string{"", protocol.BatchSubprotocol} {
 		c := wstest.Dial(t, url, sub)
@@ -140,7 +140,7 @@ func TestAppendTextHeader(t *testing.T) {
 // messages reach the client intact, with and without rt.batch.
 func TestLargeAndQueuedMessagesArriveIntact(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	for _, sub := range []string{"", protocol.BatchSubprotocol} {
 		c := wstest.Dial(t, url, sub)
 		wstest.MustOK(t, c.Call("subscribe", `{"topic":"big"}`))

@@ -40,9 +40,8 @@ func historyMembersOf() map[string]string {
 func startExactServer(t *testing.T) string {
 	t.Helper()
 	cfg := handshake.DefaultConfig()
-	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m, Tokens: testTokens(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 func TestParkedConnectionsCloseExactlyOnce(t *testing.T) {
 	fastPathOnly(t)
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	const rounds, n = 5, 24
 	for round := range rounds {
 		clients := make([]*wstest.Conn, n)
@@ -97,7 +97,7 @@ func TestParkedConnectionResumes(t *testing.T) {
 		"client gone":  func(s *Server, c *conn, client *wstest.Conn) { client.WS.CloseNow() },
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, url := startServer(t, Options{})
+			s, url := startServer(t, Deps{})
 			client := wstest.Dial(t, url)
 			testkit.Eventually(t, 10*time.Second, "the connection parks", func() bool { return parkedConns(s) == 1 })
 			go func() { // reading, the client answers a close handshake
@@ -115,7 +115,7 @@ func TestParkedConnectionResumes(t *testing.T) {
 		})
 	}
 	// And a call: the parked connection answers it, and parks again.
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	client := wstest.Dial(t, url)
 	for range 3 {
 		testkit.Eventually(t, 10*time.Second, "the connection parks", func() bool { return parkedConns(s) == 1 })
@@ -129,7 +129,7 @@ func TestParkedConnectionResumes(t *testing.T) {
 // must not wait on the socket for input it already holds.
 func TestFirstFrameWithTheUpgradeRequest(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	addr := strings.TrimPrefix(url, "ws://")
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {

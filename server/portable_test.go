@@ -33,7 +33,7 @@ func TestWithoutDescriptorCalls(t *testing.T) {
 func TestWithoutDescriptorCallsIdleKeepsAGoroutine(t *testing.T) {
 	withPortable(t)
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	const n = 10
 	for range n {
 		c := wstest.Dial(t, url)

@@ -40,10 +40,10 @@ type PresenceOptions struct {
 	// unless Redis is set.
 	Store presence.Store
 	// Redis, when set and Store is nil, keeps the entries in Redis: New
-	// makes the store from these options and hands it the server's own
+	// makes the store on these dependencies and hands it the server's own
 	// expiry hook (an entry removed because its instance stopped
 	// refreshing it is announced as a leave); Expired must be nil.
-	Redis *presence.RedisOptions
+	Redis *presence.RedisDeps
 	// Mode says what a topic keeps; nil: nothing.
 	Mode func(topic string) presence.Mode
 }
@@ -71,16 +71,15 @@ func (s *Server) newTracker(o PresenceOptions) (*presence.Tracker, error) {
 		}
 		ro := *o.Redis
 		ro.Expired = s.presenceExpired
-		rs, err := presence.NewRedisStore(ro)
+		rs, err := presence.NewRedisStore(o.Config, ro)
 		if err != nil {
 			return nil, err
 		}
 		store = rs
 	}
-	return presence.NewTracker(presence.Options{
-		Config: o.Config,
-		Store:  store,
-		Mode:   o.Mode,
+	return presence.NewTracker(o.Config, presence.TrackerDeps{
+		Store: store,
+		Mode:  o.Mode,
 		Send: func(topic string, data []byte) error {
 			return s.bus.PublishNotice(presence.Key(topic), data)
 		},
@@ -94,7 +93,7 @@ func (s *Server) newTracker(o PresenceOptions) (*presence.Tracker, error) {
 		},
 		Metrics: s.m,
 		Logger:  s.log,
-	}), nil
+	})
 }
 
 // ClientID is the fleet-wide id of a connection (presence entries name
@@ -189,7 +188,7 @@ func (s *Server) deliverPresence(topic string, payload []byte) int {
 }
 
 // presenceExpired hands the tracker entries the store removed because
-// their instance stopped refreshing them (presence.RedisOptions.Expired).
+// their instance stopped refreshing them (presence.RedisDeps.Expired).
 // The store runs it only once started, after New has set s.presence.
 func (s *Server) presenceExpired(topic string, gone []presence.Entry) {
 	s.presence.Expired(topic, gone)

@@ -33,9 +33,8 @@ func roomMode(topic string) presence.Mode {
 func startPresenceServer(t *testing.T, broker *bus.MemoryBroker, store presence.Store) (*Server, string) {
 	t.Helper()
 	cfg := handshake.DefaultConfig()
-	cfg.JWT.HMACSecret = []byte(testSecret)
 	m := metrics.NewDiscard()
-	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m})
+	gate, err := handshake.New(cfg, handshake.Deps{Metrics: m, Tokens: testTokens(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +44,7 @@ func startPresenceServer(t *testing.T, broker *bus.MemoryBroker, store presence.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startServer(t, Options{Gate: gate, Bus: bus.NewMemory(broker, m), Metrics: m, Access: checker,
+	return startServer(t, Deps{Gate: gate, Bus: bus.NewMemory(broker, m), Metrics: m, Access: checker,
 		Presence: PresenceOptions{Store: store, Mode: roomMode, Config: presence.Config{DiffInterval: 50 * time.Millisecond}}})
 }
 

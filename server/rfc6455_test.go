@@ -211,7 +211,7 @@ func bothPaths(t *testing.T, test func(t *testing.T, url string, m *metrics.Metr
 				withPortable(t)
 			}
 			m := metrics.NewDiscard()
-			s, url := startServer(t, Options{Metrics: m, Config: Config{MaxMessageBytes: 1 << 17}})
+			s, url := startServer(t, Deps{Metrics: m}, Config{MaxMessageBytes: 1 << 17})
 			s.Handle("echo", func(_ context.Context, r *Request) (any, error) { return r.Params, nil })
 			test(t, url, m)
 		})
@@ -493,7 +493,7 @@ func TestRFC6455Conformance(t *testing.T) {
 func TestRFC6455FailFastInsideAFrame(t *testing.T) {
 	leakcheck.Check(t)
 	fastPathOnly(t) // the portable path reads a frame's payload whole (the WebSocket library's reader)
-	_, url := startServer(t, Options{Metrics: metrics.NewDiscard()})
+	_, url := startServer(t, Deps{Metrics: metrics.NewDiscard()})
 	for _, bad := range []string{"\xf4\x90\x80\x80", "\xce\x41"} {
 		c := rawDial(t, url)
 		msg := []byte(callHead + "κόσμε" + bad + strings.Repeat("x", 100) + callTail)
@@ -516,7 +516,7 @@ func TestUnfinishedMessageCloses1008(t *testing.T) {
 			}
 			m := metrics.NewDiscard()
 			cfg := Config{PingInterval: 50 * time.Millisecond, MessageTimeout: 200 * time.Millisecond, WriteTimeout: time.Second}
-			_, url := startServer(t, Options{Metrics: m, Config: cfg})
+			_, url := startServer(t, Deps{Metrics: m}, cfg)
 			c := rawDial(t, url)
 			call := echoCall(100, "m")
 			c.send(frame(0x01, []byte(call[:10]), false))
@@ -543,7 +543,7 @@ func TestSilentClientIsCutOffAfterTheClose(t *testing.T) {
 				withPortable(t)
 			}
 			cfg := Config{PingInterval: 50 * time.Millisecond, MessageTimeout: 100 * time.Millisecond, WriteTimeout: time.Second}
-			_, url := startServer(t, Options{Metrics: metrics.NewDiscard(), Config: cfg})
+			_, url := startServer(t, Deps{Metrics: metrics.NewDiscard()}, cfg)
 			c := rawDial(t, url)
 			c.send(frame(0x01, []byte(echoCall(100, "s")[:10]), false))
 			for {

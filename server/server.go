@@ -58,11 +58,13 @@ type Request struct {
 // connection lives on.
 type Handler func(ctx context.Context, req *Request) (any, error)
 
-// Options wires a Server. Every field but Config may be nil: then the
-// server runs without that part (no gate: every upgrade is admitted; no
-// router: every call is admitted; no bus: a single instance).
-type Options struct {
-	Config   Config
+// Deps are what a Server uses beside its configuration (limits.*): its
+// collaborators, and what it is told of other sections (history.*,
+// presence.*, auth.jwt.refreshNotice, handshake.retryAfter). Every field
+// may be nil or zero: then the server runs without that part (no gate:
+// every upgrade is admitted; no router: every call is admitted; no bus: a
+// single instance).
+type Deps struct {
 	Gate     *handshake.Gate
 	Router   *message.Router
 	Pressure *pressure.Monitor
@@ -120,7 +122,7 @@ type Server struct {
 	// closeWaitHook, when set (tests), hears each bound put on the wait
 	// for a client's answer to a close frame sent with a deadline.
 	closeWaitHook func(time.Duration)
-	// refreshNotice is Options.RefreshNotice.
+	// refreshNotice is Deps.RefreshNotice.
 	refreshNotice time.Duration
 
 	tooBigReason string // the 1009 close reason, naming the limit
@@ -156,23 +158,22 @@ type Server struct {
 }
 
 // New returns a server. Call Start before serving if it has a bus.
-func New(opts Options) (*Server, error) {
-	cfg := opts.Config
+func New(cfg Config, deps Deps) (*Server, error) {
 	cfg.setDefaults()
 	s := &Server{
 		cfg:           cfg,
 		epoch:         time.Now(),
 		tooBigReason:  fmt.Sprintf("message larger than limits.maxMessageBytes (%d)", cfg.MaxMessageBytes),
-		gate:          opts.Gate,
-		router:        opts.Router,
-		access:        opts.Access,
-		pressure:      opts.Pressure,
-		bus:           opts.Bus,
-		m:             opts.Metrics,
-		log:           opts.Logger,
-		fallback:      opts.Fallback,
-		drainHint:     opts.DrainRetryAfter,
-		refreshNotice: opts.RefreshNotice,
+		gate:          deps.Gate,
+		router:        deps.Router,
+		access:        deps.Access,
+		pressure:      deps.Pressure,
+		bus:           deps.Bus,
+		m:             deps.Metrics,
+		log:           deps.Logger,
+		fallback:      deps.Fallback,
+		drainHint:     deps.DrainRetryAfter,
+		refreshNotice: deps.RefreshNotice,
 		conns:         map[*conn]struct{}{},
 		users:         map[string][]*conn{},
 	}
@@ -191,7 +192,7 @@ func New(opts Options) (*Server, error) {
 	if s.refreshNotice <= 0 {
 		s.refreshNotice = 30 * time.Second
 	}
-	s.instanceID = opts.InstanceID
+	s.instanceID = deps.InstanceID
 	if s.instanceID == "" {
 		s.instanceID = instance.NewID()
 	}
@@ -200,11 +201,11 @@ func New(opts Options) (*Server, error) {
 	s.pings = deadlines.New(cfg.PingInterval/32, func(c *conn) *deadlines.Handle { return &c.pingAt }, (*conn).keepalive)
 	s.expiries = newExpiryHeap()
 	var err error
-	if s.presence, err = s.newTracker(opts.Presence); err != nil {
+	if s.presence, err = s.newTracker(deps.Presence); err != nil {
 		return nil, fmt.Errorf("server: presence: %w", err)
 	}
 	s.hub.init(s)
-	s.hist = newHistoryState(s, opts)
+	s.hist = newHistoryState(s, deps)
 	return s, nil
 }
 
@@ -215,8 +216,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("server: start bus: %w", err)
 	}
 	s.hist.start()
-	s.presence.Start()
-	return nil
+	return s.presence.Start(ctx)
 }
 
 // Handle registers the handler of an application method. Built-in names
@@ -544,6 +544,17 @@ func (s *Server) drainClose(c *conn, done *sync.WaitGroup, by time.Time) {
 	c.closeLaterBy(websocket.StatusServiceRestart, retryhint.Reason(hintMillis(s.drainHint)), true, done, by)
 }
 
+// closeWait bounds Close's wait for the connections' goroutines.
+const closeWait = 10 * time.Second
+
+// Close is Shutdown bounded by closeWait: it closes what a drain left
+// open at once.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	return s.Shutdown(ctx)
+}
+
 // Shutdown closes every connection at once (1001, going away) and waits
 // for their goroutines, then stops the bus.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -564,7 +575,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.poller.stop()
 	// After the connections (their leaves are among what it sends), before
 	// the bus (which carries its last diffs).
-	s.presence.Close()
+	err = errors.Join(err, s.presence.Close())
 	if berr := s.bus.Close(); berr != nil && !errors.Is(berr, bus.ErrClosed) {
 		err = errors.Join(err, berr)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,7 +25,7 @@ import (
 
 func TestPublishReachesSubscribersInOrder(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	sub, pub, other := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"room:1"}`))
 	wstest.MustOK(t, other.Call("subscribe", `{"topic":"room:2"}`))
@@ -52,7 +53,7 @@ func TestPublishReachesSubscribersInOrder(t *testing.T) {
 
 func TestProtocolErrors(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{Config: Config{MaxSubscriptionsPerConn: 1}})
+	s, url := startServer(t, Deps{}, Config{MaxSubscriptionsPerConn: 1})
 	s.Handle("boom", func(context.Context, *Request) (any, error) { panic("boom") })
 	s.Handle("deny", func(context.Context, *Request) (any, error) {
 		return nil, protocol.NewError(protocol.CodeForbidden, "", nil)
@@ -115,7 +116,7 @@ func TestProtocolErrors(t *testing.T) {
 
 func TestBatchAndNotifications(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	var notified atomic.Int32
 	ran := make(chan struct{}, 8)
 	s.Handle("echo", func(_ context.Context, r *Request) (any, error) {
@@ -182,7 +183,7 @@ func TestBatchAndNotifications(t *testing.T) {
 
 func TestBinaryFrameCloses1003(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	c := wstest.Dial(t, url)
 	if err := c.WS.Write(context.Background(), websocket.MessageBinary, []byte("x")); err != nil {
 		t.Fatal(err)
@@ -198,7 +199,7 @@ func TestBinaryFrameCloses1003(t *testing.T) {
 func TestInvalidUTF8Closes1007(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
-	_, url := startServer(t, Options{Metrics: m})
+	_, url := startServer(t, Deps{Metrics: m})
 	sub := wstest.Dial(t, url)
 	wstest.MustOK(t, sub.Call("subscribe", `{"topic":"t"}`))
 	c := wstest.Dial(t, url)
@@ -218,7 +219,7 @@ func TestInvalidUTF8Closes1007(t *testing.T) {
 func TestOversizeMessageCloses1009(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
-	_, url := startServer(t, Options{Config: Config{MaxMessageBytes: 1024}, Metrics: m})
+	_, url := startServer(t, Deps{Metrics: m}, Config{MaxMessageBytes: 1024})
 	c := wstest.Dial(t, url)
 	// Exactly at the limit is fine.
 	at := `{"jsonrpc":"2.0","id":1,"method":"publish","params":{"topic":"t","data":"`
@@ -240,7 +241,7 @@ func TestOversizeMessageCloses1009(t *testing.T) {
 func TestSlowConsumerIsCutOffHealthyOneGetsEverything(t *testing.T) {
 	leakcheck.Check(t)
 	m := metrics.NewDiscard()
-	_, url := startServer(t, Options{Metrics: m, Config: Config{SendQueueBytes: 256 << 10}})
+	_, url := startServer(t, Deps{Metrics: m}, Config{SendQueueBytes: 256 << 10})
 	stalled, healthy, pub := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, stalled.Call("subscribe", `{"topic":"feed"}`))
 	wstest.MustOK(t, healthy.Call("subscribe", `{"topic":"feed"}`))
@@ -259,7 +260,7 @@ func TestSlowConsumerIsCutOffHealthyOneGetsEverything(t *testing.T) {
 
 func TestDrainNotifiesThenCloses1012(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	clients := []*wstest.Conn{wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)}
 	for _, c := range clients {
 		wstest.MustOK(t, c.Call("subscribe", `{"topic":"t"}`))
@@ -323,7 +324,7 @@ func TestDrainScheduleSpreadsCloses(t *testing.T) {
 
 func TestServerSidePublish(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Deps{})
 	c := wstest.Dial(t, url)
 	wstest.MustOK(t, c.Call("subscribe", `{"topic":"news"}`))
 	if err := s.Publish("news", json.RawMessage(`{ "a" : 1 }`)); err != nil {
@@ -346,7 +347,7 @@ func TestServerSidePublish(t *testing.T) {
 // its slot and subscriptions are given back, while a live peer stays.
 func TestDeadPeerIsDetectedByPing(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{Config: Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond}})
+	s, url := startServer(t, Deps{}, Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
 	dead, live := wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, dead.Call("subscribe", `{"topic":"t"}`))
 	// live keeps reading, so its client answers pings; dead never reads
@@ -377,7 +378,7 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 // silent peer off.
 func TestSendingPeerIsAliveWithoutPongs(t *testing.T) {
 	leakcheck.Check(t)
-	s, url := startServer(t, Options{Config: Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond}})
+	s, url := startServer(t, Deps{}, Config{PingInterval: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
 	sender := wstest.Dial(t, url)
 	wstest.Dial(t, url) // the silent peer: never reads, never sends
 	stop := make(chan struct{})
@@ -419,7 +420,7 @@ func TestSendingPeerIsAliveWithoutPongs(t *testing.T) {
 // them is not a client speaking the protocol: 1008, after the answers.
 func TestRepeatedInvalidFramesClose1008(t *testing.T) {
 	leakcheck.Check(t)
-	_, url := startServer(t, Options{})
+	_, url := startServer(t, Deps{})
 	c := wstest.Dial(t, url)
 	for range maxInvalid - 1 {
 		c.Send(`not json`)
@@ -438,5 +439,24 @@ func TestRepeatedInvalidFramesClose1008(t *testing.T) {
 	}
 	if code, reason := c.CloseStatus(); code != websocket.StatusPolicyViolation {
 		t.Fatalf("close %d %q, want 1008", code, reason)
+	}
+}
+
+// Close is a bounded Shutdown: a started server with a connection closes
+// it (1001, going away) and stops everything it started.
+func TestCloseIsBoundedShutdown(t *testing.T) {
+	defer leakcheck.Check(t)
+	s := mustNew(t, Deps{})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	defer hs.Close()
+	c := wstest.Dial(t, "ws"+strings.TrimPrefix(hs.URL, "http"))
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if code, _ := c.CloseStatus(); code != websocket.StatusGoingAway {
+		t.Fatalf("close code %d, want 1001", code)
 	}
 }

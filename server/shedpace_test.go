@@ -86,7 +86,7 @@ func TestPacingEndsAfterTwoAdmittedInARow(t *testing.T) {
 // is unaffected.
 func TestHammeringARefusalIsReadAtAPace(t *testing.T) {
 	tr := newTier(t, "pub", message.Rule{Rate: &message.Rate{Limit: 1, Per: time.Hour, By: "conn"}}, map[string]string{MethodPublish: "pub"})
-	s, url := startServer(t, Options{Router: tr.router, Metrics: tr.m})
+	s, url := startServer(t, Deps{Router: tr.router, Metrics: tr.m})
 	abuser, innocent, listener := wstest.Dial(t, url), wstest.Dial(t, url), wstest.Dial(t, url)
 	wstest.MustOK(t, listener.Call(MethodSubscribe, `{"topic":"calm"}`))
 

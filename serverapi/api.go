@@ -73,10 +73,11 @@ type Info struct {
 	Instances   int    `json:"instances"`   // this one plus every sibling with a fresh rate envelope
 }
 
-// Options configures the API handler.
-type Options struct {
-	// Key is the API key callers present as "Authorization: apikey KEY".
-	// Required.
+// Config of the API handler: api.key and the limits it shares with
+// client frames.
+type Config struct {
+	// Key is the API key callers present as "Authorization: apikey KEY"
+	// (api.key). Required.
 	Key string
 	// MaxBodyBytes caps a request body; a larger one answers 413.
 	// 0: 65536 (rtserver passes limits.maxMessageBytes).
@@ -85,6 +86,10 @@ type Options struct {
 	// answers 400 (-32600). 0: protocol.DefaultMaxDepth (64; rtserver
 	// passes limits.maxJSONDepth), the limit client frames have.
 	MaxJSONDepth int
+}
+
+// Deps are what the API handler uses beside its configuration.
+type Deps struct {
 	// Backend carries out the calls. Required.
 	Backend Backend
 	// Metrics receives api_requests_total. nil: metrics.NewDiscard().
@@ -129,18 +134,18 @@ type Handler struct {
 }
 
 // New returns the API handler.
-func New(o Options) (*Handler, error) {
-	if o.Key == "" {
+func New(cfg Config, deps Deps) (*Handler, error) {
+	if cfg.Key == "" {
 		return nil, errors.New("serverapi: empty key")
 	}
-	if o.Backend == nil {
+	if deps.Backend == nil {
 		return nil, errors.New("serverapi: no backend")
 	}
-	h := &Handler{keyHash: sha256.Sum256([]byte(o.Key)), max: o.MaxBodyBytes, b: o.Backend, m: o.Metrics, log: o.Logger}
+	h := &Handler{keyHash: sha256.Sum256([]byte(cfg.Key)), max: cfg.MaxBodyBytes, b: deps.Backend, m: deps.Metrics, log: deps.Logger}
 	if h.max <= 0 {
 		h.max = 65536
 	}
-	h.depth = o.MaxJSONDepth
+	h.depth = cfg.MaxJSONDepth
 	if h.depth <= 0 {
 		h.depth = protocol.DefaultMaxDepth
 	}

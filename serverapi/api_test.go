@@ -87,7 +87,7 @@ func newTestServer(t *testing.T, max int64) (*httptest.Server, *recorder, *metri
 	t.Helper()
 	rec := &recorder{}
 	m := metrics.NewDiscard()
-	h, err := New(Options{Key: testKey, MaxBodyBytes: max, Backend: rec, Metrics: m})
+	h, err := New(Config{Key: testKey, MaxBodyBytes: max}, Deps{Backend: rec, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,10 +318,10 @@ func TestDrainingAndBackendFailure(t *testing.T) {
 }
 
 func TestNewRefusesMissingParts(t *testing.T) {
-	if _, err := New(Options{Backend: &recorder{}}); err == nil {
+	if _, err := New(Config{}, Deps{Backend: &recorder{}}); err == nil {
 		t.Error("empty key accepted")
 	}
-	if _, err := New(Options{Key: "k"}); err == nil {
+	if _, err := New(Config{Key: "k"}, Deps{}); err == nil {
 		t.Error("nil backend accepted")
 	}
 }

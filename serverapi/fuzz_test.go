@@ -23,7 +23,7 @@ func FuzzBody(f *testing.F) {
 		}
 	}
 	rec := &recorder{}
-	h, err := New(Options{Key: testKey, MaxBodyBytes: 4096, Backend: rec})
+	h, err := New(Config{Key: testKey, MaxBodyBytes: 4096}, Deps{Backend: rec})
 	if err != nil {
 		f.Fatal(err)
 	}

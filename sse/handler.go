@@ -19,14 +19,19 @@ import (
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// Options wires a Handler.
-type Options struct {
-	// WebSocket is the server's GET /ws handler: every session and every
-	// POST is one of its connections, admitted by its handshake tier.
-	WebSocket http.Handler
+// Config of a Handler.
+type Config struct {
 	// MaxMessageBytes bounds a POST's body, as limits.maxMessageBytes
 	// bounds a WebSocket frame; default 65536.
 	MaxMessageBytes int64
+}
+
+// Deps are what a Handler uses beside its configuration.
+type Deps struct {
+	// WebSocket is the server's GET /ws handler: every session and every
+	// POST is one of its connections, admitted by its handshake tier.
+	// Required.
+	WebSocket http.Handler
 }
 
 // Handler serves GET /sse (an event stream) and POST /sse (calls).
@@ -38,13 +43,16 @@ type Handler struct {
 	sessions map[string]*pipe
 }
 
-// New returns a handler over opts.WebSocket.
-func New(opts Options) *Handler {
-	h := &Handler{ws: opts.WebSocket, maxBody: opts.MaxMessageBytes, sessions: map[string]*pipe{}}
+// New returns a handler over deps.WebSocket.
+func New(cfg Config, deps Deps) (*Handler, error) {
+	if deps.WebSocket == nil {
+		return nil, errors.New("sse: no WebSocket handler")
+	}
+	h := &Handler{ws: deps.WebSocket, maxBody: cfg.MaxMessageBytes, sessions: map[string]*pipe{}}
 	if h.maxBody <= 0 {
 		h.maxBody = 65536
 	}
-	return h
+	return h, nil
 }
 
 // Sessions is the number of open event streams.

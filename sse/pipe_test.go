@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/server"
 )
 
@@ -68,7 +69,7 @@ func TestPipeEventsDoNotDependOnWriteBoundaries(t *testing.T) {
 
 	run := func(cuts []int) string {
 		rc := &recordConn{}
-		p := newPipe(New(Options{}), modeEvents)
+		p := newPipe(testkit.Must(New(Config{}, Deps{WebSocket: http.NotFoundHandler()})), modeEvents)
 		p.nc, p.topics = rc, []string{"room:a"}
 		last := 0
 		for _, c := range append(cuts, len(stream)) {
@@ -106,7 +107,7 @@ func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 // A POST without a session is a connection of the server's own: its
 // answer is the response body, and the connection ends after it.
 func TestPostRunsOnAConnectionOfItsOwn(t *testing.T) {
-	s, err := server.New(server.Options{})
+	s, err := server.New(server.Config{}, server.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestPostRunsOnAConnectionOfItsOwn(t *testing.T) {
 		defer cancel()
 		s.Shutdown(ctx)
 	})
-	h := New(Options{WebSocket: s, MaxMessageBytes: 200})
+	h := testkit.Must(New(Config{MaxMessageBytes: 200}, Deps{WebSocket: s}))
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	post := func(body string) (int, string) {

@@ -49,7 +49,7 @@ func BenchmarkGRPC(b *testing.B) {
 		{"rate+concurrency/glob", map[string]string{"/grpc.health.v1.Health/*": "c"}, rule},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			_, r := newRouter(b, message.Options{}, map[string]message.Rule{"c": bc.rule}, bc.methods)
+			_, r := newRouter(b, message.Deps{}, map[string]message.Rule{"c": bc.rule}, bc.methods)
 			u := admitgrpc.UnaryServerInterceptor(r)
 			b.ReportAllocs()
 			for b.Loop() {
@@ -60,7 +60,7 @@ func BenchmarkGRPC(b *testing.B) {
 		})
 	}
 	b.Run("checkOnly/rate+concurrency", func(b *testing.B) {
-		a, _ := newRouter(b, message.Options{}, map[string]message.Rule{"c": rule}, nil)
+		a, _ := newRouter(b, message.Deps{}, map[string]message.Rule{"c": rule}, nil)
 		c, _ := a.Class("c")
 		call := &message.Call{IP: "192.0.2.1"}
 		b.ReportAllocs()

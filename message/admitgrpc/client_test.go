@@ -55,7 +55,7 @@ func countAttempts(n *int) grpc.UnaryClientInterceptor {
 // succeeds because the limiter has refilled.
 func TestClientRetriesAfterTheHint(t *testing.T) {
 	clock := &sleeper{clock: testkit.NewClock(time.Unix(1_800_000_000, 0))}
-	_, r := newRouter(t, withClock(message.Options{}, clock.clock.Now),
+	_, r := newRouter(t, withClock(message.Deps{}, clock.clock.Now),
 		map[string]message.Rule{"c": {Rate: &message.Rate{Limit: 1, Per: 2 * time.Second}}},
 		map[string]string{methodCheck: "c"})
 	s := startServer(t)
@@ -83,7 +83,7 @@ func TestClientRetriesAfterTheHint(t *testing.T) {
 func TestClientGivesUp(t *testing.T) {
 	// A one-hour base: hints in [30m, 90m), far beyond any round trip, so
 	// a one-minute deadline is certainly shorter than the hint.
-	a, r := newRouter(t, message.Options{RetryAfter: time.Hour},
+	a, r := newRouter(t, message.Deps{RetryAfter: time.Hour},
 		map[string]message.Rule{"c": {Concurrency: &message.Concurrency{Max: 1}}},
 		map[string]string{methodCheck: "c"})
 	class, _ := a.Class("c")
@@ -175,7 +175,7 @@ func TestClientGivesUp(t *testing.T) {
 // slot), the request is sent again, and the caller sees only the retried
 // stream's end; with no retries left it sees the shed status.
 func TestStreamClientRetries(t *testing.T) {
-	a, r := newRouter(t, message.Options{RetryAfter: time.Hour},
+	a, r := newRouter(t, message.Deps{RetryAfter: time.Hour},
 		map[string]message.Rule{"c": {Concurrency: &message.Concurrency{Max: 1}}},
 		map[string]string{methodWatch: "c"})
 	class, _ := a.Class("c")

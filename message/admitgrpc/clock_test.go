@@ -8,7 +8,7 @@ import (
 )
 
 // withClock is opts with the Admission's clock set to now.
-func withClock(opts message.Options, now func() time.Time) message.Options {
+func withClock(opts message.Deps, now func() time.Time) message.Deps {
 	clock.Set(&opts, now)
 	return opts
 }

@@ -22,11 +22,15 @@ import (
 // shed calls whose hint is at most MaxDelay; this one's is a minute, so it
 // gets the status at once, with the hint for the caller to act on.
 func Example() {
-	a := message.New(message.Options{})
-	if err := a.Register("health", message.Rule{Rate: &message.Rate{Limit: 1, Per: time.Minute, By: "ip"}}); err != nil {
+	cfg := message.Config{
+		Classes: map[string]message.Rule{"health": {Rate: &message.Rate{Limit: 1, Per: time.Minute, By: "ip"}}},
+		Methods: map[string]string{"/grpc.health.v1.Health/*": "health"},
+	}
+	a, err := message.New(cfg, message.Deps{})
+	if err != nil {
 		panic(err)
 	}
-	router, err := message.NewRouter(a, map[string]string{"/grpc.health.v1.Health/*": "health"})
+	router, err := message.NewRouter(a, cfg.Methods)
 	if err != nil {
 		panic(err)
 	}

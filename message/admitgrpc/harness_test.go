@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 )
 
@@ -209,9 +210,9 @@ func (s *testServer) Watch(_ *healthpb.HealthCheckRequest, ss grpc.ServerStreami
 }
 
 // newRouter registers classes and maps methods to them.
-func newRouter(t testing.TB, opts message.Options, classes map[string]message.Rule, methods map[string]string) (*message.Admission, *message.Router) {
+func newRouter(t testing.TB, opts message.Deps, classes map[string]message.Rule, methods map[string]string) (*message.Admission, *message.Router) {
 	t.Helper()
-	a := message.New(opts)
+	a := testkit.Must(message.New(message.Config{}, opts))
 	for name, r := range classes {
 		if err := a.Register(name, r); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/admitgrpc"
 )
@@ -39,7 +40,7 @@ func TestExactlyOnceReleaseProperty(t *testing.T) {
 	cl := s.dial(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		k := rapid.IntRange(1, 3).Draw(rt, "k")
-		a := message.New(message.Options{})
+		a := testkit.Must(message.New(message.Config{}, message.Deps{}))
 		if err := a.Register("c", message.Rule{Concurrency: &message.Concurrency{Max: k}}); err != nil {
 			rt.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func shedDetails(t *testing.T, err error, code codes.Code, reason, class string)
 // ends; a method mapped to no class always runs.
 func TestShedCallsOverTheNetwork(t *testing.T) {
 	leakcheck.Check(t)
-	a, r := newRouter(t, message.Options{}, map[string]message.Rule{
+	a, r := newRouter(t, message.Deps{}, map[string]message.Rule{
 		"probe": {Rate: &message.Rate{Limit: 1, Per: time.Minute, By: "ip"}},
 		"watch": {Concurrency: &message.Concurrency{Max: 1}},
 	}, map[string]string{
@@ -125,7 +125,7 @@ func TestShedCallsOverTheNetwork(t *testing.T) {
 // TestPanicReleasesThenPanics: the lease is back before the panic reaches
 // the interceptor outside ours, and the call is released as Dropped.
 func TestPanicReleasesThenPanics(t *testing.T) {
-	a, r := newRouter(t, message.Options{}, map[string]message.Rule{"c": {Concurrency: &message.Concurrency{Max: 1}}},
+	a, r := newRouter(t, message.Deps{}, map[string]message.Rule{"c": {Concurrency: &message.Concurrency{Max: 1}}},
 		map[string]string{methodCheck: "c"})
 	c, _ := a.Class("c")
 	var outcome []message.Outcome
@@ -183,7 +183,7 @@ func TestKeys(t *testing.T) {
 	cl := s.dial(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, r := newRouter(t, message.Options{}, map[string]message.Rule{"c": {Rate: &message.Rate{Limit: 1, Per: time.Hour}}},
+			_, r := newRouter(t, message.Deps{}, map[string]message.Rule{"c": {Rate: &message.Rate{Limit: 1, Per: time.Hour}}},
 				map[string]string{methodCheck: "c"})
 			s.set(admitgrpc.UnaryServerInterceptor(r, tt.opts...), nil)
 			var codesGot [2]codes.Code
@@ -227,7 +227,7 @@ func TestCostParts(t *testing.T) {
 	cl := s.dial(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, r := newRouter(t, message.Options{}, map[string]message.Rule{"c": {Cost: &tt.cost}}, map[string]string{methodCheck: "c"})
+			_, r := newRouter(t, message.Deps{}, map[string]message.Rule{"c": {Cost: &tt.cost}}, map[string]string{methodCheck: "c"})
 			s.set(admitgrpc.UnaryServerInterceptor(r, tt.opts...), nil)
 			if _, err := cl.Check(t.Context(), req); err != nil {
 				t.Fatalf("first call: %v", err)
@@ -267,7 +267,7 @@ func TestDropOnCodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, r := newRouter(t, message.Options{}, map[string]message.Rule{"c": {Concurrency: &message.Concurrency{Max: 1}}},
+			a, r := newRouter(t, message.Deps{}, map[string]message.Rule{"c": {Concurrency: &message.Concurrency{Max: 1}}},
 				map[string]string{"/s/*": "c"})
 			c, _ := a.Class("c")
 			var got []message.Outcome

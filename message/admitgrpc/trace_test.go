@@ -21,7 +21,7 @@ func TestDecisionOnSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	_, r := newRouter(t, message.Options{}, map[string]message.Rule{"probe": {Rate: &message.Rate{Limit: 1, Per: time.Minute}}},
+	_, r := newRouter(t, message.Deps{}, map[string]message.Rule{"probe": {Rate: &message.Rate{Limit: 1, Per: time.Minute}}},
 		map[string]string{methodCheck: "probe"})
 	u := admitgrpc.UnaryServerInterceptor(r)
 	s := startServer(t)

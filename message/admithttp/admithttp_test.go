@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/admithttp"
 	"github.com/rtserver/rtserver/pressure"
@@ -22,7 +23,7 @@ import (
 // newClass registers one class with rule r on a fresh Admission.
 func newClass(t testing.TB, r message.Rule) *message.Class {
 	t.Helper()
-	a := message.New(message.Options{})
+	a := testkit.Must(message.New(message.Config{}, message.Deps{}))
 	if err := a.Register("api", r); err != nil {
 		t.Fatal(err)
 	}
@@ -252,11 +253,10 @@ func TestDropOn5xxKeepsFlushAndUnwrap(t *testing.T) {
 }
 
 func TestShedBodyEscapesClassName(t *testing.T) {
-	a := message.New(message.Options{})
 	name := `we"ird\name`
-	if err := a.Register(name, message.Rule{Predicate: func(*pressure.Snapshot, *message.Call) (bool, error) { return false, nil }}); err != nil {
-		t.Fatal(err)
-	}
+	a := testkit.Must(message.New(message.Config{Classes: map[string]message.Rule{name: {}}}, message.Deps{
+		Predicates: map[string]message.Predicate{name: func(*pressure.Snapshot, *message.Call) (bool, error) { return false, nil }},
+	}))
 	c, _ := a.Class(name)
 	rec := httptest.NewRecorder()
 	admithttp.Middleware(c)(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))

@@ -38,11 +38,10 @@ func get(client *http.Client, url string) {
 // third request may come 30 seconds after the budget was spent, which the
 // answer says in Retry-After (and, in milliseconds, in retryAfterMs).
 func Example() {
-	a := message.New(message.Options{})
-	err := a.Register("api", message.Rule{
+	a, err := message.New(message.Config{Classes: map[string]message.Rule{"api": {
 		Rate:        &message.Rate{Limit: 2, Per: time.Minute, By: "ip"},
 		Concurrency: &message.Concurrency{Max: 64},
-	})
+	}}}, message.Deps{})
 	if err != nil {
 		panic(err)
 	}
@@ -69,10 +68,10 @@ func Example() {
 // caller's user id (from an auth header, for brevity), and the health
 // check is not guarded at all.
 func Example_chi() {
-	a := message.New(message.Options{})
-	if err := a.Register("report", message.Rule{
+	a, err := message.New(message.Config{Classes: map[string]message.Rule{"report": {
 		Rate: &message.Rate{Limit: 1, Per: time.Hour}, // by user
-	}); err != nil {
+	}}}, message.Deps{})
+	if err != nil {
 		panic(err)
 	}
 	report, _ := a.Class("report")

@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/message/admithttp"
 )
@@ -43,7 +44,7 @@ func TestExactlyOnceReleaseProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		k := rapid.IntRange(1, 3).Draw(rt, "k")
 		onGone := rapid.Bool().Draw(rt, "releaseWhenClientGone")
-		a := message.New(message.Options{})
+		a := testkit.Must(message.New(message.Config{}, message.Deps{}))
 		if err := a.Register("c", message.Rule{Concurrency: &message.Concurrency{Max: k}}); err != nil {
 			rt.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package clusterrate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -12,18 +13,10 @@ import (
 	"github.com/rtserver/rtserver/message"
 )
 
-// CeilingOptions of Ceilings; the zero value is the documented default.
-type CeilingOptions struct {
-	// Prefix starts every key (inside the hash tag). Default "rt:".
-	Prefix string
-	// InstanceID names this instance's entry. Default: 16 random hex
-	// digits (the node passes its aggregator's id).
-	InstanceID string
-	// TTL is how long an instance's limit counts after it was last
-	// shared: an instance that stopped sharing leaves the live count
-	// after it. Default 3s (three exchanges at the default one a second).
-	TTL time.Duration
-}
+// ceilingTTL is how long an instance's limit counts after it was last
+// shared: an instance that stopped sharing leaves the live count after it
+// (three exchanges at the default one a second).
+const ceilingTTL = 3 * time.Second
 
 // Ceilings is a message.CeilingStore on Redis: one hash per class,
 // {<prefix>adm:ceil:<class>}, holding per instance its latest limit and
@@ -38,19 +31,19 @@ type Ceilings struct {
 
 var _ message.CeilingStore = (*Ceilings)(nil)
 
-// NewCeilings returns a Ceilings on client.
-func NewCeilings(client redis.Scripter, opts CeilingOptions) *Ceilings {
-	c := &Ceilings{client: client, prefix: opts.Prefix, id: opts.InstanceID, ttl: opts.TTL}
-	if c.prefix == "" {
-		c.prefix = bus.DefaultChannelPrefix
+// NewCeilings returns a Ceilings on deps.Client.
+func NewCeilings(cfg Config, deps Deps) (*Ceilings, error) {
+	if deps.Client == nil {
+		return nil, errNoClient
 	}
+	c := &Ceilings{client: deps.Client, prefix: cmp.Or(cfg.Prefix, bus.DefaultChannelPrefix), id: deps.InstanceID, ttl: deps.ttl}
 	if c.id == "" {
 		c.id = instance.NewID()
 	}
 	if c.ttl <= 0 {
-		c.ttl = 3 * time.Second
+		c.ttl = ceilingTTL
 	}
-	return c
+	return c, nil
 }
 
 // ceilingScript records ARGV[2] as instance ARGV[1]'s limit at Redis's

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
 )
@@ -28,11 +29,13 @@ func TestFleetCeilingOnRedis(t *testing.T) {
 	var fleet []instance
 	for i, own := range []int{30, 60, 90} {
 		m := metrics.NewDiscard()
-		a := message.New(withClock(message.Options{Metrics: m, Ceilings: NewCeilings(client(t, s), CeilingOptions{InstanceID: fmt.Sprint("i", i)})}, newClock().Now))
-		c := register(t, a, "llm", message.Rule{AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: own, Max: 1000, ProbeCalls: 1, Scope: "cluster"}})
+		a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Metrics: m, Ceilings: testkit.Must(NewCeilings(Config{}, Deps{Client: client(t, s), InstanceID: fmt.Sprint("i", i)}))}, newClock().Now)))
+		c := register(t, a, "llm", message.Rule{AdaptiveConcurrency: &message.AdaptiveConcurrency{Min: own, Max: 1000, Scope: "cluster"}})
 		call := &message.Call{}
-		c.Check(call) // the first no-load probe: one call
-		call.Release()
+		for range 25 { // the first no-load probe: 25 calls
+			c.Check(call)
+			call.Release()
+		}
 		fleet = append(fleet, instance{a, c, m})
 	}
 	share := func() {

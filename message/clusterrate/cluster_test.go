@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/internal/redistest"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/ratelimit"
 )
@@ -36,14 +37,14 @@ func TestClassOnRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
 	t.Cleanup(func() { rc.Close() })
-	l := New(rc, Options{})
+	l := mustLimiter(Config{}, Deps{Client: rc})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := l.Preload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	clk := newClock()
-	a := message.New(withClock(message.Options{Shared: failOnError{t, l}}, clk.Now))
+	a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Shared: failOnError{t, l}}, clk.Now)))
 	c := register(t, a, "g", message.Rule{
 		Rate: &message.Rate{Limit: 3, Per: time.Minute, Scope: "cluster"},
 		Cost: &message.Cost{Budget: 1000, Per: time.Minute, Of: "bytes", Scope: "cluster"},

@@ -1,6 +1,7 @@
 package clusterrate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,15 +15,32 @@ import (
 	"github.com/rtserver/rtserver/ratelimit"
 )
 
-// Options of a Limiter; the zero value is the documented default.
-type Options struct {
+// Config of a Limiter or a Ceilings; the zero value is the documented
+// default.
+type Config struct {
 	// Prefix starts every key (inside the hash tag), for several
 	// deployments on one Redis; the node passes redis.channelPrefix.
 	// Default "rt:".
 	Prefix string
-	// Timeout bounds one check, round trip included. Default 100ms.
-	Timeout time.Duration
 }
+
+// Deps are what a Limiter or a Ceilings uses beside its configuration.
+type Deps struct {
+	// Client reaches Redis (a single node or a Redis Cluster: any
+	// go-redis client). Required.
+	Client redis.Scripter
+	// InstanceID names this instance's entry in a Ceilings. Default: 16
+	// random hex digits (the node passes its aggregator's id).
+	InstanceID string
+
+	timeout time.Duration // bounds one check, round trip included; 0: checkTimeout
+	ttl     time.Duration // a Ceilings entry's life; 0: ceilingTTL
+}
+
+// checkTimeout bounds one check of a Limiter, round trip included.
+const checkTimeout = 100 * time.Millisecond
+
+var errNoClient = errors.New("clusterrate: no Redis client")
 
 // Limiter is a message.SharedLimiter on Redis (a single node or a Redis
 // Cluster: any go-redis client). Safe for concurrent use.
@@ -34,16 +52,16 @@ type Limiter struct {
 
 var _ message.SharedLimiter = (*Limiter)(nil)
 
-// New returns a Limiter on client.
-func New(client redis.Scripter, opts Options) *Limiter {
-	l := &Limiter{client: client, prefix: opts.Prefix, timeout: opts.Timeout}
-	if l.prefix == "" {
-		l.prefix = bus.DefaultChannelPrefix
+// New returns a Limiter on deps.Client.
+func New(cfg Config, deps Deps) (*Limiter, error) {
+	if deps.Client == nil {
+		return nil, errNoClient
 	}
+	l := &Limiter{client: deps.Client, prefix: cmp.Or(cfg.Prefix, bus.DefaultChannelPrefix), timeout: deps.timeout}
 	if l.timeout <= 0 {
-		l.timeout = 100 * time.Millisecond
+		l.timeout = checkTimeout
 	}
-	return l
+	return l, nil
 }
 
 // gcraScript runs GCRA for each key, in nanoseconds, with the local

@@ -18,7 +18,7 @@ import (
 
 var t0 = time.Unix(1_760_000_000, 0)
 
-// clock is an injected Options.Now.
+// clock is an injected message.Deps clock.
 func newClock() *testkit.Clock { return testkit.NewClock(t0) }
 
 func register(t interface{ Fatal(...any) }, a *message.Admission, name string, r message.Rule) *message.Class {
@@ -50,11 +50,11 @@ func TestLocalAndClusterAgree(t *testing.T) {
 		// be a whole number of anything.
 		per := time.Duration(rapid.Int64Range(1, int64(100*time.Millisecond)).Draw(rt, "per"))
 		clk := newClock()
-		local := message.New(withClock(message.Options{}, clk.Now))
+		local := testkit.Must(message.New(message.Config{}, withClock(message.Deps{}, clk.Now)))
 		// A generous timeout, and any error fails the test: a check that
 		// timed out on a loaded machine would be decided open, not compared.
-		l := New(rc, Options{Prefix: fmt.Sprintf("conf%d:", round), Timeout: 10 * time.Second})
-		shared := message.New(withClock(message.Options{Shared: failOnError{t, l}}, clk.Now))
+		l := mustLimiter(Config{Prefix: fmt.Sprintf("conf%d:", round)}, Deps{Client: rc, timeout: 10 * time.Second})
+		shared := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Shared: failOnError{t, l}}, clk.Now)))
 		lc := register(rt, local, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per}})
 		sc := register(rt, shared, "c", message.Rule{Rate: &message.Rate{Limit: limit, Per: per, Scope: "cluster"}})
 		users := []string{"ann", "bob"}
@@ -84,7 +84,7 @@ func TestLocalAndClusterAgree(t *testing.T) {
 // results (allowed, remaining, and the wait to the nanosecond).
 func TestLimiterMatchesKeyed(t *testing.T) {
 	s := redistest.Start(t)
-	l := New(client(t, s), Options{Timeout: 10 * time.Second})
+	l := mustLimiter(Config{}, Deps{Client: client(t, s), timeout: 10 * time.Second})
 	round, denied, allowed := 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
 		round++
@@ -124,7 +124,7 @@ func TestLimiterMatchesKeyed(t *testing.T) {
 // capped at 1M/s).
 func TestRefillRateIsExact(t *testing.T) {
 	s := redistest.Start(t)
-	l := New(client(t, s), Options{Timeout: 10 * time.Second})
+	l := mustLimiter(Config{}, Deps{Client: client(t, s), timeout: 10 * time.Second})
 	for _, limit := range []int64{90_000, 999_999, 1_000_000, 3_000_000, 50_000_000} {
 		lim := []message.SharedLimit{{Name: "rate", Limit: limit, Per: time.Second, N: limit}}
 		res := make([]ratelimit.Result, 1)
@@ -157,7 +157,7 @@ func TestRefillRateIsExact(t *testing.T) {
 func TestReadsEarlierFormat(t *testing.T) {
 	s := redistest.Start(t)
 	rc := client(t, s)
-	l := New(rc, Options{})
+	l := mustLimiter(Config{}, Deps{Client: rc})
 	// The key's TAT is half a second ahead of now: 5 of 10 units used.
 	tat := t0.Add(500 * time.Millisecond).UnixMicro()
 	if err := rc.Set(context.Background(), "{rt:adm:old}:rate", fmt.Sprint(tat), time.Minute).Err(); err != nil {
@@ -182,7 +182,7 @@ func TestClusterLimitHoldsAcrossInstances(t *testing.T) {
 	clk := newClock()
 	var classes []*message.Class
 	for range 2 {
-		a := message.New(withClock(message.Options{Shared: New(client(t, s), Options{})}, clk.Now))
+		a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Shared: mustLimiter(Config{}, Deps{Client: client(t, s)})}, clk.Now)))
 		classes = append(classes, register(t, a, "global", message.Rule{Rate: &message.Rate{Limit: 50, Per: time.Second, Scope: "cluster"}}))
 	}
 	admitted := 0
@@ -209,7 +209,7 @@ func TestFusedRateAndCostChargeAllOrNothing(t *testing.T) {
 	var cmds atomic.Int64
 	rc.AddHook(countHook{&cmds})
 	clk := newClock()
-	a := message.New(withClock(message.Options{Shared: New(rc, Options{})}, clk.Now))
+	a := testkit.Must(message.New(message.Config{}, withClock(message.Deps{Shared: mustLimiter(Config{}, Deps{Client: rc})}, clk.Now)))
 	c := register(t, a, "llm", message.Rule{
 		Rate: &message.Rate{Limit: 2, Per: time.Minute, Scope: "cluster"},
 		Cost: &message.Cost{Budget: 100, Per: time.Minute, Of: "bytes", Scope: "cluster"},
@@ -259,7 +259,7 @@ func TestOnRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
 	t.Cleanup(func() { rc.Close() })
-	l := New(rc, Options{Timeout: 5 * time.Second})
+	l := mustLimiter(Config{}, Deps{Client: rc, timeout: 5 * time.Second})
 	limits := []message.SharedLimit{{Name: "rate", Limit: 3, Per: time.Minute, N: 1}, {Name: "cost", Limit: 1000, Per: time.Minute, N: 10}}
 	res := make([]ratelimit.Result, 2)
 	// The cost left after each call; the 4th is denied by its rate, so its
@@ -281,7 +281,7 @@ func TestOnRedisCluster(t *testing.T) {
 // TestRedisDownIsAnError: a failing Redis is reported, not decided here.
 func TestRedisDownIsAnError(t *testing.T) {
 	s := redistest.Start(t)
-	l := New(client(t, s), Options{Timeout: 200 * time.Millisecond})
+	l := mustLimiter(Config{}, Deps{Client: client(t, s), timeout: 200 * time.Millisecond})
 	s.Stop()
 	res := make([]ratelimit.Result, 1)
 	err := l.AllowShared(context.Background(), "c:user:u", t0, []message.SharedLimit{{Name: "rate", Limit: 1, Per: time.Second, N: 1}}, res)
@@ -296,7 +296,7 @@ func BenchmarkClusterCheck(b *testing.B) {
 	s := redistest.Start(b)
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer rc.Close()
-	a := message.New(message.Options{Shared: New(rc, Options{})})
+	a := testkit.Must(message.New(message.Config{}, message.Deps{Shared: mustLimiter(Config{}, Deps{Client: rc})}))
 	c := register(b, a, "g", message.Rule{Rate: &message.Rate{Limit: 1_000_000_000, Per: time.Second, Scope: "cluster"}})
 	call := &message.Call{User: "u"}
 	c.Check(call) // load the script
