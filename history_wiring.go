@@ -8,19 +8,17 @@ import (
 )
 
 // historyStore wires history (docs/history.md): which topics keep it
-// comes from the topic namespaces; the streams live in the process with
-// the memory bus, and in Redis beside either Redis bus (b), whose scripts
-// publish through it. nil when no topic keeps history. Called once
-// n.access (and n.cluster, with Redis) exist.
+// comes from the topic namespaces; the streams live in Redis beside
+// either Redis bus (b), whose scripts publish through it. nil when no
+// topic keeps history, and with the memory bus, where the server makes
+// the in-process store with its own delivery (as it makes the presence
+// store). Called once n.access (and n.cluster, with Redis) exist.
 func (n *Node) historyStore(cfg Config, b bus.Bus) (history.Store, error) {
 	if !n.access.KeepsHistory() {
 		return nil, nil
 	}
 	if n.cluster == nil {
-		return history.NewMemory(cfg.History, history.MemoryDeps{
-			Evicted: n.metrics.HistoryEvictions,
-			Deliver: func(topic, epoch string, m history.Message) { n.server.DeliverHistory(topic, epoch, m) },
-		})
+		return nil, nil // the server keeps the streams in its process
 	}
 	hp, ok := b.(bus.HistoryPublisher)
 	if !ok {
@@ -44,8 +42,8 @@ func (n *Node) historyStore(cfg Config, b bus.Bus) (history.Store, error) {
 
 // historyPolicy is the server's history policy: the topic grants'
 // namespaces, when some topic keeps history.
-func (n *Node) historyPolicy(store history.Store) func(string) history.Policy {
-	if store == nil {
+func (n *Node) historyPolicy() func(string) history.Policy {
+	if !n.access.KeepsHistory() {
 		return nil
 	}
 	return n.access.HistoryOf

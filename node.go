@@ -189,7 +189,7 @@ func (n *Node) build() error {
 		Presence:        n.presenceOptions(cfg),
 		InstanceID:      n.instanceID,
 		History:         store,
-		HistoryPolicy:   n.historyPolicy(store),
+		HistoryPolicy:   n.historyPolicy(),
 		HistoryConfig:   cfg.History,
 	})
 	if err != nil {

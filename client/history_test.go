@@ -25,20 +25,10 @@ import (
 func TestRecoversHistoryTopicsAfterReconnect(t *testing.T) {
 	defer leakcheck.Check(t)
 	pol := history.Policy{Size: 100, TTL: time.Minute}
-	var srv *server.Server
-	url, stop := serveServer(t, func() *server.Server {
-		var err error
-		srv, err = server.New(server.Config{}, server.Deps{
-			History: testkit.Must(history.NewMemory(history.Config{}, history.MemoryDeps{Deliver: func(topic, epoch string, m history.Message) {
-				srv.DeliverHistory(topic, epoch, m)
-			}})),
-			HistoryPolicy: func(string) history.Policy { return pol },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return srv
-	}())
+	// No store given: the server keeps the streams in its process.
+	url, stop := serveServer(t, testkit.Must(server.New(server.Config{}, server.Deps{
+		HistoryPolicy: func(string) history.Policy { return pol },
+	})))
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

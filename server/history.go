@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rtserver/rtserver/history"
 	"github.com/rtserver/rtserver/protocol"
 )
@@ -124,9 +125,22 @@ const (
 	maxHistoryResultBytes = 1 << 20
 )
 
-func newHistoryState(s *Server, o Deps) *historyState {
-	if o.History == nil || o.HistoryPolicy == nil {
-		return nil
+func newHistoryState(s *Server, o Deps) (*historyState, error) {
+	if o.HistoryPolicy == nil {
+		return nil, nil
+	}
+	if o.History == nil {
+		// The streams live in this process, delivered through the
+		// server as they are stored.
+		var evicted prometheus.Counter
+		if o.Metrics != nil {
+			evicted = o.Metrics.HistoryEvictions
+		}
+		store, err := history.NewMemory(o.HistoryConfig, history.MemoryDeps{Evicted: evicted, Deliver: s.DeliverHistory})
+		if err != nil {
+			return nil, err
+		}
+		o.History = store
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -143,7 +157,7 @@ func newHistoryState(s *Server, o Deps) *historyState {
 	if h.every <= 0 {
 		h.every = 5 * time.Second
 	}
-	return h
+	return h, nil
 }
 
 // start starts the periodic position check (Server.Start).

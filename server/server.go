@@ -88,9 +88,10 @@ type Deps struct {
 	DrainRetryAfter time.Duration
 
 	// History keeps the streams of history topics (docs/history.md), and
-	// HistoryPolicy says which topics keep one (Policy.Enabled). Either
-	// nil: no topic keeps history, and nothing of it costs anything. A
-	// *history.Memory store without a Deliver gets the server's.
+	// HistoryPolicy says which topics keep one (Policy.Enabled). A nil
+	// policy: no topic keeps history, and nothing of it costs anything.
+	// A policy without a store: the server keeps the streams in its
+	// process (a history.Memory store delivering through the server).
 	History       history.Store
 	HistoryPolicy func(topic string) history.Policy
 	HistoryConfig history.Config
@@ -205,7 +206,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("server: presence: %w", err)
 	}
 	s.hub.init(s)
-	s.hist = newHistoryState(s, deps)
+	if s.hist, err = newHistoryState(s, deps); err != nil {
+		return nil, fmt.Errorf("server: history: %w", err)
+	}
 	return s, nil
 }
 
