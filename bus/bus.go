@@ -74,10 +74,11 @@ type Bus interface {
 	PublishControl(key string, data []byte) error
 	// PublishNotice sends information keyed like a control message (a
 	// reserved key, e.g. a presence topic's) to the other instances that
-	// declared interest in key, unnumbered and in the data messages'
-	// lane, so that no amount of it delays a control message (see
-	// notice.go). Like Publish, it waits, bounded, and returns the same
-	// errors.
+	// declared interest in key, unnumbered and best-effort, on a queue of
+	// its own, so that no amount of it delays a control message or takes
+	// a data message's room (see notice.go). It does not wait for Redis:
+	// nil means queued; a full queue drops its oldest notice (counted).
+	// While cross-instance delivery is down it returns ErrDegraded.
 	PublishNotice(key string, data []byte) error
 	// Subscribe and Unsubscribe declare this instance's interest in a topic:
 	// the hub calls Subscribe when a topic gets its first local subscriber
@@ -106,4 +107,7 @@ const (
 	DropMalformed = "malformed"     // a received envelope that does not parse
 	DropBadTopic  = "bad_topic"     // a received envelope with an invalid or reserved topic
 	DropSlowRecv  = "slow_receiver" // received, then lost because the receive workers fell behind; the topic's subscribers hear of the gap
+	// DropNoticeOverflow: a notice (a presence diff, best-effort) dropped,
+	// the oldest first, because the notice send queue was full.
+	DropNoticeOverflow = "notice_overflow"
 )

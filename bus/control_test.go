@@ -326,3 +326,82 @@ func TestNoticeMemory(t *testing.T) {
 		t.Errorf("got %v", msgs)
 	}
 }
+
+// TestPublishNotRefusedByNotices: notices have a send queue of their own.
+// With Redis holding every PUBLISH (CLIENT PAUSE WRITE: PINGs still
+// answer, so the bus stays up) and a data queue of 8 that does not wait
+// for room, a flood of notices overflows only their own queue, oldest
+// first and counted, and a plain publish is still queued and taken once
+// Redis writes again, never refused; the newest notice arrives.
+func TestPublishNotRefusedByNotices(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	oa := testOptions(c, "a")
+	oa.PublishQueue, oa.PublishWait, oa.Writers, oa.BatchSize = 8, -1, 1, 1
+	a, _ := startRedis(t, oa)
+	b, rb := startRedis(t, testOptions(c, "b"))
+
+	if _, err := s.Do("CLIENT", "PAUSE", "60000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	unpaused := false
+	unpause := func() {
+		if !unpaused {
+			unpaused = true
+			if _, err := s.Do("CLIENT", "UNPAUSE"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer unpause()
+	const n = noticeQueue + 1000
+	for i := range n {
+		if err := a.PublishNotice("__presence:churn", fmt.Appendf(nil, `{"n":%d}`, i)); err != nil {
+			t.Fatalf("notice %d: %v", i, err)
+		}
+	}
+	// The one writer holds at most one notice; the queue keeps the newest.
+	if d, min := dropped(a.e.m, DropNoticeOverflow), float64(n-noticeQueue-1); d < min {
+		t.Errorf("%v notices dropped as overflow, want at least %v", d, min)
+	}
+	published := make(chan error, 1)
+	go func() { published <- a.Publish("room", []byte(`"plain"`)) }()
+	testkit.Eventually(t, waitLimit, "the plain publish queued or answered", func() bool {
+		return len(a.e.queue) == 1 || len(published) == 1
+	})
+	unpause()
+	if err := <-published; err != nil {
+		t.Errorf("plain publish during a notice flood: %v", err)
+	}
+	if q := dropped(a.e.m, DropQueueFull); q != 0 {
+		t.Errorf("%v publishes refused as queue_full", q)
+	}
+	last := fmt.Sprintf(`{"n":%d}`, n-1)
+	rb.await(t, "the plain message and the newest notice", func(m []got, _ []bool) bool {
+		return slices.Contains(m, got{"room", `"plain"`}) && slices.Contains(m, got{"notice __presence:churn", last})
+	})
+	a.Close()
+	b.Close()
+	noBusGoroutines(t)
+}
+
+// TestNoticeEnvelopeIsWhatABusSends: a notice built by NoticeEnvelope and
+// published straight to Redis reaches a signed bus's Receiver like one of
+// its siblings' notices.
+func TestNoticeEnvelopeIsWhatABusSends(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(t, s.Addr)
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	o := testOptions(c, "b")
+	o.HMACSecret = secret
+	b, rb := startRedis(t, o)
+	env := NoticeEnvelope("gen", "__presence:room", []byte(`{"joins":[]}`), secret)
+	if err := c.Publish(context.Background(), "test:bus", env).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m := rb.awaitMsgs(t, 1); m[0] != (got{"notice __presence:room", `{"joins":[]}`}) {
+		t.Errorf("received %v", m)
+	}
+	b.Close()
+	noBusGoroutines(t)
+}

@@ -17,10 +17,12 @@
 // routed by a reserved key such as UserKey(user), as a second envelope
 // kind on the same channels and connections (see control.go). They never
 // reach topic subscribers. Notices (PublishNotice, Receiver.DeliverNotice)
-// are keyed the same way but unnumbered, for information that is harmless
-// twice (presence diffs), and travel in the data lane: control messages
-// have a send queue, a receive queue and a worker of their own, so no
-// other traffic can starve them (notice.go).
+// are keyed the same way but unnumbered and best-effort, for information
+// that is harmless twice or lost (presence diffs): they have a send queue
+// of their own that drops its oldest when full, and share the data
+// messages' receive workers. Control messages have a send queue, a
+// receive queue and a worker of their own, so no other traffic can
+// starve them (notice.go).
 //
 // Subscription is the one Redis pub/sub primitive of rtserver: subscribe
 // and wait for Redis's confirmation, receive, notice a dead connection,

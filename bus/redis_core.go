@@ -147,6 +147,7 @@ type engine struct {
 	dropDegraded, dropQueueFull prometheus.Counter
 	dropOversize, dropMalformed prometheus.Counter
 	dropBadTopic, dropSlowRecv  prometheus.Counter
+	dropNotice                  prometheus.Counter
 
 	// pubMu guards closed against Publish, so no message is queued after
 	// the writer's final drain (it would be lost without being counted).
@@ -154,6 +155,9 @@ type engine struct {
 	closed bool
 	queue  chan outMsg
 	ctlOut chan outMsg // control messages: their own queue, served first
+	// noticeOut holds notices: their own queue, so that they never take
+	// a data message's room; full, it drops its oldest (notice.go).
+	noticeOut chan outMsg
 
 	workers []chan inMsg // received messages, by topic hash
 	ctlIn   chan inMsg   // received control messages: their own worker
@@ -207,6 +211,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	e.pinger1 = newPingClient(e.client, e.pingWait)
 	e.queue = make(chan outMsg, orDefault(o.PublishQueue, defaultQueueSize))
 	e.ctlOut = make(chan outMsg, controlQueue)
+	e.noticeOut = make(chan outMsg, noticeQueue)
 	e.workers = newWorkerQueues(orDefault(o.DeliverQueueSize, defaultDeliverQueue))
 	e.ctlIn = make(chan inMsg, controlQueue)
 	e.writerStop = make(chan struct{})
@@ -221,6 +226,7 @@ func newEngine(o RedisOptions, sharded bool) (*engine, error) {
 	e.dropMalformed = d.WithLabelValues(DropMalformed)
 	e.dropBadTopic = d.WithLabelValues(DropBadTopic)
 	e.dropSlowRecv = d.WithLabelValues(DropSlowRecv)
+	e.dropNotice = d.WithLabelValues(DropNoticeOverflow)
 	e.health.gauge = e.m.BusDegraded
 	e.health.log = e.log
 	e.health.init()
@@ -317,6 +323,9 @@ func (e *engine) close(stopLoops func()) error {
 				continue
 			case m := <-e.ctlOut:
 				e.answer(m, ErrDegraded)
+				continue
+			case <-e.noticeOut:
+				e.dropDegraded.Inc()
 				continue
 			default:
 			}

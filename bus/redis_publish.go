@@ -35,18 +35,30 @@ func (e *engine) publish(channel, topic string, data []byte) error {
 // enqueue encodes one envelope with encode (extra bytes longer than a data
 // envelope), queues it on q (waiting at most e.wait for room) and waits
 // for a writer's answer: nil once Redis has taken it.
-func (e *engine) enqueue(q chan outMsg, channel, topic string, data []byte, extra int, encode func(dst []byte, instance, topic string, data []byte) []byte) error {
+func (e *engine) enqueue(q chan outMsg, channel, topic string, data []byte, extra int, encode encoder) error {
+	m, err := e.encode(channel, topic, data, extra, encode)
+	if err != nil {
+		return err
+	}
+	return e.send1(q, m)
+}
+
+type encoder func(dst []byte, instance, topic string, data []byte) []byte
+
+// encode builds (and signs) one envelope, or refuses it: too large, or
+// Redis unreachable (both counted).
+func (e *engine) encode(channel, topic string, data []byte, extra int, encode encoder) (outMsg, error) {
 	n := envelopeLen(e.id, topic, data) + extra
 	if e.signer != nil {
 		n += stampLen + sigLen
 	}
 	if n > e.maxEnv {
 		e.dropOversize.Inc()
-		return ErrTooLarge
+		return outMsg{}, ErrTooLarge
 	}
 	if e.degraded() {
 		e.dropDegraded.Inc()
-		return ErrDegraded
+		return outMsg{}, ErrDegraded
 	}
 	// Encoding here, on the caller's goroutine, spreads the copying over
 	// the publishers and lets the caller reuse data at once.
@@ -54,7 +66,7 @@ func (e *engine) enqueue(q chan outMsg, channel, topic string, data []byte, extr
 	if e.signer != nil {
 		m.env = e.signer.sign(m.env)
 	}
-	return e.send1(q, m)
+	return m, nil
 }
 
 // send1 queues m on q and waits for its answer.
@@ -105,8 +117,9 @@ func (e *engine) answer(m outMsg, err error) {
 }
 
 // writer drains the publish queues, up to batch messages per round trip,
-// control messages first: a full data queue (data and notices) delays a
-// control message by at most the round trip in flight. Several writers
+// control messages first, then data and notices alike: a full data or
+// notice queue delays a control message by at most the round trip in
+// flight, and neither of the two can keep the other waiting. Several writers
 // run at once, each round trip on its own connection: a publisher waits
 // for its own message, so it has one in flight at a time and its
 // messages cannot overtake each other.
@@ -143,13 +156,15 @@ func (e *engine) next() (outMsg, bool) {
 		return m, true
 	case m := <-e.queue:
 		return m, true
+	case m := <-e.noticeOut:
+		return m, true
 	case <-e.writerStop:
 		return outMsg{}, false
 	}
 }
 
 // fill adds queued messages to batch, without waiting, up to its size:
-// control messages first.
+// control messages first, then data and notices in random turn.
 func (e *engine) fill(batch []outMsg) []outMsg {
 	for len(batch) < e.batch {
 		select {
@@ -160,6 +175,8 @@ func (e *engine) fill(batch []outMsg) []outMsg {
 		}
 		select {
 		case m := <-e.queue:
+			batch = append(batch, m)
+		case m := <-e.noticeOut:
 			batch = append(batch, m)
 		default:
 			return batch

@@ -46,8 +46,9 @@ type SubscriptionConfig struct {
 	// IdleAfter is how long the connection may stay silent before it is
 	// PINGed. 0: 1s.
 	IdleAfter time.Duration
-	// PingTimeout bounds the answer to that PING; without one the
-	// connection is replaced. 0: 500ms.
+	// PingTimeout bounds the answer to that PING; without one it is
+	// PINGed again, and after three in a row unanswered the connection
+	// is replaced. 0: 500ms.
 	PingTimeout time.Duration
 	// MaxBackoff caps the wait between retries while Redis is unreachable
 	// (it starts at 50ms and doubles). 0: IdleAfter.
@@ -171,11 +172,11 @@ func (s *Subscription) run() {
 	}()
 	ps := s.open()
 	backoff := minBackoff
-	pinged := false
+	pings := 0             // PINGs sent since the last thing Redis sent
 	var gathered time.Time // when the last Gather wait ended
 	for ps != nil {
 		wait := s.cfg.IdleAfter
-		if pinged {
+		if pings > 0 {
 			wait = s.cfg.PingTimeout
 		}
 		msg, err := s.receive(ps, wait)
@@ -184,20 +185,23 @@ func (s *Subscription) run() {
 		}
 		if err != nil {
 			if isTimeout(err) {
-				if !pinged && s.cfg.OnIdle != nil {
+				if pings == 0 && s.cfg.OnIdle != nil {
 					s.cfg.OnIdle()
 				}
-				// Silent for a while: ask. No answer within the ping
-				// timeout: the connection is dead without having said
-				// so; replace it.
-				if !pinged {
-					pinged = true
+				// Silent for a while: ask, and ask again while no answer
+				// comes within the ping timeout, up to slowPingsDead
+				// times: one late answer is a slow Redis, or this process
+				// starved of CPU (a recovery storm during a deploy), not
+				// a dead connection. Then the connection is dead without
+				// having said so; replace it.
+				if pings < slowPingsDead {
+					pings++
 					if s.ping(ps) == nil {
 						continue
 					}
 				}
 				s.fail(err)
-				pinged = false
+				pings = 0
 				if !s.sleep(&backoff) {
 					return
 				}
@@ -212,7 +216,7 @@ func (s *Subscription) run() {
 			}
 			continue
 		}
-		pinged = false
+		pings = 0
 		switch m := msg.(type) {
 		case *redis.Message:
 			s.handle(m.Payload)

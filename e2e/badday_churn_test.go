@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
 	"github.com/rtserver/rtserver/internal/testkit"
@@ -66,6 +69,52 @@ func churn(c *wstest.Conn, prefix string, n int, stop <-chan struct{}, changes *
 				}
 			}
 		}
+	}
+}
+
+// directChurn publishes presence diffs (joins and leaves of made-up
+// clients) on the given topics as signed notices of a made-up instance,
+// straight to the fleet's bus channel, at about rate per second (as the
+// machine allows), until stop is closed; sent counts them.
+func directChurn(t *testing.T, redisURL, secret string, topics []string, rate int, stop <-chan struct{}, sent *atomic.Int64) {
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	c := redis.NewClient(opts)
+	defer c.Close()
+	// Paced by the clock, not by ticks (a loaded machine drops ticks): each
+	// round sends what the rate owes since the start, at most 0.1 s of it.
+	tk := time.NewTicker(10 * time.Millisecond)
+	defer tk.Stop()
+	ctx := context.Background()
+	began := time.Now()
+	for i := 0; ; {
+		select {
+		case <-stop:
+			return
+		case <-tk.C:
+		}
+		owed := int(time.Since(began).Seconds()*float64(rate)) - i
+		per := min(owed, max(1, rate/10))
+		if per <= 0 {
+			continue
+		}
+		p := c.Pipeline()
+		for range per {
+			kind := "joins"
+			if (i/len(topics))%2 == 1 {
+				kind = "leaves"
+			}
+			data := fmt.Sprintf(`{%q:[{"client":"gen-%d","user":"gen"}]}`, kind, i%len(topics))
+			p.Publish(ctx, "rt:bus", bus.NoticeEnvelope("churngen", "__presence:"+topics[i%len(topics)], []byte(data), []byte(secret)))
+			i++
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			return // Redis stopped with the test
+		}
+		sent.Add(int64(per))
 	}
 }
 
@@ -130,6 +179,18 @@ func TestDisconnectUnderPresenceChurn(t *testing.T) {
 			churn(c, fmt.Sprint(side, i%4), topics/4, stop, &changes)
 		}()
 	}
+	var direct atomic.Int64
+	// Diffs published straight to Redis besides the WebSocket churn
+	// (which the machine bounds to ~10k changes/s): 2,000/s in the suite,
+	// BADDAY_CHURN_RATE=20000 for the measurement (scripts/bad-days.sh
+	// churn). Nothing is asserted of the rate.
+	if rate := envCount(t, "BADDAY_CHURN_RATE", 2000, 0); rate > 0 {
+		var watched []string
+		for i := range topics {
+			watched = append(watched, fmt.Sprintf("churn:a%d", i), fmt.Sprintf("churn:b%d", i))
+		}
+		wg.Go(func() { directChurn(t, r.URL(), "s3cret", watched, rate, stop, &direct) })
+	}
 	defer func() {
 		close(stop)
 		wg.Wait()
@@ -137,15 +198,15 @@ func TestDisconnectUnderPresenceChurn(t *testing.T) {
 	// The churn is on once B has received a few thousand diffs.
 	from := b.metric("bus_messages_received_total")
 	b.waitMetric("bus_messages_received_total", 30*time.Second, func(v float64) bool { return v-from > 2000 })
-	began, recv0, changes0 := time.Now(), b.metric("bus_messages_received_total"), changes.Load()
+	began, recv0, changes0, direct0 := time.Now(), b.metric("bus_messages_received_total"), changes.Load(), direct.Load()
 	var times []time.Duration
 	for i := range 5 {
 		times = append(times, disconnect(fmt.Sprint("victim", i)))
 	}
 	elapsed := time.Since(began).Seconds()
 	rate := (b.metric("bus_messages_received_total") - recv0) / elapsed
-	t.Logf("disconnect A -> B: quiet %v; under churn %v (B received %.0f diffs/s from A; %.0f changes/s fleet-wide)",
-		quiet.Round(time.Millisecond), roundAll(times), rate, float64(changes.Load()-changes0)/elapsed)
+	t.Logf("disconnect A -> B: quiet %v; under churn %v (B received %.0f bus messages/s: diffs from A and %.0f/s published straight to Redis; %.0f WebSocket changes/s fleet-wide)",
+		quiet.Round(time.Millisecond), roundAll(times), rate, float64(direct.Load()-direct0)/elapsed, float64(changes.Load()-changes0)/elapsed)
 	for _, p := range []*proc{a, b} {
 		if v := p.metric(`bus_messages_dropped_total{reason="malformed"}`); v != 0 {
 			t.Errorf("%s dropped %v envelopes as malformed or replayed", p.Addr, v)

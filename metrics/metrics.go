@@ -81,7 +81,7 @@ var ProxyErrorReasons = []string{ProxyErrorStatus, ProxyErrorBadResponse, ProxyE
 // BusDropReasons lists every reason label of bus_messages_dropped_total
 // (the bus package's Drop* constants), pre-created at zero: an instance
 // without Redis exports them too, so one dashboard fits every instance.
-var BusDropReasons = []string{"degraded", "queue_full", "slow_receiver", "oversize", "malformed", "bad_topic"}
+var BusDropReasons = []string{"degraded", "queue_full", "slow_receiver", "oversize", "malformed", "bad_topic", "notice_overflow"}
 
 // ProtocolErrorCodes lists the code labels of protocol_errors_total that
 // bad client input can produce, pre-created at zero: the JSON-RPC errors

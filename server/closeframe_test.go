@@ -63,7 +63,7 @@ func TestStalledReaderGets1013OnceItReadsAgain(t *testing.T) {
 				if open, _ := s.Counts(); open < 2 {
 					return true // over already: its frame went to the socket
 				}
-				return bytes.Contains(allStacks(), []byte("server.(*conn).closeWith("))
+				return bytes.Contains(allStacks(), []byte("server.(*conn).closeBy("))
 			})
 
 			last := -1

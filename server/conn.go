@@ -474,17 +474,37 @@ func answerDst(framed bool) []byte {
 // portable path. A client whose socket does not take the close frame in
 // time is dropped without one.
 func (c *conn) closeWith(code websocket.StatusCode, reason string, flush bool) {
+	c.closeBy(code, reason, flush, time.Time{})
+}
+
+// closeBy is closeWith whose wait for the client's answer ends by by at
+// the latest (zero: the handshake's own bound only). The close frame is
+// written first either way.
+func (c *conn) closeBy(code websocket.StatusCode, reason string, flush bool, by time.Time) {
 	if !c.sendClose(code, reason, flush) {
 		return
 	}
+	wait := wsock.CloseHandshakeWait
+	if !by.IsZero() {
+		wait = max(0, min(wait, time.Until(by)))
+		if h := c.s.closeWaitHook; h != nil {
+			h(wait)
+		}
+	}
 	if !c.raw.Native() {
+		// The library waits for the answer itself, up to the handshake's
+		// bound; closing the socket under it ends that wait sooner.
+		if wait < wsock.CloseHandshakeWait {
+			t := time.AfterFunc(wait, func() { _ = c.raw.Close() })
+			defer t.Stop()
+		}
 		_ = c.ws.Close(code, reason)
 		return
 	}
 	// The read goroutine (running, or woken by the client's answer) reads
 	// the client's close frame and closes the socket (wsock.Conn's
 	// ReadMessage); a client that does not answer in time is cut off.
-	t := time.NewTimer(wsock.CloseHandshakeWait)
+	t := time.NewTimer(wait)
 	select {
 	case <-c.ctx.Done():
 	case <-t.C:
@@ -547,6 +567,12 @@ func (c *conn) closeWait(code websocket.StatusCode) time.Duration {
 // slow peer, and the caller (a publisher, the read loop, the drain
 // schedule) must not.
 func (c *conn) closeLater(code websocket.StatusCode, reason string, flush bool, done *sync.WaitGroup) {
+	c.closeLaterBy(code, reason, flush, done, time.Time{})
+}
+
+// closeLaterBy is closeLater with closeBy's bound on the wait for the
+// client's answer.
+func (c *conn) closeLaterBy(code websocket.StatusCode, reason string, flush bool, done *sync.WaitGroup, by time.Time) {
 	c.s.wg.Add(1)
 	if done != nil {
 		done.Add(1)
@@ -556,7 +582,7 @@ func (c *conn) closeLater(code websocket.StatusCode, reason string, flush bool, 
 		if done != nil {
 			defer done.Done()
 		}
-		c.closeWith(code, reason, flush)
+		c.closeBy(code, reason, flush, by)
 	}()
 }
 

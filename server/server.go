@@ -120,6 +120,9 @@ type Server struct {
 	log       *slog.Logger
 	fallback  Handler
 	drainHint time.Duration
+	// closeWaitHook, when set (tests), hears each bound put on the wait
+	// for a client's answer to a close frame sent with a deadline.
+	closeWaitHook func(time.Duration)
 	// refreshNotice is Deps.RefreshNotice.
 	refreshNotice time.Duration
 
@@ -514,7 +517,7 @@ func (s *Server) Drain(ctx context.Context, d time.Duration) {
 				return
 			}
 		}
-		s.drainClose(c, &closing)
+		s.drainClose(c, &closing, start.Add(d))
 	}
 	// Wait for the last close handshakes, so a Shutdown right after the
 	// drain does not cut a 1012 off before the client has read it.
@@ -536,9 +539,12 @@ func drainSchedule(n int, d time.Duration) []time.Duration {
 }
 
 // drainClose closes c with 1012 after its queued frames (the draining
-// notice) are written, without holding up the drain schedule.
-func (s *Server) drainClose(c *conn, done *sync.WaitGroup) {
-	c.closeLater(websocket.StatusServiceRestart, retryhint.Reason(hintMillis(s.drainHint)), true, done)
+// notice) are written, without holding up the drain schedule. The wait
+// for the client's answer ends by the end of the drain (by): a client
+// that never answers holds the stop no longer than drain.duration
+// (docs/operations.md, "Drain and rolling deploys").
+func (s *Server) drainClose(c *conn, done *sync.WaitGroup, by time.Time) {
+	c.closeLaterBy(websocket.StatusServiceRestart, retryhint.Reason(hintMillis(s.drainHint)), true, done, by)
 }
 
 // closeWait bounds Close's wait for the connections' goroutines.

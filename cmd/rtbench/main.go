@@ -24,7 +24,7 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
   rtbench shed     --url ... --server-pid PID [--abusers 5 --window 16 --duration 5s] [--probe-clients 20 --probe-rate 200 --baseline 3s] [--abuse-cpu 1]
   rtbench abuse    --url ... [-n 5 --window 16 --duration 5s] [--server-pid PID]
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
-  rtbench recover  --url ... -n 1000 --missed 1000 [-t 1] [--size 100] [--prefix room:] [--server-pid PID]
+  rtbench recover  --url ... -n 1000 --missed 1000 [-t 1] [--size 100] [--prefix room:] [--server-pid PID] [--watch http://host:port]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
   rtbench api      --url http://127.0.0.1:9090/api/publish --key KEY -c 16 --duration 10s [--body JSON] [--server-pid PID]
   rtbench siblings --redis-url redis://127.0.0.1:6379 --metrics-url http://127.0.0.1:8080/metrics -n 100 --duration 30s
@@ -214,13 +214,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		size := fs.Int("size", 100, "approximate bytes of each message's data")
 		c := fs.Int("c", 0, "reconnecting dialers in parallel (0: all clients at once)")
 		prefix := fs.String("prefix", "room:rtbench.", "topic name prefix (a namespace with history)")
+		watch := fs.String("watch", "", "http://host:port of a server whose /readyz and bus_degraded to sample every 100ms during the storm")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
 				return nil, err
 			}
 			return runRecover(ctx, recoverConfig{URL: u, N: *n, T: *t, Missed: *missed, Size: *size, C: *c, Prefix: *prefix,
-				DialTimeout: *dialTimeout, ServerPID: *pid})
+				DialTimeout: *dialTimeout, ServerPID: *pid, Watch: *watch})
 		}
 	case "rpc":
 		method := fs.String("method", "report.daily", "method to call")

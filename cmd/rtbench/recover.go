@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,10 @@ type recoverConfig struct {
 	Prefix      string
 	DialTimeout time.Duration
 	ServerPID   int
+	// Watch, when set (http://host:port), samples that server's /readyz
+	// and bus_degraded every 100 ms from the first reconnect to the last
+	// client caught up.
+	Watch string
 }
 
 type recoverResult struct {
@@ -49,6 +54,10 @@ type recoverResult struct {
 	Replayed   int64          `json:"replayedMessages"`
 	Closed1013 int            `json:"closed1013"`
 	Failures   map[string]int `json:"failures,omitempty"`
+	// DegradedEvents counts system degraded events the recovering
+	// clients received.
+	DegradedEvents int64        `json:"degradedEvents"`
+	Health         *healthWatch `json:"health,omitempty"`
 	// RSS of the server before the storm, and the most it reached during
 	// it (sampled every 20 ms).
 	RSSBeforeMiB float64 `json:"serverRssBeforeMiB,omitempty"`
@@ -152,6 +161,11 @@ func runRecover(ctx context.Context, cfg recoverConfig) (*recoverResult, error) 
 		res.Failures[kind]++
 		mu.Unlock()
 	}
+	var watch *healthWatch
+	if cfg.Watch != "" {
+		watch = watchHealth(ctx, cfg.Watch, 100*time.Millisecond)
+	}
+	var degraded atomic.Int64
 	start := time.Now()
 	for i := range cfg.N {
 		sem <- struct{}{}
@@ -167,13 +181,15 @@ func runRecover(ctx context.Context, cfg recoverConfig) (*recoverResult, error) 
 			}
 			c.SetReadLimit(1 << 24)
 			open[i] = c
-			n, err := recoverOne(ctx, c, topic, since[i], last[i%cfg.T])
+			n, err := recoverOne(ctx, c, topic, since[i], last[i%cfg.T], &degraded)
 			replayed.Add(int64(n))
 			if err != nil {
 				if websocket.CloseStatus(err) == websocket.StatusTryAgainLater {
 					mu.Lock()
 					res.Closed1013++
 					mu.Unlock()
+				} else if strings.Contains(err.Error(), protocol.ReasonHistoryUnavailable) {
+					fail(protocol.ReasonHistoryUnavailable) // one key, whatever the hint
 				} else {
 					fail(err.Error())
 				}
@@ -190,6 +206,10 @@ func runRecover(ctx context.Context, cfg recoverConfig) (*recoverResult, error) 
 		})
 	}
 	wg.Wait()
+	if watch != nil {
+		res.Health = watch.end()
+	}
+	res.DegradedEvents = degraded.Load()
 	close(sampling)
 	sampler.Wait()
 	if used, ok, err := cpu.stop(); err != nil {
@@ -329,8 +349,9 @@ var offsetKey = []byte(`"offset":`)
 
 // recoverOne subscribes c to topic with recover from since and reads until
 // the topic's offset reaches last, checking that each offset comes once,
-// in order. It returns how many messages it received.
-func recoverOne(ctx context.Context, c *websocket.Conn, topic string, since histPos, last uint64) (int, error) {
+// in order. It returns how many messages it received, and counts system
+// degraded events in degraded.
+func recoverOne(ctx context.Context, c *websocket.Conn, topic string, since histPos, last uint64, degraded *atomic.Int64) (int, error) {
 	params, _ := json.Marshal(struct {
 		Topic   string  `json:"topic"`
 		Recover bool    `json:"recover"`
@@ -359,6 +380,10 @@ func recoverOne(ctx context.Context, c *websocket.Conn, topic string, since hist
 				answered = true
 				continue
 			}
+		}
+		if bytes.Contains(b, []byte(`"event":"degraded"`)) {
+			degraded.Add(1)
+			continue
 		}
 		if bytes.Contains(b, []byte(`"resync"`)) {
 			return n, errors.New("resync")
