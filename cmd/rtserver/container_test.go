@@ -170,29 +170,54 @@ func TestContainerBuild(t *testing.T) {
 
 	// The image's environment, with a free port for its own: the binary
 	// listens on every interface and answers /healthz, as the
-	// HEALTHCHECK asks it.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	free := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	srv := exec.Command(out)
-	srv.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "RTSERVER_") })
-	srv.Env = append(srv.Env, "RTSERVER_LISTEN=0.0.0.0:"+free)
-	var log testkit.LogBuffer
-	srv.Stdout, srv.Stderr = &log, &log
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	everywhere := regexp.MustCompile(`msg="rtserver listening" addr=(0\.0\.0\.0|\[::\]):` + free + `\b`)
-	testkit.Eventually(t, 30*time.Second, func() string {
-		return "/healthz never answered 200, or the server did not say it listens on every interface:\n" + log.String()
-	}, func() bool {
-		if !everywhere.MatchString(log.String()) {
-			return false
+	// HEALTHCHECK asks it. The port is free when picked, but on every
+	// interface another test's listener may take it before the binary
+	// binds it: then the binary says so and exits, and a new port is
+	// picked.
+	var (
+		free string
+		log  *testkit.LogBuffer
+	)
+	for attempt := 0; ; attempt++ {
+		l, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
 		}
+		free = strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+		log = &testkit.LogBuffer{}
+		srv := exec.Command(out)
+		srv.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "RTSERVER_") })
+		srv.Env = append(srv.Env, "RTSERVER_LISTEN=0.0.0.0:"+free)
+		srv.Stdout, srv.Stderr = log, log
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = srv.Wait(); close(exited) }()
+		defer func() { _ = srv.Process.Kill(); <-exited }()
+		taken := func() bool {
+			select {
+			case <-exited:
+				return strings.Contains(log.String(), "address already in use")
+			default:
+				return false
+			}
+		}
+		everywhere := regexp.MustCompile(`msg="rtserver listening" addr=(0\.0\.0\.0|\[::\]):` + free + `\b`)
+		testkit.Eventually(t, 30*time.Second, func() string {
+			return "the server neither said it listens on every interface nor exited for a taken port:\n" + log.String()
+		}, func() bool { return everywhere.MatchString(log.String()) || taken() })
+		if !taken() {
+			break
+		}
+		if attempt == 4 {
+			t.Fatalf("5 free ports taken before the binary bound them:\n%s", log.String())
+		}
+	}
+	testkit.Eventually(t, 30*time.Second, func() string {
+		return "/healthz never answered 200:\n" + log.String()
+	}, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://127.0.0.1:"+free+"/healthz", nil)
