@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"os"
 	"testing"
 	"time"
 )
@@ -20,16 +19,12 @@ import (
 func TestBinaryBrowserClientRoundTrip(t *testing.T) {
 	b := needBrowser(t)
 	p := start(t, "")
-	src, err := os.ReadFile("../clients/js/rtclient.js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srcJSON, _ := json.Marshal(string(src))
+	importClient := jsClientImport(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pg := openPage(t, ctx, b, p.url("/healthz"))
 	pg.MustEval(t, ctx, `(async () => {
-		const m = await import(URL.createObjectURL(new Blob([`+string(srcJSON)+`], {type: "text/javascript"})));
+		const m = await `+importClient+`;
 		window.binGot = []; window.jsonGot = [];
 		window.bin = m.connect("/ws", {binary: true, fallback: false, onError: () => {}});
 		window.json = m.connect("/ws", {fallback: false, onError: () => {}});

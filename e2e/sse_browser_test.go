@@ -31,6 +31,19 @@ func needBrowser(t *testing.T) *browser {
 	return b
 }
 
+// jsClientImport is a JavaScript expression that imports the JS client
+// from the repository's source into a page served by rtserver, which
+// serves no client of its own.
+func jsClientImport(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("../clients/js/rtclient.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcJSON, _ := json.Marshal(string(src))
+	return `import(URL.createObjectURL(new Blob([` + string(srcJSON) + `], {type: "text/javascript"})))`
+}
+
 // A browser's EventSource, cut off by the server, reconnects by itself
 // with the last event's id, and gets the messages it missed meanwhile,
 // once each and in order, after what it had.
@@ -100,11 +113,7 @@ func TestSSEBrowserClientFallsBack(t *testing.T) {
 	b := needBrowser(t)
 	p := start(t, apiConfig+sseHistoryConfig)
 	tok := wstest.HS256(apiSecret, "alice")
-	src, err := os.ReadFile("../clients/js/rtclient.js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srcJSON, _ := json.Marshal(string(src))
+	importClient := jsClientImport(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pg := openPage(t, ctx, b, p.url("/healthz"))
@@ -113,7 +122,7 @@ func TestSSEBrowserClientFallsBack(t *testing.T) {
 	pg.MustEval(t, ctx, `(async () => {
 		const Real = WebSocket;
 		window.WebSocket = class extends Real { constructor(u, p) { super(u.replace("/ws", "/blocked"), p); } };
-		const m = await import(URL.createObjectURL(new Blob([`+string(srcJSON)+`], {type: "text/javascript"})));
+		const m = await `+importClient+`;
 		window.transports = []; window.got = [];
 		window.c = m.connect("/ws", {token: "`+tok+`", minBackoffMs: 10, maxBackoffMs: 50,
 			onTransport: (name, info) => transports.push({name, failures: info.failures})});
