@@ -65,121 +65,37 @@ var memSeries = [...]string{"go_memstats_heap_alloc_bytes", "go_memstats_heap_in
 // runIdle opens cfg.N idle connections, measures the server, and closes
 // them.
 func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
-	if cfg.N <= 0 || cfg.C <= 0 {
-		return nil, fmt.Errorf("idle: -n and -c must be positive")
-	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 10 * time.Second
-	}
-	res := &idleResult{URL: cfg.URL.String(), Attempted: cfg.N}
-	var err error
-	if cfg.ServerPID != 0 {
-		if res.RSSBefore, err = procRSS(cfg.ServerPID); err != nil {
-			return nil, fmt.Errorf("server rss: %w", err)
-		}
-	}
-	var memBefore [len(memSeries)]float64
-	if cfg.MetricsURL != "" {
-		if res.GoBefore, err = scrapeMetric(ctx, cfg.MetricsURL, "go_goroutines"); err != nil {
-			return nil, err
-		}
-		for i, name := range memSeries {
-			memBefore[i], _ = scrapeMetric(ctx, cfg.MetricsURL, name)
-		}
-	}
-
+	cfg = cfg.withDefaults()
 	d := newDialer(cfg.URL, nil)
-	var (
-		mu      sync.Mutex
-		conns   []*websocket.Conn
-		acc     hist
-		kinds   = map[string]int{}
-		open    atomic.Int64
-		readers sync.WaitGroup
-		tickets atomic.Int64
-		dialers sync.WaitGroup
-	)
-	start := time.Now()
-	for range cfg.C {
-		dialers.Add(1)
-		go func() {
-			defer dialers.Done()
-			for ctx.Err() == nil && tickets.Add(1) <= int64(cfg.N) {
-				begin := time.Now()
-				dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-				c, resp, err := d.dial(dctx)
-				cancel()
-				mu.Lock()
-				if err != nil {
-					k := errKind(err)
-					if resp != nil {
-						k = fmt.Sprintf("HTTP %d", resp.StatusCode)
-					}
-					kinds[k]++
-					mu.Unlock()
-					continue
-				}
-				acc.Record(time.Since(begin))
-				conns = append(conns, c)
-				mu.Unlock()
-				open.Add(1)
-				// A reader per connection answers the server's pings, as
-				// any real client would; it ends when the connection does.
-				readers.Add(1)
-				go func() {
-					defer readers.Done()
-					defer open.Add(-1)
-					for {
-						_, b, err := c.Read(context.Background())
-						if err != nil {
-							return
-						}
-						serverPing(c, b)
-					}
-				}()
+	res, closeConns, err := measureIdle(ctx, cfg, cfg.URL.String(), func(_ int64) (idleConn, string) {
+		dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+		c, resp, err := d.dial(dctx)
+		cancel()
+		if err != nil {
+			if resp != nil {
+				return idleConn{}, fmt.Sprintf("HTTP %d", resp.StatusCode)
 			}
-		}()
-	}
-	dialers.Wait()
-	res.DialSeconds = time.Since(start).Seconds()
-	defer func() {
-		closeAll(conns, 256)
-		readers.Wait()
-	}()
-	res.Connected = len(conns)
-	res.Failed = cfg.N - res.Connected
-	res.FailKinds = nonEmpty(kinds)
-	res.AcceptLat = acc.Summary()
-	if err := ctxsleep.Sleep(ctx, cfg.Settle); err != nil {
+			return idleConn{}, errKind(err)
+		}
+		return idleConn{
+			// A reader per connection answers the server's pings, as any
+			// real client would; it ends when the connection does.
+			read: func() {
+				for {
+					_, b, err := c.Read(context.Background())
+					if err != nil {
+						return
+					}
+					serverPing(c, b)
+				}
+			},
+			close: func() { c.Close(websocket.StatusGoingAway, "") },
+		}, ""
+	})
+	if err != nil {
 		return nil, err
 	}
-	res.Open = int(open.Load())
-	if cfg.ServerPID != 0 {
-		if res.RSSAfter, err = procRSS(cfg.ServerPID); err != nil {
-			return nil, fmt.Errorf("server rss: %w", err)
-		}
-		if res.Open > 0 {
-			res.RSSPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(res.Open)
-		}
-	}
-	if cfg.MetricsURL != "" {
-		if res.GoAfter, err = scrapeMetric(ctx, cfg.MetricsURL, "go_goroutines"); err != nil {
-			return nil, err
-		}
-		if res.Open > 0 {
-			res.GoPerConn = (res.GoAfter - res.GoBefore) / float64(res.Open)
-		}
-		res.ConnsOpen, _ = scrapeMetric(ctx, cfg.MetricsURL, "connections_open")
-		if res.Open > 0 {
-			per := make([]float64, len(memSeries))
-			for i, name := range memSeries {
-				if v, err := scrapeMetric(ctx, cfg.MetricsURL, name); err == nil {
-					per[i] = (v - memBefore[i]) / float64(res.Open)
-				}
-			}
-			res.HeapAllocPerConn, res.HeapInusePerConn, res.StackPerConn = per[0], per[1], per[2]
-		}
-	}
+	defer closeConns()
 	// The probes come after the memory was measured, so their own
 	// connections do not count in it.
 	if cfg.ProbeClients > 0 && cfg.ProbeTime > 0 {
@@ -196,4 +112,148 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 		res.Probe = &l
 	}
 	return res, nil
+}
+
+// withDefaults fills in the dial timeout.
+func (c idleConfig) withDefaults() idleConfig {
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	return c
+}
+
+// idleConn is one open idle connection: read reads it, as its client
+// would, until it ends; close ends it.
+type idleConn struct {
+	read  func()
+	close func()
+}
+
+// measureIdle opens cfg.N connections through dial (given each its
+// ticket from 1; a failure returns its kind), cfg.C at a time, and
+// measures the server's growth per connection still open after
+// cfg.Settle. The connections stay open until closeConns, so that more
+// can be measured beside them.
+func measureIdle(ctx context.Context, cfg idleConfig, target string, dial func(i int64) (idleConn, string)) (res *idleResult, closeConns func(), err error) {
+	if cfg.N <= 0 || cfg.C <= 0 {
+		return nil, nil, fmt.Errorf("idle: -n and -c must be positive")
+	}
+	res = &idleResult{URL: target, Attempted: cfg.N}
+	before, err := snapshotServer(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	var (
+		mu      sync.Mutex
+		conns   []idleConn
+		acc     hist
+		kinds   = map[string]int{}
+		open    atomic.Int64
+		readers sync.WaitGroup
+		tickets atomic.Int64
+		dialers sync.WaitGroup
+	)
+	start := time.Now()
+	for range cfg.C {
+		dialers.Add(1)
+		go func() {
+			defer dialers.Done()
+			for ctx.Err() == nil {
+				i := tickets.Add(1)
+				if i > int64(cfg.N) {
+					return
+				}
+				begin := time.Now()
+				c, kind := dial(i)
+				mu.Lock()
+				if kind != "" {
+					kinds[kind]++
+					mu.Unlock()
+					continue
+				}
+				acc.Record(time.Since(begin))
+				conns = append(conns, c)
+				mu.Unlock()
+				open.Add(1)
+				readers.Add(1)
+				go func() {
+					defer readers.Done()
+					defer open.Add(-1)
+					c.read()
+				}()
+			}
+		}()
+	}
+	dialers.Wait()
+	res.DialSeconds = time.Since(start).Seconds()
+	closeConns = func() {
+		sem := make(chan struct{}, 256) // closing handshakes, many at once
+		for _, c := range conns {
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				c.close()
+			}()
+		}
+		for range cap(sem) {
+			sem <- struct{}{} // every close has returned
+		}
+		readers.Wait()
+	}
+	res.Connected = len(conns)
+	res.Failed = cfg.N - res.Connected
+	res.FailKinds = nonEmpty(kinds)
+	res.AcceptLat = acc.Summary()
+	fail := func(err error) (*idleResult, func(), error) {
+		closeConns()
+		return nil, nil, err
+	}
+	if err := ctxsleep.Sleep(ctx, cfg.Settle); err != nil {
+		return fail(err)
+	}
+	res.Open = int(open.Load())
+	after, err := snapshotServer(ctx, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	res.RSSBefore, res.RSSAfter = before.rss, after.rss
+	res.GoBefore, res.GoAfter = before.goroutines, after.goroutines
+	if cfg.MetricsURL != "" {
+		res.ConnsOpen, _ = scrapeMetric(ctx, cfg.MetricsURL, "connections_open")
+	}
+	if n := float64(res.Open); n > 0 {
+		res.RSSPerConn = float64(after.rss-before.rss) / n
+		res.GoPerConn = (after.goroutines - before.goroutines) / n
+		res.HeapAllocPerConn = (after.mem[0] - before.mem[0]) / n
+		res.HeapInusePerConn = (after.mem[1] - before.mem[1]) / n
+		res.StackPerConn = (after.mem[2] - before.mem[2]) / n
+	}
+	return res, closeConns, nil
+}
+
+// serverState is what measureIdle reads of the server before and after.
+type serverState struct {
+	rss        int64
+	goroutines float64
+	mem        [len(memSeries)]float64
+}
+
+func snapshotServer(ctx context.Context, cfg idleConfig) (serverState, error) {
+	var s serverState
+	var err error
+	if cfg.ServerPID != 0 {
+		if s.rss, err = procRSS(cfg.ServerPID); err != nil {
+			return s, fmt.Errorf("server rss: %w", err)
+		}
+	}
+	if cfg.MetricsURL != "" {
+		if s.goroutines, err = scrapeMetric(ctx, cfg.MetricsURL, "go_goroutines"); err != nil {
+			return s, err
+		}
+		for i, name := range memSeries {
+			s.mem[i], _ = scrapeMetric(ctx, cfg.MetricsURL, name)
+		}
+	}
+	return s, nil
 }
