@@ -2,7 +2,8 @@
 # table, run with the same rtbench arguments whichever server is measured
 # (the comparison scripts differ only in how they start the other server
 # and which protocol flag rtbench gets). Expects $bench (the rtbench
-# binary) and $dur (publishing time of a fan-out run).
+# binary) and $dur (publishing time of a fan-out run); compare also $runs,
+# $regimes, $out and the caller's start_server.
 
 wait_port() { # $1 port: until the server accepts
 	for _ in $(seq 1 400); do
@@ -46,4 +47,34 @@ run_rtbench() {
 		return 1
 		;;
 	esac
+}
+
+# compare OTHER: every regime of $regimes, $runs times, against OTHER and
+# rtserver in turn (which goes first alternates: OTHER, rtserver,
+# rtserver, OTHER, ...), a fresh server per run (start_server SERVER
+# REGIME sets sp, url and flags), each run's JSON into $out; then the
+# table of medians and rtserver/OTHER ratios.
+compare() {
+	local other=$1 i r s order
+	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+	for i in $(seq 1 "$runs"); do
+		for r in $regimes; do
+			order="$other rtserver"
+			if [ $((i % 2)) -eq 0 ]; then order="rtserver $other"; fi
+			for s in $order; do
+				start_server "$s" "$r"
+				run_rtbench "$r" "$url" "$sp" "$out/$r.$s.$i.json" "${flags[@]}"
+				stop_server
+			done
+		done
+	done
+	echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	python3 - "$out" "$runs" "$regimes" "$other" <<'PY'
+import sys
+sys.path[:0] = ["scripts", "bench"]
+from benchtable import table
+from regimes import ROWS as rows
+out, runs, regimes, other = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
+table(out, runs, regimes, rows, other, "rtserver")
+PY
 }

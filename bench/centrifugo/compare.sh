@@ -3,9 +3,10 @@
 # module proxy with `go install`, configured by config.yaml beside this
 # script), driven by the same load generator (cmd/rtbench; --centrifugo
 # speaks Centrifugo's JSON client protocol over /connection/websocket):
-# the Centrifugo column of BENCHMARKS.md. Runs are interleaved (rtserver,
-# centrifugo, centrifugo, rtserver, ...), a fresh server per run, and
-# printed as one table of medians and centrifugo/rtserver ratios. On a
+# the Centrifugo column of BENCHMARKS.md. Runs are interleaved (centrifugo,
+# rtserver, rtserver, centrifugo, ...), a fresh server per run, and
+# printed as one table of medians and rtserver/centrifugo ratios, as
+# BENCHMARKS.md gives them. On a
 # shared machine the absolute figures drift with the load; the ratios
 # within one run are what to quote.
 #
@@ -72,30 +73,5 @@ start_server() { # $1 rtserver or centrifugo, $2 regime; sets sp, url and flags
 	fi
 }
 
-run_regime() { # $1 regime, $2 server, $3 run index: writes $out/$1.$2.$3.json
-	start_server "$2" "$1"
-	run_rtbench "$1" "$url" "$sp" "$out/$1.$2.$3.json" "${flags[@]}"
-	stop_server
-}
-
 echo "rtserver $(git rev-parse --short HEAD) vs $cfname on $(go env GOVERSION); runs $runs, fan-out $dur each"
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-for i in $(seq 1 "$runs"); do
-	for r in $regimes; do
-		order="rtserver centrifugo"
-		if [ $((i % 2)) -eq 0 ]; then order="centrifugo rtserver"; fi
-		for s in $order; do
-			run_regime "$r" "$s" "$i"
-		done
-	done
-done
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-
-python3 - "$out" "$runs" "$regimes" <<'PY'
-import sys
-sys.path[:0] = ["scripts", "bench"]
-from benchtable import table
-from regimes import ROWS as rows
-out, runs, regimes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-table(out, runs, regimes, rows, "rtserver", "centrifugo")
-PY
+compare centrifugo

@@ -54,30 +54,5 @@ start_server() { # $1 rtserver or socketio; sets sp, url and flags
 	fi
 }
 
-run_regime() { # $1 regime, $2 server, $3 run index: writes $out/$1.$2.$3.json
-	start_server "$2" "$1"
-	run_rtbench "$1" "$url" "$sp" "$out/$1.$2.$3.json" "${flags[@]}"
-	stop_server
-}
-
 echo "rtserver $(git rev-parse --short HEAD) vs socket.io $(node -p "require('$here/node_modules/socket.io/package.json').version") on node $(node --version); runs $runs, fan-out $dur each"
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-for i in $(seq 1 "$runs"); do
-	for r in $regimes; do
-		order="socketio rtserver"
-		if [ $((i % 2)) -eq 0 ]; then order="rtserver socketio"; fi
-		for s in $order; do
-			run_regime "$r" "$s" "$i"
-		done
-	done
-done
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-
-python3 - "$out" "$runs" "$regimes" <<'PY'
-import sys
-sys.path[:0] = ["scripts", "bench"]
-from benchtable import table
-from regimes import ROWS as rows
-out, runs, regimes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-table(out, runs, regimes, rows, "socketio", "rtserver")
-PY
+compare socketio
