@@ -18,7 +18,7 @@
 # Environment:
 #   RUNS=3          runs per regime and build (the table shows medians)
 #   DURATION=3s     publishing time of each fan-out run
-#   REGIMES="fan1000 window1 rooms sparse idle storm stormfree"   a subset to run; also,
+#   REGIMES="fan1000 window1 rooms roomsraw sparse idle storm stormfree"   a subset to run; also,
 #                   not run unless named: recover and redis-recover, the recovery
 #                   storm on the memory and the Redis history store
 #   BASE_BIN=path   an already built base rtserver (one BASE, which then only
@@ -34,7 +34,7 @@ if [ $# -eq 0 ]; then set -- main; fi
 bases=("$@")
 runs=${RUNS:-3}
 dur=${DURATION:-3s}
-regimes=${REGIMES:-fan1000 window1 rooms sparse idle storm stormfree}
+regimes=${REGIMES:-fan1000 window1 rooms roomsraw sparse idle storm stormfree}
 fanport=${PORT:-18611}
 idleport=$((fanport + 1))
 stormport=$((fanport + 2))
@@ -99,7 +99,7 @@ fan=ws://127.0.0.1:$fanport/ws
 run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 	local f=$out/$1.$2.$3.json
 	case $1 in
-	fan1000 | window1 | rooms | sparse)
+	fan1000 | window1 | rooms | roomsraw | sparse)
 		start_server "$2" "$tmp/fan.yaml"
 		wait_port $fanport
 		local shape
@@ -107,6 +107,10 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 		fan1000) shape=(-p 1 -s 1000 -t 1) ;;
 		window1) shape=(-p 1 -s 1000 -t 1 --window 1) ;;
 		rooms) shape=(-p 100 -s 1000 -t 100 --own-topics) ;;
+		# The same with subscribers that read raw frames: the generator,
+		# 2.5-3.5x the server's CPU through the WebSocket library, then
+		# takes less of the two cores from the server.
+		roomsraw) shape=(-p 100 -s 1000 -t 100 --own-topics --raw-subscribers) ;;
 		sparse) shape=(-p 100 -s 1000 -t 100 --own-topics --rate 2000) ;;
 		esac
 		"$bench" fanout --url "$fan" "${shape[@]}" --size 100 --duration "$dur" --server-pid "$sp" --max-time 60s --json > "$f"
@@ -208,7 +212,13 @@ rows = {
     "rooms": [("100 x 10, a publisher per topic, 64 in flight: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
               ("100 x 10, a publisher per topic, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
               ("100 x 10, 64 in flight: send -> receipt p50 ms", lat("latency", 50)),
-              ("100 x 10, 64 in flight: send -> receipt p99 ms", lat("latency", 99))],
+              ("100 x 10, 64 in flight: send -> receipt p99 ms", lat("latency", 99)),
+              ("100 x 10, 64 in flight: rtbench CPU s per million", lambda j: j["rtbenchCpuSeconds"] / j["delivered"] * 1e6)],
+    "roomsraw": [("100 x 10, raw subscribers: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
+                 ("100 x 10, raw subscribers: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
+                 ("100 x 10, raw subscribers: send -> receipt p50 ms", lat("latency", 50)),
+                 ("100 x 10, raw subscribers: send -> receipt p99 ms", lat("latency", 99)),
+                 ("100 x 10, raw subscribers: rtbench CPU s per million", lambda j: j["rtbenchCpuSeconds"] / j["delivered"] * 1e6)],
     "sparse": [("100 x 10 sparse (20 msg/s per publisher): server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
                ("100 x 10 sparse: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
                ("100 x 10 sparse: send -> receipt p50 ms", lat("latency", 50)),
