@@ -107,10 +107,10 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 		fan1000) shape=(-p 1 -s 1000 -t 1) ;;
 		window1) shape=(-p 1 -s 1000 -t 1 --window 1) ;;
 		rooms) shape=(-p 100 -s 1000 -t 100 --own-topics) ;;
-		# The same with subscribers that read raw frames: the generator,
-		# 2.5-3.5x the server's CPU through the WebSocket library, then
-		# takes less of the two cores from the server.
-		roomsraw) shape=(-p 100 -s 1000 -t 100 --own-topics --raw-subscribers) ;;
+		# The same with clients that read and write raw frames: the
+		# generator, 2.5-3.5x the server's CPU through the WebSocket
+		# library, then takes less of the two cores from the server.
+		roomsraw) shape=(-p 100 -s 1000 -t 100 --own-topics --raw) ;;
 		sparse) shape=(-p 100 -s 1000 -t 100 --own-topics --rate 2000) ;;
 		esac
 		"$bench" fanout --url "$fan" "${shape[@]}" --size 100 --duration "$dur" --server-pid "$sp" --max-time 60s --json > "$f"
@@ -214,11 +214,11 @@ rows = {
               ("100 x 10, 64 in flight: send -> receipt p50 ms", lat("latency", 50)),
               ("100 x 10, 64 in flight: send -> receipt p99 ms", lat("latency", 99)),
               ("100 x 10, 64 in flight: rtbench CPU s per million", lambda j: j["rtbenchCpuSeconds"] / j["delivered"] * 1e6)],
-    "roomsraw": [("100 x 10, raw subscribers: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
-                 ("100 x 10, raw subscribers: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
-                 ("100 x 10, raw subscribers: send -> receipt p50 ms", lat("latency", 50)),
-                 ("100 x 10, raw subscribers: send -> receipt p99 ms", lat("latency", 99)),
-                 ("100 x 10, raw subscribers: rtbench CPU s per million", lambda j: j["rtbenchCpuSeconds"] / j["delivered"] * 1e6)],
+    "roomsraw": [("100 x 10, raw clients: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
+                 ("100 x 10, raw clients: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
+                 ("100 x 10, raw clients: send -> receipt p50 ms", lat("latency", 50)),
+                 ("100 x 10, raw clients: send -> receipt p99 ms", lat("latency", 99)),
+                 ("100 x 10, raw clients: rtbench CPU s per million", lambda j: j["rtbenchCpuSeconds"] / j["delivered"] * 1e6)],
     "sparse": [("100 x 10 sparse (20 msg/s per publisher): server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
                ("100 x 10 sparse: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
                ("100 x 10 sparse: send -> receipt p50 ms", lat("latency", 50)),

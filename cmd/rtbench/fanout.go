@@ -28,15 +28,15 @@ type fanoutConfig struct {
 	Batch     bool          // subscribers offer the rt.batch subprotocol
 	Data      string        // json, bytes or base64 (binary.go)
 	OwnTopics bool          // publisher j publishes only to topic j mod T (many rooms, one publisher each)
-	// RawSubscribers reads the subscribers' sockets without the WebSocket
-	// library (rawsub.go), where the target allows (rawAllowed): the
-	// generator then takes less of the machine from the server. Off by
-	// default, so that comparisons with other servers, whose subscribers
-	// go through the library, stay like for like.
-	RawSubscribers bool
-	C              int // dialers in parallel while connecting
-	DialTimeout    time.Duration
-	ServerPID      int
+	// Raw has the subscribers and publishers read and write their sockets
+	// without the WebSocket library (rawconn.go), where the target allows
+	// (rawAllowed): the generator then takes less of the machine from the
+	// server. Off by default, so that comparisons with other servers,
+	// whose clients go through the library, stay like for like.
+	Raw         bool
+	C           int // dialers in parallel while connecting
+	DialTimeout time.Duration
+	ServerPID   int
 	// PubServerPID is the publishers' instance, when it is another one:
 	// its CPU is reported apart (pubServerCpuSeconds).
 	PubServerPID int
@@ -281,7 +281,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 			record(&h, b, wireBytes(len(b)), int64(time.Since(base)))
 		}
 	}
-	rawSubscriber := func(s *rawSub) {
+	rawSubscriber := func(s *rawConn) {
 		defer readers.Done()
 		var h hist
 		defer merge(&h)
@@ -299,13 +299,13 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		}
 	}
 	var (
-		subs    []*websocket.Conn
-		rawSubs []*rawSub
-		err     error
+		subs []*websocket.Conn
+		raws []*rawConn
+		err  error
 	)
-	if d := newDialer(cfg.URL, proto); cfg.RawSubscribers && rawAllowed(cfg.URL) {
-		dial := func(ctx context.Context) (*rawSub, error) { return rawDial(ctx, d, cfg.URL, proto) }
-		rawSubs, err = dialEach(ctx, cfg.S, cfg.C, cfg.DialTimeout, dial, func(i int, s *rawSub) error {
+	if d := newDialer(cfg.URL, proto); cfg.Raw && rawAllowed(cfg.URL) {
+		dial := func(ctx context.Context) (*rawConn, error) { return rawDial(ctx, d, cfg.URL, proto) }
+		raws, err = dialEach(ctx, cfg.S, cfg.C, cfg.DialTimeout, dial, func(i int, s *rawConn) error {
 			if s.proto == protocol.BatchSubprotocol {
 				negotiated.Add(1)
 			}
@@ -341,7 +341,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	defer func() {
 		stopping.Store(true)
 		closeAll(all, 256)
-		closeRaw(rawSubs)
+		closeRaw(raws)
 		readers.Wait()
 	}()
 
@@ -350,11 +350,27 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if binaryMode.Load() {
 		pubProto = []string{protocol.BinarySubprotocol}
 	}
-	pubs, err := dialMany(ctx, newDialer(cfg.PubURL, pubProto), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
-	if err != nil {
-		return nil, fmt.Errorf("publishers: %w", err)
+	var pubs []pubConn
+	if d := newDialer(cfg.PubURL, pubProto); cfg.Raw && rawAllowed(cfg.PubURL) {
+		dial := func(ctx context.Context) (*rawConn, error) { return rawDial(ctx, d, cfg.PubURL, pubProto) }
+		rp, err := dialEach(ctx, cfg.P, cfg.C, cfg.DialTimeout, dial, func(int, *rawConn) error { return nil }, closeRaw)
+		if err != nil {
+			return nil, fmt.Errorf("publishers: %w", err)
+		}
+		raws = append(raws, rp...)
+		for _, r := range rp {
+			pubs = append(pubs, r)
+		}
+	} else {
+		conns, err := dialMany(ctx, d, cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
+		if err != nil {
+			return nil, fmt.Errorf("publishers: %w", err)
+		}
+		all = append(all, conns...)
+		for _, c := range conns {
+			pubs = append(pubs, libPub{c})
+		}
 	}
-	all = append(all, pubs...)
 
 	var (
 		published, expected atomic.Int64
@@ -407,9 +423,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	}
 	stopping.Store(true)
 	closeAll(all, 256)
-	closeRaw(rawSubs)
+	closeRaw(raws)
 	readers.Wait()
-	all, rawSubs = nil, nil
+	all, raws = nil, nil
 
 	res.Published = published.Load()
 	res.Expected = expected.Load()
@@ -453,28 +469,24 @@ func topicOf(cfg fanoutConfig, j int, id uint64) int {
 // publisher j publishes round-robin over the topics (starting at topic j)
 // with at most cfg.Window publishes unanswered, paced to its share of
 // cfg.Rate, until stop; then it waits (at most 10 s) for the answers.
-func publisher(ctx context.Context, c *websocket.Conn, j int, cfg fanoutConfig, base time.Time, subsOf []int64, stop <-chan struct{}, published, expected *atomic.Int64, mu *sync.Mutex, errs map[string]int) {
+func publisher(ctx context.Context, c pubConn, j int, cfg fanoutConfig, base time.Time, subsOf []int64, stop <-chan struct{}, published, expected *atomic.Int64, mu *sync.Mutex, errs map[string]int) {
 	window := make(chan struct{}, cfg.Window)
 	answered := make(chan struct{})
 	go func() {
 		defer close(answered)
-		readFrames(c, func(_ time.Time, f frame) bool {
-			if f.ID == nil {
-				return true
-			}
-			if f.Error != nil {
+		c.answers(func(id uint64, code int, failed bool) {
+			if failed {
 				mu.Lock()
-				errs[strconv.Itoa(f.Error.Code)]++
+				errs[strconv.Itoa(code)]++
 				mu.Unlock()
 			} else {
 				published.Add(1)
-				expected.Add(subsOf[topicOf(cfg, j, *f.ID)])
+				expected.Add(subsOf[topicOf(cfg, j, id)])
 			}
 			select {
 			case <-window:
 			default:
 			}
-			return true
 		})
 	}()
 	var interval time.Duration
@@ -510,7 +522,7 @@ loop:
 		params = append(params[:0], topics[topicOf(cfg, j, id)]...)
 		params = append(params, dataOf(payload(int64(time.Since(base)), cfg.Size))...)
 		params = append(params, '}')
-		if err := write(ctx, c, request(id, protocol.MethodPublish, params)); err != nil {
+		if err := c.publish(ctx, request(id, protocol.MethodPublish, params)); err != nil {
 			mu.Lock()
 			errs["write: "+errKind(err)]++
 			mu.Unlock()
@@ -531,3 +543,35 @@ loop:
 		}
 	}
 }
+
+// pubConn is a publisher's connection: through the WebSocket library, or
+// raw (rawconn.go).
+type pubConn interface {
+	// answers calls fn with each answer's id, and its error code when
+	// failed, until the connection ends.
+	answers(fn func(id uint64, code int, failed bool))
+	// publish sends one request as one text frame.
+	publish(ctx context.Context, req []byte) error
+}
+
+type libPub struct{ c *websocket.Conn }
+
+func (p libPub) answers(fn func(id uint64, code int, failed bool)) {
+	readFrames(p.c, func(_ time.Time, f frame) bool {
+		answerOf(f, fn)
+		return true
+	})
+}
+
+// answerOf hands fn a decoded frame that is an answer.
+func answerOf(f frame, fn func(id uint64, code int, failed bool)) {
+	switch {
+	case f.ID == nil:
+	case f.Error != nil:
+		fn(*f.ID, f.Error.Code, true)
+	default:
+		fn(*f.ID, 0, false)
+	}
+}
+
+func (p libPub) publish(ctx context.Context, req []byte) error { return write(ctx, p.c, req) }

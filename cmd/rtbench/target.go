@@ -83,7 +83,7 @@ type dialer struct {
 	client *http.Client
 	proto  []string
 	next   atomic.Uint32
-	// tcp opens the TCP connection under each WebSocket (rawsub.go
+	// tcp opens the TCP connection under each WebSocket (rawconn.go
 	// dials with it too).
 	tcp func(ctx context.Context, network, addr string) (net.Conn, error)
 }

@@ -20,23 +20,25 @@ import (
 	"github.com/rtserver/rtserver/protocol"
 )
 
-// A fan-out subscriber that reads its socket without a WebSocket library.
+// Fan-out clients that read and write their sockets without a WebSocket
+// library (rtbench fanout --raw).
 //
 // In a fan-out the load generator reads every delivery, and on a machine
 // of two cores what it spends is taken from the server: through the
-// library (a read call, a context, a lock and a fresh slice per message)
-// 100 topics x 10 cost rtbench 2.5-3.5x the server's CPU, and the
-// throughput measured was the generator's as much as the server's
-// (docs/journal/latency-and-shedding.md). A raw subscriber reads whatever
-// the socket holds into one buffer and walks the frames in it: one
-// read(2) for as many deliveries as the server wrote, and no allocation
-// per message. The server sees the same bytes either way (the opening
-// handshake, a subscribe, the pongs it asks for, a close). Opt-in
-// (--raw-subscribers): other servers' subscribers read through the
-// library, and a comparison must give both the same generator.
+// library (a read call, a context, a lock and a fresh slice per message,
+// a JSON decode per answer) 100 topics x 10 cost rtbench 2.5-3.5x the
+// server's CPU, and the throughput measured was the generator's as much
+// as the server's (docs/journal/latency-and-shedding.md). A raw client
+// reads whatever the socket holds into one buffer and walks the frames
+// in it: one read(2) for as many deliveries as the server wrote, and no
+// allocation per message. The server sees the same bytes either way (the
+// opening handshake, a subscribe, each publish in one write of one
+// frame, the pongs it asks for, a close). Opt-in: other servers' clients
+// go through the library, and a comparison must give both the same
+// generator.
 
-// rawSub is one subscriber's connection.
-type rawSub struct {
+// rawConn is one client's connection.
+type rawConn struct {
 	nc    net.Conn
 	proto string // the subprotocol the server chose
 	buf   []byte // unread input is buf[r:w]
@@ -62,7 +64,7 @@ func rawAllowed(u *url.URL) bool {
 
 // rawDial opens a WebSocket to u with d's TCP dialer and the opening
 // handshake written by hand.
-func rawDial(ctx context.Context, d *dialer, u *url.URL, proto []string) (*rawSub, error) {
+func rawDial(ctx context.Context, d *dialer, u *url.URL, proto []string) (*rawConn, error) {
 	host := u.Host
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), "80")
@@ -71,7 +73,7 @@ func rawDial(ctx context.Context, d *dialer, u *url.URL, proto []string) (*rawSu
 	if err != nil {
 		return nil, err
 	}
-	s := &rawSub{nc: nc, buf: make([]byte, rawBufSize)}
+	s := &rawConn{nc: nc, buf: make([]byte, rawBufSize)}
 	if err := s.handshake(ctx, u, proto); err != nil {
 		nc.Close()
 		return nil, err
@@ -79,7 +81,7 @@ func rawDial(ctx context.Context, d *dialer, u *url.URL, proto []string) (*rawSu
 	return s, nil
 }
 
-func (s *rawSub) handshake(ctx context.Context, u *url.URL, proto []string) error {
+func (s *rawConn) handshake(ctx context.Context, u *url.URL, proto []string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		s.nc.SetDeadline(dl)
 		defer s.nc.SetDeadline(time.Time{})
@@ -161,7 +163,7 @@ func (e errClosed) Error() string { return "closed " + strconv.Itoa(e.code) }
 // reading the socket when the buffer holds no whole frame; s.at is when
 // the read that completed it returned. It answers pings, and returns
 // errClosed for a close frame. The payload is valid until the next call.
-func (s *rawSub) next() (payload []byte, wire int, err error) {
+func (s *rawConn) next() (payload []byte, wire int, err error) {
 	for {
 		op, p, n, err := parseFrame(s.buf[s.r:s.w])
 		if err != nil {
@@ -246,7 +248,7 @@ func parseFrame(b []byte) (op byte, payload []byte, n int, err error) {
 }
 
 // send writes one masked frame.
-func (s *rawSub) send(op byte, p []byte) error {
+func (s *rawConn) send(op byte, p []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	b := append(s.out[:0], 0x80|op)
@@ -271,7 +273,7 @@ func (s *rawSub) send(op byte, p []byte) error {
 
 // subscribe subscribes to topic and reads until the answer, before any
 // reader goroutine runs (subscribeSync's raw twin).
-func (s *rawSub) subscribe(ctx context.Context, id uint64, topic string) error {
+func (s *rawConn) subscribe(ctx context.Context, id uint64, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if dl, ok := ctx.Deadline(); ok {
@@ -294,7 +296,7 @@ func (s *rawSub) subscribe(ctx context.Context, id uint64, topic string) error {
 
 // close sends a close frame (going away) and closes the socket; the
 // reader's next read fails.
-func (s *rawSub) close() {
+func (s *rawConn) close() {
 	var p [2]byte
 	binary.BigEndian.PutUint16(p[:], uint16(websocket.StatusGoingAway))
 	s.nc.SetWriteDeadline(time.Now().Add(time.Second))
@@ -303,8 +305,75 @@ func (s *rawSub) close() {
 }
 
 // closeRaw closes every raw subscriber.
-func closeRaw(ss []*rawSub) {
+func closeRaw(ss []*rawConn) {
 	for _, s := range ss {
 		s.close()
 	}
+}
+
+// answers reads answers until the connection ends (pubConn).
+func (s *rawConn) answers(fn func(id uint64, code int, failed bool)) {
+	for {
+		p, _, err := s.next()
+		if err != nil {
+			return
+		}
+		if id, code, failed, ok := scanAnswer(p); ok {
+			fn(id, code, failed)
+			continue
+		}
+		fs, err := frames(p) // not in the shape rtserver answers in
+		if err != nil {
+			continue
+		}
+		for _, f := range fs {
+			answerOf(f, fn)
+		}
+	}
+}
+
+// publish sends a request as one text frame (pubConn).
+func (s *rawConn) publish(_ context.Context, req []byte) error { return s.send(0x1, req) }
+
+var (
+	answerHead  = []byte(`{"jsonrpc":"2.0","id":`)
+	answerOK    = []byte(`,"result":`)
+	answerError = []byte(`,"error":{"code":`)
+)
+
+// scanAnswer reads the id and the error code of an answer in the shape
+// rtserver writes it (protocol.AppendResult, AppendError) without
+// decoding it; ok false for anything else.
+func scanAnswer(p []byte) (id uint64, code int, failed, ok bool) {
+	if !bytes.HasPrefix(p, answerHead) {
+		return 0, 0, false, false
+	}
+	p = p[len(answerHead):]
+	i := 0
+	for i < len(p) && p[i] >= '0' && p[i] <= '9' {
+		i++
+	}
+	id, err := strconv.ParseUint(string(p[:i]), 10, 64)
+	if err != nil {
+		return 0, 0, false, false
+	}
+	p = p[i:]
+	switch {
+	case bytes.HasPrefix(p, answerOK):
+		return id, 0, false, true
+	case bytes.HasPrefix(p, answerError):
+		p = p[len(answerError):]
+		j := 0
+		if j < len(p) && p[j] == '-' {
+			j++
+		}
+		for ; j < len(p) && p[j] >= '0' && p[j] <= '9'; j++ {
+		}
+		c, err := strconv.Atoi(string(p[:j]))
+		if err != nil {
+			return 0, 0, false, false
+		}
+		return id, c, true, true
+	}
+	return 0, 0, false, false
 }

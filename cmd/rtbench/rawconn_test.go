@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/rtserver/rtserver/protocol"
 )
 
 // parseFrame takes a whole unmasked frame of any length encoding, asks
@@ -38,13 +40,13 @@ func TestParseFrame(t *testing.T) {
 	}
 }
 
-// Raw subscribers and the library's count the same deliveries: every
-// one owed, each with its latency.
+// Raw clients and the library's count the same deliveries: every one
+// owed, each with its latency.
 func TestFanoutRawAndLibrarySubscribersAgree(t *testing.T) {
 	t.Parallel()
 	for _, raw := range []bool{false, true} {
 		u, _ := startNode(t, nil)
-		res, err := runFanout(testCtx(t), fanoutConfig{URL: u, P: 2, S: 6, T: 3, Size: 64, Duration: 200 * time.Millisecond, Rate: 200, OwnTopics: true, RawSubscribers: raw, ServerPID: os.Getpid()})
+		res, err := runFanout(testCtx(t), fanoutConfig{URL: u, P: 2, S: 6, T: 3, Size: 64, Duration: 200 * time.Millisecond, Rate: 200, OwnTopics: true, Raw: raw, ServerPID: os.Getpid()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,6 +58,32 @@ func TestFanoutRawAndLibrarySubscribersAgree(t *testing.T) {
 		}
 		if want := res.Delivered * int64(wireBytes(0)); res.WireBytes <= want {
 			t.Errorf("raw %v: %d wire bytes for %d deliveries", raw, res.WireBytes, res.Delivered)
+		}
+	}
+}
+
+// scanAnswer reads rtserver's answers as a JSON decode does, and leaves
+// anything else to one.
+func TestScanAnswer(t *testing.T) {
+	for _, b := range [][]byte{
+		protocol.AppendResult(nil, []byte("7"), nil),
+		protocol.AppendResult(nil, []byte("18446744073709551615"), []byte(`{"offset":3}`)),
+		protocol.AppendError(nil, []byte("12"), protocol.NewError(protocol.CodeOverloaded, "shed", protocol.OverloadedData{Class: "pub", RetryAfterMs: 5})),
+		protocol.AppendError(nil, []byte("0"), protocol.NewError(protocol.CodeInvalidParams, "bad", nil)),
+	} {
+		id, code, failed, ok := scanAnswer(b)
+		fs, err := frames(b)
+		if !ok || err != nil || len(fs) != 1 {
+			t.Fatalf("%s: ok %v, decode %v", b, ok, err)
+		}
+		f := fs[0]
+		if id != *f.ID || failed != (f.Error != nil) || (failed && code != f.Error.Code) {
+			t.Errorf("%s: id %d code %d failed %v, decoded %+v", b, id, code, failed, f)
+		}
+	}
+	for _, b := range []string{`{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}`, `{"id":1,"result":{}}`, `{"jsonrpc":"2.0","id":"a","result":{}}`, `[{"jsonrpc":"2.0","id":1,"result":{}}]`} {
+		if _, _, _, ok := scanAnswer([]byte(b)); ok {
+			t.Errorf("%s: scanned", b)
 		}
 	}
 }
