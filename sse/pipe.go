@@ -11,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/internal/wsock"
 )
 
 // mode is what a pipe's client is.
@@ -37,8 +39,9 @@ const (
 type pipe struct {
 	h    *Handler
 	mode mode
-	id   string   // the session id; "" for modeOnce
-	nc   net.Conn // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
+	id   string          // the session id; "" for modeOnce
+	nc   net.Conn        // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
+	sc   syscall.RawConn // nc's descriptor, watched for the client's hang-up; nil without one
 
 	// Server-bound bytes: whole client frames, queued by queue.
 	rmu      sync.Mutex
@@ -46,6 +49,7 @@ type pipe struct {
 	rend     bool      // no more input: Read reports io.EOF after rbuf
 	deadline time.Time // the read deadline
 	notify   chan struct{}
+	waker    wsock.Waker // the parked server connection (Arm), woken by the next input or end
 
 	// Client-bound state, under wmu (the server writes from one goroutine
 	// at a time, but several may take turns).
@@ -81,12 +85,26 @@ func (p *pipe) queue(op byte, payload []byte) bool {
 		return false
 	}
 	p.rbuf = appendClientFrame(p.rbuf, op, payload)
+	w := p.takeWaker()
 	p.rmu.Unlock()
-	p.wake()
+	p.wake(w)
 	return true
 }
 
-func (p *pipe) wake() {
+// takeWaker takes the parked connection's Waker, if it is parked: it is
+// woken once. Under rmu.
+func (p *pipe) takeWaker() wsock.Waker {
+	w := p.waker
+	p.waker = nil
+	return w
+}
+
+// wake resumes the server's read: a Read waiting on notify, or a parked
+// connection (w, from takeWaker).
+func (p *pipe) wake(w wsock.Waker) {
+	if w != nil {
+		w.Wake()
+	}
 	select {
 	case p.notify <- struct{}{}:
 	default:
@@ -94,12 +112,59 @@ func (p *pipe) wake() {
 }
 
 // endInput makes the server's next read report the end of the input: the
-// client's socket failed, or the pipe closed.
+// client's socket failed or hung up, or the pipe closed.
 func (p *pipe) endInput() {
 	p.rmu.Lock()
 	p.rend = true
+	w := p.takeWaker()
 	p.rmu.Unlock()
-	p.wake()
+	p.wake(w)
+}
+
+// Ready reports whether the server's Read would not wait
+// (wsock.Parkable): frames are queued, or the input has ended, or the
+// client has hung up, which ends it.
+func (p *pipe) Ready() bool {
+	p.rmu.Lock()
+	ready := len(p.rbuf) > 0 || p.rend
+	p.rmu.Unlock()
+	if !ready && p.hungUp() {
+		p.endInput()
+		return true
+	}
+	return ready
+}
+
+// hungUp reports whether the client has closed its socket (or it failed):
+// an event stream's client sends nothing after its request, so whatever
+// arrives is its end, or bytes to drop.
+func (p *pipe) hungUp() bool {
+	return p.sc != nil && wsock.HungUp(p.sc)
+}
+
+// Arm parks the server's connection on the pipe (wsock.Parkable): w is
+// woken by the next frame queued or the end of the input, and by the
+// client's socket in poller when the client hangs up (or sends anything),
+// so a stream whose client has left ends at once rather than at the next
+// keepalive that fails to write. Without a poller only the first two wake
+// it.
+func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
+	p.rmu.Lock()
+	ready := len(p.rbuf) > 0 || p.rend
+	if !ready {
+		p.waker = w
+	}
+	p.rmu.Unlock()
+	if ready {
+		w.Wake()
+		return nil
+	}
+	if poller != nil && p.sc != nil {
+		// A failure means the socket is closed: so is the pipe, whose
+		// Close has woken w (endInput).
+		_ = poller.Arm(p.sc, key, w)
+	}
+	return nil
 }
 
 // Read is the server's read of client frames: it waits until some are
@@ -122,6 +187,10 @@ func (p *pipe) Read(b []byte) (int, error) {
 		}
 		dl := p.deadline
 		p.rmu.Unlock()
+		if p.hungUp() {
+			p.endInput()
+			continue
+		}
 		if dl.IsZero() {
 			<-p.notify
 			continue
@@ -378,8 +447,9 @@ func (p *pipe) Close() error {
 		p.rmu.Lock()
 		p.rend = true
 		p.rbuf = nil
+		w := p.takeWaker()
 		p.rmu.Unlock()
-		p.wake()
+		p.wake(w)
 		if p.nc != nil {
 			_ = p.nc.Close()
 		}
@@ -398,7 +468,7 @@ func (p *pipe) SetReadDeadline(t time.Time) error {
 	p.rmu.Lock()
 	p.deadline = t
 	p.rmu.Unlock()
-	p.wake()
+	p.wake(nil)
 	return nil
 }
 
