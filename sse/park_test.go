@@ -106,3 +106,31 @@ func TestIdleStreamsParkAndEndWithTheirClients(t *testing.T) {
 		return strconv.Itoa(h.Sessions()) + " sessions open after their clients left"
 	}, func() bool { return h.Sessions() == 0 })
 }
+
+// On the portable path (limits.portableSockets) the WebSocket library
+// reads an event stream's connection, which then keeps its goroutine, as
+// a WebSocket's does there: streams still carry what is published.
+func TestStreamsOnThePortablePath(t *testing.T) {
+	defer leakcheck.Check(t)
+	s, err := server.New(server.Config{PortableSockets: true}, server.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := testkit.Must(New(Config{}, Deps{WebSocket: s}))
+	ts := httptest.NewServer(h)
+	defer func() {
+		ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	}()
+	addr := ts.Listener.Addr().String()
+	c, r := openStream(t, addr, "p")
+	resp, err := http.Post("http://"+addr, "application/json", strings.NewReader(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"p","data":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	readUntil(t, c, r, `data: {"topic":"p","data":1}`+"\n")
+	c.Close()
+}

@@ -46,10 +46,11 @@ type pipe struct {
 	// Server-bound bytes: whole client frames, queued by queue.
 	rmu      sync.Mutex
 	rbuf     []byte
-	rend     bool      // no more input: Read reports io.EOF after rbuf
-	deadline time.Time // the read deadline
-	notify   chan struct{}
-	waker    wsock.Waker // the parked server connection (Arm), woken by the next input or end
+	rend     bool          // no more input: Read reports io.EOF after rbuf
+	deadline time.Time     // the read deadline
+	notify   chan struct{} // made by the first Read that waits: an idle session never does
+	waker    wsock.Waker   // the parked server connection (Arm), woken by the next input or end
+	watched  bool          // the server parks on the pipe (Arm): its reads watch the client's socket too
 
 	// Client-bound state, under wmu (the server writes from one goroutine
 	// at a time, but several may take turns).
@@ -60,7 +61,7 @@ type pipe struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
-	gone      chan struct{} // closed by Close
+	gone      chan struct{} // modeOnce: closed by Close
 
 	// modeOnce: the answer, and how the connection closed without one.
 	answer    chan []byte // 1-buffered: the first response frame
@@ -69,9 +70,9 @@ type pipe struct {
 }
 
 func newPipe(h *Handler, m mode) *pipe {
-	p := &pipe{h: h, mode: m, notify: make(chan struct{}, 1), gone: make(chan struct{})}
+	p := &pipe{h: h, mode: m}
 	if m == modeOnce {
-		p.answer = make(chan []byte, 1)
+		p.answer, p.gone = make(chan []byte, 1), make(chan struct{})
 	}
 	return p
 }
@@ -85,29 +86,32 @@ func (p *pipe) queue(op byte, payload []byte) bool {
 		return false
 	}
 	p.rbuf = appendClientFrame(p.rbuf, op, payload)
-	w := p.takeWaker()
+	w, n := p.takeWaker()
 	p.rmu.Unlock()
-	p.wake(w)
+	wake(w, n)
 	return true
 }
 
-// takeWaker takes the parked connection's Waker, if it is parked: it is
-// woken once. Under rmu.
-func (p *pipe) takeWaker() wsock.Waker {
+// takeWaker takes the parked connection's Waker, if it is parked (it is
+// woken once), and the channel a waiting Read waits on, if one ever did.
+// Under rmu.
+func (p *pipe) takeWaker() (wsock.Waker, chan struct{}) {
 	w := p.waker
 	p.waker = nil
-	return w
+	return w, p.notify
 }
 
-// wake resumes the server's read: a Read waiting on notify, or a parked
-// connection (w, from takeWaker).
-func (p *pipe) wake(w wsock.Waker) {
+// wake resumes the server's read: a parked connection (w) or a Read
+// waiting on notify, from takeWaker.
+func wake(w wsock.Waker, notify chan struct{}) {
 	if w != nil {
 		w.Wake()
 	}
-	select {
-	case p.notify <- struct{}{}:
-	default:
+	if notify != nil {
+		select {
+		case notify <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -116,9 +120,9 @@ func (p *pipe) wake(w wsock.Waker) {
 func (p *pipe) endInput() {
 	p.rmu.Lock()
 	p.rend = true
-	w := p.takeWaker()
+	w, n := p.takeWaker()
 	p.rmu.Unlock()
-	p.wake(w)
+	wake(w, n)
 }
 
 // Ready reports whether the server's Read would not wait
@@ -154,6 +158,7 @@ func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
 	if !ready {
 		p.waker = w
 	}
+	p.watched = true
 	p.rmu.Unlock()
 	if ready {
 		w.Wake()
@@ -185,14 +190,21 @@ func (p *pipe) Read(b []byte) (int, error) {
 			p.rmu.Unlock()
 			return 0, io.EOF
 		}
-		dl := p.deadline
+		dl, watched := p.deadline, p.watched
+		if p.notify == nil {
+			p.notify = make(chan struct{}, 1)
+		}
+		notify := p.notify
 		p.rmu.Unlock()
-		if p.hungUp() {
+		// A read that waits on a parking connection's pipe (a wake-up
+		// came while it parked, or it is closing) looks first whether
+		// the client has gone: nothing watches its socket meanwhile.
+		if watched && p.hungUp() {
 			p.endInput()
 			continue
 		}
 		if dl.IsZero() {
-			<-p.notify
+			<-notify
 			continue
 		}
 		wait := time.Until(dl)
@@ -201,7 +213,7 @@ func (p *pipe) Read(b []byte) (int, error) {
 		}
 		t := time.NewTimer(wait)
 		select {
-		case <-p.notify:
+		case <-notify:
 		case <-t.C:
 		}
 		t.Stop()
@@ -447,13 +459,15 @@ func (p *pipe) Close() error {
 		p.rmu.Lock()
 		p.rend = true
 		p.rbuf = nil
-		w := p.takeWaker()
+		w, n := p.takeWaker()
 		p.rmu.Unlock()
-		p.wake(w)
+		wake(w, n)
 		if p.nc != nil {
 			_ = p.nc.Close()
 		}
-		close(p.gone)
+		if p.gone != nil {
+			close(p.gone)
+		}
 		p.h.forget(p)
 	})
 	return nil
@@ -467,8 +481,9 @@ func (p *pipe) SetDeadline(t time.Time) error {
 func (p *pipe) SetReadDeadline(t time.Time) error {
 	p.rmu.Lock()
 	p.deadline = t
+	n := p.notify
 	p.rmu.Unlock()
-	p.wake(nil)
+	wake(nil, n)
 	return nil
 }
 
