@@ -17,12 +17,10 @@ import (
 	"github.com/rtserver/rtserver/server"
 )
 
-// streamServer is a server (keepalive an hour away: nothing but the
-// client's own end can end a stream here) and its SSE handler over real
-// TCP.
-func streamServer(t *testing.T) (*Handler, string) {
+// streamServer is a server of cfg and its SSE handler over real TCP.
+func streamServer(t *testing.T, cfg server.Config) (*Handler, string) {
 	t.Helper()
-	s, err := server.New(server.Config{PingInterval: time.Hour}, server.Deps{})
+	s, err := server.New(cfg, server.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +71,10 @@ func readUntil(t *testing.T, c net.Conn, r *bufio.Reader, line string) {
 // WebSockets do), wake for what comes, and end as soon as their clients
 // hang up, though no keepalive will write to them for an hour.
 func TestIdleStreamsParkAndEndWithTheirClients(t *testing.T) {
-	defer leakcheck.Check(t)
-	h, addr := streamServer(t)
+	leakcheck.Check(t)
+	// Keepalive an hour away: nothing but the client's own end can end a
+	// stream here.
+	h, addr := streamServer(t, server.Config{PingInterval: time.Hour})
 	const n = 20
 	before := runtime.NumGoroutine()
 	var conns []net.Conn
@@ -111,20 +111,8 @@ func TestIdleStreamsParkAndEndWithTheirClients(t *testing.T) {
 // reads an event stream's connection, which then keeps its goroutine, as
 // a WebSocket's does there: streams still carry what is published.
 func TestStreamsOnThePortablePath(t *testing.T) {
-	defer leakcheck.Check(t)
-	s, err := server.New(server.Config{PortableSockets: true}, server.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := testkit.Must(New(Config{}, Deps{WebSocket: s}))
-	ts := httptest.NewServer(h)
-	defer func() {
-		ts.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	}()
-	addr := ts.Listener.Addr().String()
+	leakcheck.Check(t)
+	_, addr := streamServer(t, server.Config{PortableSockets: true})
 	c, r := openStream(t, addr, "p")
 	resp, err := http.Post("http://"+addr, "application/json", strings.NewReader(`{"jsonrpc":"2.0","method":"publish","params":{"topic":"p","data":1}}`))
 	if err != nil {
