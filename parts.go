@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rtserver/rtserver/message/clusterrate"
-	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
 	"github.com/rtserver/rtserver/server"
 )
@@ -59,7 +58,7 @@ func (n *Node) buildParts() {
 	if n.cluster != nil && n.admit.HasCeilings() {
 		n.parts = append(n.parts, namedPart{"shared ceilings", n.admit})
 	}
-	n.parts = append(n.parts, namedPart{"pressure monitor", pressurePart{n.pressure, n.server.Counts}})
+	n.parts = append(n.parts, namedPart{"pressure monitor", n.pressure})
 }
 
 // startParts starts the parts in order, all within startWait; a stop
@@ -100,15 +99,6 @@ type clientPart struct{ c redis.UniversalClient }
 
 func (clientPart) Start(context.Context) error { return nil }
 func (p clientPart) Close() error              { return p.c.Close() }
-
-// pressurePart is the pressure monitor, handed the server's counts.
-type pressurePart struct {
-	m      *pressure.Monitor
-	counts pressure.Counts
-}
-
-func (p pressurePart) Start(ctx context.Context) error { return p.m.Start(ctx, p.counts) }
-func (p pressurePart) Close() error                    { return p.m.Close() }
 
 // aggregatorPart is the cluster aggregator and the shared limiter's
 // warm-up. The aggregator's Start waits for Redis to confirm its

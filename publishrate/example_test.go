@@ -45,7 +45,7 @@ func ExampleAggregator_RateOf() {
 func ExampleAggregator_Start() {
 	ctx := context.Background()
 	mon, _ := pressure.New(pressure.DefaultConfig(), pressure.Deps{})
-	_ = mon.Start(ctx, nil)
+	_ = mon.Start(ctx)
 	defer mon.Close()
 
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})

@@ -269,13 +269,23 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 	return nil
 }
 
-// Counts reports open connections and subscriptions, for the pressure
-// monitor.
+// Counts reports open connections and subscriptions. The pressure
+// monitor is told of each change as it happens (AddConnections,
+// AddSubscriptions), and its samples read its own counts.
 func (s *Server) Counts() (connections, subscriptions int64) {
 	s.mu.Lock()
 	n := int64(len(s.conns))
 	s.mu.Unlock()
 	return n, s.subscriptions.Load()
+}
+
+// addSubscriptions counts n subscriptions made (negative: ended), here
+// and in the pressure monitor.
+func (s *Server) addSubscriptions(n int64) {
+	s.subscriptions.Add(n)
+	if s.pressure != nil {
+		s.pressure.AddSubscriptions(n)
+	}
 }
 
 // Subjects lists topics with local subscribers and their counts.
@@ -453,6 +463,9 @@ func (s *Server) addConn(c *conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	if s.pressure != nil {
+		s.pressure.AddConnections(1)
+	}
 	first := s.indexUser(c)
 	if s.busDown {
 		// Under s.mu (before conn.mu, as the lock order allows), so that
@@ -474,6 +487,9 @@ func (s *Server) removeConn(c *conn) {
 	delete(s.conns, c)
 	last := s.unindexUser(c)
 	s.mu.Unlock()
+	if s.pressure != nil {
+		s.pressure.AddConnections(-1)
+	}
 	if last {
 		s.bus.Unsubscribe(bus.UserKey(c.ticket.User))
 	}
