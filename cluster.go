@@ -11,6 +11,7 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
+	"github.com/rtserver/rtserver/server"
 )
 
 // cluster holds the parts that need Redis: the client, the aggregator and
@@ -32,12 +33,12 @@ type cluster struct {
 	scoped bool
 }
 
-func newCluster(cfg Config, id string, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
+func newCluster(cfg Config, id string, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor, subs *server.Subscribers) (*cluster, error) {
 	client, err := bus.NewClient(cfg.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
-	agg, err := publishrate.New(cfg.PublishRate, publishrate.Deps{Client: client, Local: mon, InstanceID: id, Metrics: m, Logger: log})
+	agg, err := publishrate.New(cfg.PublishRate, publishrate.Deps{Client: client, Local: mon, Subscribers: subs, InstanceID: id, Metrics: m, Logger: log})
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("rtserver: %w", err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/rtserver/rtserver/message/clusterrate"
 	"github.com/rtserver/rtserver/publishrate"
-	"github.com/rtserver/rtserver/server"
 )
 
 // A part is a background part of a node. Start brings it up, waiting at
@@ -35,8 +34,8 @@ type namedPart struct {
 const startWait = time.Second
 
 // parts lists the node's parts in order of start; they close in reverse.
-// Each gets at construction or at Start what it needs: the server's
-// counts exist once New has built the server, before any part starts.
+// Each gets what it needs at construction (New builds them in dependency
+// order), and Start takes nothing but its deadline.
 func (n *Node) buildParts() {
 	if n.cluster != nil {
 		n.parts = append(n.parts, namedPart{"redis client", clientPart{n.cluster.client}})
@@ -49,7 +48,6 @@ func (n *Node) buildParts() {
 	if n.cluster != nil {
 		n.parts = append(n.parts, namedPart{"cluster aggregator", &aggregatorPart{
 			agg:     n.cluster.agg,
-			src:     subjectSources(n.server),
 			limiter: n.cluster.limiter,
 			scoped:  n.cluster.scoped,
 			log:     n.log,
@@ -106,7 +104,6 @@ func (p clientPart) Close() error              { return p.c.Close() }
 // and the node's start waits for it only while its own start lasts.
 type aggregatorPart struct {
 	agg     *publishrate.Aggregator
-	src     publishrate.Sources
 	limiter *clusterrate.Limiter
 	scoped  bool // some class has a cluster-scoped part: warm the limiter up
 	log     *slog.Logger
@@ -120,7 +117,7 @@ func (p *aggregatorPart) Start(ctx context.Context) error {
 	p.cancel, p.done = cancel, make(chan struct{})
 	go func() {
 		defer close(p.done)
-		if p.agg.Start(life, p.src) != nil {
+		if p.agg.Start(life) != nil {
 			return // closed before Redis answered
 		}
 		if p.scoped {
@@ -148,19 +145,4 @@ func (p *aggregatorPart) Close() error {
 		<-p.done
 	}
 	return p.agg.Close()
-}
-
-// subjectSources hands the aggregator the server's subscriber counts.
-func subjectSources(srv *server.Server) publishrate.Sources {
-	return publishrate.Sources{
-		Subjects: func() []publishrate.SubjectCount {
-			local := srv.Subjects()
-			out := make([]publishrate.SubjectCount, len(local))
-			for i, tc := range local {
-				out[i] = publishrate.SubjectCount{Topic: tc.Topic, Count: tc.Count}
-			}
-			return out
-		},
-		LocalSubscribers: srv.LocalSubscribers,
-	}
 }

@@ -53,7 +53,8 @@ type Aggregator struct {
 	// per-user sums are read from mg, which publishes them itself.
 	top      atomic.Pointer[[]Entry]
 	siblings atomic.Int64
-	src      atomic.Pointer[Sources] // set by Start; never nil
+	subs     Subscribers     // Deps.Subscribers; nil: none
+	liveSubs LiveSubscribers // subs, when their counts are live; else nil
 
 	// mu guards the merge state. Lock order: life, then mu.
 	mu     sync.Mutex
@@ -172,7 +173,8 @@ func New(opts Options, deps Deps) (*Aggregator, error) {
 	a.sent.Store(&sentRates{})
 	a.top.Store(&[]Entry{})
 	a.localSnap.Store(a.latest)
-	a.src.Store(&Sources{})
+	a.subs = deps.Subscribers
+	a.liveSubs, _ = deps.Subscribers.(LiveSubscribers)
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
@@ -252,15 +254,13 @@ func (a *Aggregator) InstanceID() string { return a.id }
 // unreachable until ctx ends (then it returns the error and stays
 // inactive). Once active, the aggregator runs until Close, whatever
 // becomes of ctx, and rides out Redis outages on its own. Calling it while
-// active does nothing. src is this instance's subscriber counts (its zero
-// value: none).
-func (a *Aggregator) Start(ctx context.Context, src Sources) error {
+// active does nothing.
+func (a *Aggregator) Start(ctx context.Context) error {
 	a.life.Lock()
 	defer a.life.Unlock()
 	if a.sub != nil {
 		return nil
 	}
-	a.src.Store(&src)
 	handle := a.receive
 	if a.merged {
 		handle = a.receiveView
@@ -388,19 +388,19 @@ func (a *Aggregator) RateOfUser(user string) float64 {
 type sentRates struct{ topics, users map[string]float64 }
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
-// count (LocalSubscribers live when set, else the list Subjects returned on
-// the last tick) plus the "subs" of every fresh sibling.
+// count (live with LiveSubscribers, else the list Subjects returned on the
+// last tick) plus the "subs" of every fresh sibling.
 //
 // In merged mode, while a merged view is held, it is the view's count, or
 // the live local count if that is higher: the view has this instance's
 // count of its last slice in it already.
 func (a *Aggregator) SubscribersOf(topic string) int {
 	n := a.mg.subscribersOf(topic)
-	if f := a.src.Load().LocalSubscribers; f != nil {
+	if a.liveSubs != nil {
 		if a.merged && a.viewHeld.Load() {
-			return max(n, f(topic))
+			return max(n, a.liveSubs.Count(topic))
 		}
-		n += f(topic)
+		n += a.liveSubs.Count(topic)
 	}
 	return n
 }

@@ -10,7 +10,7 @@
 // An Aggregator broadcasts, every PublishInterval, the envelope of
 // docs/cluster.md on Options.Channel: this instance's top-N topics
 // (messages and bytes per second), top-N users (messages per second) and,
-// when Sources.Subjects is handed to Start, top-N local subscriber counts.
+// given Deps.Subscribers, top-N local subscriber counts.
 // With a LiveLocal (the pressure monitor) the rates are those of the last
 // second at sending, and this instance's own share of RateOf and
 // RateOfUser is its live rate at the call; with another Local they are

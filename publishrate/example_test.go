@@ -59,7 +59,7 @@ func ExampleAggregator_Start() {
 	if err != nil {
 		panic(err)
 	}
-	if err := agg.Start(ctx, publishrate.Sources{}); err != nil { // waits for Redis to confirm the subscription
+	if err := agg.Start(ctx); err != nil { // waits for Redis to confirm the subscription
 		panic(err)
 	}
 	defer agg.Close()

@@ -50,7 +50,7 @@ func activate(t *testing.T, a *Aggregator) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), awaitFor)
 	defer cancel()
-	if err := a.Start(ctx, Sources{}); err != nil {
+	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -146,7 +146,7 @@ func TestStartGivesUpWithContext(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if err := n.agg.Start(ctx, Sources{}); err == nil {
+	if err := n.agg.Start(ctx); err == nil {
 		t.Fatal("Start with Redis down returned nil")
 	}
 	// Still inactive: a later Start really subscribes.

@@ -3,11 +3,8 @@ package server
 import (
 	"hash/maphash"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"sync/atomic"
-
-	"github.com/rtserver/rtserver/bus"
 )
 
 // hubShards spreads topics over independently locked maps so publishes to
@@ -81,9 +78,13 @@ func (h *hub) subscribe(c *conn, topic string) {
 		subs = &topicSubs{conns: map[*conn]struct{}{}}
 		sh.topics[topic] = subs
 	}
+	_, had := subs.conns[c]
 	subs.conns[c] = struct{}{}
 	subs.list.Store(nil)
 	sh.mu.Unlock()
+	if !had {
+		h.s.subscribers.add(topic, 1)
+	}
 	if first {
 		h.s.bus.Subscribe(topic)
 	}
@@ -99,6 +100,7 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 		sh.mu.Unlock()
 		return
 	}
+	_, had := subs.conns[c]
 	delete(subs.conns, c)
 	subs.list.Store(nil)
 	last := len(subs.conns) == 0
@@ -106,6 +108,9 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 		delete(sh.topics, topic)
 	}
 	sh.mu.Unlock()
+	if had {
+		h.s.subscribers.add(topic, -1)
+	}
 	if last {
 		h.s.bus.Unsubscribe(topic)
 	}
@@ -190,37 +195,6 @@ func (h *hub) subscribers(topic string) []*conn {
 		return subs.subscribers()
 	}
 	return nil
-}
-
-// subjects lists topics with local subscribers, most subscribed first.
-func (h *hub) subjects() []bus.TopicCount {
-	var out []bus.TopicCount
-	for i := range h.shards {
-		sh := &h.shards[i]
-		sh.mu.RLock()
-		for t, subs := range sh.topics {
-			out = append(out, bus.TopicCount{Topic: t, Count: len(subs.conns)})
-		}
-		sh.mu.RUnlock()
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Count != out[j].Count {
-			return out[i].Count > out[j].Count
-		}
-		return out[i].Topic < out[j].Topic
-	})
-	return out
-}
-
-// count is the number of local subscribers of topic.
-func (h *hub) count(topic string) int {
-	sh := h.shard(topic)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	if subs := sh.topics[topic]; subs != nil {
-		return len(subs.conns)
-	}
-	return 0
 }
 
 // topics is the number of topics with local subscribers.

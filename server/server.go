@@ -105,6 +105,10 @@ type Deps struct {
 	// InstanceID names this instance in client ids (ClientID); empty: a
 	// random one.
 	InstanceID string
+	// Subscribers is where the server counts its subscribers per topic,
+	// for parts built before it that read the counts; nil: a count of
+	// its own (Server.Subjects, Server.LocalSubscribers).
+	Subscribers *Subscribers
 }
 
 // Server serves WebSocket connections. Create it with New.
@@ -130,7 +134,9 @@ type Server struct {
 
 	handlers sync.Map // method -> Handler
 	hub      hub
-	hist     *historyState // nil: no history topics
+	// subscribers counts the hub's subscribers per topic (Deps.Subscribers).
+	subscribers *Subscribers
+	hist        *historyState // nil: no history topics
 
 	presence   *presence.Tracker
 	instanceID string
@@ -175,6 +181,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		fallback:      deps.Fallback,
 		drainHint:     deps.DrainRetryAfter,
 		refreshNotice: deps.RefreshNotice,
+		subscribers:   deps.Subscribers,
 		conns:         map[*conn]struct{}{},
 		users:         map[string][]*conn{},
 	}
@@ -186,6 +193,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	if s.bus == nil {
 		s.bus = bus.NewMemory(nil, s.m)
+	}
+	if s.subscribers == nil {
+		s.subscribers = NewSubscribers()
 	}
 	if s.drainHint <= 0 {
 		s.drainHint = retryhint.DefaultBase
@@ -289,10 +299,10 @@ func (s *Server) addSubscriptions(n int64) {
 }
 
 // Subjects lists topics with local subscribers and their counts.
-func (s *Server) Subjects() []bus.TopicCount { return s.hub.subjects() }
+func (s *Server) Subjects() []bus.TopicCount { return s.subscribers.Subjects() }
 
 // LocalSubscribers is the number of this instance's subscribers of topic.
-func (s *Server) LocalSubscribers(topic string) int { return s.hub.count(topic) }
+func (s *Server) LocalSubscribers(topic string) int { return s.subscribers.Count(topic) }
 
 // Draining reports whether Drain has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
