@@ -28,8 +28,8 @@ type cluster struct {
 	// ceilings shares fleet-wide adaptive concurrency limits; the message
 	// tier's are exchanged through it while the node runs (parts.go).
 	ceilings *clusterrate.Ceilings
-	// scoped: some class has a cluster-scoped part, so the limiter is
-	// warmed up at start.
+	// scoped: some class has a cluster-scoped part, so the limiter is a
+	// part of the node: its Start warms it up.
 	scoped bool
 }
 
@@ -45,7 +45,7 @@ func newCluster(cfg Config, id string, m *metrics.Metrics, log *slog.Logger, mon
 	}
 	// The limiter and the ceilings only fail without a client.
 	rcfg := clusterrate.Config{Prefix: cfg.Redis.ChannelPrefix}
-	limiter, _ := clusterrate.New(rcfg, clusterrate.Deps{Client: client})
+	limiter, _ := clusterrate.New(rcfg, clusterrate.Deps{Client: client, Logger: log})
 	ceilings, _ := clusterrate.NewCeilings(rcfg, clusterrate.Deps{Client: client, InstanceID: id})
 	return &cluster{
 		client:   client,
