@@ -1,7 +1,6 @@
 package server
 
 import (
-	"hash/maphash"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -11,11 +10,11 @@ import (
 // different topics on different cores do not contend.
 const hubShards = 32
 
-// hub maps topics to this instance's subscribers.
+// hub maps topics to this instance's subscribers, in the server's
+// Subscribers table (Deps.Subscribers).
 type hub struct {
-	s      *Server
-	seed   maphash.Seed
-	shards [hubShards]hubShard
+	s *Server
+	*Subscribers
 }
 
 type hubShard struct {
@@ -53,14 +52,7 @@ func (t *topicSubs) subscribers() []*conn {
 
 func (h *hub) init(s *Server) {
 	h.s = s
-	h.seed = maphash.MakeSeed()
-	for i := range h.shards {
-		h.shards[i].topics = map[string]*topicSubs{}
-	}
-}
-
-func (h *hub) shard(topic string) *hubShard {
-	return &h.shards[maphash.String(h.seed, topic)%hubShards]
+	h.Subscribers = s.subscribers
 }
 
 // subscribe adds c to topic, and tells the bus when the topic got its
@@ -78,13 +70,9 @@ func (h *hub) subscribe(c *conn, topic string) {
 		subs = &topicSubs{conns: map[*conn]struct{}{}}
 		sh.topics[topic] = subs
 	}
-	_, had := subs.conns[c]
 	subs.conns[c] = struct{}{}
 	subs.list.Store(nil)
 	sh.mu.Unlock()
-	if !had {
-		h.s.subscribers.add(topic, 1)
-	}
 	if first {
 		h.s.bus.Subscribe(topic)
 	}
@@ -100,7 +88,6 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 		sh.mu.Unlock()
 		return
 	}
-	_, had := subs.conns[c]
 	delete(subs.conns, c)
 	subs.list.Store(nil)
 	last := len(subs.conns) == 0
@@ -108,9 +95,6 @@ func (h *hub) unsubscribe(c *conn, topic string) {
 		delete(sh.topics, topic)
 	}
 	sh.mu.Unlock()
-	if had {
-		h.s.subscribers.add(topic, -1)
-	}
 	if last {
 		h.s.bus.Unsubscribe(topic)
 	}

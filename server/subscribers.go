@@ -4,74 +4,54 @@ import (
 	"cmp"
 	"hash/maphash"
 	"slices"
-	"sync"
 
 	"github.com/rtserver/rtserver/bus"
 )
 
-// Subscribers counts this instance's subscribers per topic. The server
-// that is given it (Deps.Subscribers) adds one as each subscription is
-// made and takes it when the subscription ends; anything else that needs
-// the counts (the cluster aggregator's subscriber counts, docs/cluster.md)
-// is given the same Subscribers when it is built, before the server
-// exists. Give one Subscribers to one server. Safe for concurrent use.
+// Subscribers is this instance's table of topics and their local
+// subscribers. The server that is given it (Deps.Subscribers) keeps its
+// subscriptions in it; anything built before the server that reads the
+// counts (the cluster aggregator's subscriber counts, docs/cluster.md) is
+// given the same Subscribers. Give one Subscribers to one server. Safe
+// for concurrent use.
 type Subscribers struct {
 	seed   maphash.Seed
-	shards [hubShards]subscriberShard
+	shards [hubShards]hubShard
 }
 
-type subscriberShard struct {
-	mu     sync.RWMutex
-	topics map[string]int
-}
-
-// NewSubscribers returns an empty count.
+// NewSubscribers returns an empty table.
 func NewSubscribers() *Subscribers {
-	s := &Subscribers{seed: maphash.MakeSeed()}
-	for i := range s.shards {
-		s.shards[i].topics = map[string]int{}
+	t := &Subscribers{seed: maphash.MakeSeed()}
+	for i := range t.shards {
+		t.shards[i].topics = map[string]*topicSubs{}
 	}
-	return s
+	return t
 }
 
-func (s *Subscribers) shard(topic string) *subscriberShard {
-	return &s.shards[maphash.String(s.seed, topic)%hubShards]
-}
-
-// add adds n (negative: takes -n) to topic's count. The hub adds after
-// its shard's lock is released, so the changes of one topic may land in
-// either order: a count may stand below zero for a moment, and readers
-// see it as zero.
-func (s *Subscribers) add(topic string, n int) {
-	sh := s.shard(topic)
-	sh.mu.Lock()
-	if c := sh.topics[topic] + n; c != 0 {
-		sh.topics[topic] = c
-	} else {
-		delete(sh.topics, topic)
-	}
-	sh.mu.Unlock()
+func (t *Subscribers) shard(topic string) *hubShard {
+	return &t.shards[maphash.String(t.seed, topic)%hubShards]
 }
 
 // Count is the number of local subscribers of topic.
-func (s *Subscribers) Count(topic string) int {
-	sh := s.shard(topic)
+func (t *Subscribers) Count(topic string) int {
+	sh := t.shard(topic)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
-	return max(sh.topics[topic], 0)
+	if subs := sh.topics[topic]; subs != nil {
+		return len(subs.conns)
+	}
+	return 0
 }
 
 // Subjects lists topics with local subscribers, most subscribed first
 // (equal counts: by topic).
-func (s *Subscribers) Subjects() []bus.TopicCount {
+func (t *Subscribers) Subjects() []bus.TopicCount {
 	var out []bus.TopicCount
-	for i := range s.shards {
-		sh := &s.shards[i]
+	for i := range t.shards {
+		sh := &t.shards[i]
 		sh.mu.RLock()
-		for t, n := range sh.topics {
-			if n > 0 {
-				out = append(out, bus.TopicCount{Topic: t, Count: n})
-			}
+		for topic, subs := range sh.topics {
+			out = append(out, bus.TopicCount{Topic: topic, Count: len(subs.conns)})
 		}
 		sh.mu.RUnlock()
 	}
