@@ -137,8 +137,9 @@
 //
 // Lock order: the lifecycle lock (Start/Close), then the merge
 // lock. Goroutines: one bus.Subscription (the receive loop shared with the
-// buses) and one ticker per active aggregator, both owned by Start and
-// stopped and awaited by Close; in merged mode also the lead loop,
+// buses), the activation that waits for Redis to confirm it, and once it
+// has, one ticker, all owned by Start and stopped and awaited by Close;
+// in merged mode also the lead loop,
 // and while this instance merges, the subscription to the slices, which
 // the lead loop owns and closes (never under the merge lock: its handler
 // takes it).

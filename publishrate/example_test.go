@@ -59,7 +59,11 @@ func ExampleAggregator_Start() {
 	if err != nil {
 		panic(err)
 	}
-	if err := agg.Start(ctx); err != nil { // waits for Redis to confirm the subscription
+	// Start waits for Redis to confirm the subscription, at most until
+	// its ctx ends; then it keeps subscribing in the background.
+	startCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := agg.Start(startCtx); err != nil {
 		panic(err)
 	}
 	defer agg.Close()
