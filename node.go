@@ -43,8 +43,8 @@ type Node struct {
 	admit    *message.Admission
 	access   *access.Checker // the topic grants
 	server   *server.Server
-	// subscribers is where the server counts its subscribers per topic,
-	// made before the parts that read it (the cluster aggregator).
+	// subscribers is the table of the server's topics and subscribers,
+	// made before the parts that read its counts (the cluster aggregator).
 	subscribers *server.Subscribers
 	cluster     *cluster       // nil without Redis
 	history     *history.Redis // the Redis history store; nil without Redis or history
@@ -72,8 +72,8 @@ type Node struct {
 // New builds a node in dependency order: every part gets what it needs
 // when it is made. What the server counts and parts built before it read
 // (connections and subscriptions for the pressure monitor, subscribers
-// per topic for the cluster aggregator) is counted into things made
-// first: the monitor, and server.Subscribers.
+// per topic for the cluster aggregator) is kept in things made first:
+// the monitor, and the server's server.Subscribers table.
 // Nothing listens and no goroutine starts until Serve. cfg is validated
 // first: every invalid key is reported at once.
 func New(cfg Config, deps Deps) (*Node, error) {

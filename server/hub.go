@@ -50,9 +50,12 @@ func (t *topicSubs) subscribers() []*conn {
 	return l
 }
 
-func (h *hub) init(s *Server) {
-	h.s = s
-	h.Subscribers = s.subscribers
+// init makes t (nil: a new table) the hub's table.
+func (h *hub) init(s *Server, t *Subscribers) {
+	if t == nil {
+		t = NewSubscribers()
+	}
+	h.s, h.Subscribers = s, t
 }
 
 // subscribe adds c to topic, and tells the bus when the topic got its

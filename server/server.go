@@ -105,9 +105,9 @@ type Deps struct {
 	// InstanceID names this instance in client ids (ClientID); empty: a
 	// random one.
 	InstanceID string
-	// Subscribers is where the server counts its subscribers per topic,
-	// for parts built before it that read the counts; nil: a count of
-	// its own (Server.Subjects, Server.LocalSubscribers).
+	// Subscribers is the table where the server keeps its topics and
+	// their subscribers, for parts built before it that read the counts;
+	// nil: a table of its own (Server.Subjects, Server.LocalSubscribers).
 	Subscribers *Subscribers
 }
 
@@ -134,9 +134,7 @@ type Server struct {
 
 	handlers sync.Map // method -> Handler
 	hub      hub
-	// subscribers counts the hub's subscribers per topic (Deps.Subscribers).
-	subscribers *Subscribers
-	hist        *historyState // nil: no history topics
+	hist     *historyState // nil: no history topics
 
 	presence   *presence.Tracker
 	instanceID string
@@ -181,7 +179,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		fallback:      deps.Fallback,
 		drainHint:     deps.DrainRetryAfter,
 		refreshNotice: deps.RefreshNotice,
-		subscribers:   deps.Subscribers,
 		conns:         map[*conn]struct{}{},
 		users:         map[string][]*conn{},
 	}
@@ -193,9 +190,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	if s.bus == nil {
 		s.bus = bus.NewMemory(nil, s.m)
-	}
-	if s.subscribers == nil {
-		s.subscribers = NewSubscribers()
 	}
 	if s.drainHint <= 0 {
 		s.drainHint = retryhint.DefaultBase
@@ -215,7 +209,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.presence, err = s.newTracker(deps.Presence); err != nil {
 		return nil, fmt.Errorf("server: presence: %w", err)
 	}
-	s.hub.init(s)
+	s.hub.init(s, deps.Subscribers)
 	if s.hist, err = newHistoryState(s, deps); err != nil {
 		return nil, fmt.Errorf("server: history: %w", err)
 	}
@@ -299,10 +293,10 @@ func (s *Server) addSubscriptions(n int64) {
 }
 
 // Subjects lists topics with local subscribers and their counts.
-func (s *Server) Subjects() []bus.TopicCount { return s.subscribers.Subjects() }
+func (s *Server) Subjects() []bus.TopicCount { return s.hub.Subjects() }
 
 // LocalSubscribers is the number of this instance's subscribers of topic.
-func (s *Server) LocalSubscribers(topic string) int { return s.subscribers.Count(topic) }
+func (s *Server) LocalSubscribers(topic string) int { return s.hub.Count(topic) }
 
 // Draining reports whether Drain has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
