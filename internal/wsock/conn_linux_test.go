@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/testkit"
@@ -128,11 +129,21 @@ func TestMuteInputKeepsAFewBytesFromWakingThePoller(t *testing.T) {
 		})
 		return in
 	}
-	// Loopback has queued what a write sent when the write returns.
+	// send writes n bytes and returns once the server side has them all
+	// queued (a loopback write may hand them over a little later).
+	queued := 0
 	send := func(n int) {
 		if _, err := client.Write(make([]byte, n)); err != nil {
 			t.Fatal(err)
 		}
+		queued += n
+		testkit.Eventually(t, 10*time.Second, "the bytes sent reach the server side", func() bool {
+			var q int32
+			_ = sc.Control(func(fd uintptr) {
+				syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&q)))
+			})
+			return int(q) >= queued
+		})
 	}
 	rc.MuteInput(true)
 	send(100)
@@ -146,11 +157,12 @@ func TestMuteInputKeepsAFewBytesFromWakingThePoller(t *testing.T) {
 	rc.MuteInput(true)
 	send(mutedInput)
 	if !readable() {
-		t.Fatalf("muted: %d bytes do not make the socket readable", 100+mutedInput)
+		t.Fatalf("muted: %d bytes do not make the socket readable", queued)
 	}
-	if _, err := io.ReadFull(server, make([]byte, 100+mutedInput)); err != nil {
+	if _, err := io.ReadFull(server, make([]byte, queued)); err != nil {
 		t.Fatal(err)
 	}
+	queued = 0
 	send(1)
 	if readable() {
 		t.Fatal("muted: 1 byte makes the socket readable")
