@@ -269,12 +269,6 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 	}()
 	buf := bp[:]
 
-	if n == 0 {
-		// The head has usually come with the connection: a read that
-		// does not wait (and that the scheduler is not told about) takes
-		// it without a trip through the runtime's poller.
-		n = wsock.ReadNow(c, buf)
-	}
 	n, v, err := wsock.ReadHead(c, buf, n, d.path)
 	if v == wsock.HeadSimple {
 		// Door work yields first: Gosched moves this goroutine to the back
