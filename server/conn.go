@@ -214,17 +214,8 @@ func (c *conn) park() bool {
 // while a read goroutine runs, do nothing (it sees for itself).
 func (c *conn) Wake() {
 	if c.raw.Resume() {
-		go c.resume()
+		go c.readLoop()
 	}
-}
-
-// resume is the read goroutine of a woken connection. Whatever woke it
-// (a message, the client's close, the socket closed under it) is read and
-// answered several calls deep: the stack grows once, while it is shallow,
-// rather than being copied at each doubling (wsock.GrowStack).
-func (c *conn) resume() {
-	wsock.GrowStack()
-	c.readLoop()
 }
 
 // holder is the holdSet for what is queued now: the read goroutine's
