@@ -11,6 +11,7 @@ import (
 	"github.com/rtserver/rtserver/metrics"
 	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/publishrate"
+	"github.com/rtserver/rtserver/server"
 )
 
 // cluster holds the parts that need Redis: the client, the aggregator and
@@ -27,24 +28,24 @@ type cluster struct {
 	// ceilings shares fleet-wide adaptive concurrency limits; the message
 	// tier's are exchanged through it while the node runs (parts.go).
 	ceilings *clusterrate.Ceilings
-	// scoped: some class has a cluster-scoped part, so the limiter is
-	// warmed up at start.
+	// scoped: some class has a cluster-scoped part, so the limiter is a
+	// part of the node: its Start warms it up.
 	scoped bool
 }
 
-func newCluster(cfg Config, id string, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor) (*cluster, error) {
+func newCluster(cfg Config, id string, m *metrics.Metrics, log *slog.Logger, mon *pressure.Monitor, subs *server.Subscribers) (*cluster, error) {
 	client, err := bus.NewClient(cfg.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
-	agg, err := publishrate.New(cfg.PublishRate, publishrate.Deps{Client: client, Local: mon, InstanceID: id, Metrics: m, Logger: log})
+	agg, err := publishrate.New(cfg.PublishRate, publishrate.Deps{Client: client, Local: mon, Subscribers: subs, InstanceID: id, Metrics: m, Logger: log})
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("rtserver: %w", err)
 	}
 	// The limiter and the ceilings only fail without a client.
 	rcfg := clusterrate.Config{Prefix: cfg.Redis.ChannelPrefix}
-	limiter, _ := clusterrate.New(rcfg, clusterrate.Deps{Client: client})
+	limiter, _ := clusterrate.New(rcfg, clusterrate.Deps{Client: client, Logger: log})
 	ceilings, _ := clusterrate.NewCeilings(rcfg, clusterrate.Deps{Client: client, InstanceID: id})
 	return &cluster{
 		client:   client,

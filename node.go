@@ -43,8 +43,11 @@ type Node struct {
 	admit    *message.Admission
 	access   *access.Checker // the topic grants
 	server   *server.Server
-	cluster  *cluster       // nil without Redis
-	history  *history.Redis // the Redis history store; nil without Redis or history
+	// subscribers is the table of the server's topics and subscribers,
+	// made before the parts that read its counts (the cluster aggregator).
+	subscribers *server.Subscribers
+	cluster     *cluster       // nil without Redis
+	history     *history.Redis // the Redis history store; nil without Redis or history
 
 	mux        *http.ServeMux
 	adminMux   *http.ServeMux // nil: /metrics on mux
@@ -67,8 +70,10 @@ type Node struct {
 }
 
 // New builds a node in dependency order: every part gets what it needs
-// when it is made, or (the server's connection and subscription counts,
-// for parts built before the server) when Serve starts it.
+// when it is made. What the server counts and parts built before it read
+// (connections and subscriptions for the pressure monitor, subscribers
+// per topic for the cluster aggregator) is kept in things made first:
+// the monitor, and the server's server.Subscribers table.
 // Nothing listens and no goroutine starts until Serve. cfg is validated
 // first: every invalid key is reported at once.
 func New(cfg Config, deps Deps) (*Node, error) {
@@ -109,8 +114,9 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	// The cluster parts (Redis client, aggregator, shared limiter) come
 	// before the message tier, which reads them.
 	n.instanceID = instance.NewID()
+	n.subscribers = server.NewSubscribers()
 	if cfg.Redis.URL != "" {
-		if n.cluster, err = newCluster(cfg, n.instanceID, n.metrics, log, n.pressure); err != nil {
+		if n.cluster, err = newCluster(cfg, n.instanceID, n.metrics, log, n.pressure, n.subscribers); err != nil {
 			return nil, err
 		}
 	}
@@ -188,6 +194,7 @@ func (n *Node) build() error {
 		RefreshNotice:   cfg.Auth.JWT.RefreshNotice,
 		Presence:        n.presenceOptions(cfg),
 		InstanceID:      n.instanceID,
+		Subscribers:     n.subscribers,
 		History:         store,
 		HistoryPolicy:   n.historyPolicy(),
 		HistoryConfig:   cfg.History,

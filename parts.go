@@ -4,15 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/rtserver/rtserver/message/clusterrate"
-	"github.com/rtserver/rtserver/pressure"
-	"github.com/rtserver/rtserver/publishrate"
-	"github.com/rtserver/rtserver/server"
 )
 
 // A part is a background part of a node. Start brings it up, waiting at
@@ -36,8 +30,8 @@ type namedPart struct {
 const startWait = time.Second
 
 // parts lists the node's parts in order of start; they close in reverse.
-// Each gets at construction or at Start what it needs: the server's
-// counts exist once New has built the server, before any part starts.
+// Each gets what it needs at construction (New builds them in dependency
+// order), and Start takes nothing but its deadline.
 func (n *Node) buildParts() {
 	if n.cluster != nil {
 		n.parts = append(n.parts, namedPart{"redis client", clientPart{n.cluster.client}})
@@ -48,18 +42,16 @@ func (n *Node) buildParts() {
 	}
 	n.parts = append(n.parts, namedPart{"server", n.server})
 	if n.cluster != nil {
-		n.parts = append(n.parts, namedPart{"cluster aggregator", &aggregatorPart{
-			agg:     n.cluster.agg,
-			src:     subjectSources(n.server),
-			limiter: n.cluster.limiter,
-			scoped:  n.cluster.scoped,
-			log:     n.log,
-		}})
+		n.parts = append(n.parts, namedPart{"cluster aggregator", n.cluster.agg})
+		if n.cluster.scoped {
+			// Some class has a cluster-scoped part: warm its checks up.
+			n.parts = append(n.parts, namedPart{"cluster-scoped admission", n.cluster.limiter})
+		}
 	}
 	if n.cluster != nil && n.admit.HasCeilings() {
 		n.parts = append(n.parts, namedPart{"shared ceilings", n.admit})
 	}
-	n.parts = append(n.parts, namedPart{"pressure monitor", pressurePart{n.pressure, n.server.Counts}})
+	n.parts = append(n.parts, namedPart{"pressure monitor", n.pressure})
 }
 
 // startParts starts the parts in order, all within startWait; a stop
@@ -100,77 +92,3 @@ type clientPart struct{ c redis.UniversalClient }
 
 func (clientPart) Start(context.Context) error { return nil }
 func (p clientPart) Close() error              { return p.c.Close() }
-
-// pressurePart is the pressure monitor, handed the server's counts.
-type pressurePart struct {
-	m      *pressure.Monitor
-	counts pressure.Counts
-}
-
-func (p pressurePart) Start(ctx context.Context) error { return p.m.Start(ctx, p.counts) }
-func (p pressurePart) Close() error                    { return p.m.Close() }
-
-// aggregatorPart is the cluster aggregator and the shared limiter's
-// warm-up. The aggregator's Start waits for Redis to confirm its
-// subscription; here it runs in the background until it does (or Close),
-// and the node's start waits for it only while its own start lasts.
-type aggregatorPart struct {
-	agg     *publishrate.Aggregator
-	src     publishrate.Sources
-	limiter *clusterrate.Limiter
-	scoped  bool // some class has a cluster-scoped part: warm the limiter up
-	log     *slog.Logger
-
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (p *aggregatorPart) Start(ctx context.Context) error {
-	life, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan struct{})
-	go func() {
-		defer close(p.done)
-		if p.agg.Start(life, p.src) != nil {
-			return // closed before Redis answered
-		}
-		if p.scoped {
-			// A cold first cluster-scoped check (dial, cluster slots,
-			// script load) can outlast its 100ms timeout and be decided
-			// by the fail policy; warm up. Best effort.
-			ctx, cancel := context.WithTimeout(life, 5*time.Second)
-			defer cancel()
-			if err := p.limiter.Preload(ctx); err != nil {
-				p.log.Warn("cluster-scoped admission: Redis not ready at start; checks decide by admission.failPolicy until it is", "err", err)
-			}
-		}
-	}()
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		p.log.Info("cluster aggregator: Redis has not answered yet; connecting in the background")
-	}
-	return nil
-}
-
-func (p *aggregatorPart) Close() error {
-	if p.cancel != nil {
-		p.cancel()
-		<-p.done
-	}
-	return p.agg.Close()
-}
-
-// subjectSources hands the aggregator the server's subscriber counts.
-func subjectSources(srv *server.Server) publishrate.Sources {
-	return publishrate.Sources{
-		Subjects: func() []publishrate.SubjectCount {
-			local := srv.Subjects()
-			out := make([]publishrate.SubjectCount, len(local))
-			for i, tc := range local {
-				out[i] = publishrate.SubjectCount{Topic: tc.Topic, Count: tc.Count}
-			}
-			return out
-		},
-		LocalSubscribers: srv.LocalSubscribers,
-	}
-}

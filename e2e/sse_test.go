@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/wstest"
 )
 
@@ -329,4 +330,20 @@ func TestSSEDrain(t *testing.T) {
 	if s.retry == "" {
 		t.Fatal("no retry field before the close")
 	}
+}
+
+// A stream whose client has gone ends at once, not at the next keepalive
+// that fails to write (an hour here): the server watches the client's
+// socket while the stream is idle, and the connection, with its
+// subscriptions, presence and slot, is released.
+func TestSSEStreamEndsWhenItsClientLeaves(t *testing.T) {
+	leakcheck.Check(t)
+	p := start(t, "limits: {pingInterval: 1h}\n")
+	s := openSSE(t, p, "topic=a")
+	s.nextOf("subscribed")
+	p.waitMetric("connections_open", 10*time.Second, func(v float64) bool { return v == 1 })
+	// Closing the body of a response not read to its end closes the
+	// client's TCP connection.
+	s.resp.Body.Close()
+	p.waitMetric("connections_open", 10*time.Second, func(v float64) bool { return v == 0 })
 }

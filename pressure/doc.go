@@ -17,8 +17,9 @@
 //   - PUBLISH_RATE: messages actually published per second over the
 //     interval, counted by RecordPublished (local publishes and messages
 //     from the bus).
-//   - SUBSCRIBERS: subscriptions / connections from the Counts callback
-//     (0 with no connections).
+//   - SUBSCRIBERS: subscriptions / connections, as the server counts them
+//     into AddConnections and AddSubscriptions while it runs (0 with no
+//     connections).
 //   - Top publishers by topic and by user: RecordAttempt counts publish
 //     attempts that reached the message tier, admitted or not. Each sample
 //     turns the interval's counts into messages/s and bytes/s, keeps the top

@@ -15,8 +15,9 @@ func Example() {
 	cfg.MemoryHeapUsedRatio = 0 // off: this example's memory is not the point
 	cfg.PublishRatePerSec = 10
 	cfg.TopicPublishRatePerSec = 0 // off: both topics would be hot
-	// Connection and subscription counts come from the server, handed
-	// over by Start(ctx, counts); without them SUBSCRIBERS never rises.
+	// Connection and subscription counts come from the server, as
+	// AddConnections and AddSubscriptions; without them SUBSCRIBERS never
+	// rises.
 	mon, err := pressure.New(cfg, pressure.Deps{})
 	if err != nil {
 		panic(err)

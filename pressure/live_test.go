@@ -182,7 +182,7 @@ func TestLiveRatesMemoryIsBounded(t *testing.T) {
 func TestRunningMonitorKeepsTheLiveClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := mustNew(Config{SampleInterval: time.Hour}, Deps{})
-		if err := m.Start(t.Context(), nil); err != nil {
+		if err := m.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		for range 150 { // 150/s for a second

@@ -121,27 +121,26 @@ func (s *Snapshot) RateOfUser(user string) float64 {
 	return 0
 }
 
-// Counts reports the live connection and subscription counts.
-type Counts func() (connections, subscriptions int64)
-
 // Monitor samples pressure. Create it with New; the zero value is not
 // usable. Recording and Snapshot are safe from any goroutine.
 type Monitor struct {
 	snap      atomic.Pointer[Snapshot]
 	published atomic.Int64
 	busSheds  atomic.Int64
-	topics    *table
-	users     *table
+	// The live connection and subscription counts, kept by whoever serves
+	// them (AddConnections, AddSubscriptions).
+	connections, subscriptions atomic.Int64
+	topics                     *table
+	users                      *table
 
 	// now is the live bucket's middle (Unix ns), kept by the sampling
 	// goroutine every 100 ms while started, so that recording an attempt
 	// reads no clock; 0: not started, read the clock.
 	now atomic.Int64
 
-	cfg    Config
-	counts Counts
-	log    *slog.Logger
-	clock  func() time.Time // Deps.now
+	cfg   Config
+	log   *slog.Logger
+	clock func() time.Time // Deps.now
 
 	// life guards the sampler's start and stop.
 	life          sync.Mutex
@@ -253,6 +252,17 @@ func (m *Monitor) RecordBusShed() {
 	m.busSheds.Add(1)
 }
 
+// AddConnections adds n (negative: takes -n) to the live connection
+// count that each sample reads (Snapshot.Connections, SUBSCRIBERS): the
+// server adds one per connection it registers and takes it when the
+// connection ends. One atomic add.
+func (m *Monitor) AddConnections(n int64) { m.connections.Add(n) }
+
+// AddSubscriptions adds n (negative: takes -n) to the live subscription
+// count that each sample reads (Snapshot.Subscriptions, SUBSCRIBERS), as
+// AddConnections does for connections.
+func (m *Monitor) AddSubscriptions(n int64) { m.subscriptions.Add(n) }
+
 // RecordPublished counts n messages actually published (locally, or
 // arriving from the bus), for PUBLISH_RATE.
 func (m *Monitor) RecordPublished(n int) {
@@ -299,19 +309,12 @@ func (m *Monitor) publishListeners() {
 // until Close. The first sample is one interval after Start, so the first
 // rates cover a whole interval. ctx is not kept: sampling needs nothing
 // that could keep Start waiting.
-//
-// counts reports the live connection and subscription counts; it may be
-// nil (0 and 0). It is handed over here, not to New, because its source
-// (the server) is built after the monitor and exists once it runs.
-func (m *Monitor) Start(_ context.Context, counts Counts) error {
+func (m *Monitor) Start(context.Context) error {
 	m.life.Lock()
 	defer m.life.Unlock()
 	if m.stop != nil {
 		return errors.New("pressure: already started")
 	}
-	m.smu.Lock()
-	m.counts = counts
-	m.smu.Unlock()
 	m.stop, m.stopped = make(chan struct{}), make(chan struct{})
 	m.keepNow()
 	go m.run(m.stop, m.stopped)
@@ -375,10 +378,7 @@ func (m *Monitor) Sample() {
 	m.last = now
 
 	rt := m.readRuntime()
-	var conns, subs int64
-	if m.counts != nil {
-		conns, subs = m.counts()
-	}
+	conns, subs := m.connections.Load(), m.subscriptions.Load()
 	s := &Snapshot{
 		At:              now,
 		HeapInUse:       rt.HeapInUse,

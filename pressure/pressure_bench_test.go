@@ -15,7 +15,7 @@ import (
 // clock is kept for RecordAttempt), closed when the benchmark ends.
 func running(b *testing.B) *Monitor {
 	mon := mustNew(Config{SampleInterval: time.Hour}, Deps{})
-	if err := mon.Start(b.Context(), nil); err != nil {
+	if err := mon.Start(b.Context()); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { mon.Close() })

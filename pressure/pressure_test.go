@@ -38,31 +38,14 @@ func (f *fakeRuntime) read() runtimeStats {
 	return f.st
 }
 
-// fakeCounts stands in for the server's Counts.
-type fakeCounts struct {
-	mu          sync.Mutex
-	conns, subs int64
-}
-
-func (f *fakeCounts) set(conns, subs int64) {
-	f.mu.Lock()
-	f.conns, f.subs = conns, subs
-	f.mu.Unlock()
-}
-
-func (f *fakeCounts) get() (int64, int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.conns, f.subs
-}
-
 type harness struct {
-	mon    *Monitor
-	clock  *testkit.Clock
-	rt     *fakeRuntime
-	counts *fakeCounts
-	reg    *prometheus.Registry
-	logs   *testkit.LogBuffer
+	mon   *Monitor
+	clock *testkit.Clock
+	rt    *fakeRuntime
+	reg   *prometheus.Registry
+	logs  *testkit.LogBuffer
+	// conns and subs are what setCounts brought the live counts to.
+	conns, subs int64
 }
 
 func newHarness(t interface {
@@ -71,11 +54,10 @@ func newHarness(t interface {
 }, cfg Config) *harness {
 	t.Helper()
 	h := &harness{
-		clock:  testkit.NewClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)),
-		rt:     &fakeRuntime{},
-		counts: &fakeCounts{},
-		reg:    prometheus.NewRegistry(),
-		logs:   &testkit.LogBuffer{},
+		clock: testkit.NewClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)),
+		rt:    &fakeRuntime{},
+		reg:   prometheus.NewRegistry(),
+		logs:  &testkit.LogBuffer{},
 	}
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
 	m, err := metrics.New(h.reg, "")
@@ -83,9 +65,17 @@ func newHarness(t interface {
 		t.Fatal(err)
 	}
 	h.mon = mustNew(cfg, Deps{Metrics: m, Logger: log, now: h.clock.Now})
-	h.mon.counts = h.counts.get // as Run would hand it over
 	h.mon.readRuntime = h.rt.read
 	return h
+}
+
+// setCounts brings the live counts to conns and subs, as a server's
+// connections and subscriptions would, through AddConnections and
+// AddSubscriptions.
+func (h *harness) setCounts(conns, subs int64) {
+	h.mon.AddConnections(conns - h.conns)
+	h.mon.AddSubscriptions(subs - h.subs)
+	h.conns, h.subs = conns, subs
 }
 
 // step advances the clock by d and samples.
@@ -143,7 +133,7 @@ func TestSnapshotNeverNil(t *testing.T) {
 	if s == nil || s.Reason != None {
 		t.Fatalf("initial snapshot = %+v", s)
 	}
-	mon.Sample() // nil counts, nil metrics, real runtime reader
+	mon.Sample() // no counts, nil metrics, real runtime reader
 	if mon.Snapshot() == nil || mon.Snapshot() == s {
 		t.Fatal("Sample did not publish a new snapshot")
 	}
@@ -176,9 +166,9 @@ func TestReasonPriority(t *testing.T) {
 			if tt.pub {
 				h.mon.RecordPublished(1)
 			}
-			h.counts.set(10, 99)
+			h.setCounts(10, 99)
 			if tt.subs {
-				h.counts.set(10, 100)
+				h.setCounts(10, 100)
 			}
 			s := h.step(time.Second)
 			if s.Reason != tt.want {
@@ -205,7 +195,7 @@ func TestThresholdsOff(t *testing.T) {
 	h := newHarness(t, Config{}) // every threshold 0
 	h.rt.set(2000, 1000)
 	h.mon.RecordPublished(1 << 30)
-	h.counts.set(1, 1<<20)
+	h.setCounts(1, 1<<20)
 	s := h.step(time.Second)
 	if s.Reason != None {
 		t.Fatalf("reason = %v with every threshold off", s.Reason)
@@ -236,7 +226,7 @@ func TestNoLimitNoMemoryPressure(t *testing.T) {
 
 func TestZeroConnectionsZeroRatio(t *testing.T) {
 	h := newHarness(t, Config{SubscriberRatio: 1})
-	h.counts.set(0, 50)
+	h.setCounts(0, 50)
 	if s := h.step(time.Second); s.SubscriberRatio != 0 || s.Reason != None {
 		t.Fatalf("0 connections: %+v", s)
 	}
@@ -581,7 +571,7 @@ func TestRunTicksAtSampleInterval(t *testing.T) {
 			at = append(at, s.At.Sub(start))
 			mu.Unlock()
 		})
-		if err := mon.Start(t.Context(), nil); err != nil {
+		if err := mon.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 

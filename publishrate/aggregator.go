@@ -2,7 +2,6 @@ package publishrate
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -53,7 +52,8 @@ type Aggregator struct {
 	// per-user sums are read from mg, which publishes them itself.
 	top      atomic.Pointer[[]Entry]
 	siblings atomic.Int64
-	src      atomic.Pointer[Sources] // set by Start; never nil
+	subs     Subscribers     // Deps.Subscribers; nil: none
+	liveSubs LiveSubscribers // subs, when their counts are live; else nil
 
 	// mu guards the merge state. Lock order: life, then mu.
 	mu     sync.Mutex
@@ -172,7 +172,8 @@ func New(opts Options, deps Deps) (*Aggregator, error) {
 	a.sent.Store(&sentRates{})
 	a.top.Store(&[]Entry{})
 	a.localSnap.Store(a.latest)
-	a.src.Store(&Sources{})
+	a.subs = deps.Subscribers
+	a.liveSubs, _ = deps.Subscribers.(LiveSubscribers)
 	a.mu.Lock()
 	a.mg.setLocal(a.latest)
 	a.mergeLocked(now)
@@ -247,35 +248,54 @@ func (a *Aggregator) subscribe(channel string, handle func(string)) *bus.Subscri
 // InstanceID is the id this instance tags its envelopes with.
 func (a *Aggregator) InstanceID() string { return a.id }
 
-// Start subscribes to the channel and starts the broadcast timer. It
-// returns once Redis confirmed the subscription, retrying while Redis is
-// unreachable until ctx ends (then it returns the error and stays
-// inactive). Once active, the aggregator runs until Close, whatever
-// becomes of ctx, and rides out Redis outages on its own. Calling it while
-// active does nothing. src is this instance's subscriber counts (its zero
-// value: none).
-func (a *Aggregator) Start(ctx context.Context, src Sources) error {
+// Start subscribes to the channel and, once Redis has confirmed the
+// subscription, starts the broadcast timer. It returns when Redis has
+// confirmed, or when ctx ends first: then the aggregator keeps
+// subscribing in the background (retrying while Redis is unreachable)
+// and becomes active when Redis answers, and until then its view is this
+// instance's own rates. Either way it runs until Close, whatever becomes
+// of ctx, and rides out Redis outages on its own; Start returns nil.
+// Calling it while started does nothing.
+func (a *Aggregator) Start(ctx context.Context) error {
 	a.life.Lock()
-	defer a.life.Unlock()
 	if a.sub != nil {
+		a.life.Unlock()
 		return nil
 	}
-	a.src.Store(&src)
 	handle := a.receive
 	if a.merged {
 		handle = a.receiveView
 	}
 	a.subClient = a.subscriptionClient()
 	sub := a.subscribe(a.viewChannel, handle)
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancel, a.sub = cancel, sub
+	active := make(chan struct{})
+	a.wg.Add(1)
+	go a.activate(lctx, sub, active)
+	a.life.Unlock()
+
+	select {
+	case <-active:
+	case <-lctx.Done(): // Close
+	case <-ctx.Done():
+		a.log.Info("cluster aggregator: Redis has not confirmed the subscription yet; subscribing in the background", "channel", a.viewChannel)
+	}
+	return nil
+}
+
+// activate waits for Redis to confirm sub, then makes the aggregator
+// active and starts its loops, which run until ctx ends (Close); it
+// closes active once they have started.
+func (a *Aggregator) activate(ctx context.Context, sub *bus.Subscription, active chan<- struct{}) {
+	defer a.wg.Done()
 	select {
 	case <-sub.Ready():
 	case <-ctx.Done():
-		sub.Close()
-		if a.subClient != nil {
-			a.subClient.Close()
-			a.subClient = nil
-		}
-		return fmt.Errorf("publishrate: subscribe %q: %w", a.viewChannel, ctx.Err())
+		return
+	}
+	if ctx.Err() != nil {
+		return // closed as Redis answered
 	}
 	subs := a.subjects()
 	now := a.now()
@@ -287,20 +307,18 @@ func (a *Aggregator) Start(ctx context.Context, src Sources) error {
 	a.refreshTopLocked()
 	a.mu.Unlock()
 
-	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel, a.sub = cancel, sub
 	a.wg.Add(1)
-	go a.tickLoop(lctx)
+	go a.tickLoop(ctx)
 	if a.merged {
 		a.wg.Add(1)
-		go a.leadLoop(lctx)
+		go a.leadLoop(ctx)
 	}
-	return nil
+	close(active)
 }
 
 // Close stops the broadcast timer and the subscriber, waits for both
 // goroutines, and forgets every sibling's slice: the view falls back to
-// this instance's own rates. Calling it while inactive does nothing; the
+// this instance's own rates. Calling it before Start does nothing; the
 // aggregator may be started again. It returns nil.
 func (a *Aggregator) Close() error {
 	a.life.Lock()
@@ -388,19 +406,19 @@ func (a *Aggregator) RateOfUser(user string) float64 {
 type sentRates struct{ topics, users map[string]float64 }
 
 // SubscribersOf is the cluster-wide subscriber count of topic: the local
-// count (LocalSubscribers live when set, else the list Subjects returned on
-// the last tick) plus the "subs" of every fresh sibling.
+// count (live with LiveSubscribers, else the list Subjects returned on the
+// last tick) plus the "subs" of every fresh sibling.
 //
 // In merged mode, while a merged view is held, it is the view's count, or
 // the live local count if that is higher: the view has this instance's
 // count of its last slice in it already.
 func (a *Aggregator) SubscribersOf(topic string) int {
 	n := a.mg.subscribersOf(topic)
-	if f := a.src.Load().LocalSubscribers; f != nil {
+	if a.liveSubs != nil {
 		if a.merged && a.viewHeld.Load() {
-			return max(n, f(topic))
+			return max(n, a.liveSubs.Count(topic))
 		}
-		n += f(topic)
+		n += a.liveSubs.Count(topic)
 	}
 	return n
 }

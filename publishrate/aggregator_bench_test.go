@@ -240,7 +240,7 @@ func BenchmarkClusterRuleCheckLive(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := mon.Start(b.Context(), nil); err != nil { // the live clock, as in the server
+	if err := mon.Start(b.Context()); err != nil { // the live clock, as in the server
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { mon.Close() })

@@ -10,7 +10,7 @@
 // An Aggregator broadcasts, every PublishInterval, the envelope of
 // docs/cluster.md on Options.Channel: this instance's top-N topics
 // (messages and bytes per second), top-N users (messages per second) and,
-// when Sources.Subjects is handed to Start, top-N local subscriber counts.
+// given Deps.Subscribers, top-N local subscriber counts.
 // With a LiveLocal (the pressure monitor) the rates are those of the last
 // second at sending, and this instance's own share of RateOf and
 // RateOfUser is its live rate at the call; with another Local they are
@@ -137,8 +137,9 @@
 //
 // Lock order: the lifecycle lock (Start/Close), then the merge
 // lock. Goroutines: one bus.Subscription (the receive loop shared with the
-// buses) and one ticker per active aggregator, both owned by Start and
-// stopped and awaited by Close; in merged mode also the lead loop,
+// buses), the activation that waits for Redis to confirm it, and once it
+// has, one ticker, all owned by Start and stopped and awaited by Close;
+// in merged mode also the lead loop,
 // and while this instance merges, the subscription to the slices, which
 // the lead loop owns and closes (never under the merge lock: its handler
 // takes it).

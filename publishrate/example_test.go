@@ -45,7 +45,7 @@ func ExampleAggregator_RateOf() {
 func ExampleAggregator_Start() {
 	ctx := context.Background()
 	mon, _ := pressure.New(pressure.DefaultConfig(), pressure.Deps{})
-	_ = mon.Start(ctx, nil)
+	_ = mon.Start(ctx)
 	defer mon.Close()
 
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
@@ -59,7 +59,11 @@ func ExampleAggregator_Start() {
 	if err != nil {
 		panic(err)
 	}
-	if err := agg.Start(ctx, publishrate.Sources{}); err != nil { // waits for Redis to confirm the subscription
+	// Start waits for Redis to confirm the subscription, at most until
+	// its ctx ends; then it keeps subscribing in the background.
+	startCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := agg.Start(startCtx); err != nil {
 		panic(err)
 	}
 	defer agg.Close()

@@ -80,7 +80,7 @@ func deadClient(t testing.TB) redis.UniversalClient {
 
 // newOffline returns an aggregator that is marked active but has no Redis
 // goroutines: tests feed it payloads with receive and call collect.
-func newOffline(t testing.TB, local Local, opts Options, deps Deps, src ...Sources) *Aggregator {
+func newOffline(t testing.TB, local Local, opts Options, deps Deps) *Aggregator {
 	t.Helper()
 	if deps.Logger == nil {
 		deps.Logger = discardLog
@@ -95,9 +95,6 @@ func newOffline(t testing.TB, local Local, opts Options, deps Deps, src ...Sourc
 	a, err := New(opts, deps)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, s := range src {
-		a.src.Store(&s) // as Start would hand them over
 	}
 	a.mu.Lock()
 	a.active = true
@@ -153,3 +150,22 @@ func topicGauge(t testing.TB, reg prometheus.Gatherer, name string) map[string]f
 }
 
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// subjectList is Subscribers whose Subjects is the function (nil: none).
+type subjectList func() []SubjectCount
+
+func (f subjectList) Subjects() []SubjectCount {
+	if f == nil {
+		return nil
+	}
+	return f()
+}
+
+// liveCounts is LiveSubscribers: list answers Subjects, count Count.
+type liveCounts struct {
+	list  subjectList
+	count func(topic string) int
+}
+
+func (l liveCounts) Subjects() []SubjectCount { return l.list.Subjects() }
+func (l liveCounts) Count(topic string) int   { return l.count(topic) }

@@ -65,8 +65,8 @@ func TestMergeSumsAcrossInstances(t *testing.T) {
 func TestMergeUsersAndSubscribers(t *testing.T) {
 	clk := testkit.NewClock(testEpoch)
 	local := &fakeLocal{snap: &pressure.Snapshot{TopUsers: []pressure.UserRate{{User: "alice", MessagesPerSec: 7}}}}
-	a := newOffline(t, local, Options{}, Deps{now: clk.Now, InstanceID: "self"},
-		Sources{Subjects: func() []SubjectCount { return []SubjectCount{{"room", 3}} }})
+	a := newOffline(t, local, Options{}, Deps{now: clk.Now, InstanceID: "self",
+		Subscribers: subjectList(func() []SubjectCount { return []SubjectCount{{Topic: "room", Count: 3}} })})
 	if _, err := a.collect(clk.Now()); err != nil { // takes the local subjects
 		t.Fatal(err)
 	}
@@ -95,10 +95,10 @@ func TestMergeUsersAndSubscribers(t *testing.T) {
 
 func TestSubscribersOfLiveLocal(t *testing.T) {
 	live := map[string]int{"room": 5}
-	a := newOffline(t, newFakeLocal(), Options{}, Deps{InstanceID: "self"}, Sources{
-		Subjects:         func() []SubjectCount { return []SubjectCount{{"room", 1000}} }, // not used for the local part
-		LocalSubscribers: func(topic string) int { return live[topic] },
-	})
+	a := newOffline(t, newFakeLocal(), Options{}, Deps{InstanceID: "self", Subscribers: liveCounts{
+		list:  func() []SubjectCount { return []SubjectCount{{Topic: "room", Count: 1000}} }, // not used for the local part
+		count: func(topic string) int { return live[topic] },
+	}})
 	if _, err := a.collect(time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestIncrementalMergeMatchesFromScratch(t *testing.T) {
 			case 1:
 				lsubs = nil
 				for _, tp := range rapid.SliceOf(topicGen).Draw(rt, "ls") { // duplicates allowed locally
-					lsubs = append(lsubs, SubjectCount{tp, rapid.IntRange(-1, 5).Draw(rt, "c")})
+					lsubs = append(lsubs, SubjectCount{Topic: tp, Count: rapid.IntRange(-1, 5).Draw(rt, "c")})
 				}
 				m.setLocalSubs(lsubs)
 			case 2:
@@ -556,9 +556,9 @@ func TestTableGrowsAndForgetsDormantKeys(t *testing.T) {
 }
 
 func TestLookupsDoNotAllocate(t *testing.T) {
-	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{}, Deps{}, Sources{
-		LocalSubscribers: func(string) int { return 1 },
-	})
+	a := newOffline(t, newFakeLocal(pressure.TopicRate{Topic: "hot", MessagesPerSec: 1}), Options{}, Deps{Subscribers: liveCounts{
+		count: func(string) int { return 1 },
+	}})
 	a.receive(string(env(t, "A", 1, wireTopic{"hot", 1, 1, 0})))
 	var sink float64
 	for name, f := range map[string]func(){

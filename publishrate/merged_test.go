@@ -227,7 +227,7 @@ func TestMergedModeOnRealRedis(t *testing.T) {
 
 func TestMergedSubscribersOfCountsThisInstanceOnce(t *testing.T) {
 	live := map[string]int{"room": 5, "quiet": 2}
-	a := newOffline(t, newFakeLocal(), Options{Mode: ModeMerged}, Deps{}, Sources{LocalSubscribers: func(topic string) int { return live[topic] }})
+	a := newOffline(t, newFakeLocal(), Options{Mode: ModeMerged}, Deps{Subscribers: liveCounts{count: func(topic string) int { return live[topic] }}})
 	if got := a.SubscribersOf("room"); got != 5 {
 		t.Fatalf("before a view SubscribersOf = %d, want the live 5", got)
 	}

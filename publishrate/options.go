@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/internal/conf"
 	"github.com/rtserver/rtserver/internal/instance"
 	"github.com/rtserver/rtserver/metrics"
@@ -62,10 +63,7 @@ type LiveLocal interface {
 }
 
 // SubjectCount is this instance's live subscriber count for one topic.
-type SubjectCount struct {
-	Topic string
-	Count int
-}
+type SubjectCount = bus.TopicCount
 
 // Entry is one topic of the merged cluster-wide view.
 type Entry struct {
@@ -75,22 +73,25 @@ type Entry struct {
 	ContributingInstances int // instances (self included) whose slice carries the topic
 }
 
-// Sources are this instance's live subscriber counts. They come from the
-// server, which is built after the aggregator (it answers the sharded
-// bus), so they are handed over at Start.
-type Sources struct {
-	// Subjects optionally reports this instance's subscriber counts per
-	// topic. It is called once per broadcast tick (and at Start); its
-	// top-N by count is broadcast as "subs", and the whole list is the
-	// local part of SubscribersOf unless LocalSubscribers is set. Nil: no
-	// "subs" field and no local part.
-	Subjects func() []SubjectCount
-	// LocalSubscribers optionally answers the live local subscriber count
-	// of one topic. When set, SubscribersOf uses it for the local part
-	// instead of the list Subjects returned on the last tick. It runs on
-	// the caller's goroutine, so it must be cheap and must not call back
-	// into the Aggregator.
-	LocalSubscribers func(topic string) int
+// Subscribers are this instance's subscriber counts per topic
+// (*server.Subscribers, which the server keeps as clients subscribe and
+// leave). Built before the server, they are handed to New in Deps.
+type Subscribers interface {
+	// Subjects lists this instance's topics with their subscriber counts.
+	// It is called once per broadcast tick (and at Start); its top-N by
+	// count is broadcast as "subs", and the whole list is the local part
+	// of SubscribersOf unless the Subscribers are LiveSubscribers.
+	Subjects() []SubjectCount
+}
+
+// LiveSubscribers are Subscribers that answer one topic's count at the
+// moment of the call: SubscribersOf uses Count for the local part instead
+// of the list Subjects returned on the last tick. Count runs on the
+// caller's goroutine, so it must be cheap and must not call back into the
+// Aggregator.
+type LiveSubscribers interface {
+	Subscribers
+	Count(topic string) int
 }
 
 // Breaker guards the publish call: while Allow is false the broadcast is
@@ -155,6 +156,9 @@ type Deps struct {
 	// Local is this instance's monitor, whose samples are the slice the
 	// aggregator shares; required.
 	Local Local
+	// Subscribers are this instance's subscriber counts per topic; nil:
+	// no "subs" in the envelopes and no local part in SubscribersOf.
+	Subscribers Subscribers
 	// InstanceID tags this instance's envelopes: 1 to 128 bytes of the
 	// topic alphabet [A-Za-z0-9_.:/@-]. Empty: a new random id.
 	InstanceID string

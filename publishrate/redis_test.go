@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/redistest"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/metrics"
@@ -50,7 +51,7 @@ func activate(t *testing.T, a *Aggregator) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), awaitFor)
 	defer cancel()
-	if err := a.Start(ctx, Sources{}); err != nil {
+	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -140,19 +141,44 @@ func TestStartCloseIdempotentNoLeak(t *testing.T) {
 	}
 }
 
-func TestStartGivesUpWithContext(t *testing.T) {
+// A Start that Redis does not answer in time returns nil, and the
+// aggregator keeps subscribing: it becomes active once Redis is back,
+// without another Start. A Close before Redis answers ends the attempt.
+func TestStartSubscribesInTheBackgroundWhileRedisIsDown(t *testing.T) {
+	leakcheck.Check(t)
 	srv := redistest.Start(t)
 	n := newNode(t, srv, "A", newFakeLocal(), nil)
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if err := n.agg.Start(ctx, Sources{}); err == nil {
-		t.Fatal("Start with Redis down returned nil")
+	if err := n.agg.Start(ctx); err != nil {
+		t.Fatalf("Start with Redis down = %v, want nil: it runs on", err)
 	}
-	// Still inactive: a later Start really subscribes.
+	if isActive(n.agg) {
+		t.Fatal("active before Redis confirmed the subscription")
+	}
 	srv.Restart()
-	activate(t, n.agg)
+	testkit.Eventually(t, awaitFor, "active once Redis is back", func() bool { return isActive(n.agg) })
 	n.agg.Close()
+	if isActive(n.agg) {
+		t.Fatal("active after Close")
+	}
+
+	srv.Stop()
+	if err := n.agg.Start(ctx); err != nil { // ctx has ended: Start returns at once
+		t.Fatal(err)
+	}
+	n.agg.Close()
+	if isActive(n.agg) {
+		t.Fatal("active after a Close that came before Redis answered")
+	}
+}
+
+// isActive reports whether a has started its loops.
+func isActive(a *Aggregator) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.active
 }
 
 // TestSubscriptionHasItsOwnPolledClient: on a plain client the

@@ -104,20 +104,19 @@ func (a *Aggregator) collect(now time.Time) ([]byte, error) {
 }
 
 // setLocalSubsLocked makes subs the local part of SubscribersOf, unless
-// LocalSubscribers answers that live. a.mu is held.
+// the Subscribers answer that live. a.mu is held.
 func (a *Aggregator) setLocalSubsLocked(subs []SubjectCount) {
-	if a.src.Load().LocalSubscribers != nil {
+	if a.liveSubs != nil {
 		subs = nil
 	}
 	a.mg.setLocalSubs(subs)
 }
 
 func (a *Aggregator) subjects() []SubjectCount {
-	f := a.src.Load().Subjects
-	if f == nil {
+	if a.subs == nil {
 		return nil
 	}
-	return f()
+	return a.subs.Subjects()
 }
 
 // newEnvelope builds this instance's envelope: each list deduplicated,
@@ -172,7 +171,7 @@ func (a *Aggregator) newEnvelope(now time.Time, topics []pressure.TopicRate, use
 		e.Users = append(e.Users, r.wireUser)
 	}
 
-	if a.src.Load().Subjects != nil {
+	if a.subs != nil {
 		sm := make(map[string]int, len(subs))
 		for _, s := range subs {
 			if protocol.ValidTopic(s.Topic) && s.Count > 0 {

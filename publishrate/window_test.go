@@ -97,9 +97,9 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 		{User: "u1", MessagesPerSec: 1}, {User: "u2", MessagesPerSec: 5}, {User: "u3", MessagesPerSec: 4},
 		{User: strings.Repeat("x", MaxUserLen+1), MessagesPerSec: 100}, {User: "", MessagesPerSec: 100},
 	}
-	a := newOffline(t, local, Options{TopN: 2}, Deps{now: clk.Now}, Sources{Subjects: func() []SubjectCount {
-		return []SubjectCount{{"r1", 1}, {"r2", 9}, {"r1", 5}, {"r3", 0}, {"bad topic", 50}, {"r4", 2}}
-	}})
+	a := newOffline(t, local, Options{TopN: 2}, Deps{now: clk.Now, Subscribers: subjectList(func() []SubjectCount {
+		return []SubjectCount{{Topic: "r1", Count: 1}, {Topic: "r2", Count: 9}, {Topic: "r1", Count: 5}, {Topic: "r3", Count: 0}, {Topic: "bad topic", Count: 50}, {Topic: "r4", Count: 2}}
+	})})
 	clk.Advance(time.Second)
 	e := sent(t, a, clk.Now())
 	if want := []wireTopic{{"b", 3, 0, 0}, {"c", 2, 0, 0}}; !slices.Equal(e.Slice, want) {
@@ -117,7 +117,7 @@ func TestBroadcastTopNAndSubs(t *testing.T) {
 	}
 
 	// Subjects wired but empty: "subs":[] is still sent.
-	b, err := newOffline(t, newFakeLocal(), Options{}, Deps{}, Sources{Subjects: func() []SubjectCount { return nil }}).collect(time.Now())
+	b, err := newOffline(t, newFakeLocal(), Options{}, Deps{Subscribers: subjectList(func() []SubjectCount { return nil })}).collect(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

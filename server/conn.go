@@ -77,7 +77,7 @@ func (c *conn) start(ws *websocket.Conn, subprotocol string) bool {
 		ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
 	}
 	if !s.addConn(c) {
-		if c.raw.Native() {
+		if c.raw.Parks() {
 			_ = c.raw.WriteClose(goingAwayFrame, s.cfg.WriteTimeout)
 			c.raw.Drain(wsock.CloseHandshakeWait)
 			c.closeNow()
@@ -114,7 +114,7 @@ func (c *conn) readLoop() {
 // read is readLoop's loop. It reports parked true when it handed the
 // connection to the poller: the goroutine then owns nothing and must end.
 func (c *conn) read() (parked bool) {
-	mayPark := c.raw.Native()
+	mayPark := c.raw.Parks()
 	quiet := false // a frame was read since this goroutine began or last failed to park
 	for {
 		// A connection with nothing to read parks (park) where it can:
@@ -135,7 +135,7 @@ func (c *conn) read() (parked bool) {
 			mayPark, quiet = false, false
 			continue
 		}
-		mayPark = c.raw.Native()
+		mayPark = c.raw.Parks()
 		quiet = true
 		if c.young < youngInputs {
 			// A new connection's first inputs (its first calls, or the
@@ -175,7 +175,7 @@ func (c *conn) read() (parked bool) {
 // UTF-8 as it arrives. Op 0 and no error: only control frames came.
 func (c *conn) readMessage(buf *bytes.Buffer) (wsock.Opcode, error) {
 	limit := c.s.cfg.MaxMessageBytes
-	if c.raw.Native() {
+	if c.raw.Parks() {
 		return c.raw.ReadMessage(buf, limit, c.binary)
 	}
 	// A plain context: a cancelable one costs the WebSocket library a
@@ -196,16 +196,13 @@ func (c *conn) readMessage(buf *bytes.Buffer) (wsock.Opcode, error) {
 	return op, err
 }
 
-// park hands the connection to the server's poller, to be resumed when
-// its socket turns readable, and reports whether it did: the calling read
-// goroutine must then return at once, owning nothing. False means carry
-// on reading (no poller, the socket closed, or a wake-up came meanwhile).
+// park hands the connection to the server's poller (an in-memory socket,
+// wsock.Parkable, arms itself), to be resumed when its socket turns
+// readable, and reports whether it did: the calling read goroutine must
+// then return at once, owning nothing. False means carry on reading (no
+// poller, the socket closed, or a wake-up came meanwhile).
 func (c *conn) park() bool {
-	p := c.s.poller.get()
-	if p == nil {
-		return false
-	}
-	return c.raw.Park(p, c.id)
+	return c.raw.Park(c.s.poller.get(), c.id)
 }
 
 // Wake resumes a parked connection: its socket turned readable (the
@@ -279,7 +276,7 @@ func (c *conn) readFailed(err error) {
 // server refuses, and counts the code.
 func (c *conn) refuse(code websocket.StatusCode, reason string) {
 	c.s.m.ProtocolErrors.WithLabelValues(strconv.Itoa(int(code))).Inc()
-	if !c.raw.Native() {
+	if !c.raw.Parks() {
 		c.closeWith(code, reason, false)
 		return
 	}
@@ -497,7 +494,7 @@ func (c *conn) closeBy(code websocket.StatusCode, reason string, flush bool, by 
 			h(wait)
 		}
 	}
-	if !c.raw.Native() {
+	if !c.raw.Parks() {
 		// The library waits for the answer itself, up to the handshake's
 		// bound; closing the socket under it ends that wait sooner.
 		if wait < wsock.CloseHandshakeWait {
@@ -731,8 +728,8 @@ func (c *conn) cleanup() {
 	c.closed = true
 	c.queue = nil
 	c.mu.Unlock()
-	s.pings.Cancel(c) // after closed: schedulePing adds nothing more
-	if c.raw.Native() {
+	s.pings.Cancel(c)  // after closed: schedulePing adds nothing more
+	if c.raw.Parks() { // an in-memory socket may have armed the socket it stands for
 		s.poller.forget(c.id)
 	}
 	c.ctx.end()
@@ -744,7 +741,7 @@ func (c *conn) cleanup() {
 	c.inflight = nil
 	c.callsMu.Unlock()
 	s.removeConn(c)
-	if !c.closing.Load() || c.raw.Native() {
+	if !c.closing.Load() || c.raw.Parks() {
 		// (On the fast path the library only holds the socket: its
 		// CloseNow closes it, reading and writing nothing.)
 		c.closeNow()

@@ -195,7 +195,7 @@ func (c *conn) addSub(topic string) *protocol.Error {
 		c.subs = map[string]struct{}{}
 	}
 	c.subs[topic] = struct{}{}
-	s.subscriptions.Add(1)
+	s.addSubscriptions(1)
 	s.hub.subscribe(c, topic)
 	c.presenceJoin(topic)
 	return nil
@@ -210,7 +210,7 @@ func (c *conn) removeSub(topic string) bool {
 		return false
 	}
 	delete(c.subs, topic)
-	c.s.subscriptions.Add(-1)
+	c.s.addSubscriptions(-1)
 	c.s.hub.unsubscribe(c, topic)
 	c.s.hist.leave(c, topic)
 	c.presenceLeave(topic)
@@ -226,6 +226,6 @@ func (c *conn) dropSubs() {
 		c.s.hist.leave(c, topic)
 	}
 	c.presenceLeaveAll()
-	c.s.subscriptions.Add(-int64(len(c.subs)))
+	c.s.addSubscriptions(-int64(len(c.subs)))
 	c.subs = nil
 }

@@ -12,9 +12,11 @@
 // read goroutine parks the
 // connection in the server's readiness poller (wsock.Poller) and ends: an
 // idle connection has no goroutine. Input, or the close of its socket from
-// anywhere (rawConn.Close), starts the next one (conn.Wake); where there is
-// no poller (other systems, wsock.Portable) the goroutine waits on the
-// socket instead, a few frames deep. Each frame is decoded by
+// anywhere (rawConn.Close), starts the next one (conn.Wake); an in-memory
+// socket (an event stream's, wsock.Parkable) parks the same way, waking
+// its connection itself when it has input. Where there is no poller
+// (other systems, wsock.Portable) the goroutine waits on the socket
+// instead, a few frames deep. Each frame is decoded by
 // package protocol; every call is classified by the message.Router and
 // checked by its message.Class before it runs. Built-ins (subscribe,
 // unsubscribe, publish) run inline on the read goroutine, which keeps one

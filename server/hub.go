@@ -1,24 +1,20 @@
 package server
 
 import (
-	"hash/maphash"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"sync/atomic"
-
-	"github.com/rtserver/rtserver/bus"
 )
 
 // hubShards spreads topics over independently locked maps so publishes to
 // different topics on different cores do not contend.
 const hubShards = 32
 
-// hub maps topics to this instance's subscribers.
+// hub maps topics to this instance's subscribers, in the server's
+// Subscribers table (Deps.Subscribers).
 type hub struct {
-	s      *Server
-	seed   maphash.Seed
-	shards [hubShards]hubShard
+	s *Server
+	*Subscribers
 }
 
 type hubShard struct {
@@ -54,16 +50,12 @@ func (t *topicSubs) subscribers() []*conn {
 	return l
 }
 
-func (h *hub) init(s *Server) {
-	h.s = s
-	h.seed = maphash.MakeSeed()
-	for i := range h.shards {
-		h.shards[i].topics = map[string]*topicSubs{}
+// init makes t (nil: a new table) the hub's table.
+func (h *hub) init(s *Server, t *Subscribers) {
+	if t == nil {
+		t = NewSubscribers()
 	}
-}
-
-func (h *hub) shard(topic string) *hubShard {
-	return &h.shards[maphash.String(h.seed, topic)%hubShards]
+	h.s, h.Subscribers = s, t
 }
 
 // subscribe adds c to topic, and tells the bus when the topic got its
@@ -190,37 +182,6 @@ func (h *hub) subscribers(topic string) []*conn {
 		return subs.subscribers()
 	}
 	return nil
-}
-
-// subjects lists topics with local subscribers, most subscribed first.
-func (h *hub) subjects() []bus.TopicCount {
-	var out []bus.TopicCount
-	for i := range h.shards {
-		sh := &h.shards[i]
-		sh.mu.RLock()
-		for t, subs := range sh.topics {
-			out = append(out, bus.TopicCount{Topic: t, Count: len(subs.conns)})
-		}
-		sh.mu.RUnlock()
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Count != out[j].Count {
-			return out[i].Count > out[j].Count
-		}
-		return out[i].Topic < out[j].Topic
-	})
-	return out
-}
-
-// count is the number of local subscribers of topic.
-func (h *hub) count(topic string) int {
-	sh := h.shard(topic)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	if subs := sh.topics[topic]; subs != nil {
-		return len(subs.conns)
-	}
-	return 0
 }
 
 // topics is the number of topics with local subscribers.

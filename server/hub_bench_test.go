@@ -35,3 +35,24 @@ func BenchmarkHubPublish(b *testing.B) {
 		})
 	}
 }
+
+// A subscription made and ended on a topic that has other subscribers
+// (the topic stays in the hub), and on a topic of its own (its first
+// subscriber and its last): the hub's share of subscribe and unsubscribe,
+// the bus's calls and the subscriber counts included.
+func BenchmarkHubSubscribe(b *testing.B) {
+	for _, shared := range []bool{true, false} {
+		b.Run("shared="+strconv.FormatBool(shared), func(b *testing.B) {
+			s := mustNew(b, Deps{Metrics: metrics.NewDiscard()})
+			if shared {
+				s.hub.subscribe(&conn{s: s}, "bench")
+			}
+			c := &conn{s: s}
+			b.ReportAllocs()
+			for b.Loop() {
+				s.hub.subscribe(c, "bench")
+				s.hub.unsubscribe(c, "bench")
+			}
+		})
+	}
+}

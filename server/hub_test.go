@@ -7,6 +7,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/rtserver/rtserver/bus"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -40,8 +41,8 @@ func TestHubSharedListsFollowSubscriptions(t *testing.T) {
 			default:
 				l := s.hub.subscribers(topic)
 				lists = append(lists, handed{l, slices.Clone(l)})
-				if len(l) != len(model[topic]) || s.hub.count(topic) != len(l) {
-					rt.Fatalf("%s: list of %d, count %d, want %d", topic, len(l), s.hub.count(topic), len(model[topic]))
+				if len(l) != len(model[topic]) || s.LocalSubscribers(topic) != len(l) {
+					rt.Fatalf("%s: list of %d, count %d, want %d", topic, len(l), s.LocalSubscribers(topic), len(model[topic]))
 				}
 				for _, c := range l {
 					if !model[topic][c] {
@@ -54,6 +55,16 @@ func TestHubSharedListsFollowSubscriptions(t *testing.T) {
 			if !slices.Equal(h.list, h.copy) {
 				rt.Fatal("a list handed to a delivery changed afterwards")
 			}
+		}
+		var want []bus.TopicCount
+		for _, topic := range topics {
+			if n := len(model[topic]); n > 0 {
+				want = append(want, bus.TopicCount{Topic: topic, Count: n})
+			}
+		}
+		slices.SortStableFunc(want, func(x, y bus.TopicCount) int { return y.Count - x.Count })
+		if got := s.Subjects(); !slices.Equal(got, want) {
+			rt.Fatalf("Subjects = %v, want %v", got, want)
 		}
 	})
 }
@@ -88,6 +99,11 @@ func TestHubSharedListsUnderChurn(t *testing.T) {
 	wg.Wait()
 	if got := len(s.hub.subscribers("churn")); got != len(conns) {
 		t.Fatalf("%d subscribers after the churn, want %d", got, len(conns))
+	}
+	// The per-topic count, told after the hub's lock is released, nets
+	// out to the hub's state whatever order the changes landed in.
+	if got, subjects := s.LocalSubscribers("churn"), s.Subjects(); got != len(conns) || len(subjects) != 1 || subjects[0].Count != len(conns) {
+		t.Fatalf("LocalSubscribers = %d, Subjects = %v after the churn; want %d", got, subjects, len(conns))
 	}
 }
 

@@ -105,6 +105,10 @@ type Deps struct {
 	// InstanceID names this instance in client ids (ClientID); empty: a
 	// random one.
 	InstanceID string
+	// Subscribers is the table where the server keeps its topics and
+	// their subscribers, for parts built before it that read the counts;
+	// nil: a table of its own (Server.Subjects, Server.LocalSubscribers).
+	Subscribers *Subscribers
 }
 
 // Server serves WebSocket connections. Create it with New.
@@ -205,7 +209,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.presence, err = s.newTracker(deps.Presence); err != nil {
 		return nil, fmt.Errorf("server: presence: %w", err)
 	}
-	s.hub.init(s)
+	s.hub.init(s, deps.Subscribers)
 	if s.hist, err = newHistoryState(s, deps); err != nil {
 		return nil, fmt.Errorf("server: history: %w", err)
 	}
@@ -269,8 +273,9 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 	return nil
 }
 
-// Counts reports open connections and subscriptions, for the pressure
-// monitor.
+// Counts reports open connections and subscriptions. The pressure
+// monitor is told of each change as it happens (AddConnections,
+// AddSubscriptions), and its samples read its own counts.
 func (s *Server) Counts() (connections, subscriptions int64) {
 	s.mu.Lock()
 	n := int64(len(s.conns))
@@ -278,11 +283,20 @@ func (s *Server) Counts() (connections, subscriptions int64) {
 	return n, s.subscriptions.Load()
 }
 
+// addSubscriptions counts n subscriptions made (negative: ended), here
+// and in the pressure monitor.
+func (s *Server) addSubscriptions(n int64) {
+	s.subscriptions.Add(n)
+	if s.pressure != nil {
+		s.pressure.AddSubscriptions(n)
+	}
+}
+
 // Subjects lists topics with local subscribers and their counts.
-func (s *Server) Subjects() []bus.TopicCount { return s.hub.subjects() }
+func (s *Server) Subjects() []bus.TopicCount { return s.hub.Subjects() }
 
 // LocalSubscribers is the number of this instance's subscribers of topic.
-func (s *Server) LocalSubscribers(topic string) int { return s.hub.count(topic) }
+func (s *Server) LocalSubscribers(topic string) int { return s.hub.Count(topic) }
 
 // Draining reports whether Drain has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
@@ -486,6 +500,9 @@ func (s *Server) addConn(c *conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	if s.pressure != nil {
+		s.pressure.AddConnections(1)
+	}
 	first := s.indexUser(c)
 	if s.busDown {
 		// Under s.mu (before conn.mu, as the lock order allows), so that
@@ -507,6 +524,9 @@ func (s *Server) removeConn(c *conn) {
 	delete(s.conns, c)
 	last := s.unindexUser(c)
 	s.mu.Unlock()
+	if s.pressure != nil {
+		s.pressure.AddConnections(-1)
+	}
 	if last {
 		s.bus.Unsubscribe(bus.UserKey(c.ticket.User))
 	}

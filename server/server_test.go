@@ -20,6 +20,7 @@ import (
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wstest"
 	"github.com/rtserver/rtserver/metrics"
+	"github.com/rtserver/rtserver/pressure"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -459,4 +460,44 @@ func TestCloseIsBoundedShutdown(t *testing.T) {
 	if code, _ := c.CloseStatus(); code != websocket.StatusGoingAway {
 		t.Fatalf("close code %d, want 1001", code)
 	}
+}
+
+// The pressure monitor's samples count what the server counts: each
+// connection and subscription is added as it is made and taken as it
+// ends, without the monitor asking the server.
+func TestPressureCountsFollowTheServer(t *testing.T) {
+	leakcheck.Check(t)
+	mon, err := pressure.New(pressure.DefaultConfig(), pressure.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, url := startServer(t, Deps{Pressure: mon})
+	sampled := func() (int64, int64) {
+		mon.Sample()
+		snap := mon.Snapshot()
+		return snap.Connections, snap.Subscriptions
+	}
+	agree := func(wantConns, wantSubs int64) {
+		t.Helper()
+		testkit.Eventually(t, time.Until(time.Now().Add(20*time.Second)), func() string {
+			c, sub := s.Counts()
+			mc, msub := sampled()
+			return fmt.Sprintf("server counts %d/%d, monitor %d/%d; want %d/%d", c, sub, mc, msub, wantConns, wantSubs)
+		}, func() bool {
+			c, sub := s.Counts()
+			mc, msub := sampled()
+			return c == wantConns && sub == wantSubs && mc == wantConns && msub == wantSubs
+		})
+	}
+	a, b := wstest.Dial(t, url), wstest.Dial(t, url)
+	wstest.MustOK(t, a.Call("subscribe", `{"topic":"x"}`))
+	wstest.MustOK(t, a.Call("subscribe", `{"topic":"y"}`))
+	wstest.MustOK(t, b.Call("subscribe", `{"topic":"x"}`))
+	agree(2, 3)
+	wstest.MustOK(t, a.Call("unsubscribe", `{"topic":"y"}`))
+	agree(2, 2)
+	a.WS.CloseNow()
+	agree(1, 1)
+	b.WS.CloseNow()
+	agree(0, 0)
 }

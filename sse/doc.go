@@ -23,6 +23,14 @@
 // the echo of a close) are masked client frames queued in the pipe for
 // the server's read loop.
 //
+// Idle: the pipe is a wsock.Parkable, so the server's read loop parks on
+// it as it parks a WebSocket in its poller, and no goroutine waits for a
+// session's input: a frame queued, the end of the input, or the client's
+// hang-up resumes it. While parked the pipe also arms the client's socket
+// in the server's poller, so a client that leaves ends its session at
+// once (the server reads the end of the input), not at the next
+// keepalive.
+//
 // Invariants:
 //   - a pipe's server-bound bytes are whole frames, each queued under
 //     pipe.rmu: a POST's frame never interleaves with a pong;
@@ -30,5 +38,8 @@
 //     is closed, and its client socket is closed exactly once, by
 //     pipe.Close;
 //   - the SSE response head is written to the client socket in Hijack,
-//     before the server can write any frame, so every event follows it.
+//     before the server can write any frame, so every event follows it;
+//   - a parked connection's Waker is held under pipe.rmu and taken by
+//     the first input or end that follows, which wakes it once (the
+//     server's wsock.Parking makes any other wake-up harmless).
 package sse

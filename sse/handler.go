@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/protocol"
 )
 
@@ -382,7 +383,7 @@ func (u *upgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		head = append(head, "\r\n"...)
 		head = appendEvent(head, "session", nil, []byte(`{"session":"`+p.id+`"}`))
 		// Registered before the client can read its session id.
-		p.nc = nc
+		p.nc, p.sc = nc, wsock.Descriptor(wsock.Socket(nc))
 		p.h.register(p)
 		_ = nc.SetWriteDeadline(time.Now().Add(streamHeadTimeout))
 		if _, err := nc.Write(head); err != nil {

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/retryhint"
+	"github.com/rtserver/rtserver/internal/wsock"
 )
 
 // mode is what a pipe's client is.
@@ -37,15 +39,18 @@ const (
 type pipe struct {
 	h    *Handler
 	mode mode
-	id   string   // the session id; "" for modeOnce
-	nc   net.Conn // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
+	id   string          // the session id; "" for modeOnce
+	nc   net.Conn        // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
+	sc   syscall.RawConn // nc's descriptor, watched for the client's hang-up; nil without one
 
 	// Server-bound bytes: whole client frames, queued by queue.
 	rmu      sync.Mutex
 	rbuf     []byte
-	rend     bool      // no more input: Read reports io.EOF after rbuf
-	deadline time.Time // the read deadline
-	notify   chan struct{}
+	rend     bool          // no more input: Read reports io.EOF after rbuf
+	deadline time.Time     // the read deadline
+	notify   chan struct{} // made by the first Read that waits: an idle session never does
+	waker    wsock.Waker   // the parked server connection (Arm), woken by the next input or end
+	watched  bool          // the server parks on the pipe (Arm): its reads watch the client's socket too
 
 	// Client-bound state, under wmu (the server writes from one goroutine
 	// at a time, but several may take turns).
@@ -56,7 +61,7 @@ type pipe struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
-	gone      chan struct{} // closed by Close
+	gone      chan struct{} // modeOnce: closed by Close
 
 	// modeOnce: the answer, and how the connection closed without one.
 	answer    chan []byte // 1-buffered: the first response frame
@@ -65,9 +70,9 @@ type pipe struct {
 }
 
 func newPipe(h *Handler, m mode) *pipe {
-	p := &pipe{h: h, mode: m, notify: make(chan struct{}, 1), gone: make(chan struct{})}
+	p := &pipe{h: h, mode: m}
 	if m == modeOnce {
-		p.answer = make(chan []byte, 1)
+		p.answer, p.gone = make(chan []byte, 1), make(chan struct{})
 	}
 	return p
 }
@@ -81,25 +86,90 @@ func (p *pipe) queue(op byte, payload []byte) bool {
 		return false
 	}
 	p.rbuf = appendClientFrame(p.rbuf, op, payload)
+	w, n := p.takeWaker()
 	p.rmu.Unlock()
-	p.wake()
+	wake(w, n)
 	return true
 }
 
-func (p *pipe) wake() {
-	select {
-	case p.notify <- struct{}{}:
-	default:
+// takeWaker takes the parked connection's Waker, if it is parked (it is
+// woken once), and the channel a waiting Read waits on, if one ever did.
+// Under rmu.
+func (p *pipe) takeWaker() (wsock.Waker, chan struct{}) {
+	w := p.waker
+	p.waker = nil
+	return w, p.notify
+}
+
+// wake resumes the server's read: a parked connection (w) or a Read
+// waiting on notify, from takeWaker.
+func wake(w wsock.Waker, notify chan struct{}) {
+	if w != nil {
+		w.Wake()
+	}
+	if notify != nil {
+		select {
+		case notify <- struct{}{}:
+		default:
+		}
 	}
 }
 
 // endInput makes the server's next read report the end of the input: the
-// client's socket failed, or the pipe closed.
+// client's socket failed or hung up, or the pipe closed.
 func (p *pipe) endInput() {
 	p.rmu.Lock()
 	p.rend = true
+	w, n := p.takeWaker()
 	p.rmu.Unlock()
-	p.wake()
+	wake(w, n)
+}
+
+// Ready reports whether the server's Read would not wait
+// (wsock.Parkable): frames are queued, or the input has ended, or the
+// client has hung up, which ends it.
+func (p *pipe) Ready() bool {
+	p.rmu.Lock()
+	ready := len(p.rbuf) > 0 || p.rend
+	p.rmu.Unlock()
+	if !ready && p.hungUp() {
+		p.endInput()
+		return true
+	}
+	return ready
+}
+
+// hungUp reports whether the client has closed its socket (or it failed):
+// an event stream's client sends nothing after its request, so whatever
+// arrives is its end, or bytes to drop.
+func (p *pipe) hungUp() bool {
+	return p.sc != nil && wsock.HungUp(p.sc)
+}
+
+// Arm parks the server's connection on the pipe (wsock.Parkable): w is
+// woken by the next frame queued or the end of the input, and by the
+// client's socket in poller when the client hangs up (or sends anything),
+// so a stream whose client has left ends at once rather than at the next
+// keepalive that fails to write. Without a poller only the first two wake
+// it.
+func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
+	p.rmu.Lock()
+	ready := len(p.rbuf) > 0 || p.rend
+	if !ready {
+		p.waker = w
+	}
+	p.watched = true
+	p.rmu.Unlock()
+	if ready {
+		w.Wake()
+		return nil
+	}
+	if poller != nil && p.sc != nil {
+		// A failure means the socket is closed: so is the pipe, whose
+		// Close has woken w (endInput).
+		_ = poller.Arm(p.sc, key, w)
+	}
+	return nil
 }
 
 // Read is the server's read of client frames: it waits until some are
@@ -120,10 +190,21 @@ func (p *pipe) Read(b []byte) (int, error) {
 			p.rmu.Unlock()
 			return 0, io.EOF
 		}
-		dl := p.deadline
+		dl, watched := p.deadline, p.watched
+		if p.notify == nil {
+			p.notify = make(chan struct{}, 1)
+		}
+		notify := p.notify
 		p.rmu.Unlock()
+		// A read that waits on a parking connection's pipe (a wake-up
+		// came while it parked, or it is closing) looks first whether
+		// the client has gone: nothing watches its socket meanwhile.
+		if watched && p.hungUp() {
+			p.endInput()
+			continue
+		}
 		if dl.IsZero() {
-			<-p.notify
+			<-notify
 			continue
 		}
 		wait := time.Until(dl)
@@ -132,7 +213,7 @@ func (p *pipe) Read(b []byte) (int, error) {
 		}
 		t := time.NewTimer(wait)
 		select {
-		case <-p.notify:
+		case <-notify:
 		case <-t.C:
 		}
 		t.Stop()
@@ -378,12 +459,15 @@ func (p *pipe) Close() error {
 		p.rmu.Lock()
 		p.rend = true
 		p.rbuf = nil
+		w, n := p.takeWaker()
 		p.rmu.Unlock()
-		p.wake()
+		wake(w, n)
 		if p.nc != nil {
 			_ = p.nc.Close()
 		}
-		close(p.gone)
+		if p.gone != nil {
+			close(p.gone)
+		}
 		p.h.forget(p)
 	})
 	return nil
@@ -397,8 +481,9 @@ func (p *pipe) SetDeadline(t time.Time) error {
 func (p *pipe) SetReadDeadline(t time.Time) error {
 	p.rmu.Lock()
 	p.deadline = t
+	n := p.notify
 	p.rmu.Unlock()
-	p.wake()
+	wake(nil, n)
 	return nil
 }
 

@@ -31,6 +31,7 @@ type Conn struct {
 
 	mu        sync.Mutex
 	sealed    bool        // a close frame is on its way: no more data frames
+	parkable  bool        // Conn is a Parkable (in memory): it parks and wsock reads it, without a descriptor
 	closeSent bool        // a close frame went to the socket (ours or the library's): nothing may follow it
 	rest      atomic.Bool // len(tail) > 0, read without mu (beside the bools: Conn stays in the 240-byte size class)
 	tail      []byte      // the unsent rest of a frame TryWrite began: written before anything else
@@ -99,6 +100,9 @@ func newConn(nc net.Conn, sc syscall.RawConn) *Conn {
 	if sc != nil {
 		c.fn, c.tryFn = c.writeFD, c.tryFD
 	}
+	if _, ok := nc.(Parkable); ok && !portable.Load() {
+		c.parkable = true
+	}
 	return c
 }
 
@@ -107,20 +111,37 @@ func newConn(nc net.Conn, sc syscall.RawConn) *Conn {
 func (c *Conn) SetReader(br *bufio.Reader) { c.br = br }
 
 // Native reports whether the socket has a descriptor this package calls
-// directly: writes that stop at a full socket, parking in a Poller.
+// directly: writes that stop at a full socket, reads that take what has
+// arrived without waiting (Hold).
 func (c *Conn) Native() bool { return c != nil && c.sc != nil }
+
+// Parks reports whether the connection's read goroutine may park (Park)
+// and this package reads its frames (ReadMessage, Drain): a socket with a
+// descriptor, or a Parkable. Otherwise (the portable path) the WebSocket
+// library reads them, and a read goroutine waits on each connection.
+func (c *Conn) Parks() bool { return c != nil && (c.sc != nil || c.parkable) }
 
 // SetOwner names who is resumed when the socket is closed while no read
 // goroutine runs (Park).
 func (c *Conn) SetOwner(w Waker) { c.owner = w }
 
-// Park hands the socket to p, to wake the owner (SetOwner) when it turns
-// readable, and reports whether it did: the calling read goroutine must
-// then return at once, owning nothing. False means carry on reading (the
-// socket closed, or a wake-up came meanwhile).
+// Park hands the socket to p (a Parkable arms itself), to wake the owner
+// (SetOwner) when it turns readable, and reports whether it did: the
+// calling read goroutine must then return at once, owning nothing. False
+// means carry on reading (no poller for a socket, the socket closed, or a
+// wake-up came meanwhile).
 func (c *Conn) Park(p *Poller, key uint64) bool {
 	c.parking.Begin()
-	return c.parking.Settle(p.Arm(c.sc, key, c.owner) == nil)
+	var err error
+	switch {
+	case c.parkable:
+		err = c.Conn.(Parkable).Arm(p, key, c.owner)
+	case p == nil || c.sc == nil:
+		err = ErrNoPoller
+	default:
+		err = p.Arm(c.sc, key, c.owner)
+	}
+	return c.parking.Settle(err == nil)
 }
 
 // Resume reports whether a wake-up (the poller's, or Close's) is the one
@@ -307,10 +328,12 @@ func (c *Conn) rawWrite(b []byte, block bool) (int, error) {
 // runtime's poller, as a read goroutine does where there is no poller of
 // ours, a few frames deep: it then keeps the smallest stack.
 //
-// Without a descriptor (the portable path) it returns at once: the
-// WebSocket library's read waits. Read goroutine only.
+// A Parkable returns wait at once, quiet or not, when park and nothing
+// has arrived (parking it costs no system call), else false at once: the
+// read waits. Without a descriptor (the portable path) it returns at
+// once: the WebSocket library's read waits. Read goroutine only.
 func (c *Conn) AwaitInput(park, quiet bool) (wait bool) {
-	if c == nil || c.br == nil || c.sc == nil {
+	if c == nil || c.br == nil || (c.sc == nil && !c.parkable) {
 		return false
 	}
 	c.brMu.Lock()
@@ -318,6 +341,9 @@ func (c *Conn) AwaitInput(park, quiet bool) (wait bool) {
 	c.brMu.Unlock()
 	if ready {
 		return false
+	}
+	if c.parkable {
+		return park && !c.Conn.(Parkable).Ready()
 	}
 	if c.awaitFn == nil {
 		c.awaitFn = c.awaitFD

@@ -38,8 +38,10 @@
 //     every refusal);
 //   - the scheduling nudges of a read goroutine (Yield, GrowStack);
 //   - the readiness poller that lets an idle connection wait without a
-//     goroutine (Poller), and the state word that resumes its owner
-//     exactly once however wake-ups race (Parking).
+//     goroutine (Poller), the in-memory connections that park as a
+//     socket in it does (Parkable: an event stream's), and the state
+//     word that resumes its owner exactly once however wake-ups race
+//     (Parking).
 //
 // It must never know about JSON-RPC, topics, the upgrade gate (when to
 // shed, caps, pacing) or connections' lifetimes, and never wait on a

@@ -302,6 +302,16 @@ func Replay(c net.Conn, head []byte) net.Conn {
 	return &replayConn{Conn: c, head: bytes.Clone(head)}
 }
 
+// Socket is the connection under c when c replays a head (Replay), else
+// c itself: for watching the socket (HungUp, a Poller), which the bytes
+// still to be replayed do not change. Reading it skips them.
+func Socket(c net.Conn) net.Conn {
+	if r, ok := c.(*replayConn); ok {
+		return r.Conn
+	}
+	return c
+}
+
 type replayConn struct {
 	net.Conn
 	head []byte

@@ -336,3 +336,17 @@ func TestReadHead(t *testing.T) {
 		}
 	})
 }
+
+// Socket sees through a replayed head to the socket itself, and leaves
+// any other connection as it is.
+func TestSocketUnderReplay(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if got := Socket(Replay(a, []byte("GET /"))); got != a {
+		t.Fatalf("Socket(Replay(c)) = %T, want c", got)
+	}
+	if got := Socket(a); got != a {
+		t.Fatalf("Socket(c) = %T, want c", got)
+	}
+}

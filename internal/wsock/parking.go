@@ -1,6 +1,26 @@
 package wsock
 
-import "sync/atomic"
+import (
+	"net"
+	"sync/atomic"
+)
+
+// A Parkable is a connection without a descriptor that tells, as the
+// Poller tells of a socket, when it has input: an in-memory socket. Its
+// read goroutine parks as a socket's does (Conn.Park), and wsock reads
+// its frames (ReadMessage), so an idle one costs no goroutine either.
+type Parkable interface {
+	net.Conn
+	// Ready reports, without waiting, whether a Read would return at
+	// once: input is there, or its end (or a failure) is.
+	Ready() bool
+	// Arm asks for w.Wake once, when Read would no longer wait: at once
+	// (on the caller's goroutine) if it would not now. Whatever sockets
+	// the connection stands for may be armed in p under key, to the same
+	// Waker; p is nil when there is no Poller. An error means nothing
+	// will be reported.
+	Arm(p *Poller, key uint64, w Waker) error
+}
 
 // Parking is the state of a read goroutine that may end while its socket
 // waits in a Poller, and of the wake-ups that must start exactly one

@@ -11,7 +11,8 @@ import (
 var portable atomic.Bool
 
 // Portable makes Descriptor, ReadNow and AwaitGone behave as they do on a
-// system without the descriptor calls (on: true), so that the fallback
+// system without the descriptor calls (on: true), and in-memory
+// connections (Parkable) as on the portable path, so that the fallback
 // paths of their callers can be tested on Linux. It returns a function
 // that restores the previous mode (for t.Cleanup). Tests that use it must
 // not run in parallel with others that open sockets.
@@ -94,3 +95,17 @@ func AwaitGone(c net.Conn) bool {
 	})
 	return err == nil && gone
 }
+
+// HungUp reports, without waiting, whether the peer of sc's socket has
+// ended its stream, or the socket has failed or is closed: for a socket
+// that owes its peer a one-way stream and expects nothing of it (an event
+// stream's client). Bytes the peer sent are read and dropped, at most
+// hungUpReads reads of them a call.
+func HungUp(sc syscall.RawConn) bool {
+	gone := false
+	err := sc.Control(func(fd uintptr) { gone = hungUpFD(fd) })
+	return err != nil || gone
+}
+
+// hungUpReads bounds HungUp's reads of bytes a peer keeps sending.
+const hungUpReads = 8

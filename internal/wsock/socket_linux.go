@@ -105,3 +105,20 @@ func PeekFD(fd uintptr, p []byte) (n int, wait bool) {
 		return 0, false
 	}
 }
+
+// hungUpFD is HungUp on a non-blocking descriptor: it reads until nothing
+// is left (not gone), the end or an error (gone).
+func hungUpFD(fd uintptr) bool {
+	var drop [512]byte
+	for range hungUpReads {
+		n, errno := rawRead(fd, drop[:])
+		switch {
+		case errno == syscall.EINTR:
+		case errno == syscall.EAGAIN:
+			return false
+		case errno != 0 || n == 0:
+			return true
+		}
+	}
+	return false
+}

@@ -143,3 +143,35 @@ func TestPortableIsWhatOtherSystemsDo(t *testing.T) {
 		t.Fatalf("plain read after the portable calls: %d %v", n, err)
 	}
 }
+
+// HungUp never waits: a quiet peer has not gone, bytes it sent are
+// dropped (it has not gone either), and its end is seen, whether or not
+// anyone waited for it, as is a socket closed here.
+func TestHungUp(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	server, client := pair(t)
+	raw := Descriptor(server)
+	if HungUp(raw) {
+		t.Fatal("a quiet peer was reported gone")
+	}
+	if _, err := client.Write([]byte("stray bytes")); err != nil {
+		t.Fatal(err)
+	}
+	awaitReadable(t, raw, make([]byte, 1))
+	if HungUp(raw) {
+		t.Fatal("a peer that sent bytes was reported gone")
+	}
+	if n := ReadNow(server, make([]byte, 16)); n != 0 {
+		t.Fatalf("%d bytes left after HungUp, want them dropped", n)
+	}
+	client.Close()
+	awaitReadable(t, raw, make([]byte, 1))
+	if !HungUp(raw) {
+		t.Fatal("a peer that closed was not reported gone")
+	}
+	server.Close()
+	if !HungUp(raw) {
+		t.Fatal("a closed socket was not reported gone")
+	}
+}

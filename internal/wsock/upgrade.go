@@ -14,7 +14,8 @@ type Upgrade struct {
 	http.ResponseWriter
 	Conn *Conn // set by Hijack
 	// Portable gives the Conn no descriptor: it makes no socket call of
-	// its own, as on a system without them (Portable, the function).
+	// its own, as on a system without them (Portable, the function), and
+	// an in-memory connection (Parkable) does not park either.
 	Portable bool
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -32,6 +33,8 @@ type Deps struct {
 	// InstanceID names this instance's entry in a Ceilings. Default: 16
 	// random hex digits (the node passes its aggregator's id).
 	InstanceID string
+	// Logger hears a Limiter's warm-up (Start); nil: slog.Default().
+	Logger *slog.Logger
 
 	timeout time.Duration // bounds one check, round trip included; 0: checkTimeout
 	ttl     time.Duration // a Ceilings entry's life; 0: ceilingTTL
@@ -48,6 +51,8 @@ type Limiter struct {
 	client  redis.Scripter
 	prefix  string
 	timeout time.Duration
+	log     *slog.Logger
+	warm    warmUp
 }
 
 var _ message.SharedLimiter = (*Limiter)(nil)
@@ -57,7 +62,10 @@ func New(cfg Config, deps Deps) (*Limiter, error) {
 	if deps.Client == nil {
 		return nil, errNoClient
 	}
-	l := &Limiter{client: deps.Client, prefix: cmp.Or(cfg.Prefix, bus.DefaultChannelPrefix), timeout: deps.timeout}
+	l := &Limiter{client: deps.Client, prefix: cmp.Or(cfg.Prefix, bus.DefaultChannelPrefix), timeout: deps.timeout, log: deps.Logger}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
 	if l.timeout <= 0 {
 		l.timeout = checkTimeout
 	}
@@ -137,8 +145,8 @@ const maxPer = time.Duration(1 << 53)
 // Preload loads the script on Redis (on every master of a Redis Cluster)
 // and so also opens a connection to each and learns the cluster's slots.
 // Checks work without it (the first one loads the script), but a cold
-// first check can take longer than Options.Timeout; the node calls it at
-// start, before it listens. It is bounded by ctx only.
+// first check can take longer than its timeout; Start calls it, and
+// again in the background until it succeeds. It is bounded by ctx only.
 func (l *Limiter) Preload(ctx context.Context) error {
 	if err := gcraScript.Load(ctx, l.client).Err(); err != nil {
 		return fmt.Errorf("clusterrate: preload: %w", err)
