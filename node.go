@@ -239,8 +239,15 @@ type upgrades struct{ n *Node }
 func (u upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-u.n.started:
-	case <-r.Context().Done():
-		return
+	default:
+		// Only an upgrade that comes before the start asks for its
+		// request's Done: on a request the door serves, that starts a
+		// watch of the socket (a goroutine) for as long as it waits.
+		select {
+		case <-u.n.started:
+		case <-r.Context().Done():
+			return
+		}
 	}
 	u.n.server.ServeHTTP(w, r)
 }

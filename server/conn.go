@@ -61,33 +61,39 @@ type conn struct {
 	inflight map[*message.Call]struct{} // leases to release if the connection dies
 }
 
-func (c *conn) start(ws *websocket.Conn) {
+// start registers the connection, upgraded with subprotocol (by the
+// WebSocket library, ws, or on the fast path by wsock alone, ws nil);
+// false when the server has closed (the connection is then closed). The
+// caller runs readLoop next.
+func (c *conn) start(ws *websocket.Conn, subprotocol string) bool {
 	s := c.s
 	c.ws = ws
 	c.id = s.nextID.Add(1)
-	c.batch = ws.Subprotocol() == protocol.BatchSubprotocol
-	c.binary = ws.Subprotocol() == protocol.BinarySubprotocol
-	// One byte of slack for the library: the limit is enforced by
-	// readLoop, which closes with a reason in rtserver's words.
-	ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
+	c.batch = subprotocol == protocol.BatchSubprotocol
+	c.binary = subprotocol == protocol.BinarySubprotocol
+	if ws != nil {
+		// One byte of slack for the library: the limit is enforced by
+		// readLoop, which closes with a reason in rtserver's words.
+		ws.SetReadLimit(s.cfg.MaxMessageBytes + 1)
+	}
 	if !s.addConn(c) {
 		if c.raw.Parks() {
 			_ = c.raw.WriteClose(goingAwayFrame, s.cfg.WriteTimeout)
 			c.raw.Drain(wsock.CloseHandshakeWait)
-			_ = ws.CloseNow()
+			c.closeNow()
 		} else {
 			ws.Close(websocket.StatusGoingAway, "")
 		}
 		c.ctx.end()
 		c.ticket.Close()
-		return
+		return false
 	}
 	s.wg.Add(1) // until cleanup, however many read goroutines it takes
 	s.pings.After(c, s.cfg.PingInterval)
 	if !c.ticket.Expires.IsZero() {
 		c.watchExpiry(c.ticket.Expires)
 	}
-	go c.readLoop()
+	return true
 }
 
 // youngInputs is how many of a connection's first inputs yield to the
@@ -596,7 +602,7 @@ func (c *conn) abort() {
 	if c.raw != nil {
 		_ = c.raw.Close()
 	}
-	_ = c.ws.CloseNow()
+	c.closeNow()
 }
 
 // goAway is the hard stop's close: a 1001 close frame, if the socket
@@ -610,7 +616,18 @@ func (c *conn) goAway() {
 	if c.raw != nil {
 		c.raw.GoAway(goingAwayFrame)
 	}
-	_ = c.ws.CloseNow()
+	c.closeNow()
+}
+
+// closeNow closes the socket at once, reading and writing nothing: through
+// the WebSocket library when it made the connection (it then knows it is
+// closed), else directly.
+func (c *conn) closeNow() {
+	if c.ws != nil {
+		_ = c.ws.CloseNow()
+		return
+	}
+	_ = c.raw.Close()
 }
 
 // goingAwayFrame is the hard stop's close frame: 1001, no reason.
@@ -727,7 +744,7 @@ func (c *conn) cleanup() {
 	if !c.closing.Load() || c.raw.Parks() {
 		// (On the fast path the library only holds the socket: its
 		// CloseNow closes it, reading and writing nothing.)
-		_ = c.ws.CloseNow()
+		c.closeNow()
 	}
 	c.ticket.Close()
 	s.wg.Done()

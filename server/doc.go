@@ -2,9 +2,14 @@
 // JSON-RPC dispatch with its admission step, the local hub of topic
 // subscriptions, per-connection send queues bounded in bytes, and drain.
 //
-// Data path: ServeHTTP asks the handshake.Gate, accepts the upgrade, and
-// starts a read goroutine for the connection (the HTTP handler returns).
-// When it has read all the input there is, the read goroutine parks the
+// Data path: ServeHTTP asks the handshake.Gate and accepts the upgrade:
+// one the door read (handshake.ServingListener) is answered by
+// internal/wsock alone (wsock.Response.Accept: no WebSocket library object
+// for the connection), anything else by the library's Accept. Where the
+// socket can park, the goroutine that served the upgrade goes on as the
+// connection's read goroutine; elsewhere a read goroutine is started and
+// the HTTP handler returns. When it has read all the input there is, the
+// read goroutine parks the
 // connection in the server's readiness poller (wsock.Poller) and ends: an
 // idle connection has no goroutine. Input, or the close of its socket from
 // anywhere (rawConn.Close), starts the next one (conn.Wake); an in-memory

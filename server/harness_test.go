@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rtserver/rtserver/handshake"
 	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/message"
 	"github.com/rtserver/rtserver/metrics"
@@ -64,8 +65,24 @@ func fastPathOnly(t *testing.T) {
 	}
 }
 
+// netHTTPTest serves the test's servers through net/http alone
+// (withNetHTTP).
+var netHTTPTest atomic.Bool
+
+// withNetHTTP serves the rest of the test's servers through net/http
+// alone, not the door: their upgrades go through the WebSocket library's
+// Accept on the fast path too. Tests that use it must not run in
+// parallel.
+func withNetHTTP(t *testing.T) {
+	was := netHTTPTest.Swap(true)
+	t.Cleanup(func() { netHTTPTest.Store(was) })
+}
+
 // serve starts s, serves it over TCP until the test ends, and returns
-// its WebSocket URL.
+// its WebSocket URL. On the fast path upgrades are served as the node
+// serves them, by the door (handshake.ServingListener, with s's gate or
+// one without limits), unless withNetHTTP; on the portable path by
+// net/http.
 func serve(t *testing.T, s *Server) string {
 	t.Helper()
 	if portableRun || portableTest.Load() {
@@ -74,7 +91,15 @@ func serve(t *testing.T, s *Server) string {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(s)
+	hs := httptest.NewUnstartedServer(s)
+	if !s.cfg.PortableSockets && !netHTTPTest.Load() {
+		g := s.gate
+		if g == nil {
+			g = testkit.Must(handshake.New(handshake.Config{}, handshake.Deps{}))
+		}
+		hs.Listener = g.ServingListener(hs.Listener, "/", s)
+	}
+	hs.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -23,10 +23,20 @@ import (
 // the end of their streams, on parked connections: each connection runs
 // its cleanup exactly once (the server's WaitGroup would go negative, or
 // Shutdown would wait forever), nothing stays open or known to the
-// poller, and no goroutine is left (leakcheck).
+// poller, and no goroutine is left (leakcheck). Both ways an upgrade is
+// made: by the door and wsock (no WebSocket library object), and by
+// net/http and the library.
 func TestParkedConnectionsCloseExactlyOnce(t *testing.T) {
 	fastPathOnly(t)
 	leakcheck.Check(t)
+	t.Run("door", parkedConnectionsCloseExactlyOnce)
+	t.Run("net/http", func(t *testing.T) {
+		withNetHTTP(t)
+		parkedConnectionsCloseExactlyOnce(t)
+	})
+}
+
+func parkedConnectionsCloseExactlyOnce(t *testing.T) {
 	s, url := startServer(t, Deps{})
 	const rounds, n = 5, 24
 	for round := range rounds {
@@ -45,6 +55,11 @@ func TestParkedConnectionsCloseExactlyOnce(t *testing.T) {
 			return fmt.Sprintf("round %d: %d of %d connections parked", round, parkedConns(s), n)
 		}, func() bool { return parkedConns(s) == n })
 		conns := s.snapshotConns()
+		for _, c := range conns {
+			if library := c.ws != nil; library != netHTTPTest.Load() {
+				t.Fatalf("upgraded by the WebSocket library: %v, served by net/http: %v", library, netHTTPTest.Load())
+			}
+		}
 		var wg sync.WaitGroup
 		for i, c := range conns {
 			client := clients[i%len(clients)]

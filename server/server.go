@@ -341,24 +341,57 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		retryhint.Answer(w, http.StatusServiceUnavailable, retryhint.HeadOverloaded, hintMillis(s.drainHint))
 		return
 	}
-	uw := &wsock.Upgrade{ResponseWriter: w, Portable: s.cfg.PortableSockets}
-	ws, err := websocket.Accept(uw, r, &websocket.AcceptOptions{
-		Subprotocols:       []string{protocol.BatchSubprotocol, protocol.BinarySubprotocol},
-		InsecureSkipVerify: true, // the gate checked the origin
-		OnPongReceived:     uw.OnPong,
-	})
-	uw.ResponseWriter = nil // OnPong keeps uw: it must not keep net/http's request state
-	if err != nil {
-		c.ticket.HandshakeDone(false)
-		return
+	var ws *websocket.Conn
+	subprotocol := ""
+	if dw, ok := w.(*wsock.Response); ok && !s.cfg.PortableSockets {
+		// Read by the door: wsock answers an upgrade the library would
+		// accept, and the connection has no library object at all.
+		if raw, sub, ok := dw.Accept(r, subprotocols); ok {
+			if raw == nil {
+				c.ticket.HandshakeDone(false)
+				return
+			}
+			c.raw, subprotocol = raw, sub
+		}
 	}
-	c.raw = uw.Conn
+	if c.raw == nil {
+		uw := &wsock.Upgrade{ResponseWriter: w, Portable: s.cfg.PortableSockets}
+		var err error
+		ws, err = websocket.Accept(uw, r, &websocket.AcceptOptions{
+			Subprotocols:       subprotocols,
+			InsecureSkipVerify: true, // the gate checked the origin
+			OnPongReceived:     uw.OnPong,
+		})
+		uw.ResponseWriter = nil // OnPong keeps uw: it must not keep net/http's request state
+		if err != nil {
+			c.ticket.HandshakeDone(false)
+			return
+		}
+		c.raw = uw.Conn
+		c.raw.Accepted()
+		subprotocol = ws.Subprotocol()
+	}
 	c.raw.SetOwner(c)
-	c.raw.Accepted()
 	c.ctx.values = connValues(r)
 	c.ticket.HandshakeDone(true)
-	c.start(ws)
+	if !c.start(ws, subprotocol) {
+		return
+	}
+	if c.raw.Native() {
+		// This goroutine (the door's, or net/http's) is done with the
+		// request: it reads on, and ends as soon as the connection parks
+		// (at once for a client that sends nothing yet). A goroutine of
+		// its own for that first look cost every upgrade a goroutine's
+		// start and a stack that grew again.
+		c.readLoop()
+		return
+	}
+	go c.readLoop()
 }
+
+// subprotocols are the WebSocket subprotocols the server speaks, in the
+// order it prefers them (docs/protocol.md).
+var subprotocols = []string{protocol.BatchSubprotocol, protocol.BinarySubprotocol}
 
 // millis is a millisecond clock for the keepalive's checks
 // (wsock.Conn.MessageOverdue), wrapping at 2^31.

@@ -92,9 +92,12 @@ type Conn struct {
 }
 
 // NewConn wraps nc, the socket of a hijacked upgrade.
-func NewConn(nc net.Conn) *Conn {
-	c := &Conn{Conn: nc, sc: Descriptor(nc)}
-	if c.sc != nil {
+func NewConn(nc net.Conn) *Conn { return newConn(nc, Descriptor(nc)) }
+
+// newConn wraps nc, whose descriptor is sc (nil: none).
+func newConn(nc net.Conn, sc syscall.RawConn) *Conn {
+	c := &Conn{Conn: nc, sc: sc}
+	if sc != nil {
 		c.fn, c.tryFn = c.writeFD, c.tryFD
 	}
 	if _, ok := nc.(Parkable); ok && !portable.Load() {

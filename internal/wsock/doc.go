@@ -30,7 +30,12 @@
 //     is taken; anything else is left to net/http with its bytes replayed,
 //     Replay), turned into the *http.Request http.ReadRequest would make
 //     (ParseHead), and answered with a response writer that supports
-//     Hijack and writes the response head (Response, response.go);
+//     Hijack and writes the response head (Response, response.go), or
+//     upgraded by it directly when the WebSocket library would accept the
+//     upgrade (Response.Accept, accept.go: the same checks and the same
+//     subprotocol choice, held to the library's by a differential test;
+//     a request it does not take is left to the library, which answers
+//     every refusal);
 //   - the scheduling nudges of a read goroutine (Yield, GrowStack);
 //   - the readiness poller that lets an idle connection wait without a
 //     goroutine (Poller), the in-memory connections that park as a
@@ -44,8 +49,9 @@
 //
 // # What it relies on
 //
-// From github.com/coder/websocket, which makes the opening handshake on
-// both paths and, on the portable path only, reads the client's frames
+// From github.com/coder/websocket, which makes the opening handshake of
+// every upgrade that net/http served or that runs on the portable path,
+// and, on the portable path only, reads the client's frames
 // and writes control frames (pinned by this package's tests, which fail
 // when an upgrade breaks one):
 //   - after Accept it reads or writes nothing of the connection unless

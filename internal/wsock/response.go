@@ -176,7 +176,7 @@ func (w *Response) flush(kind headKind) {
 	}
 	b = append(b, w.body...)
 	w.body = nil
-	if _, err := w.c.Write(b); err != nil {
+	if _, err := WriteNow(w.c, b); err != nil {
 		w.err = err
 	}
 }

@@ -52,6 +52,28 @@ func ReadNow(c net.Conn, p []byte) int {
 	return n
 }
 
+// WriteNow writes p to c: what the socket takes at once by a write(2)
+// the scheduler is not told about (socket_linux.go says why that is
+// cheaper), the rest, if any, through c.Write as usual. A small answer on
+// a fresh socket (an upgrade's 101, a refusal) always goes at once.
+func WriteNow(c net.Conn, p []byte) (int, error) {
+	n := 0
+	if raw := Descriptor(c); raw != nil {
+		var err error
+		if cerr := raw.Control(func(fd uintptr) { n, _, err = WriteFD(fd, p) }); cerr != nil {
+			return 0, cerr
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	if n == len(p) {
+		return n, nil
+	}
+	k, err := c.Write(p[n:])
+	return n + k, err
+}
+
 // AwaitGone waits until c's socket is readable and reports whether the
 // client has gone: the end of its stream, or an error. Bytes are peeked,
 // never consumed (a client that sent some has not gone). It returns false

@@ -1,0 +1,128 @@
+package wsock
+
+import (
+	"bufio"
+	"crypto/sha1"
+	"encoding/base64"
+	"net/http"
+	"strings"
+)
+
+// The opening handshake without the WebSocket library.
+//
+// The library's Accept makes a connection object per upgrade (channels,
+// a map, reader and writer state, a finalizer) that the fast path never
+// uses past the upgrade: it reads and writes every frame itself (Conn).
+// On a request the door read (Response), an upgrade the library would
+// accept is answered here instead; any other request is left to the
+// library untouched, so that every refusal is still the library's own.
+
+// websocketGUID is RFC 6455's constant for Sec-WebSocket-Accept.
+const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+// Accept completes the opening handshake of r (RFC 6455 section 4.2.2)
+// when the WebSocket library's Accept would accept it without compression
+// and with InsecureSkipVerify (the caller checked the origin), and the
+// socket has a descriptor this package calls directly: it writes the 101
+// with the first of subprotocols the client offers (in the client's
+// spelling, as the library answers) and returns the connection, ready
+// for ReadMessage, and the subprotocol chosen. ok false means nothing was
+// written or read: the caller hands r to the library, which accepts it on
+// the portable path or refuses it in its own words. An error writing the
+// 101 returns ok true and a nil Conn: the socket is then closed.
+func (w *Response) Accept(r *http.Request, subprotocols []string) (c *Conn, subprotocol string, ok bool) {
+	if w.hijacked || w.status != 0 || len(w.header) != 0 || !acceptable(r) {
+		return nil, "", false
+	}
+	sc := Descriptor(w.c)
+	if sc == nil {
+		return nil, "", false
+	}
+	subprotocol = selectSubprotocol(r.Header, subprotocols)
+	w.ctx.stop()
+	w.hijacked = true
+	var head [256]byte
+	b := append(head[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
+	b = appendAcceptKey(b, r.Header["Sec-Websocket-Key"][0])
+	if subprotocol != "" {
+		b = append(b, "\r\nSec-WebSocket-Protocol: "...)
+		b = append(b, subprotocol...)
+	}
+	b = append(b, "\r\n\r\n"...)
+	if _, err := WriteNow(w.c, b); err != nil {
+		w.c.Close()
+		return nil, "", true
+	}
+	c = newConn(w.c, sc)
+	// Nothing was read past the head: frames are read from the socket
+	// through c (whose Read flushes held frames before it would wait).
+	c.br = bufio.NewReaderSize(c, ReadBufferSize)
+	return c, subprotocol, true
+}
+
+// acceptable is the WebSocket library's check of a handshake request
+// (HTTP/1.1 or later, GET, Connection with the upgrade token, Upgrade
+// with websocket, version 13, one key of 16 base64-encoded bytes): true
+// exactly when the library would go on to accept it.
+func acceptable(r *http.Request) bool {
+	if !r.ProtoAtLeast(1, 1) || r.Method != http.MethodGet ||
+		!hasToken(r.Header["Connection"], "upgrade") || !hasToken(r.Header["Upgrade"], "websocket") ||
+		r.Header.Get("Sec-WebSocket-Version") != "13" {
+		return false
+	}
+	keys := r.Header["Sec-Websocket-Key"]
+	if len(keys) != 1 {
+		return false
+	}
+	key := strings.TrimSpace(keys[0])
+	if key != keys[0] || len(key) != 24 {
+		// The 101 is computed from the key as sent; a key the library
+		// would trim is left to it.
+		return false
+	}
+	var dst [18]byte
+	n, err := base64.StdEncoding.Decode(dst[:], []byte(key))
+	return err == nil && n == 16
+}
+
+// hasToken reports whether a comma-separated token of the values equals
+// token, ASCII case-insensitively (the library's headerTokens rule: each
+// value and each token trimmed of spaces).
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for v != "" {
+			var t string
+			t, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// selectSubprotocol is the library's choice: the first of ours (in our
+// order) that the client offers, in the client's spelling; "" if none.
+func selectSubprotocol(h http.Header, ours []string) string {
+	offered := h["Sec-Websocket-Protocol"]
+	for _, sp := range ours {
+		for _, v := range offered {
+			for v != "" {
+				var t string
+				t, v, _ = strings.Cut(v, ",")
+				if t = strings.TrimSpace(t); strings.EqualFold(sp, t) {
+					return t
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// appendAcceptKey appends Sec-WebSocket-Accept for key: base64 of the
+// SHA-1 of key and the GUID.
+func appendAcceptKey(b []byte, key string) []byte {
+	var in [24 + len(websocketGUID)]byte
+	sum := sha1.Sum(append(append(in[:0], key...), websocketGUID...))
+	return base64.StdEncoding.AppendEncode(b, sum[:])
+}
