@@ -82,7 +82,7 @@ func rawGetSSE(t *testing.T, p *proc, query string, viaNetHTTP bool, headers ...
 }
 
 // digits stand for what differs between two answers by design: session
-// ids, retry hints.
+// ids, and retry hints (spread at random) with the lengths they change.
 var digits = regexp.MustCompile(`[0-9a-f]{32}|[0-9]+`)
 
 // An event stream's request read by the listener itself gets the answer
@@ -128,7 +128,7 @@ handshake: {allowedOrigins: ["https://app.example"], maxConnections: 2}
 		door.resp.Header.Del("Date")
 		nh.resp.Header.Del("Date")
 		dh, nhh := headerText(door.resp.Header), headerText(nh.resp.Header)
-		if dh != nhh {
+		if digits.ReplaceAllString(dh, "") != digits.ReplaceAllString(nhh, "") {
 			t.Fatalf("%s: headers at the door\n%s\nthrough net/http\n%s", g.name, dh, nhh)
 		}
 		if db, nb := digits.ReplaceAll(door.body, nil), digits.ReplaceAll(nh.body, nil); !bytes.Equal(db, nb) {
