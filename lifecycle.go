@@ -90,9 +90,10 @@ func (n *Node) Serve(ln net.Listener) error {
 // serveListeners serves ln (nil: none, for Start) and aln (nil: none) on
 // g, logs that the node listens and warns about what is exposed.
 func (n *Node) serveListeners(g *errgroup.Group, ln, aln net.Listener) []*http.Server {
-	// Upgrades are served by the door: shed there while a cap is full,
+	// Upgrades and event streams (GET /sse, admitted as upgrades and
+	// hijacked) are served by the door: shed there while a cap is full,
 	// before net/http spends a goroutine and two buffers parsing them, and
-	// otherwise upgraded without net/http's per-connection buffers, which
+	// otherwise served without net/http's per-connection buffers, which
 	// a hijacked connection leaves behind as garbage
 	// (handshake.ServingListener). Everything else goes to net/http.
 	// Running out of file descriptors is counted and logged (net/http
@@ -102,7 +103,7 @@ func (n *Node) serveListeners(g *errgroup.Group, ln, aln net.Listener) []*http.S
 	addr := "(Handler, on the program's server)"
 	if ln != nil {
 		ln = acceptlog.Wrap(ln, n.metrics.AcceptFDExhausted, n.log)
-		ln = n.gate.ServingListener(ln, "/ws", n.mux)
+		ln = n.gate.ServingListener(ln, "/ws", n.mux, "/sse")
 		srv := n.cfg.HTTP.server(n.mux, errorLog)
 		servers = append(servers, srv)
 		g.Go(func() error { return serveHTTP(srv, ln) })

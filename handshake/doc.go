@@ -23,7 +23,9 @@
 // that also serves every well-formed `GET /ws` itself with the handler it
 // is given (which must call Admit first, as always), outside net/http:
 // the upgrade then leaves none of net/http's per-connection buffers
-// behind (doorserve.go). The door keeps the policy (when to shed, what
+// behind (doorserve.go). It may be given more paths that are admitted
+// and hijacked as upgrades are (rtserver's `GET /sse`): the door sheds and
+// serves those alike. The door keeps the policy (when to shed, what
 // the answer says, the peeker bound, metrics); reading, classifying and
 // parsing the head and writing the response are internal/wsock's.
 //

@@ -36,8 +36,16 @@ import (
 // with Connection: close, and the connection is closed when h returns, as
 // net/http would for an upgrade request that was refused. A panic in h is
 // logged (except http.ErrAbortHandler) and closes the connection.
-func (g *Gate) ServingListener(inner net.Listener, path string, h http.Handler) net.Listener {
-	l := newDoor(g, inner, path, peekTimeout, maxPeekers)
+//
+// more are further paths the door treats as path, sheds and serves with
+// h alike: endpoints whose handler hijacks the connection as an upgrade
+// does (rtserver's event streams, GET /sse), which would otherwise leave
+// net/http's buffers behind too. Each must be admitted by the gate behind
+// h, as path is: the door's 503 while a cap is full is the one Admit
+// would write, and it comes before anything else h would have said (a
+// request h would have refused for its query, say).
+func (g *Gate) ServingListener(inner net.Listener, path string, h http.Handler, more ...string) net.Listener {
+	l := newDoor(g, inner, append([]string{path}, more...), peekTimeout, maxPeekers)
 	if d, ok := l.(*door); ok {
 		d.h = h
 	}

@@ -242,3 +242,51 @@ func TestServingDoorServedUpgradeLeavesPeekerBound(t *testing.T) {
 	c.Close()
 	<-e.ended
 }
+
+// A door given more paths serves and sheds GET on each as on the first
+// (an event stream's head arriving in two pieces included), and still
+// hands other methods on them to net/http.
+func TestServingDoorMorePaths(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := DefaultConfig()
+	cfg.MaxConnections = 1
+	e := startDoorOn(t, cfg, 10*time.Second, maxPeekers, true, []string{"/ws", "/sse"})
+
+	c := e.raw(t)
+	write(t, c, streamHead[:6]) // "GET /s": not /ws, and not yet known to be /sse
+	e.event(t, "peek")
+	write(t, c, streamHead[6:])
+	e.event(t, "serve")
+	got := make([]byte, len(sseHead))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != sseHead {
+		t.Fatalf("stream: %q, %v", got, err)
+	}
+	if n := e.netHTTPConns.Load(); n != 0 {
+		t.Fatalf("net/http saw %d connections, want 0", n)
+	}
+
+	// The stream holds the one connection: the next is shed at the door.
+	s := e.raw(t)
+	write(t, s, streamHead)
+	checkDoorShed(t, s)
+	e.event(t, "peek")
+	e.event(t, "shed")
+	if got := rejected(e.m, "max_connections"); got != 1 || e.handled.Load() != 1 {
+		t.Fatalf("max_connections = %v, handled %d; want 1, 1", got, e.handled.Load())
+	}
+
+	p := e.raw(t)
+	write(t, p, "POST /sse HTTP/1.1\r\nHost: rt.example.com\r\nContent-Length: 2\r\n\r\n{}")
+	e.event(t, "peek")
+	e.event(t, "pass")
+	if resp, body := readResp(t, p); resp.StatusCode != 200 || string(body) != "posted" {
+		t.Fatalf("POST /sse: %d %q", resp.StatusCode, body)
+	}
+	if n := e.netHTTPConns.Load(); n != 1 {
+		t.Fatalf("net/http saw %d connections, want 1", n)
+	}
+
+	c.Close()
+	<-e.ended
+	assertIdle(t, e.g, e.m)
+}

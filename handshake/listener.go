@@ -63,7 +63,7 @@ const (
 // (not TCP or Unix) is returned unchanged. path must start with '/' and
 // contain no space, '?' or control character.
 func (g *Gate) Listener(inner net.Listener, path string) net.Listener {
-	return newDoor(g, inner, path, peekTimeout, maxPeekers)
+	return newDoor(g, inner, []string{path}, peekTimeout, maxPeekers)
 }
 
 type deadliner interface{ SetDeadline(time.Time) error }
@@ -72,7 +72,7 @@ type door struct {
 	net.Listener
 	g       *Gate
 	dl      deadliner
-	path    string
+	paths   []string // the first is Listener's path; more: ServingListener's
 	timeout time.Duration
 	max     int32
 	h       http.Handler // ServingListener: serves GET path itself
@@ -88,20 +88,22 @@ type door struct {
 	trace func(event string) // tests: "peek", "shed", "pass", "gone"
 }
 
-func newDoor(g *Gate, inner net.Listener, path string, timeout time.Duration, max int32) net.Listener {
-	if len(path) == 0 || path[0] != '/' {
-		panic("handshake: door path must start with '/': " + strconv.Quote(path))
-	}
-	for i := 0; i < len(path); i++ {
-		if c := path[i]; c <= ' ' || c == '?' || c >= 0x7f {
-			panic("handshake: invalid door path " + strconv.Quote(path))
+func newDoor(g *Gate, inner net.Listener, paths []string, timeout time.Duration, max int32) net.Listener {
+	for _, path := range paths {
+		if len(path) == 0 || path[0] != '/' {
+			panic("handshake: door path must start with '/': " + strconv.Quote(path))
+		}
+		for i := 0; i < len(path); i++ {
+			if c := path[i]; c <= ' ' || c == '?' || c >= 0x7f {
+				panic("handshake: invalid door path " + strconv.Quote(path))
+			}
 		}
 	}
 	dl, ok := inner.(deadliner)
 	if !ok {
 		return inner
 	}
-	return &door{Listener: inner, g: g, dl: dl, path: path, timeout: timeout, max: max,
+	return &door{Listener: inner, g: g, dl: dl, paths: paths, timeout: timeout, max: max,
 		peeking: map[net.Conn]struct{}{}}
 }
 
@@ -180,7 +182,7 @@ func (d *door) Accept() (net.Conn, error) {
 // shedNow sheds c if head, the bytes it has sent so far, is a complete
 // sheddable upgrade and the door still sheds; else it leaves c alone.
 func (d *door) shedNow(c net.Conn, head []byte) bool {
-	if v, _ := wsock.ClassifyHead(head, d.path, 0, peekSize); v != wsock.HeadSimple {
+	if !d.simple(head) {
 		return false
 	}
 	why, full := d.g.doorFull()
@@ -202,6 +204,17 @@ func (d *door) shed(c net.Conn, why reason, scratch []byte) {
 	_, _ = wsock.WriteNow(c, appendDoor503(scratch, g.overloadHint(g.clock())))
 	c.Close()
 	d.event("shed")
+}
+
+// simple reports whether head is a complete, well-formed GET of one of
+// the door's paths (wsock.HeadSimple).
+func (d *door) simple(head []byte) bool {
+	for _, path := range d.paths {
+		if v, _ := wsock.ClassifyHead(head, path, 0, peekSize); v == wsock.HeadSimple {
+			return true
+		}
+	}
+	return false
 }
 
 // shedding reports whether the door sheds well-formed upgrades now.
@@ -269,7 +282,12 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 	}()
 	buf := bp[:]
 
-	n, v, err := wsock.ReadHead(c, buf, n, d.path)
+	n, v, err := wsock.ReadHead(c, buf, n, d.paths[0])
+	for i := 1; v == wsock.HeadOther && err == nil && i < len(d.paths); i++ {
+		// Not a simple head for the first path: another path's, perhaps
+		// (ReadHead reads on from the bytes in, if it needs more).
+		n, v, err = wsock.ReadHead(c, buf, n, d.paths[i])
+	}
 	if v == wsock.HeadSimple {
 		// Door work yields first: Gosched moves this goroutine to the back
 		// of the global run queue, behind the connections already served

@@ -49,6 +49,14 @@ func startDoor(t *testing.T, cfg Config, timeout time.Duration, max int32) *door
 // (ServingListener), and netHTTPConns counts the connections net/http got.
 func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool, log ...*slog.Logger) *doorEnv {
 	t.Helper()
+	return startDoorOn(t, cfg, timeout, max, serve, []string{"/ws"}, log...)
+}
+
+// startDoorOn is startDoorWith for a door on paths (ServingListener's
+// path and more). GET /sse admits through the gate and hijacks, as an
+// event stream does; POST /sse answers "posted".
+func startDoorOn(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool, paths []string, log ...*slog.Logger) *doorEnv {
+	t.Helper()
 	e := &doorEnv{netHTTPNew: make(chan struct{}, 64), ended: make(chan struct{}, 64), events: make(chan string, 256), admitd: make(chan struct{}, 64)}
 	e.g, e.m = newGate(t, cfg, log...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -56,7 +64,7 @@ func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, s
 		t.Fatal(err)
 	}
 	e.addr = ln.Addr().String()
-	e.d = newDoor(e.g, ln, "/ws", timeout, max).(*door)
+	e.d = newDoor(e.g, ln, paths, timeout, max).(*door)
 	e.d.trace = func(ev string) {
 		select {
 		case e.events <- ev:
@@ -91,6 +99,24 @@ func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, s
 		_, _, _ = c.Read(context.Background()) // until the client closes
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /sse", func(w http.ResponseWriter, r *http.Request) {
+		e.handled.Add(1)
+		var tk Ticket
+		if !e.g.Admit(w, r, &tk) {
+			return
+		}
+		defer func() { e.ended <- struct{}{} }()
+		defer tk.Close()
+		nc, _, err := http.NewResponseController(w).Hijack()
+		tk.HandshakeDone(err == nil)
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		_, _ = io.WriteString(nc, sseHead)
+		_, _ = io.Copy(io.Discard, nc) // until the client closes
+	})
+	mux.HandleFunc("POST /sse", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("posted")) })
 	if serve {
 		e.d.h = mux
 	}
@@ -148,6 +174,11 @@ func (e *doorEnv) raw(t *testing.T) net.Conn {
 
 const upgradeHead = "GET /ws HTTP/1.1\r\nHost: rt.example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
 	"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+
+// sseHead is what the test's GET /sse writes on the connection it hijacked.
+const sseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\nevent: hi\n\n"
+
+const streamHead = "GET /sse?topic=a HTTP/1.1\r\nHost: rt.example.com\r\n\r\n"
 
 const healthHead = "GET /healthz HTTP/1.1\r\nHost: rt.example.com\r\n\r\n"
 
@@ -448,7 +479,7 @@ func TestDoorShedsHeadAlreadyIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := newDoor(g, ln, "/ws", time.Hour, 0)
+	d := newDoor(g, ln, []string{"/ws"}, time.Hour, 0)
 	defer d.Close()
 
 	shed, err := net.Dial("tcp", ln.Addr().String())
