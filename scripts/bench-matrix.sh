@@ -18,7 +18,7 @@
 # Environment:
 #   RUNS=3          runs per regime and build (the table shows medians)
 #   DURATION=3s     publishing time of each fan-out run
-#   REGIMES="fan1000 window1 rooms sparse idle storm stormfree"   a subset to run; also,
+#   REGIMES="fan1000 window1 rooms roomsraw sparse idle shed storm stormfree"   a subset to run; also,
 #                   not run unless named: recover and redis-recover, the recovery
 #                   storm on the memory and the Redis history store
 #   BASE_BIN=path   an already built base rtserver (one BASE, which then only
@@ -34,7 +34,7 @@ if [ $# -eq 0 ]; then set -- main; fi
 bases=("$@")
 runs=${RUNS:-3}
 dur=${DURATION:-3s}
-regimes=${REGIMES:-fan1000 window1 rooms sparse idle storm stormfree}
+regimes=${REGIMES:-fan1000 window1 rooms roomsraw sparse idle shed storm stormfree}
 fanport=${PORT:-18611}
 idleport=$((fanport + 1))
 stormport=$((fanport + 2))
@@ -90,6 +90,7 @@ stop_server() {
 
 printf 'listen: 127.0.0.1:%s\n' "$fanport" > "$tmp/fan.yaml"
 printf 'listen: 127.0.0.1:%s\nhandshake: {maxConnections: 20000}\n' "$idleport" > "$tmp/idle.yaml"
+printf 'listen: 127.0.0.1:%s\nadmission: {classes: {pub: {rate: {limit: 50, per: 1s, by: conn}}}, methods: {publish: pub}}\n' "$idleport" > "$tmp/shed.yaml"
 printf 'listen: 127.0.0.1:%s\nhandshake:\n  maxConnections: 500\n  perTickBudget: 50\n  tick: 10ms\n  maxQueueWait: 200ms\n' "$stormport" > "$tmp/storm.yaml"
 hist='topics:\n  namespaces:\n    - {pattern: "room:*", subscribe: [any], publish: [any], history: {size: 2000, ttl: 2m}}\n'
 printf "listen: 127.0.0.1:$recport\n$hist" > "$tmp/recover.yaml"
@@ -99,7 +100,7 @@ fan=ws://127.0.0.1:$fanport/ws
 run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 	local f=$out/$1.$2.$3.json
 	case $1 in
-	fan1000 | window1 | rooms | sparse)
+	fan1000 | window1 | rooms | roomsraw | sparse)
 		start_server "$2" "$tmp/fan.yaml"
 		wait_port $fanport
 		local shape
@@ -107,6 +108,10 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 		fan1000) shape=(-p 1 -s 1000 -t 1) ;;
 		window1) shape=(-p 1 -s 1000 -t 1 --window 1) ;;
 		rooms) shape=(-p 100 -s 1000 -t 100 --own-topics) ;;
+		# The same with clients that read and write raw frames: the
+		# generator, 2.5-3.5x the server's CPU through the WebSocket
+		# library, then takes less of the two cores from the server.
+		roomsraw) shape=(-p 100 -s 1000 -t 100 --own-topics --raw) ;;
 		sparse) shape=(-p 100 -s 1000 -t 100 --own-topics --rate 2000) ;;
 		esac
 		"$bench" fanout --url "$fan" "${shape[@]}" --size 100 --duration "$dur" --server-pid "$sp" --max-time 60s --json > "$f"
@@ -117,6 +122,16 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 		wait_port $idleport
 		"$bench" idle --url ws://127.0.0.1:$idleport/ws -n 10000 -c 100 --settle 5s --server-pid "$sp" \
 			--probe-clients 10 --probe-rate 200 --probe-time 3s --max-time 90s --json > "$f"
+		stop_server
+		;;
+	shed)
+		# What a refusal costs: five abusers (a process of their own),
+		# 16 publishes in flight each, over a rate of 50/s per connection,
+		# beside 20 innocents doing 200 publish round trips/s; nothing
+		# pinned, as deployed.
+		start_server "$2" "$tmp/shed.yaml"
+		wait_port $idleport
+		"$bench" shed --url ws://127.0.0.1:$idleport/ws --server-pid "$sp" --abusers 5 --window 16 --duration 5s --max-time 60s --json > "$f"
 		stop_server
 		;;
 	storm)
@@ -208,7 +223,13 @@ rows = {
     "rooms": [("100 x 10, a publisher per topic, 64 in flight: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
               ("100 x 10, a publisher per topic, 64 in flight: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
               ("100 x 10, 64 in flight: send -> receipt p50 ms", lat("latency", 50)),
-              ("100 x 10, 64 in flight: send -> receipt p99 ms", lat("latency", 99))],
+              ("100 x 10, 64 in flight: send -> receipt p99 ms", lat("latency", 99)),
+              ("100 x 10, 64 in flight: rtbench CPU s per million", lambda j: j["rtbenchCpuSeconds"] / j["delivered"] * 1e6)],
+    "roomsraw": [("100 x 10, raw clients: server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
+                 ("100 x 10, raw clients: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
+                 ("100 x 10, raw clients: send -> receipt p50 ms", lat("latency", 50)),
+                 ("100 x 10, raw clients: send -> receipt p99 ms", lat("latency", 99)),
+                 ("100 x 10, raw clients: rtbench CPU s per million", lambda j: j["rtbenchCpuSeconds"] / j["delivered"] * 1e6)],
     "sparse": [("100 x 10 sparse (20 msg/s per publisher): server CPU s per million", lambda j: j["serverCpuSecondsPerMillionDelivered"]),
                ("100 x 10 sparse: delivered/s", lambda j: j["deliveredPerSec"], "higher"),
                ("100 x 10 sparse: send -> receipt p50 ms", lat("latency", 50)),
@@ -216,6 +237,11 @@ rows = {
     "idle": [("idle at 10k: KiB RSS per connection", lambda j: j["serverRssPerConnBytes"] / 1024),
              ("idle at 10k: probes' send -> receipt p50 ms", lat("probe", 50)),
              ("idle at 10k: probes' send -> receipt p99 ms", lat("probe", 99))],
+    "shed": [("refusals (5 abusers, window 16): server CPU us per refused publish", lambda j: j["serverCpuUsPerRefused"]),
+             ("refusals: refused publishes/s", lambda j: j["abuse"]["refusedPerSec"], None),
+             ("refusals: innocents' p99 factor, abused/quiet", lambda j: j["probe"]["p99Factor"]),
+             ("refusals: innocents' quiet send -> receipt p99 ms", lambda j: j["probe"]["baseline"]["p99Ms"]),
+             ("refusals: innocents' send -> receipt p99 ms while abused", lambda j: j["probe"]["storm"]["p99Ms"])],
     "storm": [("connect storm (10x cap): probes' p99 factor, storm/quiet", lambda j: j["probe"]["p99Factor"]),
               ("connect storm: probes' quiet send -> receipt p50 ms", lambda j: j["probe"]["baseline"]["p50Ms"]),
               ("connect storm: probes' quiet send -> receipt p99 ms", lambda j: j["probe"]["baseline"]["p99Ms"]),

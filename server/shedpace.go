@@ -37,6 +37,23 @@ const refusedBeforePause = 16
 // one go.
 const refusalPause = 10 * time.Millisecond
 
+// paceEpoch is the origin of the grid that paused reads end on.
+var paceEpoch = time.Now()
+
+// pauseLeft is how long a pause that begins at since (time since
+// paceEpoch) lasts: until the next tick of a grid of refusalPause that is
+// at least half a pause away, so between half a pause and one and a half
+// (one on average). Every paced connection's read then resumes on the
+// same ticks: on a server that is otherwise quiet, five hammering clients
+// cost one wake-up from idle per tick instead of five, and a wake-up
+// from idle (the scheduler, the poller, the threads' sleep and waking)
+// cost several times the refusals it served
+// (docs/journal/latency-and-shedding.md).
+func pauseLeft(since time.Duration) time.Duration {
+	end := (since+refusalPause/2)/refusalPause*refusalPause + refusalPause
+	return end - since
+}
+
 // countRefused counts a built-in request's outcome: refused by admission,
 // or anything else (admitted, or refused for another reason). Anything
 // else ends a run shorter than refusedBeforePause; a paced connection's
@@ -66,5 +83,7 @@ func (c *conn) pauseRefused() {
 	}
 	c.s.refusalPauses.Add(1)
 	c.raw.FlushHeld()
-	time.Sleep(refusalPause)
+	c.raw.MuteInput(true)
+	time.Sleep(pauseLeft(time.Since(paceEpoch)))
+	c.raw.MuteInput(false)
 }

@@ -117,3 +117,19 @@ func TestHammeringARefusalIsReadAtAPace(t *testing.T) {
 		t.Fatalf("innocent's message %q", got)
 	}
 }
+
+// A paused read ends on the process-wide grid of refusalPause, between
+// half a pause and one and a half after it began: paced connections
+// wake together, and each waits a pause on average.
+func TestPauseEndsOnTheGrid(t *testing.T) {
+	for _, since := range []time.Duration{0, 1, refusalPause/2 - 1, refusalPause / 2, refusalPause - 1, refusalPause,
+		7*refusalPause + 3*time.Millisecond, 7*refusalPause + 6*time.Millisecond, 1<<40 + 12345} {
+		d := pauseLeft(since)
+		if d < refusalPause/2 || d > refusalPause*3/2 {
+			t.Errorf("since %v: pause %v, want %v to %v", since, d, refusalPause/2, refusalPause*3/2)
+		}
+		if (since+d)%refusalPause != 0 {
+			t.Errorf("since %v: pause %v ends off the grid", since, d)
+		}
+	}
+}

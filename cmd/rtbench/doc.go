@@ -29,7 +29,10 @@
 //
 // Clients are raw github.com/coder/websocket connections, not the client
 // package: its reconnect loop and call bookkeeping would add work (and
-// retries) to the measured loops. Latencies are recorded in a log-linear
+// retries) to the measured loops. With fanout --raw, rtserver's clients
+// skip the library too and read and write frames themselves
+// (rawconn.go): the generator then takes less of the machine from the
+// server it measures. Latencies are recorded in a log-linear
 // histogram with a relative error under 1/128 (see hist.go); server CPU is
 // utime+stime from /proc/PID/stat and RSS is VmRSS from /proc/PID/status.
 package main

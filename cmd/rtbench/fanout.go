@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,17 +18,23 @@ import (
 )
 
 type fanoutConfig struct {
-	URL         *url.URL      // where the subscribers connect
-	PubURL      *url.URL      // where the publishers connect; nil: URL
-	P, S, T     int           // publishers, subscribers, topics
-	Size        int           // approximate bytes of each message's data
-	Duration    time.Duration // publishing time
-	Rate        float64       // publishes/s over all publishers; 0 = as fast as the window allows
-	Window      int           // publishes in flight per publisher (default 64)
-	Batch       bool          // subscribers offer the rt.batch subprotocol
-	Data        string        // json, bytes or base64 (binary.go)
-	OwnTopics   bool          // publisher j publishes only to topic j mod T (many rooms, one publisher each)
-	C           int           // dialers in parallel while connecting
+	URL       *url.URL      // where the subscribers connect
+	PubURL    *url.URL      // where the publishers connect; nil: URL
+	P, S, T   int           // publishers, subscribers, topics
+	Size      int           // approximate bytes of each message's data
+	Duration  time.Duration // publishing time
+	Rate      float64       // publishes/s over all publishers; 0 = as fast as the window allows
+	Window    int           // publishes in flight per publisher (default 64)
+	Batch     bool          // subscribers offer the rt.batch subprotocol
+	Data      string        // json, bytes or base64 (binary.go)
+	OwnTopics bool          // publisher j publishes only to topic j mod T (many rooms, one publisher each)
+	// Raw has the subscribers and publishers read and write their sockets
+	// without the WebSocket library (rawconn.go), where the target allows
+	// (rawAllowed): the generator then takes less of the machine from the
+	// server. Off by default, so that comparisons with other servers,
+	// whose clients go through the library, stay like for like.
+	Raw         bool
+	C           int // dialers in parallel while connecting
 	DialTimeout time.Duration
 	ServerPID   int
 	// PubServerPID is the publishers' instance, when it is another one:
@@ -122,7 +129,18 @@ func fanoutTopic(t int) string {
 // dialMany opens n connections with c dialers; on any failure it closes
 // what it opened.
 func dialMany(ctx context.Context, d *dialer, n, c int, timeout time.Duration, setup func(i int, conn *websocket.Conn) error) ([]*websocket.Conn, error) {
-	conns := make([]*websocket.Conn, n)
+	dial := func(ctx context.Context) (*websocket.Conn, error) {
+		conn, _, err := d.dial(ctx)
+		return conn, err
+	}
+	return dialEach(ctx, n, c, timeout, dial, setup, func(open []*websocket.Conn) { closeAll(open, 256) })
+}
+
+// dialEach is dialMany for any kind of connection: dial opens one,
+// closeAll closes those opened when one fails.
+func dialEach[T comparable](ctx context.Context, n, c int, timeout time.Duration, dial func(context.Context) (T, error), setup func(i int, conn T) error, closeAll func([]T)) ([]T, error) {
+	conns := make([]T, n)
+	var zero T
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once
@@ -137,7 +155,7 @@ func dialMany(ctx context.Context, d *dialer, n, c int, timeout time.Duration, s
 					return
 				}
 				dctx, cancel := context.WithTimeout(ctx, timeout)
-				conn, _, err := d.dial(dctx)
+				conn, err := dial(dctx)
 				cancel()
 				if err == nil {
 					conns[i] = conn
@@ -156,13 +174,13 @@ func dialMany(ctx context.Context, d *dialer, n, c int, timeout time.Duration, s
 		first = ctx.Err()
 	}
 	if first != nil {
-		var open []*websocket.Conn
+		var open []T
 		for _, c := range conns {
-			if c != nil {
+			if c != zero {
 				open = append(open, c)
 			}
 		}
-		closeAll(open, 256)
+		closeAll(open)
 		return nil, first
 	}
 	return conns, nil
@@ -217,52 +235,100 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		readers           sync.WaitGroup
 		negotiated        atomic.Int64
 	)
+	// lost records a subscriber's end before the run stopped: its close
+	// code, or "error".
+	lost := func(code int) {
+		if stopping.Load() {
+			return
+		}
+		k := "error"
+		if code != -1 {
+			k = strconv.Itoa(code)
+		}
+		mu.Lock()
+		closed[k]++
+		mu.Unlock()
+	}
+	// record counts the deliveries in one frame (wireLen bytes on the
+	// wire) that a subscriber had in hand at now.
+	record := func(h *hist, b []byte, wireLen int, now int64) {
+		n := scanDelivery(b, func(ts int64) { h.RecordNs(now - ts) })
+		if n > 0 {
+			wire.Add(int64(wireLen))
+			delivered.Add(int64(n))
+			frames.Add(1)
+			lastDelivery.Store(now)
+		}
+	}
+	merge := func(h *hist) {
+		mu.Lock()
+		lat.Merge(h)
+		mu.Unlock()
+	}
 	subscriber := func(c *websocket.Conn) {
 		defer readers.Done()
 		var h hist
-		defer func() {
-			mu.Lock()
-			lat.Merge(&h)
-			mu.Unlock()
-		}()
+		defer merge(&h)
 		for {
 			_, b, err := c.Read(context.Background())
 			if err != nil {
-				if !stopping.Load() {
-					k := "error"
-					if code := websocket.CloseStatus(err); code != -1 {
-						k = strconv.Itoa(int(code))
-					}
-					mu.Lock()
-					closed[k]++
-					mu.Unlock()
-				}
+				lost(int(websocket.CloseStatus(err)))
 				return
 			}
 			if serverPing(c, b) {
 				continue
 			}
-			now := int64(time.Since(base))
-			n := scanDelivery(b, func(ts int64) { h.RecordNs(now - ts) })
-			if n > 0 {
-				wire.Add(int64(wireBytes(len(b))))
-				delivered.Add(int64(n))
-				frames.Add(1)
-				lastDelivery.Store(now)
-			}
+			record(&h, b, wireBytes(len(b)), int64(time.Since(base)))
 		}
 	}
-	subs, err := dialMany(ctx, newDialer(cfg.URL, proto), cfg.S, cfg.C, cfg.DialTimeout, func(i int, c *websocket.Conn) error {
-		if c.Subprotocol() == protocol.BatchSubprotocol {
-			negotiated.Add(1)
+	rawSubscriber := func(s *rawConn) {
+		defer readers.Done()
+		var h hist
+		defer merge(&h)
+		for {
+			b, n, err := s.next()
+			if err != nil {
+				var ce errClosed
+				if !errors.As(err, &ce) {
+					ce.code = -1
+				}
+				lost(ce.code)
+				return
+			}
+			record(&h, b, n, int64(s.at.Sub(base)))
 		}
-		if err := subscribeSync(ctx, c, 1, fanoutTopic(i%cfg.T)); err != nil {
-			return err
-		}
-		readers.Add(1)
-		go subscriber(c)
-		return nil
-	})
+	}
+	var (
+		subs []*websocket.Conn
+		raws []*rawConn
+		err  error
+	)
+	if d := newDialer(cfg.URL, proto); cfg.Raw && rawAllowed(cfg.URL) {
+		dial := func(ctx context.Context) (*rawConn, error) { return rawDial(ctx, d, cfg.URL, proto) }
+		raws, err = dialEach(ctx, cfg.S, cfg.C, cfg.DialTimeout, dial, func(i int, s *rawConn) error {
+			if s.proto == protocol.BatchSubprotocol {
+				negotiated.Add(1)
+			}
+			if err := s.subscribe(ctx, 1, fanoutTopic(i%cfg.T)); err != nil {
+				return err
+			}
+			readers.Add(1)
+			go rawSubscriber(s)
+			return nil
+		}, closeRaw)
+	} else {
+		subs, err = dialMany(ctx, d, cfg.S, cfg.C, cfg.DialTimeout, func(i int, c *websocket.Conn) error {
+			if c.Subprotocol() == protocol.BatchSubprotocol {
+				negotiated.Add(1)
+			}
+			if err := subscribeSync(ctx, c, 1, fanoutTopic(i%cfg.T)); err != nil {
+				return err
+			}
+			readers.Add(1)
+			go subscriber(c)
+			return nil
+		})
+	}
 	if err != nil {
 		readers.Wait()
 		return nil, fmt.Errorf("subscribers: %w", err)
@@ -275,6 +341,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	defer func() {
 		stopping.Store(true)
 		closeAll(all, 256)
+		closeRaw(raws)
 		readers.Wait()
 	}()
 
@@ -283,11 +350,27 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if binaryMode.Load() {
 		pubProto = []string{protocol.BinarySubprotocol}
 	}
-	pubs, err := dialMany(ctx, newDialer(cfg.PubURL, pubProto), cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
-	if err != nil {
-		return nil, fmt.Errorf("publishers: %w", err)
+	var pubs []pubConn
+	if d := newDialer(cfg.PubURL, pubProto); cfg.Raw && rawAllowed(cfg.PubURL) {
+		dial := func(ctx context.Context) (*rawConn, error) { return rawDial(ctx, d, cfg.PubURL, pubProto) }
+		rp, err := dialEach(ctx, cfg.P, cfg.C, cfg.DialTimeout, dial, func(int, *rawConn) error { return nil }, closeRaw)
+		if err != nil {
+			return nil, fmt.Errorf("publishers: %w", err)
+		}
+		raws = append(raws, rp...)
+		for _, r := range rp {
+			pubs = append(pubs, r)
+		}
+	} else {
+		conns, err := dialMany(ctx, d, cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
+		if err != nil {
+			return nil, fmt.Errorf("publishers: %w", err)
+		}
+		all = append(all, conns...)
+		for _, c := range conns {
+			pubs = append(pubs, libPub{c})
+		}
 	}
-	all = append(all, pubs...)
 
 	var (
 		published, expected atomic.Int64
@@ -340,8 +423,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	}
 	stopping.Store(true)
 	closeAll(all, 256)
+	closeRaw(raws)
 	readers.Wait()
-	all = nil
+	all, raws = nil, nil
 
 	res.Published = published.Load()
 	res.Expected = expected.Load()
@@ -385,28 +469,24 @@ func topicOf(cfg fanoutConfig, j int, id uint64) int {
 // publisher j publishes round-robin over the topics (starting at topic j)
 // with at most cfg.Window publishes unanswered, paced to its share of
 // cfg.Rate, until stop; then it waits (at most 10 s) for the answers.
-func publisher(ctx context.Context, c *websocket.Conn, j int, cfg fanoutConfig, base time.Time, subsOf []int64, stop <-chan struct{}, published, expected *atomic.Int64, mu *sync.Mutex, errs map[string]int) {
+func publisher(ctx context.Context, c pubConn, j int, cfg fanoutConfig, base time.Time, subsOf []int64, stop <-chan struct{}, published, expected *atomic.Int64, mu *sync.Mutex, errs map[string]int) {
 	window := make(chan struct{}, cfg.Window)
 	answered := make(chan struct{})
 	go func() {
 		defer close(answered)
-		readFrames(c, func(_ time.Time, f frame) bool {
-			if f.ID == nil {
-				return true
-			}
-			if f.Error != nil {
+		c.answers(func(id uint64, code int, failed bool) {
+			if failed {
 				mu.Lock()
-				errs[strconv.Itoa(f.Error.Code)]++
+				errs[strconv.Itoa(code)]++
 				mu.Unlock()
 			} else {
 				published.Add(1)
-				expected.Add(subsOf[topicOf(cfg, j, *f.ID)])
+				expected.Add(subsOf[topicOf(cfg, j, id)])
 			}
 			select {
 			case <-window:
 			default:
 			}
-			return true
 		})
 	}()
 	var interval time.Duration
@@ -442,7 +522,7 @@ loop:
 		params = append(params[:0], topics[topicOf(cfg, j, id)]...)
 		params = append(params, dataOf(payload(int64(time.Since(base)), cfg.Size))...)
 		params = append(params, '}')
-		if err := write(ctx, c, request(id, protocol.MethodPublish, params)); err != nil {
+		if err := c.publish(ctx, request(id, protocol.MethodPublish, params)); err != nil {
 			mu.Lock()
 			errs["write: "+errKind(err)]++
 			mu.Unlock()
@@ -463,3 +543,35 @@ loop:
 		}
 	}
 }
+
+// pubConn is a publisher's connection: through the WebSocket library, or
+// raw (rawconn.go).
+type pubConn interface {
+	// answers calls fn with each answer's id, and its error code when
+	// failed, until the connection ends.
+	answers(fn func(id uint64, code int, failed bool))
+	// publish sends one request as one text frame.
+	publish(ctx context.Context, req []byte) error
+}
+
+type libPub struct{ c *websocket.Conn }
+
+func (p libPub) answers(fn func(id uint64, code int, failed bool)) {
+	readFrames(p.c, func(_ time.Time, f frame) bool {
+		answerOf(f, fn)
+		return true
+	})
+}
+
+// answerOf hands fn a decoded frame that is an answer.
+func answerOf(f frame, fn func(id uint64, code int, failed bool)) {
+	switch {
+	case f.ID == nil:
+	case f.Error != nil:
+		fn(*f.ID, f.Error.Code, true)
+	default:
+		fn(*f.ID, 0, false)
+	}
+}
+
+func (p libPub) publish(ctx context.Context, req []byte) error { return write(ctx, p.c, req) }

@@ -23,7 +23,7 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
   rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID] [--probe-clients 10 --probe-rate 200 --probe-time 3s] [--sse [--sse-topics 100]]
   rtbench shed     --url ... --server-pid PID [--abusers 5 --window 16 --duration 5s] [--probe-clients 20 --probe-rate 200 --baseline 3s] [--abuse-cpu 1]
   rtbench abuse    --url ... [-n 5 --window 16 --duration 5s] [--server-pid PID]
-  rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--server-pid PID]
+  rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--raw] [--server-pid PID]
   rtbench recover  --url ... -n 1000 --missed 1000 [-t 1] [--size 100] [--prefix room:] [--server-pid PID] [--watch http://host:port]
   rtbench rpc      --url ... --method report.daily --rate 500 --duration 10s -c 10 [--params JSON]
   rtbench api      --url http://127.0.0.1:9090/api/publish --key KEY -c 16 --duration 10s [--body JSON] [--server-pid PID]
@@ -192,6 +192,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		own := fs.Bool("own-topics", false, "publisher j publishes only to topic j mod -t (with -p equal to -t: one publisher per topic) instead of round-robin over all")
 		pubURL := fs.String("pub-url", "", "where the publishers connect (default --url): another instance of the fleet, to measure delivery across instances")
 		pubPID := fs.Int("pub-server-pid", 0, "the --pub-url instance's process id: measure its CPU too")
+		raw := fs.Bool("raw", false, "subscribers and publishers read and write raw frames instead of going through the WebSocket library: rtbench then takes less CPU from the server (rtserver's JSON protocol over ws:// only; others ignore it)")
 		data := fs.String("data", dataJSON, "message data: json; bytes (--size bytes, raw on the binary protocol rt.msgpack); base64 (the same bytes on the JSON protocol as {\"$bin\":\"<base64>\"})")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
@@ -205,7 +206,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			return runFanout(ctx, fanoutConfig{URL: u, PubURL: pu, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
-				Window: *window, Batch: *batch, Data: *data, OwnTopics: *own, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
+				Window: *window, Batch: *batch, Data: *data, OwnTopics: *own, Raw: *raw, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
 		}
 	case "recover":
 		n := fs.Int("n", 1000, "clients: each subscribes, goes away, misses --missed messages, then all reconnect at once and recover")

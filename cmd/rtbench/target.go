@@ -83,6 +83,9 @@ type dialer struct {
 	client *http.Client
 	proto  []string
 	next   atomic.Uint32
+	// tcp opens the TCP connection under each WebSocket (rawconn.go
+	// dials with it too).
+	tcp func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func newDialer(u *url.URL, subprotocols []string) *dialer {
@@ -92,19 +95,20 @@ func newDialer(u *url.URL, subprotocols []string) *dialer {
 	if a, err := netip.ParseAddr(u.Hostname()); err == nil && a.Unmap().Is4() && a.IsLoopback() {
 		spread = true
 	}
+	d.tcp = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !spread {
+			return nd.DialContext(ctx, network, addr)
+		}
+		n := d.next.Add(1)
+		ld := *nd
+		ld.LocalAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(n%250+1))}
+		return ld.DialContext(ctx, network, addr)
+	}
 	tr := &http.Transport{
 		DisableKeepAlives:   true,
 		DisableCompression:  true,
 		MaxIdleConnsPerHost: -1,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if !spread {
-				return nd.DialContext(ctx, network, addr)
-			}
-			n := d.next.Add(1)
-			ld := *nd
-			ld.LocalAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(n%250+1))}
-			return ld.DialContext(ctx, network, addr)
-		},
+		DialContext:         d.tcp,
 	}
 	d.client = &http.Client{Transport: tr}
 	return d

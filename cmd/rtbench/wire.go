@@ -126,19 +126,28 @@ func subscribeSync(ctx context.Context, c *websocket.Conn, id uint64, topic stri
 		if serverPing(c, b) {
 			continue
 		}
-		fs, err := frames(b)
-		if err != nil {
+		if done, err := subscribeAnswer(b, id, topic); done || err != nil {
 			return err
 		}
-		for _, f := range fs {
-			if f.ID != nil && *f.ID == id {
-				if f.Error != nil {
-					return errors.New("subscribe " + topic + ": error " + strconv.Itoa(f.Error.Code))
-				}
-				return nil
+	}
+}
+
+// subscribeAnswer looks for the answer to subscribe request id in a
+// frame: done once it is there, with the refusal it may be.
+func subscribeAnswer(b []byte, id uint64, topic string) (done bool, err error) {
+	fs, err := frames(b)
+	if err != nil {
+		return false, err
+	}
+	for _, f := range fs {
+		if f.ID != nil && *f.ID == id {
+			if f.Error != nil {
+				return true, errors.New("subscribe " + topic + ": error " + strconv.Itoa(f.Error.Code))
 			}
+			return true, nil
 		}
 	}
+	return false, nil
 }
 
 // closeAll closes connections with a close handshake, n at a time.

@@ -652,3 +652,27 @@ func (c *Conn) InputInHand() bool {
 	defer c.brMu.Unlock()
 	return !c.readClosed && c.br.Buffered() > 0
 }
+
+// mutedInput is the SO_RCVLOWAT of a muted socket: more than a paced
+// client sends in a pause (16 publishes in flight of ~100 bytes are
+// 1.6 KiB), and small enough that the kernel neither grows the receive
+// buffer nor clamps the window for it (it does so only for a mark over
+// half the buffer, 64 KiB by default).
+const mutedInput = 8 << 10
+
+// MuteInput stops (on) or restarts input from waking the runtime's
+// poller while the read goroutine sleeps without reading (a paced
+// refusal): every segment a client sends to a socket nobody waits on
+// otherwise wakes an idle thread for nothing, a wake-up per request of a
+// hammering client. Muted, bytes wake it only past mutedInput (or at the
+// end, or on an error). Read goroutine only; unmute before the next read.
+func (c *Conn) MuteInput(on bool) {
+	if c == nil || c.sc == nil {
+		return
+	}
+	n := int32(1)
+	if on {
+		n = mutedInput
+	}
+	_ = c.sc.Control(func(fd uintptr) { setRcvLowat(fd, n) })
+}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
 	"github.com/rtserver/rtserver/internal/testkit"
@@ -106,4 +107,67 @@ func TestPublisherReadTakesWhatArrivedThenWaits(t *testing.T) {
 	if got := f.flushes.Load(); got != 1 {
 		t.Fatalf("%d flushes, want 1", got)
 	}
+}
+
+// A muted socket (a paced read's pause) is not readable to a poller for
+// a few bytes, is for more than mutedInput, and is again for any byte
+// once unmuted; the client's end is seen muted or not.
+func TestMuteInputKeepsAFewBytesFromWakingThePoller(t *testing.T) {
+	client, server := testkit.TCPPair(t)
+	defer client.Close()
+	defer server.Close()
+	rc := NewConn(server)
+	sc, _ := server.(*net.TCPConn).SyscallConn()
+	readable := func() bool {
+		var in bool
+		_ = sc.Control(func(fd uintptr) {
+			var fds syscall.FdSet
+			fds.Bits[fd/64] |= 1 << (fd % 64)
+			tv := syscall.Timeval{}
+			n, err := syscall.Select(int(fd)+1, &fds, nil, nil, &tv)
+			in = err == nil && n == 1
+		})
+		return in
+	}
+	// send writes n bytes and returns once the server side has them all
+	// queued (a loopback write may hand them over a little later).
+	queued := 0
+	send := func(n int) {
+		if _, err := client.Write(make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		queued += n
+		testkit.Eventually(t, 10*time.Second, "the bytes sent reach the server side", func() bool {
+			var q int32
+			_ = sc.Control(func(fd uintptr) {
+				syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&q)))
+			})
+			return int(q) >= queued
+		})
+	}
+	rc.MuteInput(true)
+	send(100)
+	if readable() {
+		t.Fatal("muted: 100 bytes make the socket readable")
+	}
+	rc.MuteInput(false)
+	if !readable() {
+		t.Fatal("unmuted: 100 bytes do not make the socket readable")
+	}
+	rc.MuteInput(true)
+	send(mutedInput)
+	if !readable() {
+		t.Fatalf("muted: %d bytes do not make the socket readable", queued)
+	}
+	if _, err := io.ReadFull(server, make([]byte, queued)); err != nil {
+		t.Fatal(err)
+	}
+	queued = 0
+	send(1)
+	if readable() {
+		t.Fatal("muted: 1 byte makes the socket readable")
+	}
+	client.Close()
+	testkit.Eventually(t, 10*time.Second, "muted: the client's end makes the socket readable", readable)
+	rc.MuteInput(false)
 }

@@ -122,3 +122,10 @@ func hungUpFD(fd uintptr) bool {
 	}
 	return false
 }
+
+// setRcvLowat sets SO_RCVLOWAT: how many received bytes make the socket
+// readable, and so wake whoever polls it.
+func setRcvLowat(fd uintptr, n int32) {
+	syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT,
+		uintptr(unsafe.Pointer(&n)), unsafe.Sizeof(n), 0)
+}

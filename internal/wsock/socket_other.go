@@ -17,3 +17,6 @@ func PeekFD(uintptr, []byte) (n int, wait bool) { return 0, true }
 
 // hungUpFD is never called here: no peer is seen to go.
 func hungUpFD(uintptr) bool { return false }
+
+// setRcvLowat is never called here.
+func setRcvLowat(uintptr, int32) {}
