@@ -3,9 +3,10 @@
 // subscriptions, per-connection send queues bounded in bytes, and drain.
 //
 // Data path: ServeHTTP asks the handshake.Gate and accepts the upgrade:
-// one the door read (handshake.ServingListener) is answered by
-// internal/wsock alone (wsock.Response.Accept: no WebSocket library object
-// for the connection), anything else by the library's Accept. Where the
+// one the door read (handshake.ServingListener), or one made in process
+// on an event stream's in-memory socket, is answered by internal/wsock
+// alone (wsock.Acceptor: no WebSocket library object for the
+// connection), anything else by the library's Accept. Where the
 // socket can park, the goroutine that served the upgrade goes on as the
 // connection's read goroutine; elsewhere a read goroutine is started and
 // the HTTP handler returns. When it has read all the input there is, the

@@ -343,8 +343,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var ws *websocket.Conn
 	subprotocol := ""
-	if dw, ok := w.(*wsock.Response); ok && !s.cfg.PortableSockets {
-		// Read by the door: wsock answers an upgrade the library would
+	if dw, ok := w.(wsock.Acceptor); ok && !s.cfg.PortableSockets {
+		// Read by the door, or made in process on an in-memory socket (an
+		// event stream's): wsock answers an upgrade the library would
 		// accept, and the connection has no library object at all.
 		if raw, sub, ok := dw.Accept(r, subprotocols); ok {
 			if raw == nil {

@@ -5,9 +5,12 @@
 // Every SSE session, and every POST without one, is a connection of the
 // WebSocket server itself, opened in process: the handler builds the
 // upgrade request from the client's own (its address, headers, token),
-// hands it to the server's /ws handler with a response writer whose
-// Hijack returns an in-memory socket (pipe), and translates between that
-// socket's WebSocket frames and the client's HTTP. So the handshake tier
+// hands it to the server's /ws handler with a response writer that opens
+// an in-memory socket (pipe) for it, and translates between that
+// socket's WebSocket frames and the client's HTTP. The server accepts
+// the upgrade as it accepts one the door read (wsock.Acceptor): no
+// WebSocket library object per session, except on the portable path,
+// where the library's Accept hijacks the pipe. So the handshake tier
 // (caps, pacing, per-IP rate, origin, token), the topic grants, the
 // message tier, history recovery, presence, keepalive and drain are the
 // server's own, applied to SSE clients exactly as to WebSocket ones; a
@@ -37,8 +40,9 @@
 //   - a session is in Handler.sessions from its upgrade until its pipe
 //     is closed, and its client socket is closed exactly once, by
 //     pipe.Close;
-//   - the SSE response head is written to the client socket in Hijack,
-//     before the server can write any frame, so every event follows it;
+//   - the SSE response head is written to the client socket when the
+//     pipe opens (upgrade.open), before the server can write any frame,
+//     so every event follows it;
 //   - a parked connection's Waker is held under pipe.rmu and taken by
 //     the first input or end that follows, which wakes it once (the
 //     server's wsock.Parking makes any other wake-up harmless).

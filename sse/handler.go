@@ -326,9 +326,11 @@ func upgradeRequest(r *http.Request) *http.Request {
 }
 
 // upgrade is the response writer the server's upgrade runs on. A refusal
-// (any status but 101) goes to the client as written; the 101 is
-// swallowed, and Hijack gives the server the pipe. For an event stream,
-// Hijack takes the client's socket and writes the stream's head on it.
+// (any status but 101) goes to the client as written. An upgrade the
+// server accepts gives it the pipe (open): through Accept, without the
+// WebSocket library; on the portable path through the library's Accept,
+// whose 101 is swallowed, and Hijack. For an event stream, open takes
+// the client's socket and writes the stream's head on it.
 type upgrade struct {
 	w        http.ResponseWriter
 	p        *pipe
@@ -365,13 +367,42 @@ func (u *upgrade) Write(b []byte) (int, error) {
 // streamHeadTimeout bounds the write of an event stream's head.
 const streamHeadTimeout = 10 * time.Second
 
+// Accept opens the server's connection on the pipe without the WebSocket
+// library (wsock.Acceptor), as the door's upgrades are: no library object
+// per session, and no 101 to swallow.
+func (u *upgrade) Accept(r *http.Request, subprotocols []string) (*wsock.Conn, string, bool) {
+	return wsock.AcceptParkable(r, subprotocols, func() (wsock.Parkable, error) {
+		p, err := u.open()
+		if err != nil {
+			if u.p.nc == nil {
+				// The client's socket was not taken: it hears the
+				// library's answer to a failed hijack.
+				http.Error(u, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			}
+			return nil, err
+		}
+		return p, nil
+	})
+}
+
+// Hijack is open for the WebSocket library's Accept (the portable path).
 func (u *upgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	p, err := u.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, bufio.NewReadWriter(bufio.NewReaderSize(p, 16), bufio.NewWriterSize(p, 16)), nil
+}
+
+// open gives the server the pipe. For an event stream it takes the
+// client's socket and writes the stream's head on it first.
+func (u *upgrade) open() (*pipe, error) {
 	p := u.p
 	if u.stream {
 		nc, _, err := http.NewResponseController(u.w).Hijack()
 		if err != nil {
 			// HTTP/2 cannot be hijacked: rtserver serves HTTP/1.1.
-			return nil, nil, errors.Join(errors.New("sse: the event stream needs HTTP/1.1"), err)
+			return nil, errors.Join(errors.New("sse: the event stream needs HTTP/1.1"), err)
 		}
 		head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n")
 		if u.origin != "" {
@@ -389,10 +420,10 @@ func (u *upgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		if _, err := nc.Write(head); err != nil {
 			p.h.forget(p)
 			nc.Close()
-			return nil, nil, err
+			return nil, err
 		}
 		_ = nc.SetWriteDeadline(time.Time{})
 	}
 	u.hijacked = true
-	return p, bufio.NewReadWriter(bufio.NewReaderSize(p, 16), bufio.NewWriterSize(p, 16)), nil
+	return p, nil
 }

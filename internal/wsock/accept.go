@@ -17,6 +17,15 @@ import (
 // accept is answered here instead; any other request is left to the
 // library untouched, so that every refusal is still the library's own.
 
+// An Acceptor is a response writer that completes the opening handshake
+// itself (Response, and an in-memory connection's: AcceptParkable), so
+// the connection has no WebSocket library object. Accept is
+// Response.Accept's contract: ok false means nothing was written or
+// read, and r goes to the library.
+type Acceptor interface {
+	Accept(r *http.Request, subprotocols []string) (c *Conn, subprotocol string, ok bool)
+}
+
 // websocketGUID is RFC 6455's constant for Sec-WebSocket-Accept.
 const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -58,6 +67,28 @@ func (w *Response) Accept(r *http.Request, subprotocols []string) (c *Conn, subp
 	// through c (whose Read flushes held frames before it would wait).
 	c.br = bufio.NewReaderSize(c, ReadBufferSize)
 	return c, subprotocol, true
+}
+
+// AcceptParkable is Accept for an upgrade made in process, whose socket is
+// an in-memory connection (a Parkable) that open hands over: when the
+// library would accept r (acceptable, as Accept) it opens the connection
+// and returns it, ready for ReadMessage, with the subprotocol chosen. No
+// 101 is written: the answer would never leave the process, and the
+// connection's reader starts at its first frame. ok false means open was
+// not called (on the portable path too, where the library reads every
+// connection); an error from open returns ok true and a nil Conn, open
+// having answered or closed whatever it took.
+func AcceptParkable(r *http.Request, subprotocols []string, open func() (Parkable, error)) (c *Conn, subprotocol string, ok bool) {
+	if portable.Load() || !acceptable(r) {
+		return nil, "", false
+	}
+	nc, err := open()
+	if err != nil {
+		return nil, "", true
+	}
+	c = newConn(nc, nil)
+	c.br = bufio.NewReaderSize(c, ReadBufferSize)
+	return c, selectSubprotocol(r.Header, subprotocols), true
 }
 
 // acceptable is the WebSocket library's check of a handshake request

@@ -43,8 +43,15 @@ func libraryAccepts(t *testing.T, r *http.Request, subprotocols []string) (bool,
 	return true, sub
 }
 
-// Response.Accept takes exactly the handshakes the library accepts, and
-// chooses the subprotocol the library chooses; the rest it leaves alone.
+// parkableConn is an in-memory connection that is a Parkable.
+type parkableConn struct{ net.Conn }
+
+func (parkableConn) Ready() bool                              { return false }
+func (parkableConn) Arm(p *Poller, key uint64, w Waker) error { return nil }
+
+// Response.Accept (and AcceptParkable) takes exactly the handshakes the
+// library accepts, and chooses the subprotocol the library chooses; the
+// rest it leaves alone.
 func TestAcceptAgreesWithTheLibrary(t *testing.T) {
 	const key = "dGhlIHNhbXBsZSBub25jZQ=="
 	ours := []string{"rt.batch", "rt.binary"}
@@ -93,6 +100,26 @@ func TestAcceptAgreesWithTheLibrary(t *testing.T) {
 			wantOK, wantSub := libraryAccepts(t, r, ours)
 			if got := acceptable(r); got != wantOK {
 				t.Fatalf("acceptable = %v, the library: %v", got, wantOK)
+			}
+			if !portable.Load() {
+				// An in-process upgrade is judged alike, and its socket
+				// is opened only when it is accepted.
+				opened := false
+				c, sub, ok := AcceptParkable(r, ours, func() (Parkable, error) {
+					opened = true
+					a, b := net.Pipe()
+					b.Close()
+					return parkableConn{a}, nil
+				})
+				if ok != wantOK || opened != wantOK || sub != wantSub {
+					t.Fatalf("AcceptParkable: ok %v, opened %v, subprotocol %q; the library: %v, %q", ok, opened, sub, wantOK, wantSub)
+				}
+				if c != nil {
+					if !c.Parks() {
+						t.Fatal("AcceptParkable's connection does not park")
+					}
+					c.Close()
+				}
 			}
 			if !wantOK {
 				return
