@@ -263,6 +263,11 @@ func (m *Monitor) AddConnections(n int64) { m.connections.Add(n) }
 // AddConnections does for connections.
 func (m *Monitor) AddSubscriptions(n int64) { m.subscriptions.Add(n) }
 
+// Subscriptions is the live subscription count as added so far, not as
+// of the last sample: what a server that counts its subscriptions only
+// here reports. One atomic load.
+func (m *Monitor) Subscriptions() int64 { return m.subscriptions.Load() }
+
 // RecordPublished counts n messages actually published (locally, or
 // arriving from the bus), for PUBLISH_RATE.
 func (m *Monitor) RecordPublished(n int) {

@@ -226,6 +226,8 @@ func (c *conn) dropSubs() {
 		c.s.hist.leave(c, topic)
 	}
 	c.presenceLeaveAll()
-	c.s.addSubscriptions(-int64(len(c.subs)))
+	if len(c.subs) > 0 { // none (most of a connect storm): no shared add
+		c.s.addSubscriptions(-int64(len(c.subs)))
+	}
 	c.subs = nil
 }

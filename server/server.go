@@ -156,7 +156,7 @@ type Server struct {
 
 	nextID        atomic.Uint64
 	refusalPauses atomic.Uint64 // reads paced after refusals (shedpace.go)
-	subscriptions atomic.Int64
+	subscriptions atomic.Int64  // without a pressure monitor (Counts)
 	draining      atomic.Bool
 	closed        atomic.Bool
 	wg            sync.WaitGroup // connection goroutines
@@ -275,21 +275,26 @@ func (s *Server) Publish(topic string, data json.RawMessage) error {
 
 // Counts reports open connections and subscriptions. The pressure
 // monitor is told of each change as it happens (AddConnections,
-// AddSubscriptions), and its samples read its own counts.
+// AddSubscriptions) and its samples read its own counts; subscriptions
+// are counted there alone when there is a monitor, here otherwise.
 func (s *Server) Counts() (connections, subscriptions int64) {
 	s.mu.Lock()
 	n := int64(len(s.conns))
 	s.mu.Unlock()
+	if s.pressure != nil {
+		return n, s.pressure.Subscriptions()
+	}
 	return n, s.subscriptions.Load()
 }
 
-// addSubscriptions counts n subscriptions made (negative: ended), here
-// and in the pressure monitor.
+// addSubscriptions counts n subscriptions made (negative: ended): one
+// atomic add, in the pressure monitor when there is one (Counts).
 func (s *Server) addSubscriptions(n int64) {
-	s.subscriptions.Add(n)
 	if s.pressure != nil {
 		s.pressure.AddSubscriptions(n)
+		return
 	}
+	s.subscriptions.Add(n)
 }
 
 // Subjects lists topics with local subscribers and their counts.

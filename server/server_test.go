@@ -462,42 +462,77 @@ func TestCloseIsBoundedShutdown(t *testing.T) {
 	}
 }
 
-// The pressure monitor's samples count what the server counts: each
-// connection and subscription is added as it is made and taken as it
-// ends, without the monitor asking the server.
+// The server's counts, and the pressure monitor's samples when it has
+// one, follow each connection and subscription exactly: added as it is
+// made (before its answer), taken as it ends, a connection's whole set at
+// once when it closes; a repeated subscribe, one refused by the limit and
+// an unsubscribe of nothing count nothing. With a monitor the count is
+// kept in the monitor alone; without one, in the server.
 func TestPressureCountsFollowTheServer(t *testing.T) {
-	leakcheck.Check(t)
-	mon, err := pressure.New(pressure.DefaultConfig(), pressure.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, url := startServer(t, Deps{Pressure: mon})
-	sampled := func() (int64, int64) {
-		mon.Sample()
-		snap := mon.Snapshot()
-		return snap.Connections, snap.Subscriptions
-	}
-	agree := func(wantConns, wantSubs int64) {
-		t.Helper()
-		testkit.Eventually(t, time.Until(time.Now().Add(20*time.Second)), func() string {
-			c, sub := s.Counts()
-			mc, msub := sampled()
-			return fmt.Sprintf("server counts %d/%d, monitor %d/%d; want %d/%d", c, sub, mc, msub, wantConns, wantSubs)
-		}, func() bool {
-			c, sub := s.Counts()
-			mc, msub := sampled()
-			return c == wantConns && sub == wantSubs && mc == wantConns && msub == wantSubs
+	for _, tc := range []struct {
+		name    string
+		monitor bool
+	}{{"monitor", true}, {"no monitor", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			var deps Deps
+			if tc.monitor {
+				mon, err := pressure.New(pressure.DefaultConfig(), pressure.Deps{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				deps.Pressure = mon
+			}
+			s, url := startServer(t, deps, Config{MaxSubscriptionsPerConn: 3})
+			counts := func() string {
+				c, sub := s.Counts()
+				if deps.Pressure == nil {
+					return fmt.Sprintf("server %d/%d", c, sub)
+				}
+				deps.Pressure.Sample()
+				snap := deps.Pressure.Snapshot()
+				return fmt.Sprintf("server %d/%d, monitor %d/%d", c, sub, snap.Connections, snap.Subscriptions)
+			}
+			want := func(conns, subs int64) string {
+				if deps.Pressure == nil {
+					return fmt.Sprintf("server %d/%d", conns, subs)
+				}
+				return fmt.Sprintf("server %d/%d, monitor %d/%d", conns, subs, conns, subs)
+			}
+			// exactly: a call's count is made before its answer.
+			exactly := func(conns, subs int64) {
+				t.Helper()
+				if got, want := counts(), want(conns, subs); got != want {
+					t.Fatalf("counts %s, want %s", got, want)
+				}
+			}
+			// soon: a close is counted when the server has seen it.
+			soon := func(conns, subs int64) {
+				t.Helper()
+				var got string
+				testkit.Eventually(t, time.Until(time.Now().Add(20*time.Second)), func() string {
+					return fmt.Sprintf("counts %s, want %s", got, want(conns, subs))
+				}, func() bool { got = counts(); return got == want(conns, subs) })
+			}
+			a, b := wstest.Dial(t, url), wstest.Dial(t, url)
+			soon(2, 0)
+			for _, topic := range []string{"x", "y", "z", "x"} {
+				wstest.MustOK(t, a.Call("subscribe", `{"topic":"`+topic+`"}`))
+			}
+			if f := a.Call("subscribe", `{"topic":"w"}`); f.Error == nil || f.Error.Code != protocol.CodeLimitExceeded {
+				t.Fatalf("a fourth subscription: %+v, want the limit's error", f)
+			}
+			wstest.MustOK(t, b.Call("subscribe", `{"topic":"x"}`))
+			exactly(2, 4)
+			wstest.MustOK(t, a.Call("unsubscribe", `{"topic":"y"}`))
+			wstest.MustOK(t, a.Call("unsubscribe", `{"topic":"y"}`))
+			exactly(2, 3)
+			wstest.MustOK(t, a.Call("subscribe", `{"topic":"y"}`))
+			exactly(2, 4)
+			a.WS.CloseNow() // with three subscriptions
+			soon(1, 1)
+			b.WS.CloseNow()
+			soon(0, 0)
 		})
 	}
-	a, b := wstest.Dial(t, url), wstest.Dial(t, url)
-	wstest.MustOK(t, a.Call("subscribe", `{"topic":"x"}`))
-	wstest.MustOK(t, a.Call("subscribe", `{"topic":"y"}`))
-	wstest.MustOK(t, b.Call("subscribe", `{"topic":"x"}`))
-	agree(2, 3)
-	wstest.MustOK(t, a.Call("unsubscribe", `{"topic":"y"}`))
-	agree(2, 2)
-	a.WS.CloseNow()
-	agree(1, 1)
-	b.WS.CloseNow()
-	agree(0, 0)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/rtserver/rtserver/internal/leakcheck"
 )
 
 // Parking against a model, over any interleaving of the owner's steps
@@ -77,48 +79,63 @@ func TestParkingModel(t *testing.T) {
 // Wake-ups from many goroutines race an owner that parks again as soon as
 // it runs: never two owners at once, and every park but the last is
 // resumed by exactly one of them.
+//
+// An owner gives the work up just before Settle, not after it: once Settle
+// has parked, a Wake may start the next owner before the old goroutine
+// runs another instruction, so a count taken back after Settle would see
+// two owners that never worked at once. When Settle says carry on, no Wake
+// can have started anyone (the state was arming or woken throughout), and
+// the goroutine takes the work back.
 func TestParkingRacingWakes(t *testing.T) {
+	leakcheck.Check(t)
 	const wakers, wakes = 4, 5000
 	var (
-		p       Parking
-		owners  atomic.Int32
-		parks   atomic.Int32
-		resumed atomic.Int32
-		wg      sync.WaitGroup
+		p         Parking
+		owners    atomic.Int32 // goroutines that hold the work now
+		parks     atomic.Int32
+		resumed   atomic.Int32
+		wakersWG  sync.WaitGroup
+		resumedWG sync.WaitGroup // the goroutines wake-ups started
 	)
-	own := func() {
-		if owners.Add(1) != 1 {
-			t.Error("two goroutines own the work")
+	take := func() {
+		if n := owners.Add(1); n != 1 {
+			t.Errorf("%d goroutines own the work", n)
 		}
+	}
+	own := func() {
+		take()
 		for {
 			p.Begin()
 			runtime.Gosched() // let wake-ups land while arming
+			owners.Add(-1)
 			if p.Settle(true) {
-				owners.Add(-1)
 				parks.Add(1)
 				return
 			}
+			take()
 		}
 	}
-	go own()
-	for !p.Parked() { // the first park comes before any wake-up
-		runtime.Gosched()
-	}
+	own() // the first park comes before any wake-up
 	for range wakers {
-		wg.Go(func() {
-			for range wakes {
+		wakersWG.Go(func() {
+			for i := range wakes {
+				// Every other wake-up waits for a park first, so that
+				// wakers on different cores find the same park together.
+				for i%2 == 0 && !p.Parked() {
+					runtime.Gosched()
+				}
 				if p.Wake() {
 					resumed.Add(1)
-					go own()
+					resumedWG.Go(own)
 				}
 				runtime.Gosched()
 			}
 		})
 	}
-	wg.Wait()
-	// No more wake-ups: the owner parks for good.
-	for !p.Parked() || owners.Load() != 0 {
-		runtime.Gosched()
+	wakersWG.Wait()
+	resumedWG.Wait() // no more wake-ups: the last owner has parked for good
+	if !p.Parked() {
+		t.Fatal("every owner returned, but the work is not parked")
 	}
 	if got, want := parks.Load(), resumed.Load()+1; got != want {
 		t.Fatalf("%d parks, %d resumes: want one more park than resumes", got, resumed.Load())
