@@ -21,7 +21,10 @@
 // text frame becomes one SSE event written to the client's socket, which
 // the handler hijacked after the upgrade, in the same Write: there is no
 // goroutine of this package per session, and an idle session holds the
-// server connection, the pipe and the client's socket. Frames for the
+// server connection, the pipe, its entry in Handler.sessions and the
+// client's socket. The pipe holds what every kind of pipe uses; an event
+// stream's topics and positions (events) and a POST's answer (call)
+// hang off pointers the other kinds leave nil. Frames for the
 // server (the subscribes a session starts with, what POSTs carry, pongs,
 // the echo of a close) are masked client frames queued in the pipe for
 // the server's read loop.
@@ -37,8 +40,9 @@
 // Invariants:
 //   - a pipe's server-bound bytes are whole frames, each queued under
 //     pipe.rmu: a POST's frame never interleaves with a pong;
-//   - a session is in Handler.sessions from its upgrade until its pipe
-//     is closed, and its client socket is closed exactly once, by
+//   - a session is in Handler.sessions (under the first half of its id;
+//     a POST must name the whole id) from its upgrade until its pipe is
+//     closed, and its client socket is closed exactly once, by
 //     pipe.Close;
 //   - the SSE response head is written to the client socket when the
 //     pipe opens (upgrade.open), before the server can write any frame,

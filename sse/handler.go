@@ -3,7 +3,9 @@ package sse
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -11,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -41,15 +44,25 @@ type Handler struct {
 	maxBody int64
 
 	mu       sync.Mutex
-	sessions map[string]*pipe
+	sessions map[uint64]*pipe // by the first half of their ids (sessionID.key)
 }
+
+// sessionID is a session's id: 128 random bits, the capability to call
+// on the session's connection, as unguessable as a token. Clients see it
+// in hex; the handler keeps the bytes, no string.
+type sessionID [16]byte
+
+// key is the half of id the handler's session map is keyed by: an idle
+// stream's entry is 8 bytes of key, not a string's 16 and its bytes. The
+// other half is checked against the session's own (lookup).
+func (id sessionID) key() uint64 { return binary.LittleEndian.Uint64(id[:8]) }
 
 // New returns a handler over deps.WebSocket.
 func New(cfg Config, deps Deps) (*Handler, error) {
 	if deps.WebSocket == nil {
 		return nil, errors.New("sse: no WebSocket handler")
 	}
-	h := &Handler{ws: deps.WebSocket, maxBody: cfg.MaxMessageBytes, sessions: map[string]*pipe{}}
+	h := &Handler{ws: deps.WebSocket, maxBody: cfg.MaxMessageBytes, sessions: map[uint64]*pipe{}}
 	if h.maxBody <= 0 {
 		h.maxBody = 65536
 	}
@@ -97,16 +110,21 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 	since := parseLastEventID(lastID)
 
 	p := newPipe(h, m)
-	p.topics = topics
-	for _, t := range topics {
-		if pos, ok := since[t]; ok {
-			if p.pos == nil {
-				p.pos = map[string]position{}
+	if m == modeEvents {
+		// The stream keeps its topics and positions for as long as it is
+		// open: copies, not parts of the request's strings, which would
+		// keep all of the query (a token) and of the Last-Event-ID alive.
+		p.ev = &events{topics: topics}
+		for i, t := range topics {
+			topics[i] = strings.Clone(t)
+			if pos, ok := since[t]; ok {
+				if p.ev.pos == nil {
+					p.ev.pos = make([]position, len(topics))
+				}
+				p.ev.pos[i] = position{epoch: strings.Clone(pos.epoch), offset: pos.offset}
 			}
-			p.pos[t] = pos
 		}
 	}
-	p.id = newSessionID()
 	up := &upgrade{w: w, p: p, stream: true, origin: r.Header.Get("Origin")}
 	h.ws.ServeHTTP(up, upgradeRequest(r))
 	if !up.hijacked {
@@ -159,7 +177,10 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sid := r.URL.Query().Get("session"); sid != "" {
-		p := h.lookup(sid)
+		var p *pipe
+		if id, ok := parseSessionID(sid); ok {
+			p = h.lookup(id)
+		}
 		if p == nil {
 			httpError(w, http.StatusNotFound, "UNKNOWN_SESSION", "no open event stream has this session on this instance")
 			return
@@ -187,11 +208,11 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	select {
-	case a := <-p.answer:
+	case a := <-p.call.answer:
 		rpcAnswer(w, a)
-	case <-p.gone:
+	case <-p.call.gone:
 		select {
-		case a := <-p.answer:
+		case a := <-p.call.answer:
 			rpcAnswer(w, a)
 		default:
 			closedAnswer(w, p)
@@ -228,9 +249,9 @@ func expectsAnswer(body []byte) bool {
 // answering: a shed (1013) or a drain (1012) as 503 with its hint, a body
 // over the limit as 413, anything else as 502.
 func closedAnswer(w http.ResponseWriter, p *pipe) {
-	code := p.closeCode.Load()
+	code := p.call.closeCode.Load()
 	reason := ""
-	if s := p.closeWhy.Load(); s != nil {
+	if s := p.call.closeWhy.Load(); s != nil {
 		reason = *s
 	}
 	switch code {
@@ -261,35 +282,55 @@ func httpError(w http.ResponseWriter, status int, code, msg string) {
 	_, _ = w.Write(b)
 }
 
-func (h *Handler) lookup(id string) *pipe {
+// lookup is the open session whose id is id, or nil.
+func (h *Handler) lookup(id sessionID) *pipe {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.sessions[id]
+	p := h.sessions[id.key()]
+	h.mu.Unlock()
+	if p == nil || subtle.ConstantTimeCompare(p.id[:], id[:]) != 1 {
+		return nil
+	}
+	return p
 }
 
+// register gives p its session id and keeps it under it.
 func (h *Handler) register(p *pipe) {
+	id := newSessionID()
 	h.mu.Lock()
-	h.sessions[p.id] = p
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	for h.sessions[id.key()] != nil {
+		id = newSessionID() // two sessions' ids share a half: 2^-64 a pair
+	}
+	p.id = id
+	h.sessions[id.key()] = p
 }
 
 func (h *Handler) forget(p *pipe) {
-	if p.id == "" {
-		return
+	if p.mode == modeOnce {
+		return // never registered
 	}
 	h.mu.Lock()
-	if h.sessions[p.id] == p {
-		delete(h.sessions, p.id)
+	if k := p.id.key(); h.sessions[k] == p {
+		delete(h.sessions, k)
 	}
 	h.mu.Unlock()
 }
 
-// newSessionID is 128 random bits: a session id is the capability to
-// call on the session's connection, as unguessable as a token.
-func newSessionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+func newSessionID() sessionID {
+	var id sessionID
+	_, _ = rand.Read(id[:])
+	return id
+}
+
+// parseSessionID reads a session id as the session event wrote it: 32
+// lower-case hex digits.
+func parseSessionID(s string) (sessionID, bool) {
+	var id sessionID
+	if len(s) != hex.EncodedLen(len(id)) || strings.ContainsAny(s, "ABCDEF") {
+		return id, false
+	}
+	_, err := hex.Decode(id[:], []byte(s))
+	return id, err == nil
 }
 
 func dedupe(ts []string) []string {
@@ -404,6 +445,10 @@ func (u *upgrade) open() (*pipe, error) {
 			// HTTP/2 cannot be hijacked: rtserver serves HTTP/1.1.
 			return nil, errors.Join(errors.New("sse: the event stream needs HTTP/1.1"), err)
 		}
+		// Registered (which gives it its id) before the client can read
+		// its session id.
+		p.nc, p.sc = nc, wsock.Descriptor(wsock.Socket(nc))
+		p.h.register(p)
 		head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n")
 		if u.origin != "" {
 			// The handshake tier admitted this origin.
@@ -412,10 +457,7 @@ func (u *upgrade) open() (*pipe, error) {
 			head = append(head, "\r\nVary: Origin\r\n"...)
 		}
 		head = append(head, "\r\n"...)
-		head = appendEvent(head, "session", nil, []byte(`{"session":"`+p.id+`"}`))
-		// Registered before the client can read its session id.
-		p.nc, p.sc = nc, wsock.Descriptor(wsock.Socket(nc))
-		p.h.register(p)
+		head = appendEvent(head, "session", nil, []byte(`{"session":"`+hex.EncodeToString(p.id[:])+`"}`))
 		_ = nc.SetWriteDeadline(time.Now().Add(streamHeadTimeout))
 		if _, err := nc.Write(head); err != nil {
 			p.h.forget(p)
