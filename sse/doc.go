@@ -3,9 +3,11 @@
 // docs/transports.md is the user's account of it.
 //
 // Every SSE session, and every POST without one, is a connection of the
-// WebSocket server itself, opened in process: the handler builds the
-// upgrade request from the client's own (its address, headers, token),
-// hands it to the server's /ws handler with a response writer that opens
+// WebSocket server itself, opened in process: the handler makes the
+// upgrade request of the client's own (its address, Host, query and
+// context, and the headers the server reads of an upgrade: Origin,
+// Authorization, X-Forwarded-For; upgradeRequest), hands it to the
+// server's /ws handler with a response writer that opens
 // an in-memory socket (pipe) for it, and translates between that
 // socket's WebSocket frames and the client's HTTP. The server accepts
 // the upgrade as it accepts one the door read (wsock.Acceptor): no

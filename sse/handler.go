@@ -10,14 +10,18 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/protocol"
@@ -34,7 +38,9 @@ type Config struct {
 type Deps struct {
 	// WebSocket is the server's GET /ws handler: every session and every
 	// POST is one of its connections, admitted by its handshake tier.
-	// Required.
+	// The upgrade request it is given is the client's as far as the
+	// server reads one (upgradeRequest): the client's other headers are
+	// not carried. Required.
 	WebSocket http.Handler
 }
 
@@ -93,10 +99,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Last-Event-ID on history topics). The handler returns once the stream
 // is open: the client's socket is the pipe's from then on.
 func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q := readStreamQuery(r.URL.RawQuery)
 	m := modeEvents
-	topics := dedupe(q["topic"])
-	if q.Has("rpc") {
+	topics := dedupe(q.topics)
+	if q.rpc {
 		m = modeRPC
 		topics = nil
 	} else if len(topics) == 0 {
@@ -105,7 +111,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	lastID := r.Header.Get("Last-Event-ID")
 	if lastID == "" {
-		lastID = q.Get("lastEventId") // for clients that cannot set headers
+		lastID = q.lastEventID // for clients that cannot set headers
 	}
 	since := parseLastEventID(lastID)
 
@@ -333,9 +339,19 @@ func parseSessionID(s string) (sessionID, bool) {
 	return id, err == nil
 }
 
+// dedupe drops the repeats of ts, in place, keeping the first of each.
 func dedupe(ts []string) []string {
-	var out []string
-	seen := map[string]bool{}
+	out := ts[:0]
+	if len(ts) <= 8 {
+		// A few: compared, without a map.
+		for _, t := range ts {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	seen := make(map[string]bool, len(ts))
 	for _, t := range ts {
 		if !seen[t] {
 			seen[t] = true
@@ -345,24 +361,97 @@ func dedupe(ts []string) []string {
 	return out
 }
 
+// streamQuery is what GET /sse reads of its query.
+type streamQuery struct {
+	topics      []string // every topic parameter, in order
+	rpc         bool     // an rpc parameter is there
+	lastEventID string   // the first lastEventId parameter
+}
+
+// readStreamQuery reads a stream's query as url.ParseQuery reads it (pairs
+// split at "&", each unescaped; a pair holding ";" or an escape that does
+// not parse is skipped) without making a map of every parameter.
+func readStreamQuery(raw string) streamQuery {
+	var q streamQuery
+	seenLast := false
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.Contains(pair, ";") {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			continue
+		}
+		if key != "topic" && key != "rpc" && key != "lastEventId" {
+			continue
+		}
+		value, err := url.QueryUnescape(v)
+		if err != nil {
+			continue
+		}
+		switch key {
+		case "topic":
+			q.topics = append(q.topics, value)
+		case "rpc":
+			q.rpc = true
+		case "lastEventId":
+			if !seenLast {
+				q.lastEventID, seenLast = value, true
+			}
+		}
+	}
+	return q
+}
+
 // upgradeKey is the Sec-WebSocket-Key of every in-process upgrade: any
 // 16 bytes will do, the answer to it never leaves the process.
 var upgradeKey = base64.StdEncoding.EncodeToString([]byte("rtserver sse key"))
 
-// upgradeRequest is the client's request as a WebSocket upgrade: the same
-// address, headers (Origin, Authorization, X-Forwarded-For) and query
-// (token), so the handshake tier judges the client itself.
+// clientHeaders are the headers of the client's request the server reads
+// of an upgrade: the origin check, the token, the client's address
+// behind a trusted proxy.
+var clientHeaders = [...]string{"Origin", "Authorization", "X-Forwarded-For"}
+
+// upgradeHeader is an in-process upgrade's own header: a WebSocket
+// upgrade offering no subprotocol and no extension.
+var upgradeHeader = http.Header{
+	"Connection":            {"Upgrade"},
+	"Upgrade":               {"websocket"},
+	"Sec-Websocket-Version": {"13"},
+	"Sec-Websocket-Key":     {upgradeKey},
+}
+
+// upgradeRequest is the client's request as a WebSocket upgrade, so the
+// handshake tier judges the client itself: the same address, Host, TLS
+// state, URL (the token and name parameters), context (the values
+// middleware put there) and the headers the server reads
+// (clientHeaders), as the client sent them. The client's other headers
+// are not the server's to read, and are not copied: an idle stream
+// should not leave a copy of its client's request behind as garbage. A
+// client that sent none of clientHeaders gets upgradeHeader itself, which
+// nothing writes (net/http's rule: a handler does not modify its
+// request).
 func upgradeRequest(r *http.Request) *http.Request {
-	u := r.Clone(r.Context())
-	u.Method = http.MethodGet
-	u.Body, u.ContentLength = http.NoBody, 0
-	hd := u.Header
-	hd.Set("Connection", "Upgrade")
-	hd.Set("Upgrade", "websocket")
-	hd.Set("Sec-WebSocket-Version", "13")
-	hd.Set("Sec-WebSocket-Key", upgradeKey)
-	hd.Del("Sec-WebSocket-Protocol")
-	hd.Del("Sec-WebSocket-Extensions")
+	hd := upgradeHeader
+	for _, k := range clientHeaders {
+		if _, ok := r.Header[k]; ok {
+			hd = make(http.Header, len(upgradeHeader)+len(clientHeaders))
+			maps.Copy(hd, upgradeHeader)
+			for _, k := range clientHeaders {
+				if v, ok := r.Header[k]; ok {
+					hd[k] = v
+				}
+			}
+			break
+		}
+	}
+	u := r.WithContext(r.Context()) // a shallow copy: URL and the rest are shared, read only
+	u.Method, u.Header = http.MethodGet, hd
+	u.Body, u.GetBody, u.ContentLength = http.NoBody, nil, 0
+	u.TransferEncoding, u.Trailer, u.Form, u.PostForm, u.MultipartForm = nil, nil, nil, nil, nil
 	return u
 }
 
@@ -404,6 +493,9 @@ func (u *upgrade) Write(b []byte) (int, error) {
 	u.WriteHeader(http.StatusOK)
 	return u.w.Write(b)
 }
+
+// streamHead starts an event stream's response head.
+const streamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n"
 
 // streamHeadTimeout bounds the write of an event stream's head.
 const streamHeadTimeout = 10 * time.Second
@@ -449,15 +541,20 @@ func (u *upgrade) open() (*pipe, error) {
 		// its session id.
 		p.nc, p.sc = nc, wsock.Descriptor(wsock.Socket(nc))
 		p.h.register(p)
-		head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n")
+		// The head is made in a pooled buffer: it is garbage once written.
+		buf := bufpool.Get()
+		defer bufpool.Put(buf)
+		buf.Grow(len(streamHead) + len(u.origin) + 128)
+		head := append(buf.AvailableBuffer(), streamHead...)
 		if u.origin != "" {
 			// The handshake tier admitted this origin.
 			head = append(head, "Access-Control-Allow-Origin: "...)
 			head = append(head, u.origin...)
 			head = append(head, "\r\nVary: Origin\r\n"...)
 		}
-		head = append(head, "\r\n"...)
-		head = appendEvent(head, "session", nil, []byte(`{"session":"`+hex.EncodeToString(p.id[:])+`"}`))
+		head = append(head, "\r\nevent: session\ndata: {\"session\":\""...)
+		head = hex.AppendEncode(head, p.id[:])
+		head = append(head, "\"}\n\n"...)
 		_ = nc.SetWriteDeadline(time.Now().Add(streamHeadTimeout))
 		if _, err := nc.Write(head); err != nil {
 			p.h.forget(p)

@@ -1,11 +1,16 @@
 package sse
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +31,109 @@ func TestAnIdleStreamHoldsOnlyWhatItUses(t *testing.T) {
 	}
 	if p := newPipe(nil, modeRPC); p.ev != nil || p.call != nil {
 		t.Error("an rpc stream's pipe holds an event stream's or a POST's state")
+	}
+	// Reading an event stream's query makes nothing but its topics, and
+	// a stream of one topic is not deduplicated through a map.
+	if n := testing.AllocsPerRun(100, func() { readStreamQuery("rpc&token=x&name=y") }); n != 0 {
+		t.Errorf("reading ?rpc: %v allocations, want 0", n)
+	}
+	topics := []string{"room:1"}
+	if n := testing.AllocsPerRun(100, func() { dedupe(topics) }); n != 0 {
+		t.Errorf("dedupe of one topic: %v allocations, want 0", n)
+	}
+	// The server's upgrade request is the client's request, copied once
+	// (its context): its header is not cloned.
+	r := httptest.NewRequest(http.MethodGet, "/sse?rpc", nil)
+	r.Header.Set("Accept", "text/event-stream")
+	r.Header.Set("User-Agent", "a browser")
+	if n := testing.AllocsPerRun(100, func() { upgradeRequest(r) }); n != 1 {
+		t.Errorf("an upgrade request: %v allocations, want 1", n)
+	}
+}
+
+type valueKey struct{}
+
+// The server's upgrade request for a stream carries what the server
+// reads (the client's address, Host, query, context values, and its
+// Origin, Authorization and X-Forwarded-For headers, as sent) and none of
+// the client's other headers; the client's own request is left as it
+// was.
+func TestTheUpgradeRequestCarriesWhatTheServerReads(t *testing.T) {
+	var got *http.Request
+	server := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		http.Error(w, "no", http.StatusServiceUnavailable)
+	})
+	h := testkit.Must(New(Config{}, Deps{WebSocket: server}))
+	for _, give := range []struct {
+		name   string
+		header map[string]string
+		want   []string // the header's keys beside the upgrade's own
+	}{
+		{"none of the server's", map[string]string{"Cookie": "c=1", "User-Agent": "ua", "Accept": "text/event-stream"}, nil},
+		{"all three", map[string]string{"Origin": "http://x.test", "Authorization": "Bearer t", "X-Forwarded-For": "192.0.2.7", "Cookie": "c=1", "Sec-WebSocket-Protocol": "rt.msgpack"}, []string{"Authorization", "Origin", "X-Forwarded-For"}},
+		{"a token alone", map[string]string{"Authorization": "Bearer t"}, []string{"Authorization"}},
+	} {
+		t.Run(give.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "http://host.test/sse?rpc&token=tk&name=n", nil)
+			r.RemoteAddr = "198.51.100.3:4000"
+			r = r.WithContext(context.WithValue(r.Context(), valueKey{}, "v"))
+			for k, v := range give.header {
+				r.Header.Set(k, v)
+			}
+			before := r.Header.Clone()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if rec.Code != http.StatusServiceUnavailable || got == nil {
+				t.Fatalf("the server's refusal did not reach the client: %d", rec.Code)
+			}
+			if got.Method != http.MethodGet || got.URL.RawQuery != "rpc&token=tk&name=n" || got.Host != "host.test" ||
+				got.RemoteAddr != r.RemoteAddr || got.Context().Value(valueKey{}) != "v" || got.Body != http.NoBody {
+				t.Fatalf("upgrade request %s %q host %q from %q, value %v", got.Method, got.URL.RawQuery, got.Host, got.RemoteAddr, got.Context().Value(valueKey{}))
+			}
+			want := append([]string{"Connection", "Sec-Websocket-Key", "Sec-Websocket-Version", "Upgrade"}, give.want...)
+			slices.Sort(want)
+			if keys := slices.Sorted(maps.Keys(got.Header)); !slices.Equal(keys, want) {
+				t.Fatalf("upgrade request's header keys %v, want %v", keys, want)
+			}
+			for _, k := range give.want {
+				if got.Header.Get(k) != give.header[k] {
+					t.Fatalf("%s: %q, want the client's %q", k, got.Header.Get(k), give.header[k])
+				}
+			}
+			if r.Method != http.MethodGet || !reflectEqualHeader(r.Header, before) {
+				t.Fatalf("the client's request changed: %s %v", r.Method, r.Header)
+			}
+		})
+	}
+}
+
+func reflectEqualHeader(a, b http.Header) bool {
+	return maps.EqualFunc(a, b, slices.Equal[[]string])
+}
+
+// A stream's query is read as url.ParseQuery reads it.
+func TestStreamQueryReadsAsParseQuery(t *testing.T) {
+	for _, raw := range []string{
+		"", "rpc", "topic=a&topic=b&topic=a", "topic=a%2Fb&rpc=&lastEventId=1%3Ae%3Aa",
+		"topic=a;b&topic=c", "topic=%zz&topic=d", "%74opic=e", "topic=f+g", "lastEventId=1&lastEventId=2",
+		"&&topic=&=x&rpc", "rpc=1&topic", "x=%&topic=h",
+	} {
+		checkStreamQuery(t, raw)
+	}
+}
+
+func FuzzStreamQuery(f *testing.F) {
+	f.Add("topic=a&topic=b&rpc&lastEventId=1%3Ae%3Aa")
+	f.Add("topic=a;b&%74opic=c+d&x=%zz")
+	f.Fuzz(checkStreamQuery)
+}
+
+func checkStreamQuery(t *testing.T, raw string) {
+	q := readStreamQuery(raw)
+	want, _ := url.ParseQuery(raw)
+	if !slices.Equal(q.topics, want["topic"]) || q.rpc != want.Has("rpc") || q.lastEventID != want.Get("lastEventId") {
+		t.Fatalf("%q: topics %q rpc %v last %q; url.ParseQuery: %q %v %q", raw, q.topics, q.rpc, q.lastEventID, want["topic"], want.Has("rpc"), want.Get("lastEventId"))
 	}
 }
 
