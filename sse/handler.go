@@ -142,28 +142,26 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // subscribeFrame is the session's subscribe to its i-th topic: with
-// recover from the position Last-Event-ID named for it, if any.
+// recover from the position Last-Event-ID named for it, if any. It is
+// appended field by field (json.Marshal of the frame's struct left
+// several times its size as garbage per stream); the strings are
+// encoded as json.Marshal encodes them.
 func subscribeFrame(i int, topic string, since map[string]position) []byte {
-	type sincePos struct {
-		Offset uint64 `json:"offset"`
-		Epoch  string `json:"epoch"`
-	}
-	type params struct {
-		Topic   string    `json:"topic"`
-		Recover bool      `json:"recover,omitempty"`
-		Since   *sincePos `json:"since,omitempty"`
-	}
-	ps := params{Topic: topic}
+	topicJSON, _ := json.Marshal(topic)
+	b := make([]byte, 0, 96+len(topicJSON)) // a frame without since fits
+	b = append(b, `{"jsonrpc":"2.0","id":"`+ownIDPrefix...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `","method":"`+protocol.MethodSubscribe+`","params":{"topic":`...)
+	b = append(b, topicJSON...)
 	if pos, ok := since[topic]; ok {
-		ps.Recover, ps.Since = true, &sincePos{Offset: pos.offset, Epoch: pos.epoch}
+		epochJSON, _ := json.Marshal(pos.epoch)
+		b = append(b, `,"recover":true,"since":{"offset":`...)
+		b = strconv.AppendUint(b, pos.offset, 10)
+		b = append(b, `,"epoch":`...)
+		b = append(b, epochJSON...)
+		b = append(b, '}')
 	}
-	b, _ := json.Marshal(struct {
-		JSONRPC string `json:"jsonrpc"`
-		ID      string `json:"id"`
-		Method  string `json:"method"`
-		Params  params `json:"params"`
-	}{"2.0", ownIDPrefix + strconv.Itoa(i), protocol.MethodSubscribe, ps})
-	return b
+	return append(b, "}}"...)
 }
 
 // servePost runs calls: into a session's connection when the session

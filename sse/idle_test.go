@@ -1,8 +1,10 @@
 package sse
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"maps"
@@ -11,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -181,5 +184,78 @@ func TestPipeReadDeadline(t *testing.T) {
 	p.Close()
 	if _, err := p.Read(buf); err != io.EOF {
 		t.Fatalf("read of a closed pipe: %v", err)
+	}
+}
+
+// A session's subscribe is the frame json.Marshal made of it.
+func TestSubscribeFrameAsMarshal(t *testing.T) {
+	since := map[string]position{"h": {epoch: `e"\<1>`, offset: 42}, "é": {epoch: "x", offset: 0}}
+	for i, topic := range []string{"room:1", "h", `a"b\c`, "<&>", "é", "\u2028", ""} {
+		type sincePos struct {
+			Offset uint64 `json:"offset"`
+			Epoch  string `json:"epoch"`
+		}
+		type params struct {
+			Topic   string    `json:"topic"`
+			Recover bool      `json:"recover,omitempty"`
+			Since   *sincePos `json:"since,omitempty"`
+		}
+		ps := params{Topic: topic}
+		if pos, ok := since[topic]; ok {
+			ps.Recover, ps.Since = true, &sincePos{Offset: pos.offset, Epoch: pos.epoch}
+		}
+		want, _ := json.Marshal(struct {
+			JSONRPC string `json:"jsonrpc"`
+			ID      string `json:"id"`
+			Method  string `json:"method"`
+			Params  params `json:"params"`
+		}{"2.0", ownIDPrefix + strconv.Itoa(i), "subscribe", ps})
+		if got := subscribeFrame(i, topic, since); !bytes.Equal(got, want) {
+			t.Errorf("%q:\n got %s\nwant %s", topic, got, want)
+		}
+	}
+}
+
+// The answer to a session's own subscribe is read without a decode as
+// the decode reads it: the same topic, result and error.
+func TestOwnResponseAsDecode(t *testing.T) {
+	for _, payload := range []string{
+		`{"jsonrpc":"2.0","id":"sse:0","result":{}}`,
+		`{"jsonrpc":"2.0","id":"sse:2","result":{"epoch":"e","offset":3}}`,
+		`{"jsonrpc":"2.0","id":"sse:1","error":{"code":-32003,"message":"no"}}`,
+		`{"jsonrpc":"2.0","id":"sse:3","result":{}}`,
+		`{"jsonrpc":"2.0","id":"sse:01","result":{}}`,
+		`{"jsonrpc":"2.0","id":"sse:1","result":{},"x":{}}`,
+		`{"jsonrpc":"2.0","id":"sse:","result":{}}`,
+		`{"jsonrpc":"2.0","id":"sse:1","result":1}`,
+	} {
+		checkOwnResponse(t, []byte(payload))
+	}
+}
+
+func FuzzOwnResponse(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"sse:2","result":{"epoch":"e","offset":3}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"sse:1","error":{"code":-32003,"message":"no"}}`))
+	f.Fuzz(func(t *testing.T, payload []byte) { checkOwnResponse(t, payload) })
+}
+
+func checkOwnResponse(t *testing.T, payload []byte) {
+	const n = 3
+	i, result, rpcErr, ok := ownResponse(payload, n)
+	if !ok {
+		return // the decode reads it
+	}
+	var f struct {
+		Method string          `json:"method"`
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(payload, &f); err != nil {
+		t.Fatalf("%s: read as an answer, but does not decode: %v", payload, err)
+	}
+	j, own := ownID(f.ID, n)
+	if f.Method != "" || !own || i != j || !bytes.Equal(result, f.Result) || !bytes.Equal(rpcErr, f.Error) {
+		t.Fatalf("%s: read as %d %s %s, decoded as %d (%v) %s %s", payload, i, result, rpcErr, j, own, f.Result, f.Error)
 	}
 }

@@ -347,6 +347,9 @@ func (p *pipe) text(out, payload []byte) []byte {
 		}
 		return appendEvent(out, "", id, params)
 	}
+	if i, result, rpcErr, ok := ownResponse(payload, len(p.ev.topics)); ok {
+		return p.ev.subscribed(out, i, result, rpcErr)
+	}
 	var f struct {
 		Method string          `json:"method"`
 		Params json.RawMessage `json:"params"`
@@ -393,7 +396,8 @@ func (ev *events) subscribed(out []byte, i int, result, rpcErr json.RawMessage) 
 		Recovered *bool  `json:"recovered"`
 	}
 	var id []byte
-	if json.Unmarshal(result, &r) == nil && validEpoch(r.Epoch) {
+	// A topic without history answers {}: nothing to decode.
+	if string(result) != "{}" && json.Unmarshal(result, &r) == nil && validEpoch(r.Epoch) {
 		if ev.pos == nil {
 			ev.pos = make([]position, len(ev.topics))
 		}
@@ -409,13 +413,56 @@ func (ev *events) subscribed(out []byte, i int, result, rpcErr json.RawMessage) 
 		ev.pos[i] = position{}
 		id = appendEventID(nil, ev.topics, ev.pos)
 	}
-	e := append([]byte(`{"topic":`), topicJSON...)
+	e := append(make([]byte, 0, len(`{"topic":,`)+len(topicJSON)+len(result)), `{"topic":`...)
+	e = append(e, topicJSON...)
 	if len(result) > 2 && result[0] == '{' {
 		e = append(append(e, ','), result[1:]...)
 	} else {
 		e = append(e, '}')
 	}
 	return appendEvent(out, "subscribed", id, e)
+}
+
+// ownResponse reads the server's answer to one of the session's own
+// subscribes (one of n topics) as protocol.AppendResult and
+// protocol.AppendError write it: {"jsonrpc":"2.0","id":"sse:I","result":R}
+// or ...,"error":E}. Without decoding it: a JSON decode of every
+// stream's first answer was most of the garbage of opening a topic
+// stream. ok false leaves it to the decode.
+func ownResponse(payload []byte, n int) (i int, result, rpcErr json.RawMessage, ok bool) {
+	const head = `{"jsonrpc":"2.0","id":"` + ownIDPrefix
+	if !bytes.HasPrefix(payload, []byte(head)) || payload[len(payload)-1] != '}' {
+		return 0, nil, nil, false
+	}
+	rest := payload[len(head) : len(payload)-1]
+	end := bytes.IndexByte(rest, '"')
+	if end < 1 || end > 9 {
+		return 0, nil, nil, false
+	}
+	for _, c := range rest[:end] {
+		if c < '0' || c > '9' {
+			return 0, nil, nil, false
+		}
+		i = i*10 + int(c-'0')
+	}
+	if i >= n || (end > 1 && rest[0] == '0') {
+		return 0, nil, nil, false
+	}
+	rest = rest[end+1:]
+	var value []byte
+	switch {
+	case bytes.HasPrefix(rest, []byte(`,"result":`)):
+		value = rest[len(`,"result":`):]
+	case bytes.HasPrefix(rest, []byte(`,"error":`)):
+		value = rest[len(`,"error":`):]
+	}
+	if !json.Valid(value) {
+		return 0, nil, nil, false // not one value: more fields, say
+	}
+	if rest[2] == 'r' {
+		return i, value, nil, true
+	}
+	return i, nil, value, true
 }
 
 // ownIDPrefix marks the ids of the subscribes a session sends for its
