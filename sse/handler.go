@@ -537,7 +537,7 @@ func (u *upgrade) open() (*pipe, error) {
 		}
 		// Registered (which gives it its id) before the client can read
 		// its session id.
-		p.nc, p.sc = nc, wsock.Descriptor(wsock.Socket(nc))
+		p.nc = nc
 		p.h.register(p)
 		// The head is made in a pooled buffer: it is garbage once written.
 		buf := bufpool.Get()

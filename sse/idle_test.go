@@ -25,12 +25,12 @@ import (
 // What an idle stream holds of its own, beside its server connection and
 // its client's socket, is its pipe and its entry in the session map; the
 // parts only one kind of pipe uses hang off pointers the others leave
-// nil. The pipe stays in the 160-byte size class (docs/transports.md,
+// nil. The pipe stays in the 128-byte size class (docs/transports.md,
 // "What an idle stream costs"): a field that every stream would pay for
 // is a decision, not a drift.
 func TestAnIdleStreamHoldsOnlyWhatItUses(t *testing.T) {
-	if n := unsafe.Sizeof(pipe{}); n > 160 {
-		t.Errorf("a pipe is %d bytes, want at most 160", n)
+	if n := unsafe.Sizeof(pipe{}); n > 128 {
+		t.Errorf("a pipe is %d bytes, want at most 128", n)
 	}
 	if p := newPipe(nil, modeRPC); p.ev != nil || p.call != nil {
 		t.Error("an rpc stream's pipe holds an event stream's or a POST's state")

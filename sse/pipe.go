@@ -43,14 +43,13 @@ const (
 // pointer that the others leave nil (events, call).
 type pipe struct {
 	h    *Handler
-	nc   net.Conn        // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
-	sc   syscall.RawConn // nc's descriptor, watched for the client's hang-up; nil without one
-	ev   *events         // modeEvents: the session's topics and positions
-	call *call           // modeOnce: the answer, and how the connection closed
+	nc   net.Conn // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
+	ev   *events  // modeEvents: the session's topics and positions
+	call *call    // modeOnce: the answer, and how the connection closed
 
 	// Server-bound bytes: whole client frames, queued by queue.
 	rmu      sync.Mutex
-	rbuf     []byte
+	rbuf     *[]byte       // nil (not an empty slice, 24 bytes) while nothing is queued
 	deadline int64         // the read deadline: nanoseconds since epoch, 0 for none (a time.Time is 24 bytes)
 	notify   chan struct{} // made by the first Read that waits: an idle session never does
 	waker    wsock.Waker   // the parked server connection (Arm), woken by the next input or end
@@ -100,7 +99,10 @@ func (p *pipe) queue(op byte, payload []byte) bool {
 		p.rmu.Unlock()
 		return false
 	}
-	p.rbuf = appendClientFrame(p.rbuf, op, payload)
+	if p.rbuf == nil {
+		p.rbuf = new([]byte)
+	}
+	*p.rbuf = appendClientFrame(*p.rbuf, op, payload)
 	w, n := p.takeWaker()
 	p.rmu.Unlock()
 	wake(w, n)
@@ -145,7 +147,7 @@ func (p *pipe) endInput() {
 // client has hung up, which ends it.
 func (p *pipe) Ready() bool {
 	p.rmu.Lock()
-	ready := len(p.rbuf) > 0 || p.rend
+	ready := p.rbuf != nil || p.rend
 	p.rmu.Unlock()
 	if !ready && p.hungUp() {
 		p.endInput()
@@ -158,7 +160,18 @@ func (p *pipe) Ready() bool {
 // an event stream's client sends nothing after its request, so whatever
 // arrives is its end, or bytes to drop.
 func (p *pipe) hungUp() bool {
-	return p.sc != nil && wsock.HungUp(p.sc)
+	sc := p.socket()
+	return sc != nil && wsock.HungUp(sc)
+}
+
+// socket is the descriptor of the client's socket, watched for its
+// hang-up; nil without one. It is not kept: a RawConn held by every idle
+// stream would be 24 bytes of each.
+func (p *pipe) socket() syscall.RawConn {
+	if p.nc == nil {
+		return nil
+	}
+	return wsock.Descriptor(wsock.Socket(p.nc))
 }
 
 // Arm parks the server's connection on the pipe (wsock.Parkable): w is
@@ -169,7 +182,7 @@ func (p *pipe) hungUp() bool {
 // it.
 func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
 	p.rmu.Lock()
-	ready := len(p.rbuf) > 0 || p.rend
+	ready := p.rbuf != nil || p.rend
 	if !ready {
 		p.waker = w
 	}
@@ -179,10 +192,10 @@ func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
 		w.Wake()
 		return nil
 	}
-	if poller != nil && p.sc != nil {
+	if sc := p.socket(); poller != nil && sc != nil {
 		// A failure means the socket is closed: so is the pipe, whose
 		// Close has woken w (endInput).
-		_ = poller.Arm(p.sc, key, w)
+		_ = poller.Arm(sc, key, w)
 	}
 	return nil
 }
@@ -192,10 +205,10 @@ func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
 func (p *pipe) Read(b []byte) (int, error) {
 	for {
 		p.rmu.Lock()
-		if len(p.rbuf) > 0 {
-			n := copy(b, p.rbuf)
-			p.rbuf = p.rbuf[n:]
-			if len(p.rbuf) == 0 {
+		if p.rbuf != nil {
+			n := copy(b, *p.rbuf)
+			*p.rbuf = (*p.rbuf)[n:]
+			if len(*p.rbuf) == 0 {
 				p.rbuf = nil // an idle session keeps no buffer
 			}
 			p.rmu.Unlock()
