@@ -3,9 +3,11 @@
 // docs/transports.md is the user's account of it.
 //
 // Every SSE session, and every POST without one, is a connection of the
-// WebSocket server itself, opened in process: the handler builds the
-// upgrade request from the client's own (its address, headers, token),
-// hands it to the server's /ws handler with a response writer that opens
+// WebSocket server itself, opened in process: the handler makes the
+// upgrade request of the client's own (its address, Host, query and
+// context, and the headers the server reads of an upgrade: Origin,
+// Authorization, X-Forwarded-For; upgradeRequest), hands it to the
+// server's /ws handler with a response writer that opens
 // an in-memory socket (pipe) for it, and translates between that
 // socket's WebSocket frames and the client's HTTP. The server accepts
 // the upgrade as it accepts one the door read (wsock.Acceptor): no
@@ -21,7 +23,10 @@
 // text frame becomes one SSE event written to the client's socket, which
 // the handler hijacked after the upgrade, in the same Write: there is no
 // goroutine of this package per session, and an idle session holds the
-// server connection, the pipe and the client's socket. Frames for the
+// server connection, the pipe, its entry in Handler.sessions and the
+// client's socket. The pipe holds what every kind of pipe uses; an event
+// stream's topics and positions (events) and a POST's answer (call)
+// hang off pointers the other kinds leave nil. Frames for the
 // server (the subscribes a session starts with, what POSTs carry, pongs,
 // the echo of a close) are masked client frames queued in the pipe for
 // the server's read loop.
@@ -37,8 +42,9 @@
 // Invariants:
 //   - a pipe's server-bound bytes are whole frames, each queued under
 //     pipe.rmu: a POST's frame never interleaves with a pong;
-//   - a session is in Handler.sessions from its upgrade until its pipe
-//     is closed, and its client socket is closed exactly once, by
+//   - a session is in Handler.sessions (under the first half of its id;
+//     a POST must name the whole id) from its upgrade until its pipe is
+//     closed, and its client socket is closed exactly once, by
 //     pipe.Close;
 //   - the SSE response head is written to the client socket when the
 //     pipe opens (upgrade.open), before the server can write any frame,

@@ -19,14 +19,15 @@ type position struct {
 const maxLastEventID = 64 << 10
 
 // appendEventID appends an event id naming every history topic's
-// position in the session: "offset:epoch:topic" entries joined by ",", in
-// the order of the session's topics (a topic holds no ","; an epoch is
-// checked to hold neither ":" nor "," before it is kept).
-func appendEventID(b []byte, topics []string, pos map[string]position) []byte {
+// position in the session (pos[i] is topics[i]'s; epoch "" for none):
+// "offset:epoch:topic" entries joined by ",", in the order of the
+// session's topics (a topic holds no ","; an epoch is checked to hold
+// neither ":" nor "," before it is kept).
+func appendEventID(b []byte, topics []string, pos []position) []byte {
 	first := true
-	for _, t := range topics {
-		p, ok := pos[t]
-		if !ok {
+	for i, t := range topics {
+		p := pos[i]
+		if p.epoch == "" {
 			continue
 		}
 		if !first {

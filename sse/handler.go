@@ -3,18 +3,25 @@ package sse
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/rtserver/rtserver/internal/bufpool"
 	"github.com/rtserver/rtserver/internal/retryhint"
 	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/protocol"
@@ -31,7 +38,9 @@ type Config struct {
 type Deps struct {
 	// WebSocket is the server's GET /ws handler: every session and every
 	// POST is one of its connections, admitted by its handshake tier.
-	// Required.
+	// The upgrade request it is given is the client's as far as the
+	// server reads one (upgradeRequest): the client's other headers are
+	// not carried. Required.
 	WebSocket http.Handler
 }
 
@@ -41,15 +50,25 @@ type Handler struct {
 	maxBody int64
 
 	mu       sync.Mutex
-	sessions map[string]*pipe
+	sessions map[uint64]*pipe // by the first half of their ids (sessionID.key)
 }
+
+// sessionID is a session's id: 128 random bits, the capability to call
+// on the session's connection, as unguessable as a token. Clients see it
+// in hex; the handler keeps the bytes, no string.
+type sessionID [16]byte
+
+// key is the half of id the handler's session map is keyed by: an idle
+// stream's entry is 8 bytes of key, not a string's 16 and its bytes. The
+// other half is checked against the session's own (lookup).
+func (id sessionID) key() uint64 { return binary.LittleEndian.Uint64(id[:8]) }
 
 // New returns a handler over deps.WebSocket.
 func New(cfg Config, deps Deps) (*Handler, error) {
 	if deps.WebSocket == nil {
 		return nil, errors.New("sse: no WebSocket handler")
 	}
-	h := &Handler{ws: deps.WebSocket, maxBody: cfg.MaxMessageBytes, sessions: map[string]*pipe{}}
+	h := &Handler{ws: deps.WebSocket, maxBody: cfg.MaxMessageBytes, sessions: map[uint64]*pipe{}}
 	if h.maxBody <= 0 {
 		h.maxBody = 65536
 	}
@@ -80,10 +99,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Last-Event-ID on history topics). The handler returns once the stream
 // is open: the client's socket is the pipe's from then on.
 func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q := readStreamQuery(r.URL.RawQuery)
 	m := modeEvents
-	topics := dedupe(q["topic"])
-	if q.Has("rpc") {
+	topics := dedupe(q.topics)
+	if q.rpc {
 		m = modeRPC
 		topics = nil
 	} else if len(topics) == 0 {
@@ -92,21 +111,26 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	lastID := r.Header.Get("Last-Event-ID")
 	if lastID == "" {
-		lastID = q.Get("lastEventId") // for clients that cannot set headers
+		lastID = q.lastEventID // for clients that cannot set headers
 	}
 	since := parseLastEventID(lastID)
 
 	p := newPipe(h, m)
-	p.topics = topics
-	for _, t := range topics {
-		if pos, ok := since[t]; ok {
-			if p.pos == nil {
-				p.pos = map[string]position{}
+	if m == modeEvents {
+		// The stream keeps its topics and positions for as long as it is
+		// open: copies, not parts of the request's strings, which would
+		// keep all of the query (a token) and of the Last-Event-ID alive.
+		p.ev = &events{topics: topics}
+		for i, t := range topics {
+			topics[i] = strings.Clone(t)
+			if pos, ok := since[t]; ok {
+				if p.ev.pos == nil {
+					p.ev.pos = make([]position, len(topics))
+				}
+				p.ev.pos[i] = position{epoch: strings.Clone(pos.epoch), offset: pos.offset}
 			}
-			p.pos[t] = pos
 		}
 	}
-	p.id = newSessionID()
 	up := &upgrade{w: w, p: p, stream: true, origin: r.Header.Get("Origin")}
 	h.ws.ServeHTTP(up, upgradeRequest(r))
 	if !up.hijacked {
@@ -118,28 +142,26 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // subscribeFrame is the session's subscribe to its i-th topic: with
-// recover from the position Last-Event-ID named for it, if any.
+// recover from the position Last-Event-ID named for it, if any. It is
+// appended field by field (json.Marshal of the frame's struct left
+// several times its size as garbage per stream); the strings are
+// encoded as json.Marshal encodes them.
 func subscribeFrame(i int, topic string, since map[string]position) []byte {
-	type sincePos struct {
-		Offset uint64 `json:"offset"`
-		Epoch  string `json:"epoch"`
-	}
-	type params struct {
-		Topic   string    `json:"topic"`
-		Recover bool      `json:"recover,omitempty"`
-		Since   *sincePos `json:"since,omitempty"`
-	}
-	ps := params{Topic: topic}
+	topicJSON, _ := json.Marshal(topic)
+	b := make([]byte, 0, 96+len(topicJSON)) // a frame without since fits
+	b = append(b, `{"jsonrpc":"2.0","id":"`+ownIDPrefix...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `","method":"`+protocol.MethodSubscribe+`","params":{"topic":`...)
+	b = append(b, topicJSON...)
 	if pos, ok := since[topic]; ok {
-		ps.Recover, ps.Since = true, &sincePos{Offset: pos.offset, Epoch: pos.epoch}
+		epochJSON, _ := json.Marshal(pos.epoch)
+		b = append(b, `,"recover":true,"since":{"offset":`...)
+		b = strconv.AppendUint(b, pos.offset, 10)
+		b = append(b, `,"epoch":`...)
+		b = append(b, epochJSON...)
+		b = append(b, '}')
 	}
-	b, _ := json.Marshal(struct {
-		JSONRPC string `json:"jsonrpc"`
-		ID      string `json:"id"`
-		Method  string `json:"method"`
-		Params  params `json:"params"`
-	}{"2.0", ownIDPrefix + strconv.Itoa(i), protocol.MethodSubscribe, ps})
-	return b
+	return append(b, "}}"...)
 }
 
 // servePost runs calls: into a session's connection when the session
@@ -159,7 +181,10 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sid := r.URL.Query().Get("session"); sid != "" {
-		p := h.lookup(sid)
+		var p *pipe
+		if id, ok := parseSessionID(sid); ok {
+			p = h.lookup(id)
+		}
 		if p == nil {
 			httpError(w, http.StatusNotFound, "UNKNOWN_SESSION", "no open event stream has this session on this instance")
 			return
@@ -187,11 +212,11 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	select {
-	case a := <-p.answer:
+	case a := <-p.call.answer:
 		rpcAnswer(w, a)
-	case <-p.gone:
+	case <-p.call.gone:
 		select {
-		case a := <-p.answer:
+		case a := <-p.call.answer:
 			rpcAnswer(w, a)
 		default:
 			closedAnswer(w, p)
@@ -228,9 +253,9 @@ func expectsAnswer(body []byte) bool {
 // answering: a shed (1013) or a drain (1012) as 503 with its hint, a body
 // over the limit as 413, anything else as 502.
 func closedAnswer(w http.ResponseWriter, p *pipe) {
-	code := p.closeCode.Load()
+	code := p.call.closeCode.Load()
 	reason := ""
-	if s := p.closeWhy.Load(); s != nil {
+	if s := p.call.closeWhy.Load(); s != nil {
 		reason = *s
 	}
 	switch code {
@@ -261,40 +286,70 @@ func httpError(w http.ResponseWriter, status int, code, msg string) {
 	_, _ = w.Write(b)
 }
 
-func (h *Handler) lookup(id string) *pipe {
+// lookup is the open session whose id is id, or nil.
+func (h *Handler) lookup(id sessionID) *pipe {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.sessions[id]
+	p := h.sessions[id.key()]
+	h.mu.Unlock()
+	if p == nil || subtle.ConstantTimeCompare(p.id[:], id[:]) != 1 {
+		return nil
+	}
+	return p
 }
 
+// register gives p its session id and keeps it under it.
 func (h *Handler) register(p *pipe) {
+	id := newSessionID()
 	h.mu.Lock()
-	h.sessions[p.id] = p
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	for h.sessions[id.key()] != nil {
+		id = newSessionID() // two sessions' ids share a half: 2^-64 a pair
+	}
+	p.id = id
+	h.sessions[id.key()] = p
 }
 
 func (h *Handler) forget(p *pipe) {
-	if p.id == "" {
-		return
+	if p.mode == modeOnce {
+		return // never registered
 	}
 	h.mu.Lock()
-	if h.sessions[p.id] == p {
-		delete(h.sessions, p.id)
+	if k := p.id.key(); h.sessions[k] == p {
+		delete(h.sessions, k)
 	}
 	h.mu.Unlock()
 }
 
-// newSessionID is 128 random bits: a session id is the capability to
-// call on the session's connection, as unguessable as a token.
-func newSessionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+func newSessionID() sessionID {
+	var id sessionID
+	_, _ = rand.Read(id[:])
+	return id
 }
 
+// parseSessionID reads a session id as the session event wrote it: 32
+// lower-case hex digits.
+func parseSessionID(s string) (sessionID, bool) {
+	var id sessionID
+	if len(s) != hex.EncodedLen(len(id)) || strings.ContainsAny(s, "ABCDEF") {
+		return id, false
+	}
+	_, err := hex.Decode(id[:], []byte(s))
+	return id, err == nil
+}
+
+// dedupe drops the repeats of ts, in place, keeping the first of each.
 func dedupe(ts []string) []string {
-	var out []string
-	seen := map[string]bool{}
+	out := ts[:0]
+	if len(ts) <= 8 {
+		// A few: compared, without a map.
+		for _, t := range ts {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	seen := make(map[string]bool, len(ts))
 	for _, t := range ts {
 		if !seen[t] {
 			seen[t] = true
@@ -304,24 +359,97 @@ func dedupe(ts []string) []string {
 	return out
 }
 
+// streamQuery is what GET /sse reads of its query.
+type streamQuery struct {
+	topics      []string // every topic parameter, in order
+	rpc         bool     // an rpc parameter is there
+	lastEventID string   // the first lastEventId parameter
+}
+
+// readStreamQuery reads a stream's query as url.ParseQuery reads it (pairs
+// split at "&", each unescaped; a pair holding ";" or an escape that does
+// not parse is skipped) without making a map of every parameter.
+func readStreamQuery(raw string) streamQuery {
+	var q streamQuery
+	seenLast := false
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.Contains(pair, ";") {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			continue
+		}
+		if key != "topic" && key != "rpc" && key != "lastEventId" {
+			continue
+		}
+		value, err := url.QueryUnescape(v)
+		if err != nil {
+			continue
+		}
+		switch key {
+		case "topic":
+			q.topics = append(q.topics, value)
+		case "rpc":
+			q.rpc = true
+		case "lastEventId":
+			if !seenLast {
+				q.lastEventID, seenLast = value, true
+			}
+		}
+	}
+	return q
+}
+
 // upgradeKey is the Sec-WebSocket-Key of every in-process upgrade: any
 // 16 bytes will do, the answer to it never leaves the process.
 var upgradeKey = base64.StdEncoding.EncodeToString([]byte("rtserver sse key"))
 
-// upgradeRequest is the client's request as a WebSocket upgrade: the same
-// address, headers (Origin, Authorization, X-Forwarded-For) and query
-// (token), so the handshake tier judges the client itself.
+// clientHeaders are the headers of the client's request the server reads
+// of an upgrade: the origin check, the token, the client's address
+// behind a trusted proxy.
+var clientHeaders = [...]string{"Origin", "Authorization", "X-Forwarded-For"}
+
+// upgradeHeader is an in-process upgrade's own header: a WebSocket
+// upgrade offering no subprotocol and no extension.
+var upgradeHeader = http.Header{
+	"Connection":            {"Upgrade"},
+	"Upgrade":               {"websocket"},
+	"Sec-Websocket-Version": {"13"},
+	"Sec-Websocket-Key":     {upgradeKey},
+}
+
+// upgradeRequest is the client's request as a WebSocket upgrade, so the
+// handshake tier judges the client itself: the same address, Host, TLS
+// state, URL (the token and name parameters), context (the values
+// middleware put there) and the headers the server reads
+// (clientHeaders), as the client sent them. The client's other headers
+// are not the server's to read, and are not copied: an idle stream
+// should not leave a copy of its client's request behind as garbage. A
+// client that sent none of clientHeaders gets upgradeHeader itself, which
+// nothing writes (net/http's rule: a handler does not modify its
+// request).
 func upgradeRequest(r *http.Request) *http.Request {
-	u := r.Clone(r.Context())
-	u.Method = http.MethodGet
-	u.Body, u.ContentLength = http.NoBody, 0
-	hd := u.Header
-	hd.Set("Connection", "Upgrade")
-	hd.Set("Upgrade", "websocket")
-	hd.Set("Sec-WebSocket-Version", "13")
-	hd.Set("Sec-WebSocket-Key", upgradeKey)
-	hd.Del("Sec-WebSocket-Protocol")
-	hd.Del("Sec-WebSocket-Extensions")
+	hd := upgradeHeader
+	for _, k := range clientHeaders {
+		if _, ok := r.Header[k]; ok {
+			hd = make(http.Header, len(upgradeHeader)+len(clientHeaders))
+			maps.Copy(hd, upgradeHeader)
+			for _, k := range clientHeaders {
+				if v, ok := r.Header[k]; ok {
+					hd[k] = v
+				}
+			}
+			break
+		}
+	}
+	u := r.WithContext(r.Context()) // a shallow copy: URL and the rest are shared, read only
+	u.Method, u.Header = http.MethodGet, hd
+	u.Body, u.GetBody, u.ContentLength = http.NoBody, nil, 0
+	u.TransferEncoding, u.Trailer, u.Form, u.PostForm, u.MultipartForm = nil, nil, nil, nil, nil
 	return u
 }
 
@@ -364,6 +492,9 @@ func (u *upgrade) Write(b []byte) (int, error) {
 	return u.w.Write(b)
 }
 
+// streamHead starts an event stream's response head.
+const streamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n"
+
 // streamHeadTimeout bounds the write of an event stream's head.
 const streamHeadTimeout = 10 * time.Second
 
@@ -404,18 +535,24 @@ func (u *upgrade) open() (*pipe, error) {
 			// HTTP/2 cannot be hijacked: rtserver serves HTTP/1.1.
 			return nil, errors.Join(errors.New("sse: the event stream needs HTTP/1.1"), err)
 		}
-		head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n")
+		// Registered (which gives it its id) before the client can read
+		// its session id.
+		p.nc = nc
+		p.h.register(p)
+		// The head is made in a pooled buffer: it is garbage once written.
+		buf := bufpool.Get()
+		defer bufpool.Put(buf)
+		buf.Grow(len(streamHead) + len(u.origin) + 128)
+		head := append(buf.AvailableBuffer(), streamHead...)
 		if u.origin != "" {
 			// The handshake tier admitted this origin.
 			head = append(head, "Access-Control-Allow-Origin: "...)
 			head = append(head, u.origin...)
 			head = append(head, "\r\nVary: Origin\r\n"...)
 		}
-		head = append(head, "\r\n"...)
-		head = appendEvent(head, "session", nil, []byte(`{"session":"`+p.id+`"}`))
-		// Registered before the client can read its session id.
-		p.nc, p.sc = nc, wsock.Descriptor(wsock.Socket(nc))
-		p.h.register(p)
+		head = append(head, "\r\nevent: session\ndata: {\"session\":\""...)
+		head = hex.AppendEncode(head, p.id[:])
+		head = append(head, "\"}\n\n"...)
 		_ = nc.SetWriteDeadline(time.Now().Add(streamHeadTimeout))
 		if _, err := nc.Write(head); err != nil {
 			p.h.forget(p)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,43 +37,56 @@ const (
 // pipe is the in-memory socket the server's WebSocket connection runs on
 // for one SSE session or one POST. The server writes whole WebSocket
 // frames to it (Write) and reads client frames from it (Read).
+//
+// An idle stream holds its pipe for as long as it is open, so the pipe
+// holds only what every kind needs; what one kind alone uses hangs off a
+// pointer that the others leave nil (events, call).
 type pipe struct {
 	h    *Handler
-	mode mode
-	id   string          // the session id; "" for modeOnce
-	nc   net.Conn        // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
-	sc   syscall.RawConn // nc's descriptor, watched for the client's hang-up; nil without one
+	nc   net.Conn // the client's socket, hijacked (modeEvents, modeRPC); set before the server writes
+	ev   *events  // modeEvents: the session's topics and positions
+	call *call    // modeOnce: the answer, and how the connection closed
 
 	// Server-bound bytes: whole client frames, queued by queue.
 	rmu      sync.Mutex
-	rbuf     []byte
-	rend     bool          // no more input: Read reports io.EOF after rbuf
-	deadline time.Time     // the read deadline
+	rbuf     *[]byte       // nil (not an empty slice, 24 bytes) while nothing is queued
+	deadline int64         // the read deadline: nanoseconds since epoch, 0 for none (a time.Time is 24 bytes)
 	notify   chan struct{} // made by the first Read that waits: an idle session never does
 	waker    wsock.Waker   // the parked server connection (Arm), woken by the next input or end
-	watched  bool          // the server parks on the pipe (Arm): its reads watch the client's socket too
 
 	// Client-bound state, under wmu (the server writes from one goroutine
 	// at a time, but several may take turns).
-	wmu    sync.Mutex
-	pend   []byte   // the start of a frame not yet whole
-	topics []string // modeEvents: the session's topics, in the request's order
-	pos    map[string]position
+	wmu  sync.Mutex
+	pend *[]byte // the start of a frame not yet whole; nil (not an empty slice, 24 bytes) while none is
 
-	closed    atomic.Bool
-	closeOnce sync.Once
-	gone      chan struct{} // modeOnce: closed by Close
+	id      sessionID // the session's id; zero for modeOnce
+	mode    mode
+	rend    bool        // under rmu: no more input, Read reports io.EOF after rbuf
+	watched bool        // under rmu: the server parks on the pipe (Arm), its reads watch the client's socket too
+	closed  atomic.Bool // Close has run (it runs once)
+}
 
-	// modeOnce: the answer, and how the connection closed without one.
-	answer    chan []byte // 1-buffered: the first response frame
-	closeCode atomic.Uint32
+// events is an event stream's own state (modeEvents).
+type events struct {
+	topics []string   // in the request's order
+	pos    []position // each topic's position, by index; nil until one has one, epoch "" for none
+}
+
+// call is a POST's own state (modeOnce).
+type call struct {
+	answer    chan []byte   // 1-buffered: the first response frame
+	gone      chan struct{} // closed by Close
+	closeCode atomic.Uint32 // how the connection closed without an answer
 	closeWhy  atomic.Pointer[string]
 }
+
+// epoch is the origin of pipe deadlines, read with its monotonic clock.
+var epoch = time.Now()
 
 func newPipe(h *Handler, m mode) *pipe {
 	p := &pipe{h: h, mode: m}
 	if m == modeOnce {
-		p.answer, p.gone = make(chan []byte, 1), make(chan struct{})
+		p.call = &call{answer: make(chan []byte, 1), gone: make(chan struct{})}
 	}
 	return p
 }
@@ -85,7 +99,10 @@ func (p *pipe) queue(op byte, payload []byte) bool {
 		p.rmu.Unlock()
 		return false
 	}
-	p.rbuf = appendClientFrame(p.rbuf, op, payload)
+	if p.rbuf == nil {
+		p.rbuf = new([]byte)
+	}
+	*p.rbuf = appendClientFrame(*p.rbuf, op, payload)
 	w, n := p.takeWaker()
 	p.rmu.Unlock()
 	wake(w, n)
@@ -130,7 +147,7 @@ func (p *pipe) endInput() {
 // client has hung up, which ends it.
 func (p *pipe) Ready() bool {
 	p.rmu.Lock()
-	ready := len(p.rbuf) > 0 || p.rend
+	ready := p.rbuf != nil || p.rend
 	p.rmu.Unlock()
 	if !ready && p.hungUp() {
 		p.endInput()
@@ -143,7 +160,18 @@ func (p *pipe) Ready() bool {
 // an event stream's client sends nothing after its request, so whatever
 // arrives is its end, or bytes to drop.
 func (p *pipe) hungUp() bool {
-	return p.sc != nil && wsock.HungUp(p.sc)
+	sc := p.socket()
+	return sc != nil && wsock.HungUp(sc)
+}
+
+// socket is the descriptor of the client's socket, watched for its
+// hang-up; nil without one. It is not kept: a RawConn held by every idle
+// stream would be 24 bytes of each.
+func (p *pipe) socket() syscall.RawConn {
+	if p.nc == nil {
+		return nil
+	}
+	return wsock.Descriptor(wsock.Socket(p.nc))
 }
 
 // Arm parks the server's connection on the pipe (wsock.Parkable): w is
@@ -154,7 +182,7 @@ func (p *pipe) hungUp() bool {
 // it.
 func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
 	p.rmu.Lock()
-	ready := len(p.rbuf) > 0 || p.rend
+	ready := p.rbuf != nil || p.rend
 	if !ready {
 		p.waker = w
 	}
@@ -164,10 +192,10 @@ func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
 		w.Wake()
 		return nil
 	}
-	if poller != nil && p.sc != nil {
+	if sc := p.socket(); poller != nil && sc != nil {
 		// A failure means the socket is closed: so is the pipe, whose
 		// Close has woken w (endInput).
-		_ = poller.Arm(p.sc, key, w)
+		_ = poller.Arm(sc, key, w)
 	}
 	return nil
 }
@@ -177,10 +205,10 @@ func (p *pipe) Arm(poller *wsock.Poller, key uint64, w wsock.Waker) error {
 func (p *pipe) Read(b []byte) (int, error) {
 	for {
 		p.rmu.Lock()
-		if len(p.rbuf) > 0 {
-			n := copy(b, p.rbuf)
-			p.rbuf = p.rbuf[n:]
-			if len(p.rbuf) == 0 {
+		if p.rbuf != nil {
+			n := copy(b, *p.rbuf)
+			*p.rbuf = (*p.rbuf)[n:]
+			if len(*p.rbuf) == 0 {
 				p.rbuf = nil // an idle session keeps no buffer
 			}
 			p.rmu.Unlock()
@@ -203,11 +231,11 @@ func (p *pipe) Read(b []byte) (int, error) {
 			p.endInput()
 			continue
 		}
-		if dl.IsZero() {
+		if dl == 0 {
 			<-notify
 			continue
 		}
-		wait := time.Until(dl)
+		wait := time.Until(epoch.Add(time.Duration(dl)))
 		if wait <= 0 {
 			return 0, os.ErrDeadlineExceeded
 		}
@@ -230,9 +258,8 @@ func (p *pipe) Write(b []byte) (int, error) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	data := b
-	if len(p.pend) > 0 {
-		p.pend = append(p.pend, b...)
-		data = p.pend
+	if p.pend != nil {
+		data = append(*p.pend, b...)
 	}
 	var out []byte
 	for {
@@ -244,7 +271,8 @@ func (p *pipe) Write(b []byte) (int, error) {
 		data = data[n:]
 	}
 	if len(data) > 0 {
-		p.pend = append([]byte(nil), data...)
+		rest := append([]byte(nil), data...)
+		p.pend = &rest
 	} else {
 		p.pend = nil
 	}
@@ -277,8 +305,10 @@ func (p *pipe) frame(out []byte, op byte, payload []byte) []byte {
 		if len(payload) >= 2 {
 			code, reason = binary.BigEndian.Uint16(payload), string(payload[2:])
 		}
-		p.closeCode.Store(uint32(code))
-		p.closeWhy.Store(&reason)
+		if p.call != nil {
+			p.call.closeCode.Store(uint32(code))
+			p.call.closeWhy.Store(&reason)
+		}
 		// The echo that completes the close handshake.
 		p.queue(opClose, payload[:min(2, len(payload))])
 		if p.mode != modeOnce {
@@ -311,7 +341,7 @@ func (p *pipe) text(out, payload []byte) []byte {
 	case modeOnce:
 		if !bytes.HasPrefix(payload, []byte(`{"jsonrpc":"2.0","method":`)) {
 			select {
-			case p.answer <- append([]byte(nil), payload...):
+			case p.call.answer <- append([]byte(nil), payload...):
 			default:
 			}
 		}
@@ -320,16 +350,18 @@ func (p *pipe) text(out, payload []byte) []byte {
 	if bytes.HasPrefix(payload, []byte(messagePrefix)) && payload[len(payload)-1] == '}' {
 		params := payload[len(messagePrefix) : len(payload)-1]
 		var id []byte
-		if len(p.pos) > 0 {
+		if ev := p.ev; ev.pos != nil {
 			if topic, offset, ok := messagePosition(params); ok {
-				if cur, kept := p.pos[topic]; kept {
-					cur.offset = offset
-					p.pos[topic] = cur
-					id = appendEventID(nil, p.topics, p.pos)
+				if i := slices.Index(ev.topics, topic); i >= 0 && ev.pos[i].epoch != "" {
+					ev.pos[i].offset = offset
+					id = appendEventID(nil, ev.topics, ev.pos)
 				}
 			}
 		}
 		return appendEvent(out, "", id, params)
+	}
+	if i, result, rpcErr, ok := ownResponse(payload, len(p.ev.topics)); ok {
+		return p.ev.subscribed(out, i, result, rpcErr)
 	}
 	var f struct {
 		Method string          `json:"method"`
@@ -355,21 +387,21 @@ func (p *pipe) text(out, payload []byte) []byte {
 		}
 		return appendEvent(out, f.Method, nil, f.Params)
 	}
-	if i, ok := ownID(f.ID, len(p.topics)); ok {
-		return p.subscribed(out, p.topics[i], f.Result, f.Error)
+	if i, ok := ownID(f.ID, len(p.ev.topics)); ok {
+		return p.ev.subscribed(out, i, f.Result, f.Error)
 	}
 	return appendEvent(out, "response", nil, payload)
 }
 
-// subscribed turns the answer to one of the session's own subscribes into
-// a "subscribed" event (the result, with the topic) or a "refused" one
-// (the error, with the topic), and takes a history topic's position from
-// it. Under wmu.
-func (p *pipe) subscribed(out []byte, topic string, result, rpcErr json.RawMessage) []byte {
-	topicJSON, _ := json.Marshal(topic)
+// subscribed turns the answer to the session's own subscribe to its i-th
+// topic into a "subscribed" event (the result, with the topic) or a
+// "refused" one (the error, with the topic), and takes a history topic's
+// position from it. Under the pipe's wmu.
+func (ev *events) subscribed(out []byte, i int, result, rpcErr json.RawMessage) []byte {
+	topicJSON, _ := json.Marshal(ev.topics[i])
 	if rpcErr != nil {
-		ev := append(append(append([]byte(`{"topic":`), topicJSON...), `,"error":`...), rpcErr...)
-		return appendEvent(out, "refused", nil, append(ev, '}'))
+		e := append(append(append([]byte(`{"topic":`), topicJSON...), `,"error":`...), rpcErr...)
+		return appendEvent(out, "refused", nil, append(e, '}'))
 	}
 	var r struct {
 		Epoch     string `json:"epoch"`
@@ -377,29 +409,73 @@ func (p *pipe) subscribed(out []byte, topic string, result, rpcErr json.RawMessa
 		Recovered *bool  `json:"recovered"`
 	}
 	var id []byte
-	if json.Unmarshal(result, &r) == nil && validEpoch(r.Epoch) {
-		if p.pos == nil {
-			p.pos = map[string]position{}
+	// A topic without history answers {}: nothing to decode.
+	if string(result) != "{}" && json.Unmarshal(result, &r) == nil && validEpoch(r.Epoch) {
+		if ev.pos == nil {
+			ev.pos = make([]position, len(ev.topics))
 		}
 		// A recovered subscription keeps the position it presented: the
 		// replay that follows moves it, message by message, so an id
 		// never names a place whose messages the client has not had.
-		if r.Recovered == nil || !*r.Recovered || p.pos[topic].epoch != r.Epoch {
-			p.pos[topic] = position{epoch: r.Epoch, offset: r.Offset}
+		if r.Recovered == nil || !*r.Recovered || ev.pos[i].epoch != r.Epoch {
+			ev.pos[i] = position{epoch: r.Epoch, offset: r.Offset}
 		}
-		id = appendEventID(nil, p.topics, p.pos)
-	} else if _, had := p.pos[topic]; had {
+		id = appendEventID(nil, ev.topics, ev.pos)
+	} else if ev.pos != nil && ev.pos[i].epoch != "" {
 		// Not a history topic (any more): its place leaves the ids.
-		delete(p.pos, topic)
-		id = appendEventID(nil, p.topics, p.pos)
+		ev.pos[i] = position{}
+		id = appendEventID(nil, ev.topics, ev.pos)
 	}
-	ev := append([]byte(`{"topic":`), topicJSON...)
+	e := append(make([]byte, 0, len(`{"topic":,`)+len(topicJSON)+len(result)), `{"topic":`...)
+	e = append(e, topicJSON...)
 	if len(result) > 2 && result[0] == '{' {
-		ev = append(append(ev, ','), result[1:]...)
+		e = append(append(e, ','), result[1:]...)
 	} else {
-		ev = append(ev, '}')
+		e = append(e, '}')
 	}
-	return appendEvent(out, "subscribed", id, ev)
+	return appendEvent(out, "subscribed", id, e)
+}
+
+// ownResponse reads the server's answer to one of the session's own
+// subscribes (one of n topics) as protocol.AppendResult and
+// protocol.AppendError write it: {"jsonrpc":"2.0","id":"sse:I","result":R}
+// or ...,"error":E}. Without decoding it: a JSON decode of every
+// stream's first answer was most of the garbage of opening a topic
+// stream. ok false leaves it to the decode.
+func ownResponse(payload []byte, n int) (i int, result, rpcErr json.RawMessage, ok bool) {
+	const head = `{"jsonrpc":"2.0","id":"` + ownIDPrefix
+	if !bytes.HasPrefix(payload, []byte(head)) || payload[len(payload)-1] != '}' {
+		return 0, nil, nil, false
+	}
+	rest := payload[len(head) : len(payload)-1]
+	end := bytes.IndexByte(rest, '"')
+	if end < 1 || end > 9 {
+		return 0, nil, nil, false
+	}
+	for _, c := range rest[:end] {
+		if c < '0' || c > '9' {
+			return 0, nil, nil, false
+		}
+		i = i*10 + int(c-'0')
+	}
+	if i >= n || (end > 1 && rest[0] == '0') {
+		return 0, nil, nil, false
+	}
+	rest = rest[end+1:]
+	var value []byte
+	switch {
+	case bytes.HasPrefix(rest, []byte(`,"result":`)):
+		value = rest[len(`,"result":`):]
+	case bytes.HasPrefix(rest, []byte(`,"error":`)):
+		value = rest[len(`,"error":`):]
+	}
+	if !json.Valid(value) {
+		return 0, nil, nil, false // not one value: more fields, say
+	}
+	if rest[2] == 'r' {
+		return i, value, nil, true
+	}
+	return i, nil, value, true
 }
 
 // ownIDPrefix marks the ids of the subscribes a session sends for its
@@ -454,22 +530,22 @@ func messagePosition(params []byte) (string, uint64, bool) {
 // Close ends the pipe, once: the server closed its connection. The
 // client's socket is closed with it (the end of the event stream).
 func (p *pipe) Close() error {
-	p.closeOnce.Do(func() {
-		p.closed.Store(true)
-		p.rmu.Lock()
-		p.rend = true
-		p.rbuf = nil
-		w, n := p.takeWaker()
-		p.rmu.Unlock()
-		wake(w, n)
-		if p.nc != nil {
-			_ = p.nc.Close()
-		}
-		if p.gone != nil {
-			close(p.gone)
-		}
-		p.h.forget(p)
-	})
+	if !p.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	p.rmu.Lock()
+	p.rend = true
+	p.rbuf = nil
+	w, n := p.takeWaker()
+	p.rmu.Unlock()
+	wake(w, n)
+	if p.nc != nil {
+		_ = p.nc.Close()
+	}
+	if p.call != nil {
+		close(p.call.gone)
+	}
+	p.h.forget(p)
 	return nil
 }
 
@@ -479,8 +555,12 @@ func (p *pipe) SetDeadline(t time.Time) error {
 }
 
 func (p *pipe) SetReadDeadline(t time.Time) error {
+	var dl int64
+	if !t.IsZero() {
+		dl = max(int64(t.Sub(epoch)), 1) // a deadline at epoch has passed too: not "none"
+	}
 	p.rmu.Lock()
-	p.deadline = t
+	p.deadline = dl
 	n := p.notify
 	p.rmu.Unlock()
 	wake(nil, n)

@@ -70,7 +70,7 @@ func TestPipeEventsDoNotDependOnWriteBoundaries(t *testing.T) {
 	run := func(cuts []int) string {
 		rc := &recordConn{}
 		p := newPipe(testkit.Must(New(Config{}, Deps{WebSocket: http.NotFoundHandler()})), modeEvents)
-		p.nc, p.topics = rc, []string{"room:a"}
+		p.nc, p.ev = rc, &events{topics: []string{"room:a"}}
 		last := 0
 		for _, c := range append(cuts, len(stream)) {
 			if _, err := p.Write(stream[last:c]); err != nil {
