@@ -40,6 +40,10 @@ type fanoutConfig struct {
 	// PubServerPID is the publishers' instance, when it is another one:
 	// its CPU is reported apart (pubServerCpuSeconds).
 	PubServerPID int
+	// CPUProfile and MemProfile, when set, are where rtbench writes its
+	// own CPU profile and allocations over the publishing time and the
+	// drain (selfprof.go).
+	CPUProfile, MemProfile string
 }
 
 type fanoutResult struct {
@@ -209,6 +213,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		return nil, err
 	}
 	setDataMode(cfg.Data)
+	setSelfProfileRate(cfg.MemProfile)
 	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch, Data: cfg.Data, OwnTopics: cfg.OwnTopics}
 	subsOf := make([]int64, cfg.T)
 	for i := range cfg.S {
@@ -386,6 +391,11 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("publishers' server cpu: %w", err)
 	}
+	prof, err := startSelfProfile(cfg.CPUProfile, cfg.MemProfile)
+	if err != nil {
+		return nil, fmt.Errorf("rtbench profile: %w", err)
+	}
+	defer prof.stop()
 	selfCPU, _ := startCPU(selfPID())
 	start := time.Now()
 	for j, c := range pubs {
@@ -420,6 +430,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	}
 	if used, ok, _ := selfCPU.stop(); ok {
 		res.ClientCPU = used.Total().Seconds()
+	}
+	if err := prof.stop(); err != nil {
+		return nil, fmt.Errorf("rtbench profile: %w", err)
 	}
 	stopping.Store(true)
 	closeAll(all, 256)
