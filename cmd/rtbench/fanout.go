@@ -270,20 +270,21 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		lat.Merge(h)
 		mu.Unlock()
 	}
-	subscriber := func(c *websocket.Conn) {
+	subscriber := func(c *libConn) {
 		defer readers.Done()
 		var h hist
 		defer merge(&h)
+		var m msgBuf
 		for {
-			_, b, err := c.Read(context.Background())
+			_, b, err := m.read(context.Background(), c.ws)
 			if err != nil {
 				lost(int(websocket.CloseStatus(err)))
 				return
 			}
-			if serverPing(c, b) {
+			if serverPing(c.ws, b) {
 				continue
 			}
-			record(&h, b, wireBytes(len(b)), int64(time.Since(base)))
+			record(&h, b, wireBytes(len(b)), c.nc.arrived(base))
 		}
 	}
 	rawSubscriber := func(s *rawConn) {
@@ -322,17 +323,20 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 			return nil
 		}, closeRaw)
 	} else {
-		subs, err = dialMany(ctx, d, cfg.S, cfg.C, cfg.DialTimeout, func(i int, c *websocket.Conn) error {
-			if c.Subprotocol() == protocol.BatchSubprotocol {
+		dial := func(ctx context.Context) (*libConn, error) { return d.dialBuffered(ctx, libReadBuf) }
+		var lcs []*libConn
+		lcs, err = dialEach(ctx, cfg.S, cfg.C, cfg.DialTimeout, dial, func(i int, c *libConn) error {
+			if c.ws.Subprotocol() == protocol.BatchSubprotocol {
 				negotiated.Add(1)
 			}
-			if err := subscribeSync(ctx, c, 1, fanoutTopic(i%cfg.T)); err != nil {
+			if err := subscribeSync(ctx, c.ws, 1, fanoutTopic(i%cfg.T)); err != nil {
 				return err
 			}
 			readers.Add(1)
 			go subscriber(c)
 			return nil
-		})
+		}, closeLib)
+		subs = wsOf(lcs)
 	}
 	if err != nil {
 		readers.Wait()
@@ -367,11 +371,14 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 			pubs = append(pubs, r)
 		}
 	} else {
-		conns, err := dialMany(ctx, d, cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
+		// A publisher's answers (64 in flight: about 3 KiB) fit the
+		// library's own reader: no read buffer under it.
+		dial := func(ctx context.Context) (*libConn, error) { return d.dialBuffered(ctx, 0) }
+		conns, err := dialEach(ctx, cfg.P, cfg.C, cfg.DialTimeout, dial, func(int, *libConn) error { return nil }, closeLib)
 		if err != nil {
 			return nil, fmt.Errorf("publishers: %w", err)
 		}
-		all = append(all, conns...)
+		all = append(all, wsOf(conns)...)
 		for _, c := range conns {
 			pubs = append(pubs, libPub{c})
 		}
@@ -483,6 +490,7 @@ func topicOf(cfg fanoutConfig, j int, id uint64) int {
 // with at most cfg.Window publishes unanswered, paced to its share of
 // cfg.Rate, until stop; then it waits (at most 10 s) for the answers.
 func publisher(ctx context.Context, c pubConn, j int, cfg fanoutConfig, base time.Time, subsOf []int64, stop <-chan struct{}, published, expected *atomic.Int64, mu *sync.Mutex, errs map[string]int) {
+	defer c.done()
 	window := make(chan struct{}, cfg.Window)
 	answered := make(chan struct{})
 	go func() {
@@ -565,15 +573,8 @@ type pubConn interface {
 	answers(fn func(id uint64, code int, failed bool))
 	// publish sends one request as one text frame.
 	publish(ctx context.Context, req []byte) error
-}
-
-type libPub struct{ c *websocket.Conn }
-
-func (p libPub) answers(fn func(id uint64, code int, failed bool)) {
-	readFrames(p.c, func(_ time.Time, f frame) bool {
-		answerOf(f, fn)
-		return true
-	})
+	// done is called once the publisher has stopped publishing.
+	done()
 }
 
 // answerOf hands fn a decoded frame that is an answer.
@@ -587,4 +588,14 @@ func answerOf(f frame, fn func(id uint64, code int, failed bool)) {
 	}
 }
 
-func (p libPub) publish(ctx context.Context, req []byte) error { return write(ctx, p.c, req) }
+// wsOf is the WebSockets of library clients.
+func wsOf(cs []*libConn) []*websocket.Conn {
+	ws := make([]*websocket.Conn, len(cs))
+	for i, c := range cs {
+		ws[i] = c.ws
+	}
+	return ws
+}
+
+// closeLib closes library clients as closeAll does.
+func closeLib(cs []*libConn) { closeAll(wsOf(cs), 256) }
