@@ -92,12 +92,17 @@ const tsKey = `"rtbts":`
 // payload renders a message's data: the send time in nanoseconds since
 // base, padded to about size bytes.
 func payload(ts int64, size int) []byte {
-	b := make([]byte, 0, size+32)
+	return appendPayload(make([]byte, 0, size+32), ts, size)
+}
+
+// appendPayload appends payload(ts, size) to b.
+func appendPayload(b []byte, ts int64, size int) []byte {
+	start := len(b)
 	b = append(b, '{')
 	b = append(b, tsKey...)
 	b = strconv.AppendInt(b, ts, 10)
 	b = append(b, `,"pad":"`...)
-	for n := size - len(b) - 2; n > 0; n-- {
+	for n := size - (len(b) - start) - 2; n > 0; n-- {
 		b = append(b, 'x')
 	}
 	return append(b, `"}`...)
@@ -519,7 +524,7 @@ func publisher(ctx context.Context, c pubConn, j int, cfg fanoutConfig, base tim
 	for t := range topics {
 		topics[t] = []byte(`{"topic":` + strconv.Quote(fanoutTopic(t)) + `,"data":`)
 	}
-	var params []byte
+	var params, data, req []byte // reused: a publish's write has returned before the next is rendered
 loop:
 	for id := uint64(0); ; id++ {
 		select {
@@ -540,10 +545,12 @@ loop:
 			}
 			next = next.Add(interval)
 		}
+		data = appendPayload(data[:0], int64(time.Since(base)), cfg.Size)
 		params = append(params[:0], topics[topicOf(cfg, j, id)]...)
-		params = append(params, dataOf(payload(int64(time.Since(base)), cfg.Size))...)
+		params = append(params, dataOf(data)...)
 		params = append(params, '}')
-		if err := c.publish(ctx, request(id, protocol.MethodPublish, params)); err != nil {
+		req = appendRequest(req[:0], id, protocol.MethodPublish, params)
+		if err := c.publish(ctx, req); err != nil {
 			mu.Lock()
 			errs["write: "+errKind(err)]++
 			mu.Unlock()

@@ -101,7 +101,14 @@ func request(id uint64, method string, params []byte) []byte {
 	if centrifugoOn() {
 		return cfRequest(id, method, params)
 	}
-	b := make([]byte, 0, 64+len(method)+len(params))
+	return appendRequest(make([]byte, 0, 64+len(method)+len(params)), id, method, params)
+}
+
+// appendRequest appends request(id, method, params) to b.
+func appendRequest(b []byte, id uint64, method string, params []byte) []byte {
+	if engineIOOn() || centrifugoOn() {
+		return append(b, request(id, method, params)...)
+	}
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = strconv.AppendUint(b, id, 10)
 	b = append(b, `,"method":`...)
