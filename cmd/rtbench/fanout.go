@@ -113,7 +113,7 @@ func appendPayload(b []byte, ts int64, size int) []byte {
 func scanTimestamps(b []byte, f func(ts int64)) int {
 	n := 0
 	for {
-		i := bytes.Index(b, []byte(tsKey))
+		i := indexTsKey(b)
 		if i < 0 {
 			return n
 		}
@@ -128,6 +128,25 @@ func scanTimestamps(b []byte, f func(ts int64)) int {
 			n++
 		}
 		b = b[j:]
+	}
+}
+
+// tsKeyTail is tsKey without its opening quote: its first byte, r, is
+// rarer in a message than the quote, which bytes.Index would otherwise
+// stop at some twenty times a message before it finds the key.
+var tsKeyTail = []byte(tsKey[1:])
+
+// indexTsKey is bytes.Index(b, tsKey).
+func indexTsKey(b []byte) int {
+	for off := 0; ; {
+		i := bytes.Index(b[off:], tsKeyTail)
+		if i < 0 {
+			return -1
+		}
+		if j := off + i; j > 0 && b[j-1] == '"' {
+			return j - 1
+		}
+		off += i + 1
 	}
 }
 

@@ -47,6 +47,7 @@ func TestScanTimestamps(t *testing.T) {
 		{`{"id":3,"result":{}}`, nil},
 		{`{"rtbts":}`, nil},
 		{`"rtbts":"rtbts":42`, []int64{42}},
+		{`rtbts":5,x"rtbts":6`, []int64{6}}, // the key's tail alone is not the key
 	}
 	for _, tt := range tests {
 		var got []int64
