@@ -29,7 +29,10 @@
 //
 // Clients are raw github.com/coder/websocket connections, not the client
 // package: its reconnect loop and call bookkeeping would add work (and
-// retries) to the measured loops. With fanout --raw, rtserver's clients
+// retries) to the measured loops. Their hot loops use the library as
+// cheaply as its API allows (libconn.go: each message read into one
+// buffer, the socket read 16 KiB at a time, no context per publish), the
+// same for every server they measure. With fanout --raw, rtserver's clients
 // skip the library too and read and write frames themselves
 // (rawconn.go): the generator then takes less of the machine from the
 // server it measures. Latencies are recorded in a log-linear

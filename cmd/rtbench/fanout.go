@@ -40,6 +40,10 @@ type fanoutConfig struct {
 	// PubServerPID is the publishers' instance, when it is another one:
 	// its CPU is reported apart (pubServerCpuSeconds).
 	PubServerPID int
+	// CPUProfile and MemProfile, when set, are where rtbench writes its
+	// own CPU profile and allocations over the publishing time and the
+	// drain (selfprof.go).
+	CPUProfile, MemProfile string
 }
 
 type fanoutResult struct {
@@ -88,12 +92,17 @@ const tsKey = `"rtbts":`
 // payload renders a message's data: the send time in nanoseconds since
 // base, padded to about size bytes.
 func payload(ts int64, size int) []byte {
-	b := make([]byte, 0, size+32)
+	return appendPayload(make([]byte, 0, size+32), ts, size)
+}
+
+// appendPayload appends payload(ts, size) to b.
+func appendPayload(b []byte, ts int64, size int) []byte {
+	start := len(b)
 	b = append(b, '{')
 	b = append(b, tsKey...)
 	b = strconv.AppendInt(b, ts, 10)
 	b = append(b, `,"pad":"`...)
-	for n := size - len(b) - 2; n > 0; n-- {
+	for n := size - (len(b) - start) - 2; n > 0; n-- {
 		b = append(b, 'x')
 	}
 	return append(b, `"}`...)
@@ -104,7 +113,7 @@ func payload(ts int64, size int) []byte {
 func scanTimestamps(b []byte, f func(ts int64)) int {
 	n := 0
 	for {
-		i := bytes.Index(b, []byte(tsKey))
+		i := indexTsKey(b)
 		if i < 0 {
 			return n
 		}
@@ -119,6 +128,25 @@ func scanTimestamps(b []byte, f func(ts int64)) int {
 			n++
 		}
 		b = b[j:]
+	}
+}
+
+// tsKeyTail is tsKey without its opening quote: its first byte, r, is
+// rarer in a message than the quote, which bytes.Index would otherwise
+// stop at some twenty times a message before it finds the key.
+var tsKeyTail = []byte(tsKey[1:])
+
+// indexTsKey is bytes.Index(b, tsKey).
+func indexTsKey(b []byte) int {
+	for off := 0; ; {
+		i := bytes.Index(b[off:], tsKeyTail)
+		if i < 0 {
+			return -1
+		}
+		if j := off + i; j > 0 && b[j-1] == '"' {
+			return j - 1
+		}
+		off += i + 1
 	}
 }
 
@@ -209,6 +237,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		return nil, err
 	}
 	setDataMode(cfg.Data)
+	setSelfProfileRate(cfg.MemProfile)
 	res := &fanoutResult{URL: cfg.URL.String(), Publishers: cfg.P, Subscribers: cfg.S, Topics: cfg.T, Size: cfg.Size, Batch: cfg.Batch, Data: cfg.Data, OwnTopics: cfg.OwnTopics}
 	subsOf := make([]int64, cfg.T)
 	for i := range cfg.S {
@@ -265,20 +294,21 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 		lat.Merge(h)
 		mu.Unlock()
 	}
-	subscriber := func(c *websocket.Conn) {
+	subscriber := func(c *libConn) {
 		defer readers.Done()
 		var h hist
 		defer merge(&h)
+		var m msgBuf
 		for {
-			_, b, err := c.Read(context.Background())
+			_, b, err := m.read(context.Background(), c.ws)
 			if err != nil {
 				lost(int(websocket.CloseStatus(err)))
 				return
 			}
-			if serverPing(c, b) {
+			if serverPing(c.ws, b) {
 				continue
 			}
-			record(&h, b, wireBytes(len(b)), int64(time.Since(base)))
+			record(&h, b, wireBytes(len(b)), c.nc.arrived(base))
 		}
 	}
 	rawSubscriber := func(s *rawConn) {
@@ -317,17 +347,20 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 			return nil
 		}, closeRaw)
 	} else {
-		subs, err = dialMany(ctx, d, cfg.S, cfg.C, cfg.DialTimeout, func(i int, c *websocket.Conn) error {
-			if c.Subprotocol() == protocol.BatchSubprotocol {
+		dial := func(ctx context.Context) (*libConn, error) { return d.dialBuffered(ctx, libReadBuf) }
+		var lcs []*libConn
+		lcs, err = dialEach(ctx, cfg.S, cfg.C, cfg.DialTimeout, dial, func(i int, c *libConn) error {
+			if c.ws.Subprotocol() == protocol.BatchSubprotocol {
 				negotiated.Add(1)
 			}
-			if err := subscribeSync(ctx, c, 1, fanoutTopic(i%cfg.T)); err != nil {
+			if err := subscribeSync(ctx, c.ws, 1, fanoutTopic(i%cfg.T)); err != nil {
 				return err
 			}
 			readers.Add(1)
 			go subscriber(c)
 			return nil
-		})
+		}, closeLib)
+		subs = wsOf(lcs)
 	}
 	if err != nil {
 		readers.Wait()
@@ -362,11 +395,14 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 			pubs = append(pubs, r)
 		}
 	} else {
-		conns, err := dialMany(ctx, d, cfg.P, cfg.C, cfg.DialTimeout, func(int, *websocket.Conn) error { return nil })
+		// A publisher's answers (64 in flight: about 3 KiB) fit the
+		// library's own reader: no read buffer under it.
+		dial := func(ctx context.Context) (*libConn, error) { return d.dialBuffered(ctx, 0) }
+		conns, err := dialEach(ctx, cfg.P, cfg.C, cfg.DialTimeout, dial, func(int, *libConn) error { return nil }, closeLib)
 		if err != nil {
 			return nil, fmt.Errorf("publishers: %w", err)
 		}
-		all = append(all, conns...)
+		all = append(all, wsOf(conns)...)
 		for _, c := range conns {
 			pubs = append(pubs, libPub{c})
 		}
@@ -386,6 +422,11 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("publishers' server cpu: %w", err)
 	}
+	prof, err := startSelfProfile(cfg.CPUProfile, cfg.MemProfile)
+	if err != nil {
+		return nil, fmt.Errorf("rtbench profile: %w", err)
+	}
+	defer prof.stop()
 	selfCPU, _ := startCPU(selfPID())
 	start := time.Now()
 	for j, c := range pubs {
@@ -420,6 +461,9 @@ func runFanout(ctx context.Context, cfg fanoutConfig) (*fanoutResult, error) {
 	}
 	if used, ok, _ := selfCPU.stop(); ok {
 		res.ClientCPU = used.Total().Seconds()
+	}
+	if err := prof.stop(); err != nil {
+		return nil, fmt.Errorf("rtbench profile: %w", err)
 	}
 	stopping.Store(true)
 	closeAll(all, 256)
@@ -470,6 +514,7 @@ func topicOf(cfg fanoutConfig, j int, id uint64) int {
 // with at most cfg.Window publishes unanswered, paced to its share of
 // cfg.Rate, until stop; then it waits (at most 10 s) for the answers.
 func publisher(ctx context.Context, c pubConn, j int, cfg fanoutConfig, base time.Time, subsOf []int64, stop <-chan struct{}, published, expected *atomic.Int64, mu *sync.Mutex, errs map[string]int) {
+	defer c.done()
 	window := make(chan struct{}, cfg.Window)
 	answered := make(chan struct{})
 	go func() {
@@ -498,7 +543,7 @@ func publisher(ctx context.Context, c pubConn, j int, cfg fanoutConfig, base tim
 	for t := range topics {
 		topics[t] = []byte(`{"topic":` + strconv.Quote(fanoutTopic(t)) + `,"data":`)
 	}
-	var params []byte
+	var params, data, req []byte // reused: a publish's write has returned before the next is rendered
 loop:
 	for id := uint64(0); ; id++ {
 		select {
@@ -519,10 +564,12 @@ loop:
 			}
 			next = next.Add(interval)
 		}
+		data = appendPayload(data[:0], int64(time.Since(base)), cfg.Size)
 		params = append(params[:0], topics[topicOf(cfg, j, id)]...)
-		params = append(params, dataOf(payload(int64(time.Since(base)), cfg.Size))...)
+		params = append(params, dataOf(data)...)
 		params = append(params, '}')
-		if err := c.publish(ctx, request(id, protocol.MethodPublish, params)); err != nil {
+		req = appendRequest(req[:0], id, protocol.MethodPublish, params)
+		if err := c.publish(ctx, req); err != nil {
 			mu.Lock()
 			errs["write: "+errKind(err)]++
 			mu.Unlock()
@@ -552,15 +599,8 @@ type pubConn interface {
 	answers(fn func(id uint64, code int, failed bool))
 	// publish sends one request as one text frame.
 	publish(ctx context.Context, req []byte) error
-}
-
-type libPub struct{ c *websocket.Conn }
-
-func (p libPub) answers(fn func(id uint64, code int, failed bool)) {
-	readFrames(p.c, func(_ time.Time, f frame) bool {
-		answerOf(f, fn)
-		return true
-	})
+	// done is called once the publisher has stopped publishing.
+	done()
 }
 
 // answerOf hands fn a decoded frame that is an answer.
@@ -574,4 +614,14 @@ func answerOf(f frame, fn func(id uint64, code int, failed bool)) {
 	}
 }
 
-func (p libPub) publish(ctx context.Context, req []byte) error { return write(ctx, p.c, req) }
+// wsOf is the WebSockets of library clients.
+func wsOf(cs []*libConn) []*websocket.Conn {
+	ws := make([]*websocket.Conn, len(cs))
+	for i, c := range cs {
+		ws[i] = c.ws
+	}
+	return ws
+}
+
+// closeLib closes library clients as closeAll does.
+func closeLib(cs []*libConn) { closeAll(wsOf(cs), 256) }

@@ -19,6 +19,22 @@ func TestPayload(t *testing.T) {
 	}
 }
 
+// The publishers render into buffers they reuse: what they append is
+// what payload and request return.
+func TestAppendPayloadAndRequest(t *testing.T) {
+	prefix := []byte(`{"topic":"t","data":`)
+	for _, size := range []int{0, 50, 100, 1000} {
+		b := appendPayload(append([]byte(nil), prefix...), 987654321, size)
+		if want := append(append([]byte(nil), prefix...), payload(987654321, size)...); !bytes.Equal(b, want) {
+			t.Errorf("size %d: appended %q, want %q", size, b, want)
+		}
+		r := appendRequest([]byte("xy"), 42, "publish", b)
+		if want := append([]byte("xy"), request(42, "publish", b)...); !bytes.Equal(r, want) {
+			t.Errorf("size %d: appended request %q, want %q", size, r, want)
+		}
+	}
+}
+
 func TestScanTimestamps(t *testing.T) {
 	one := `{"jsonrpc":"2.0","method":"message","params":{"topic":"a","data":` + string(payload(5, 50)) + `}}`
 	two := `{"jsonrpc":"2.0","method":"message","params":{"topic":"a","data":` + string(payload(17, 50)) + `}}`
@@ -31,6 +47,7 @@ func TestScanTimestamps(t *testing.T) {
 		{`{"id":3,"result":{}}`, nil},
 		{`{"rtbts":}`, nil},
 		{`"rtbts":"rtbts":42`, []int64{42}},
+		{`rtbts":5,x"rtbts":6`, []int64{6}}, // the key's tail alone is not the key
 	}
 	for _, tt := range tests {
 		var got []int64

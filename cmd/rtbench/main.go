@@ -194,6 +194,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		pubPID := fs.Int("pub-server-pid", 0, "the --pub-url instance's process id: measure its CPU too")
 		raw := fs.Bool("raw", false, "subscribers and publishers read and write raw frames instead of going through the WebSocket library: rtbench then takes less CPU from the server (rtserver's JSON protocol over ws:// only; others ignore it)")
 		data := fs.String("data", dataJSON, "message data: json; bytes (--size bytes, raw on the binary protocol rt.msgpack); base64 (the same bytes on the JSON protocol as {\"$bin\":\"<base64>\"})")
+		cpuProf := fs.String("cpu-profile", "", "write rtbench's own CPU profile of the publishing time (pprof) to this file")
+		memProf := fs.String("mem-profile", "", "write rtbench's allocations during the publishing time (pprof, every allocation sampled) to this file")
 		runMode = func(ctx context.Context) (any, error) {
 			u, err := checkURL(*rawURL)
 			if err != nil {
@@ -206,7 +208,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			return runFanout(ctx, fanoutConfig{URL: u, PubURL: pu, P: *p, S: *s, T: *t, Size: *size, Duration: *dur, Rate: *rate,
-				Window: *window, Batch: *batch, Data: *data, OwnTopics: *own, Raw: *raw, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID})
+				Window: *window, Batch: *batch, Data: *data, OwnTopics: *own, Raw: *raw, DialTimeout: *dialTimeout, ServerPID: *pid, PubServerPID: *pubPID,
+				CPUProfile: *cpuProf, MemProfile: *memProf})
 		}
 	case "recover":
 		n := fs.Int("n", 1000, "clients: each subscribes, goes away, misses --missed messages, then all reconnect at once and recover")

@@ -167,7 +167,9 @@ func (p *probes) run(ctx context.Context, c *websocket.Conn, topic string, inter
 		scheduled := next
 		next = next.Add(interval)
 		if err := write(ctx, c, request(seq, protocol.MethodPublish, params(seq))); err != nil {
-			failed[ph]++
+			if p.phase.Load() != phaseStop {
+				failed[ph]++
+			}
 			return
 		}
 		// Wait for both halves, at most 10 s.
@@ -178,7 +180,9 @@ func (p *probes) run(ctx context.Context, c *websocket.Conn, topic string, inter
 			case a, ok := <-arrivals:
 				if !ok {
 					timeout.Stop()
-					failed[ph]++
+					if p.phase.Load() != phaseStop { // not cut short by stop closing the client
+						failed[ph]++
+					}
 					return
 				}
 				if a.seq != seq {

@@ -335,6 +335,8 @@ func (s *rawConn) answers(fn func(id uint64, code int, failed bool)) {
 // publish sends a request as one text frame (pubConn).
 func (s *rawConn) publish(_ context.Context, req []byte) error { return s.send(0x1, req) }
 
+func (s *rawConn) done() {}
+
 var (
 	answerHead  = []byte(`{"jsonrpc":"2.0","id":`)
 	answerOK    = []byte(`,"result":`)

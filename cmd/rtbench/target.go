@@ -108,7 +108,10 @@ func newDialer(u *url.URL, subprotocols []string) *dialer {
 		DisableKeepAlives:   true,
 		DisableCompression:  true,
 		MaxIdleConnsPerHost: -1,
-		DialContext:         d.tcp,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.tcp(ctx, network, addr)
+			return wrapConn(ctx, c, err) // dialBuffered's connection
+		},
 	}
 	d.client = &http.Client{Transport: tr}
 	return d

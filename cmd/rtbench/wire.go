@@ -58,23 +58,37 @@ func serverPing(c *websocket.Conn, b []byte) bool {
 // batch's frames one by one) with the time its message arrived; fn returns
 // false to stop. Messages that do not decode are skipped.
 func readFrames(c *websocket.Conn, fn func(at time.Time, f frame) bool) {
-	for {
-		_, b, err := c.Read(context.Background())
-		if err != nil {
-			return
-		}
+	readMessages(c, func(b []byte) bool {
 		at := time.Now()
-		if serverPing(c, b) {
-			continue
-		}
 		fs, err := frames(b)
 		if err != nil {
-			continue
+			return true
 		}
 		for _, f := range fs {
 			if !fn(at, f) {
-				return
+				return false
 			}
+		}
+		return true
+	})
+}
+
+// readMessages reads c until it fails, handing fn each data message that
+// is not a server's ping (serverPing answers those); fn returns false to
+// stop. The bytes are valid only during the call: the messages are read
+// into one buffer (libconn.go).
+func readMessages(c *websocket.Conn, fn func(b []byte) bool) {
+	var m msgBuf
+	for {
+		_, b, err := m.read(context.Background(), c)
+		if err != nil {
+			return
+		}
+		if serverPing(c, b) {
+			continue
+		}
+		if !fn(b) {
+			return
 		}
 	}
 }
@@ -87,7 +101,14 @@ func request(id uint64, method string, params []byte) []byte {
 	if centrifugoOn() {
 		return cfRequest(id, method, params)
 	}
-	b := make([]byte, 0, 64+len(method)+len(params))
+	return appendRequest(make([]byte, 0, 64+len(method)+len(params)), id, method, params)
+}
+
+// appendRequest appends request(id, method, params) to b.
+func appendRequest(b []byte, id uint64, method string, params []byte) []byte {
+	if engineIOOn() || centrifugoOn() {
+		return append(b, request(id, method, params)...)
+	}
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = strconv.AppendUint(b, id, 10)
 	b = append(b, `,"method":`...)
