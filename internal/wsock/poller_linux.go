@@ -79,11 +79,17 @@ func (p *Poller) Arm(sc syscall.RawConn, key uint64, w Waker) error {
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT}
 	ev.Fd, ev.Pad = int32(uint32(key)), int32(uint32(key>>32))
 	var ctlErr error
+	// A key armed before is in the set (unless its socket was closed,
+	// which fails Control): modify it; a new key's socket is added. Either
+	// guess that fails is corrected by the other call.
+	op, other, wrong := syscall.EPOLL_CTL_ADD, syscall.EPOLL_CTL_MOD, syscall.EEXIST
+	if _, armed := p.wakers[key]; armed {
+		op, other, wrong = other, op, syscall.ENOENT
+	}
 	err := sc.Control(func(fd uintptr) {
-		// Re-arming is the common case; a socket's first arming adds it.
-		ctlErr = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_MOD, int(fd), &ev)
-		if ctlErr == syscall.ENOENT {
-			ctlErr = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		ctlErr = syscall.EpollCtl(p.epfd, op, int(fd), &ev)
+		if ctlErr == wrong {
+			ctlErr = syscall.EpollCtl(p.epfd, other, int(fd), &ev)
 		}
 	})
 	if err == nil && ctlErr != nil {
