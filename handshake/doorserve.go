@@ -48,6 +48,7 @@ func (g *Gate) ServingListener(inner net.Listener, path string, h http.Handler, 
 	l := newDoor(g, inner, append([]string{path}, more...), peekTimeout, maxPeekers)
 	if d, ok := l.(*door); ok {
 		d.h = h
+		d.headIn = wsock.DeferAccept(inner, peekTimeout)
 	}
 	return l
 }
