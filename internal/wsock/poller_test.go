@@ -264,3 +264,25 @@ func TestPollerArmsWhateverItGuessed(t *testing.T) {
 		t.Fatalf("woke key %d, want 3", k)
 	}
 }
+
+// A socket armed for the first time with input already waiting is
+// reported at once: a read goroutine may park a fresh connection without
+// looking for input first (the server's first park after an upgrade).
+func TestPollerFirstArmReportsInputAlreadyIn(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	p := newPoller(t)
+	ch := make(wakes, 1)
+	server, client := pair(t)
+	if _, err := client.Write([]byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	raw := descriptorOf(t, server)
+	awaitReadable(t, raw, make([]byte, 1)) // in the server's socket before it is armed
+	if err := p.Arm(raw, 9, keyedWaker{key: 9, ch: ch}); err != nil {
+		t.Fatal(err)
+	}
+	if k := ch.next(t); k != 9 {
+		t.Fatalf("woke key %d, want 9", k)
+	}
+}
