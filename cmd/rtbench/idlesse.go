@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -27,7 +26,7 @@ func runIdleSSE(ctx context.Context, cfg idleConfig, topics int) (*idleResult, e
 	res, closeConns, err := measureIdle(ctx, cfg, u.String(), func(i int64) (idleConn, string) {
 		query, first := "rpc", "session"
 		if topics > 0 {
-			query, first = "topic=room:"+strconv.FormatInt(i%int64(topics), 10), "subscribed"
+			query, first = "topic="+idleTopic(i, topics), "subscribed"
 		}
 		c, br, err := openStream(ctx, &u, int(i), query, first, cfg.DialTimeout)
 		if err != nil {
@@ -44,6 +43,7 @@ func runIdleSSE(ctx context.Context, cfg idleConfig, topics int) (*idleResult, e
 		return nil, err
 	}
 	closeConns()
+	res.Topics = topics
 	return res, nil
 }
 
