@@ -60,7 +60,12 @@ type idleResult struct {
 	HeapAllocPerConn float64 `json:"serverHeapAllocPerConnBytes,omitempty"`
 	HeapInusePerConn float64 `json:"serverHeapInusePerConnBytes,omitempty"`
 	StackPerConn     float64 `json:"serverStackInusePerConnBytes,omitempty"`
-	AcceptLat        latency `json:"acceptLatency"`
+	// Heap the collector freed and the runtime keeps for reuse (idle,
+	// not returned to the OS): in RSS, but not the connections' state.
+	// How much is kept depends on when the last collection ran, so it
+	// tells a run's garbage apart from what the connections hold.
+	HeapKeptPerConn float64 `json:"serverHeapIdleKeptPerConnBytes,omitempty"`
+	AcceptLat       latency `json:"acceptLatency"`
 	// Probe is the probes' send -> receipt round trips (publish sent to
 	// both its answer and its message received) with the idle
 	// connections open; nil without probes.
@@ -69,7 +74,8 @@ type idleResult struct {
 
 // memSeries are the Go runtime gauges rtserver exports, read before and
 // after connecting.
-var memSeries = [...]string{"go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes"}
+var memSeries = [...]string{"go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes",
+	"go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes"}
 
 // runIdle opens cfg.N idle connections, measures the server, and closes
 // them.
@@ -271,6 +277,7 @@ func measureIdle(ctx context.Context, cfg idleConfig, target string, dial func(i
 		res.HeapAllocPerConn = (after.mem[0] - before.mem[0]) / n
 		res.HeapInusePerConn = (after.mem[1] - before.mem[1]) / n
 		res.StackPerConn = (after.mem[2] - before.mem[2]) / n
+		res.HeapKeptPerConn = ((after.mem[3] - after.mem[4]) - (before.mem[3] - before.mem[4])) / n
 	}
 	return res, closeConns, nil
 }
