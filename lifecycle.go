@@ -102,8 +102,10 @@ func (n *Node) serveListeners(g *errgroup.Group, ln, aln net.Listener) []*http.S
 	var servers []*http.Server
 	addr := "(Handler, on the program's server)"
 	if ln != nil {
-		ln = acceptlog.Wrap(ln, n.metrics.AcceptFDExhausted, n.log)
+		// The door is given the listener itself, whose socket options it
+		// may set (the accept's deferral until a head is in).
 		ln = n.gate.ServingListener(ln, "/ws", n.mux, "/sse")
+		ln = acceptlog.Wrap(ln, n.metrics.AcceptFDExhausted, n.log)
 		srv := n.cfg.HTTP.server(n.mux, errorLog)
 		servers = append(servers, srv)
 		g.Go(func() error { return serveHTTP(srv, ln) })

@@ -37,6 +37,13 @@ import (
 // net/http would for an upgrade request that was refused. A panic in h is
 // logged (except http.ErrAbortHandler) and closes the connection.
 //
+// On Linux the door asks the kernel to hand over inner's TCP connections
+// only once their first bytes are in (TCP_DEFER_ACCEPT, for up to the
+// 1 s it peeks): the head of an upgrade is then read at the accept, and
+// shed there or served without waiting for it. A client that sends
+// nothing is handed over about a second later and bounded as before; one
+// that connects and leaves without a byte is never accepted.
+//
 // more are further paths the door treats as path, sheds and serves with
 // h alike: endpoints whose handler hijacks the connection as an upgrade
 // does (rtserver's event streams, GET /sse), which would otherwise leave
@@ -48,6 +55,7 @@ func (g *Gate) ServingListener(inner net.Listener, path string, h http.Handler, 
 	l := newDoor(g, inner, append([]string{path}, more...), peekTimeout, maxPeekers)
 	if d, ok := l.(*door); ok {
 		d.h = h
+		d.headIn = wsock.DeferAccept(inner, peekTimeout)
 	}
 	return l
 }

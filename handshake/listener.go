@@ -85,7 +85,11 @@ type door struct {
 	ready   []net.Conn            // handed on, waiting for Accept
 	peeking map[net.Conn]struct{} // woken by Close
 
-	trace func(event string) // tests: "peek", "shed", "pass", "gone"
+	trace func(event string) // tests: "peek", "shed", "pass", "gone", "serve"
+
+	// headIn: inner hands over a connection only once its first bytes
+	// are in (wsock.DeferAccept), so Accept reads the head at once.
+	headIn bool
 }
 
 func newDoor(g *Gate, inner net.Listener, paths []string, timeout time.Duration, max int32) net.Listener {
@@ -136,15 +140,23 @@ func (d *door) Accept() (net.Conn, error) {
 		}
 		var bp *[peekSize]byte
 		n := 0
-		if shedding {
-			// In a storm the head is usually in by now: shed it here,
-			// without a goroutine, so that all shedding is one goroutine
-			// among the connections being served, however many dial.
+		if shedding || d.headIn {
+			// In a storm the head is usually in by now (and always, but
+			// for a client that sent nothing for a second, when the
+			// kernel defers the accept): shed it here, without a
+			// goroutine, so that all shedding is one goroutine among the
+			// connections being served, however many dial.
 			bp = peekBufs.Get().(*[peekSize]byte)
 			n = wsock.ReadNow(c, bp[:])
-			if n > 0 && d.shedNow(c, bp[:n]) {
+			if n > 0 && shedding && d.shedNow(c, bp[:n]) {
 				peekBufs.Put(bp)
 				wsock.Yield() // let the served connections run between sheds
+				continue
+			}
+			if n > 0 && d.h != nil && d.simple(bp[:n]) {
+				// The whole head is in: serve it without waiting for more,
+				// so without a read deadline or a place among the peekers.
+				go d.serveIn(c, bp, n)
 				continue
 			}
 		}
@@ -289,39 +301,24 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 		n, v, err = wsock.ReadHead(c, buf, n, d.paths[i])
 	}
 	if v == wsock.HeadSimple {
-		// Door work yields first: Gosched moves this goroutine to the back
-		// of the global run queue, behind the connections already served
-		// (readied into the local queues by the poller), and breaks the
-		// chain of door goroutines handing each other the processor. In a
-		// storm the door's work then fills the time established clients
-		// leave, instead of making them wait behind a run queue of
-		// upgrades (BENCHMARKS.md, storm isolation).
-		wsock.Yield()
-		if why, full := d.g.doorFull(); full && d.g.cfg.Reject == RejectHTTP {
-			d.forget(c)
-			d.shed(c, why, buf[:0])
+		d.forget(c) // nothing more is read: Close need not wake it
+		if d.shedOrParse(c, buf[:n]) {
 			return
 		}
-		if d.h != nil {
-			// Parsing, the handler and the WebSocket accept go deep:
-			// grow the stack once, while it is shallow.
-			wsock.GrowStack()
-			w := wsock.NewResponse(c)
-			if req := wsock.ParseHead(w.Context(), buf[:n]); req != nil {
-				if !d.take(c) {
-					return
-				}
-				// The head is in: from here on the gate bounds this
-				// goroutine (caps, pacing queue), not the peeker bound,
-				// and the request holds copies of what it needs.
-				d.peekers.Add(-1)
-				peeking = false
-				peekBufs.Put(bp)
-				bp = nil
-				_ = c.SetReadDeadline(time.Time{})
-				d.serve(c, w, req)
+		if w, req := d.parse(c, buf[:n]); req != nil {
+			if !d.take(c) {
 				return
 			}
+			// The head is in: from here on the gate bounds this
+			// goroutine (caps, pacing queue), not the peeker bound,
+			// and the request holds copies of what it needs.
+			d.peekers.Add(-1)
+			peeking = false
+			peekBufs.Put(bp)
+			bp = nil
+			_ = c.SetReadDeadline(time.Time{})
+			d.serve(c, w, req)
+			return
 		}
 	}
 	if n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -333,6 +330,63 @@ func (d *door) peek(c net.Conn, bp *[peekSize]byte, n int) {
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	d.handOn(c, wsock.Replay(c, buf[:n]))
+}
+
+// shedOrParse starts the door's work on c, whose head is the complete,
+// simple head: it yields, then sheds c and reports true if a cap is full.
+func (d *door) shedOrParse(c net.Conn, head []byte) (shed bool) {
+	// Door work yields first: Gosched moves this goroutine to the back
+	// of the global run queue, behind the connections already served
+	// (readied into the local queues by the poller), and breaks the
+	// chain of door goroutines handing each other the processor. In a
+	// storm the door's work then fills the time established clients
+	// leave, instead of making them wait behind a run queue of
+	// upgrades (BENCHMARKS.md, storm isolation).
+	wsock.Yield()
+	if why, full := d.g.doorFull(); full && d.g.cfg.Reject == RejectHTTP {
+		d.shed(c, why, head[:0])
+		return true
+	}
+	return false
+}
+
+// parse makes the request of c's simple head for d.h, and its response
+// writer; a nil request when the door does not serve (or ParseHead would
+// not), and the connection is then handed on.
+func (d *door) parse(c net.Conn, head []byte) (*wsock.Response, *http.Request) {
+	if d.h == nil {
+		return nil, nil
+	}
+	// Parsing, the handler and the WebSocket accept go deep: grow the
+	// stack once, while it is shallow.
+	wsock.GrowStack()
+	w := wsock.NewResponse(c)
+	return w, wsock.ParseHead(w.Context(), head)
+}
+
+// serveIn sheds or serves c, whose whole simple head, bp[:n], was in
+// when it was accepted: nothing more is read, and c is never among the
+// peekers (Close closes it here or when its handler is done).
+func (d *door) serveIn(c net.Conn, bp *[peekSize]byte, n int) {
+	defer func() {
+		if bp != nil {
+			peekBufs.Put(bp)
+		}
+	}()
+	if d.shedOrParse(c, bp[:n]) {
+		return
+	}
+	w, req := d.parse(c, bp[:n])
+	if req == nil {
+		d.handOn(c, wsock.Replay(c, bp[:n]))
+		return
+	}
+	peekBufs.Put(bp)
+	bp = nil
+	if !d.take(c) {
+		return
+	}
+	d.serve(c, w, req)
 }
 
 // take removes c from the peeking set to serve it; false when the door

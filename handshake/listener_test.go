@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/metrics"
 )
 
@@ -56,6 +57,26 @@ func startDoorWith(t *testing.T, cfg Config, timeout time.Duration, max int32, s
 // path and more). GET /sse admits through the gate and hijacks, as an
 // event stream does; POST /sse answers "posted".
 func startDoorOn(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool, paths []string, log ...*slog.Logger) *doorEnv {
+	t.Helper()
+	return startDoorEnv(t, cfg, timeout, max, serve, paths, false, log...)
+}
+
+// startDeferringDoor is a serving door on a listener whose accepts wait
+// for the client's first bytes (wsock.DeferAccept, as ServingListener
+// sets it), behind a server whose ReadHeaderTimeout is short; it skips
+// where the kernel has no such option.
+func startDeferringDoor(t *testing.T, cfg Config, timeout time.Duration) *doorEnv {
+	t.Helper()
+	e := startDoorEnv(t, cfg, timeout, maxPeekers, true, []string{"/ws"}, true)
+	if !e.d.headIn {
+		t.Skip("no deferred accept here")
+	}
+	return e
+}
+
+// startDoorEnv is startDoorOn; deferAccept: the listener defers accepts
+// (startDeferringDoor).
+func startDoorEnv(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool, paths []string, deferAccept bool, log ...*slog.Logger) *doorEnv {
 	t.Helper()
 	e := &doorEnv{netHTTPNew: make(chan struct{}, 64), ended: make(chan struct{}, 64), events: make(chan string, 256), admitd: make(chan struct{}, 64)}
 	e.g, e.m = newGate(t, cfg, log...)
@@ -120,7 +141,12 @@ func startDoorOn(t *testing.T, cfg Config, timeout time.Duration, max int32, ser
 	if serve {
 		e.d.h = mux
 	}
-	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	readHeaderTimeout := 10 * time.Second
+	if deferAccept {
+		e.d.headIn = wsock.DeferAccept(ln, timeout)
+		readHeaderTimeout = 100 * time.Millisecond
+	}
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			if st == http.StateNew {
 				e.netHTTPConns.Add(1)

@@ -20,12 +20,15 @@
 #   DURATION=3s     publishing time of each fan-out run
 #   REGIMES="fan1000 window1 rooms roomsraw sparse idle shed storm stormfree"   a subset to run; also,
 #                   not run unless named: recover and redis-recover, the recovery
-#                   storm on the memory and the Redis history store
+#                   storm on the memory and the Redis history store, and
+#                   stormctl, stormfree's storm aimed at a trivial 503
+#                   responder (the machine's share of the probes' p99)
 #   BASE_BIN=path   an already built base rtserver (one BASE, which then only
 #                   labels it)
 #   KEEP=dir        keep every run's JSON there
-#   PORT=18611      first of the five loopback ports the servers (and the
-#                   recovery storm's redis-server) listen on
+#   PORT=18611      first of the six loopback ports the servers (and the
+#                   recovery storm's redis-server, and stormctl's 503
+#                   responder) listen on
 # Needs go, git, python3 and taskset (util-linux, for the storm), and
 # redis-server for redis-recover. Builds
 # into a temporary folder under /tmp; nothing is written to the tree.
@@ -40,6 +43,7 @@ idleport=$((fanport + 1))
 stormport=$((fanport + 2))
 recport=$((fanport + 3))
 rport=$((fanport + 4))
+ctlport=$((fanport + 5))
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d /tmp/bench-matrix.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
@@ -157,6 +161,24 @@ run_regime() { # $1 regime, $2 build, $3 run index: writes $out/$1.$2.$3.json
 		"$bench" storm --url ws://127.0.0.1:$stormport/ws --server-pid "$sp" --max-time 60s --json > "$f"
 		stop_server
 		;;
+	stormctl)
+		# The control of stormfree: the same storm, nothing pinned, aimed
+		# at a trivial 503 responder (rtbench serve503, a process of its
+		# own) while the probes stay on the server under test, idle but
+		# for them. What the storm does to the probes here is the
+		# machine's share (the storm's client and a server of the
+		# cheapest kind on the same two cores): the budget allows the
+		# server 1.5x this factor (docs/journal/storm.md).
+		start_server "$2" "$tmp/storm.yaml"
+		wait_port $stormport
+		"$bench" serve503 --listen 127.0.0.1:$ctlport --max-time 5m >/dev/null 2>&1 &
+		local cp=$!
+		wait_port $ctlport
+		"$bench" storm --url ws://127.0.0.1:$stormport/ws --storm-url ws://127.0.0.1:$ctlport/ws --max-time 60s --json > "$f"
+		kill $cp 2>/dev/null || true
+		wait $cp 2>/dev/null || true
+		stop_server
+		;;
 	recover | redis-recover)
 		# 1,000 clients each missing 1,000 messages of 100 B reconnect at
 		# once and recover; the Redis store gets a fresh redis-server.
@@ -249,6 +271,8 @@ rows = {
               ("connect storm: probes' send -> receipt p99 ms during the storm", lambda j: j["probe"]["storm"]["p99Ms"]),
               ("connect storm: server CPU us per attempt", lambda j: j["serverCpuUsPerAttempt"]),
               ("connect storm: peak open connections (cap 500)", lambda j: j["peakOpen"], None)],
+    "stormctl": [("control: the same storm at a 503 responder, nothing pinned: probes' p99 factor, storm/quiet", lambda j: j["probe"]["p99Factor"]),
+                 ("control: probes' send -> receipt p99 ms during the storm", lambda j: j["probe"]["storm"]["p99Ms"])],
     "stormfree": [("connect storm, nothing pinned: server CPU us per attempt", lambda j: j["serverCpuUsPerAttempt"]),
                   ("connect storm, nothing pinned: probes' p99 factor, storm/quiet", lambda j: j["probe"]["p99Factor"]),
                   ("connect storm, nothing pinned: probes' send -> receipt p99 ms during the storm", lambda j: j["probe"]["storm"]["p99Ms"]),
@@ -266,4 +290,21 @@ for store in ("", "redis-"):
 for k, name in enumerate(bases):
     print("\nagainst base%d (%s):" % (k, name))
     table(out, runs, regimes, rows, "base%d" % k, "new")
+if "stormfree" in regimes and "stormctl" in regimes:
+    # The storm budget's second form: the server's factor within 1.5x the
+    # control's (the same storm at a trivial 503 responder).
+    import json, statistics
+    def factor(r, b):
+        vals = []
+        for i in range(1, runs + 1):
+            try:
+                vals.append(json.load(open("%s/%s.%s.%d.json" % (out, r, b, i)))["probe"]["p99Factor"])
+            except (OSError, KeyError, ValueError):
+                pass
+        return statistics.median(vals) if vals else None
+    print()
+    for b in ["new"] + ["base%d" % k for k in range(len(bases))]:
+        f, c = factor("stormfree", b), factor("stormctl", b)
+        if f and c:
+            print("%s: stormfree p99 factor %.2f / control %.2f = %.2f (budget: <= 1.5)" % (b, f, c, f / c))
 EOF

@@ -104,16 +104,34 @@ const youngInputs = 4
 // until it would wait for input, when it parks the connection in the
 // server's poller and returns: readiness, or a close, starts it again
 // (Wake). An idle connection then costs no goroutine.
-func (c *conn) readLoop() {
-	if c.read() {
+func (c *conn) readLoop() { c.readFrom(awaitFirst) }
+
+// readFrom runs the read loop from start, then cleans up unless it
+// parked.
+func (c *conn) readFrom(start readStart) {
+	if c.read(start) {
 		return // parked: Wake starts the next read goroutine
 	}
 	c.cleanup()
 }
 
+// readStart is how a read goroutine begins.
+type readStart uint8
+
+const (
+	awaitFirst readStart = iota // look for input, park if none (AwaitInput)
+	// parkFirst: a connection just upgraded, whose client has as a rule
+	// sent nothing yet: park without looking (arming a socket that has
+	// input reports it at once), which spares a system call.
+	parkFirst
+	// readFirst: woken by the poller, which saw input (or the end, or a
+	// close): read without looking, which spares another.
+	readFirst
+)
+
 // read is readLoop's loop. It reports parked true when it handed the
 // connection to the poller: the goroutine then owns nothing and must end.
-func (c *conn) read() (parked bool) {
+func (c *conn) read(start readStart) (parked bool) {
 	mayPark := c.raw.Parks()
 	quiet := false // a frame was read since this goroutine began or last failed to park
 	for {
@@ -125,7 +143,9 @@ func (c *conn) read() (parked bool) {
 		if c.refused >= refusedBeforePause {
 			c.pauseRefused()
 		}
-		if c.raw.AwaitInput(mayPark, quiet) {
+		first := start
+		start = awaitFirst
+		if first == parkFirst && mayPark || first != readFirst && c.raw.AwaitInput(mayPark, quiet) {
 			if c.park() {
 				return true
 			}
@@ -211,7 +231,7 @@ func (c *conn) park() bool {
 // while a read goroutine runs, do nothing (it sees for itself).
 func (c *conn) Wake() {
 	if c.raw.Resume() {
-		go c.readLoop()
+		go c.readFrom(readFirst)
 	}
 }
 

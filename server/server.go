@@ -389,7 +389,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// (at once for a client that sends nothing yet). A goroutine of
 		// its own for that first look cost every upgrade a goroutine's
 		// start and a stack that grew again.
-		c.readLoop()
+		c.readFrom(parkFirst)
 		return
 	}
 	go c.readLoop()

@@ -4,6 +4,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // Poller watches sockets for input without a goroutine per socket: an
@@ -79,11 +80,17 @@ func (p *Poller) Arm(sc syscall.RawConn, key uint64, w Waker) error {
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT}
 	ev.Fd, ev.Pad = int32(uint32(key)), int32(uint32(key>>32))
 	var ctlErr error
+	// A key armed before is in the set (unless its socket was closed,
+	// which fails Control): modify it; a new key's socket is added. Either
+	// guess that fails is corrected by the other call.
+	op, other, wrong := syscall.EPOLL_CTL_ADD, syscall.EPOLL_CTL_MOD, syscall.EEXIST
+	if _, armed := p.wakers[key]; armed {
+		op, other, wrong = other, op, syscall.ENOENT
+	}
 	err := sc.Control(func(fd uintptr) {
-		// Re-arming is the common case; a socket's first arming adds it.
-		ctlErr = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_MOD, int(fd), &ev)
-		if ctlErr == syscall.ENOENT {
-			ctlErr = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		ctlErr = syscall.EpollCtl(p.epfd, op, int(fd), &ev)
+		if ctlErr == wrong {
+			ctlErr = syscall.EpollCtl(p.epfd, other, int(fd), &ev)
 		}
 	})
 	if err == nil && ctlErr != nil {
@@ -136,16 +143,20 @@ func (p *Poller) run() {
 // nothing is.
 func (p *Poller) collect(fd uintptr) bool {
 	for {
-		n, err := syscall.EpollWait(int(fd), p.events[:], 0)
+		// A wait of 0 returns at once: made without telling the
+		// scheduler, as this package's other calls that cannot block
+		// (socket_linux.go says why that is cheaper).
+		r, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, fd,
+			uintptr(unsafe.Pointer(&p.events[0])), uintptr(len(p.events)), 0, 0, 0)
 		switch {
-		case err == syscall.EINTR:
+		case errno == syscall.EINTR:
 			continue
-		case err != nil:
-			p.failed = err
+		case errno != 0:
+			p.failed = errno
 			return true
 		}
-		p.ready = n
-		return n > 0
+		p.ready = int(r)
+		return r > 0
 	}
 }
 

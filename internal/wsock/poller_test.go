@@ -228,3 +228,61 @@ func TestNoPollerWhenPortable(t *testing.T) {
 		t.Fatalf("NewPoller: %v, %v; want nil, ErrNoPoller", p, err)
 	}
 }
+
+// Arm guesses from its keys whether a socket is in the set already; a
+// wrong guess is corrected: a socket armed again after its key was
+// forgotten, and a second socket armed under a key in use, are reported.
+func TestPollerArmsWhateverItGuessed(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	p := newPoller(t)
+	ch := make(wakes, 4)
+	server, client := pair(t)
+	raw := descriptorOf(t, server)
+	w := keyedWaker{key: 3, ch: ch}
+	if err := p.Arm(raw, 3, w); err != nil {
+		t.Fatal(err)
+	}
+	p.Forget(3)
+	if err := p.Arm(raw, 3, w); err != nil { // in the set, key unknown
+		t.Fatal(err)
+	}
+	if _, err := client.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if k := ch.next(t); k != 3 {
+		t.Fatalf("woke key %d, want 3", k)
+	}
+	other, otherClient := pair(t)
+	if err := p.Arm(descriptorOf(t, other), 3, w); err != nil { // key known, socket not in the set
+		t.Fatal(err)
+	}
+	if _, err := otherClient.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if k := ch.next(t); k != 3 {
+		t.Fatalf("woke key %d, want 3", k)
+	}
+}
+
+// A socket armed for the first time with input already waiting is
+// reported at once: a read goroutine may park a fresh connection without
+// looking for input first (the server's first park after an upgrade).
+func TestPollerFirstArmReportsInputAlreadyIn(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	p := newPoller(t)
+	ch := make(wakes, 1)
+	server, client := pair(t)
+	if _, err := client.Write([]byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	raw := descriptorOf(t, server)
+	awaitReadable(t, raw, make([]byte, 1)) // in the server's socket before it is armed
+	if err := p.Arm(raw, 9, keyedWaker{key: 9, ch: ch}); err != nil {
+		t.Fatal(err)
+	}
+	if k := ch.next(t); k != 9 {
+		t.Fatalf("woke key %d, want 9", k)
+	}
+}

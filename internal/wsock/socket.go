@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // portable makes this system behave as one without the descriptor calls
@@ -109,3 +110,31 @@ func HungUp(sc syscall.RawConn) bool {
 
 // hungUpReads bounds HungUp's reads of bytes a peer keeps sending.
 const hungUpReads = 8
+
+// DeferAccept asks the kernel to hand over ln's TCP connections only once
+// their first bytes have arrived (TCP_DEFER_ACCEPT on Linux), so that the
+// request head of a fresh connection can be read at once (ReadNow)
+// instead of waited for. A client that sends nothing is still handed over,
+// about wait later (in whole seconds, at least one), and then bounded as
+// before by its reader's deadlines; one that leaves without sending costs
+// the server no accept at all. It reports whether it took: false for a
+// listener without a descriptor (not TCP), on other systems and in
+// Portable mode.
+func DeferAccept(ln net.Listener, wait time.Duration) bool {
+	if !native || portable.Load() {
+		return false
+	}
+	if _, ok := ln.(*net.TCPListener); !ok {
+		return false
+	}
+	raw, err := ln.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return false
+	}
+	secs := max(1, int((wait+time.Second-1)/time.Second))
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = deferAcceptFD(fd, secs) }); err != nil {
+		return false
+	}
+	return serr == nil
+}

@@ -129,3 +129,10 @@ func setRcvLowat(fd uintptr, n int32) {
 	syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT,
 		uintptr(unsafe.Pointer(&n)), unsafe.Sizeof(n), 0)
 }
+
+// deferAcceptFD sets TCP_DEFER_ACCEPT on a listening socket: accept
+// returns a connection only once its first bytes have arrived, or after
+// about secs seconds without any.
+func deferAcceptFD(fd uintptr, secs int) error {
+	return syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_DEFER_ACCEPT, secs)
+}

@@ -2,6 +2,8 @@
 
 package wsock
 
+import "errors"
+
 // native: this system lacks the descriptor calls, so Descriptor reports
 // none and the functions below are never reached.
 const native = false
@@ -20,3 +22,6 @@ func hungUpFD(uintptr) bool { return false }
 
 // setRcvLowat is never called here.
 func setRcvLowat(uintptr, int32) {}
+
+// deferAcceptFD is never called here (DeferAccept needs a descriptor).
+func deferAcceptFD(uintptr, int) error { return errors.ErrUnsupported }
