@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,10 @@ type idleConfig struct {
 	DialTimeout time.Duration
 	ServerPID   int    // 0: no RSS measurement
 	MetricsURL  string // "": no goroutine count
+	// Topics > 0: WebSocket i subscribes to idleTopic(i, Topics) once
+	// open, and counts as connected only when the subscribe is answered
+	// (before the settle), as a stream with --sse-topics does. 0: none.
+	Topics int
 	// After the measurement, ProbeClients established clients do publish
 	// round trips (ProbeRate per second in all) for ProbeTime while the
 	// idle connections stay open: what an idle herd costs a live
@@ -30,10 +36,13 @@ type idleConfig struct {
 }
 
 type idleResult struct {
-	URL       string         `json:"url"`
-	Attempted int            `json:"attempted"`
-	Connected int            `json:"connected"`
-	Failed    int            `json:"failed"`
+	URL       string `json:"url"`
+	Attempted int    `json:"attempted"`
+	Connected int    `json:"connected"`
+	Failed    int    `json:"failed"`
+	// Topics the connections were spread over, one subscription each
+	// (0: none).
+	Topics    int            `json:"topics,omitempty"`
 	FailKinds map[string]int `json:"failKinds,omitempty"`
 	// Still open at measurement time (a connection the server closed
 	// during the settle period is not counted).
@@ -51,7 +60,12 @@ type idleResult struct {
 	HeapAllocPerConn float64 `json:"serverHeapAllocPerConnBytes,omitempty"`
 	HeapInusePerConn float64 `json:"serverHeapInusePerConnBytes,omitempty"`
 	StackPerConn     float64 `json:"serverStackInusePerConnBytes,omitempty"`
-	AcceptLat        latency `json:"acceptLatency"`
+	// Heap the collector freed and the runtime keeps for reuse (idle,
+	// not returned to the OS): in RSS, but not the connections' state.
+	// How much is kept depends on when the last collection ran, so it
+	// tells a run's garbage apart from what the connections hold.
+	HeapKeptPerConn float64 `json:"serverHeapIdleKeptPerConnBytes,omitempty"`
+	AcceptLat       latency `json:"acceptLatency"`
 	// Probe is the probes' send -> receipt round trips (publish sent to
 	// both its answer and its message received) with the idle
 	// connections open; nil without probes.
@@ -60,16 +74,66 @@ type idleResult struct {
 
 // memSeries are the Go runtime gauges rtserver exports, read before and
 // after connecting.
-var memSeries = [...]string{"go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes"}
+var memSeries = [...]string{"go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes",
+	"go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes"}
 
 // runIdle opens cfg.N idle connections, measures the server, and closes
 // them.
 func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
+	res, closeConns, err := openIdle(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer closeConns()
+	// The probes come after the memory was measured, so their own
+	// connections do not count in it.
+	if cfg.ProbeClients > 0 && cfg.ProbeTime > 0 {
+		p, err := startProbes(ctx, cfg.URL, cfg.ProbeClients, cfg.ProbeRate)
+		if err != nil {
+			return nil, err
+		}
+		err = ctxsleep.Sleep(ctx, cfg.ProbeTime)
+		p.stop()
+		if err != nil {
+			return nil, err
+		}
+		l := p.result(cfg.ProbeClients, cfg.ProbeRate).Baseline
+		res.Probe = &l
+	}
+	return res, nil
+}
+
+// idleTopic is the topic idle connection i subscribes to out of k, for
+// WebSockets (--topics) and streams (--sse-topics) alike.
+func idleTopic(i int64, k int) string {
+	return "room:" + strconv.FormatInt(i%int64(k), 10)
+}
+
+// subscribeKind labels a failed subscribe: a refusal by its error code
+// (not its topic, so that there are few labels), others as a dial's.
+func subscribeKind(err error) string {
+	kind := errKind(err)
+	if _, code, ok := strings.Cut(kind, ": error "); ok {
+		kind = "refused " + code
+	}
+	return "subscribe: " + kind
+}
+
+// openIdle opens cfg.N idle WebSockets (each subscribed to a topic, with
+// cfg.Topics) and measures the server; they stay open until closeConns.
+func openIdle(ctx context.Context, cfg idleConfig) (res *idleResult, closeConns func(), err error) {
 	cfg = cfg.withDefaults()
 	d := newDialer(cfg.URL, nil)
-	res, closeConns, err := measureIdle(ctx, cfg, cfg.URL.String(), func(_ int64) (idleConn, string) {
+	res, closeConns, err = measureIdle(ctx, cfg, cfg.URL.String(), func(i int64) (idleConn, string) {
 		dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 		c, resp, err := d.dial(dctx)
+		if err == nil && cfg.Topics > 0 {
+			if err = subscribeSync(dctx, c, 1, idleTopic(i, cfg.Topics)); err != nil {
+				c.CloseNow()
+				cancel()
+				return idleConn{}, subscribeKind(err)
+			}
+		}
 		cancel()
 		if err != nil {
 			if resp != nil {
@@ -93,25 +157,10 @@ func runIdle(ctx context.Context, cfg idleConfig) (*idleResult, error) {
 		}, ""
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer closeConns()
-	// The probes come after the memory was measured, so their own
-	// connections do not count in it.
-	if cfg.ProbeClients > 0 && cfg.ProbeTime > 0 {
-		p, err := startProbes(ctx, cfg.URL, cfg.ProbeClients, cfg.ProbeRate)
-		if err != nil {
-			return nil, err
-		}
-		err = ctxsleep.Sleep(ctx, cfg.ProbeTime)
-		p.stop()
-		if err != nil {
-			return nil, err
-		}
-		l := p.result(cfg.ProbeClients, cfg.ProbeRate).Baseline
-		res.Probe = &l
-	}
-	return res, nil
+	res.Topics = cfg.Topics
+	return res, closeConns, nil
 }
 
 // withDefaults fills in the dial timeout.
@@ -228,6 +277,7 @@ func measureIdle(ctx context.Context, cfg idleConfig, target string, dial func(i
 		res.HeapAllocPerConn = (after.mem[0] - before.mem[0]) / n
 		res.HeapInusePerConn = (after.mem[1] - before.mem[1]) / n
 		res.StackPerConn = (after.mem[2] - before.mem[2]) / n
+		res.HeapKeptPerConn = ((after.mem[3] - after.mem[4]) - (before.mem[3] - before.mem[4])) / n
 	}
 	return res, closeConns, nil
 }

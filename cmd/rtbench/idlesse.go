@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -20,14 +19,25 @@ import (
 // goroutine, waits until each has its first event (the subscription's,
 // or the session's), and measures the server as runIdle does.
 func runIdleSSE(ctx context.Context, cfg idleConfig, topics int) (*idleResult, error) {
+	res, closeConns, err := openIdleSSE(ctx, cfg, topics)
+	if err != nil {
+		return nil, err
+	}
+	closeConns()
+	return res, nil
+}
+
+// openIdleSSE opens and measures runIdleSSE's streams, which stay open
+// until closeConns.
+func openIdleSSE(ctx context.Context, cfg idleConfig, topics int) (res *idleResult, closeConns func(), err error) {
 	u := *cfg.URL
 	u.Scheme = "http"
 	u.Path, u.RawQuery = "/sse", ""
 	cfg = cfg.withDefaults()
-	res, closeConns, err := measureIdle(ctx, cfg, u.String(), func(i int64) (idleConn, string) {
+	res, closeConns, err = measureIdle(ctx, cfg, u.String(), func(i int64) (idleConn, string) {
 		query, first := "rpc", "session"
 		if topics > 0 {
-			query, first = "topic=room:"+strconv.FormatInt(i%int64(topics), 10), "subscribed"
+			query, first = "topic="+idleTopic(i, topics), "subscribed"
 		}
 		c, br, err := openStream(ctx, &u, int(i), query, first, cfg.DialTimeout)
 		if err != nil {
@@ -41,10 +51,10 @@ func runIdleSSE(ctx context.Context, cfg idleConfig, topics int) (*idleResult, e
 		}, ""
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	closeConns()
-	return res, nil
+	res.Topics = topics
+	return res, closeConns, nil
 }
 
 // openStream opens GET u?query on a socket of its own (from 127.0.0.x,

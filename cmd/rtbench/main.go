@@ -20,7 +20,7 @@ const usage = `rtbench: load generator for rtserver (loopback targets only)
                    [--probe-clients K --probe-rate R --baseline 3s --probe-url URL]
   rtbench storm    --url ... --server-pid PID [-n 5000 -c 256 --hold 100ms] [--storm-url URL] [--probe-cpu 0 --storm-cpu 1]
                    [--probe-clients 20 --probe-rate 1000 --baseline 5s]
-  rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID] [--probe-clients 10 --probe-rate 200 --probe-time 3s] [--sse [--sse-topics 100]]
+  rtbench idle     --url ... -n 10000 [-c 100] [--settle 5s] [--server-pid PID] [--probe-clients 10 --probe-rate 200 --probe-time 3s] [--topics 100 | --sse [--sse-topics 100]]
   rtbench shed     --url ... --server-pid PID [--abusers 5 --window 16 --duration 5s] [--probe-clients 20 --probe-rate 200 --baseline 3s] [--abuse-cpu 1]
   rtbench abuse    --url ... [-n 5 --window 16 --duration 5s] [--server-pid PID]
   rtbench fanout   --url ... -p 1 -s 1000 -t 1 --size 100 --duration 10s [--rate R] [--batch] [--own-topics] [--raw] [--server-pid PID]
@@ -157,6 +157,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		probeK := fs.Int("probe-clients", 0, "after measuring, established clients doing publish round trips while the idle connections stay open")
 		probeR := fs.Float64("probe-rate", 200, "probe round trips per second, over all probe clients")
 		probeT := fs.Duration("probe-time", 3*time.Second, "how long the probes run")
+		topics := fs.Int("topics", 0, "WebSocket i subscribes to topic room:<i mod this> once open (the naming of --sse-topics), answered before the settle; 0: no subscription")
 		sse := fs.Bool("sse", false, "open Server-Sent Events streams (GET /sse) instead of WebSockets (idlesse.go)")
 		sseTopics := fs.Int("sse-topics", 0, "with --sse: stream i subscribes to topic room:<i mod this>; 0: GET /sse?rpc, no subscription")
 		runMode = func(ctx context.Context) (any, error) {
@@ -173,9 +174,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 					return nil, err
 				}
 			}
-			cfg := idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m,
+			cfg := idleConfig{URL: u, N: *n, C: *c, Settle: *settle, DialTimeout: *dialTimeout, ServerPID: *pid, MetricsURL: m, Topics: *topics,
 				ProbeClients: *probeK, ProbeRate: *probeR, ProbeTime: *probeT}
 			if *sse {
+				if *topics > 0 {
+					return nil, fmt.Errorf("idle: --topics is for WebSockets; with --sse, --sse-topics")
+				}
 				return runIdleSSE(ctx, cfg, *sseTopics)
 			}
 			return runIdle(ctx, cfg)

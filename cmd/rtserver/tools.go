@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rtserver/rtserver"
@@ -310,19 +311,40 @@ func toolSub(f *toolFlags) error {
 	subscribed := make(chan struct{})
 	opts := client.DefaultOptions()
 	opts.Binary = f.raw
-	connected := false
+	// The client reports Connected once it has resubscribed, after the
+	// recovery it made on the new connection: "reconnected" is said by
+	// whichever comes first, so it precedes what was recovered, and is
+	// said even when --count is reached by recovered messages alone.
+	var (
+		lineMu       sync.Mutex
+		connected    bool
+		reconnecting bool
+	)
+	sayReconnected := func() {
+		if reconnecting {
+			reconnecting = false
+			fmt.Fprintln(f.stderr, "reconnected")
+		}
+	}
 	opts.OnState = func(s client.State, err error) {
+		lineMu.Lock()
+		defer lineMu.Unlock()
 		switch {
 		case s == client.Disconnected:
+			if connected {
+				reconnecting = true
+			}
 			fmt.Fprintf(f.stderr, "disconnected (%v): reconnecting\n", err)
-		case s == client.Connected && connected:
-			fmt.Fprintln(f.stderr, "reconnected")
 		case s == client.Connected:
 			connected = true
+			sayReconnected()
 		}
 	}
 	opts.OnRecovery = func(topic string, recovered bool, reason string) {
 		<-subscribed
+		lineMu.Lock()
+		defer lineMu.Unlock()
+		sayReconnected()
 		if recovered {
 			fmt.Fprintf(f.stderr, "recovered %s: missed messages follow\n", topic)
 		} else {
