@@ -492,25 +492,54 @@ func (c *Conn) Heard() {
 	}
 }
 
-// Read is what the WebSocket library reads frames through (its Accept
+// Read is what frames are read through (the WebSocket library's Accept
 // resets the hijacked reader to read the net.Conn it got, this one):
-// before a read that would wait for the client, held frames go out. A
-// connection that publishes (it has a Hold) reads what has arrived with
-// one non-blocking read(2) that the scheduler is not told of (ReadFD);
-// only a read that would wait goes through the runtime's poller.
+// before a read that would wait for the client, held frames go out. With
+// a descriptor it reads what has arrived with one non-blocking read(2)
+// that the scheduler is not told of (ReadFD): a publish, or the close
+// frame of a client that leaves; only a read that finds nothing (or the
+// end, or an error) goes through the runtime's poller, which reports it.
 func (c *Conn) Read(p []byte) (int, error) {
-	if h := c.hold.Load(); h != nil && c.sc != nil {
-		if n := h.readNow(c.sc, p); n > 0 {
+	if c.sc != nil {
+		if n := c.readNow(p); n > 0 {
 			return n, nil
 		}
 		// Nothing yet (or the end, or an error: the read below reports
 		// it): flush before waiting.
-		if h.Pending() {
+		if h := c.hold.Load(); h.Pending() {
 			h.f.Flush()
 		}
 	}
 	return c.Conn.Read(p)
 }
+
+// readNow reads into p what the socket has now, without waiting: one
+// read(2) where asking first (TIOCINQ) and then reading would take two.
+func (c *Conn) readNow(p []byte) int {
+	r := nowReads.Get().(*nowRead)
+	r.p, r.n = p, 0
+	if c.sc.Control(r.fn) != nil {
+		r.n = 0
+	}
+	n := r.n
+	r.p = nil
+	nowReads.Put(r)
+	return n
+}
+
+// A nowRead is readNow's callback with its argument and result: pooled,
+// so that a connection keeps no bytes for it and a read allocates none.
+type nowRead struct {
+	fn func(fd uintptr)
+	p  []byte
+	n  int
+}
+
+var nowReads = sync.Pool{New: func() any {
+	r := new(nowRead)
+	r.fn = func(fd uintptr) { r.n = ReadFD(fd, r.p) }
+	return r
+}}
 
 // FlushHeld flushes held frames: the read is about to wait, or the
 // connection ends.
@@ -582,6 +611,40 @@ func (c *Conn) WriteClose(frame []byte, wait time.Duration) error {
 		return err
 	}
 	return c.write(frame)
+}
+
+// answerClose is WriteClose(frame, controlWait) for the answer to the
+// client's close frame, which the socket takes at once unless something
+// holds it: with the lock free and no rest of a frame due, the frame is
+// written with a write that does not wait, and so with no deadline to set
+// and clear. Only what the socket did not take then waits, within
+// controlWait; any other case is WriteClose's.
+func (c *Conn) answerClose(frame []byte) error {
+	if c.sc == nil || !c.mu.TryLock() {
+		return c.WriteClose(frame, controlWait)
+	}
+	if len(c.tail) > 0 {
+		c.mu.Unlock()
+		return c.WriteClose(frame, controlWait)
+	}
+	defer c.mu.Unlock()
+	c.closing.Store(true)
+	c.sealed = true
+	if c.stopping.Load() {
+		return ErrSealed
+	}
+	if c.closeSent {
+		return nil
+	}
+	c.closeSent = true
+	n, err := c.rawWrite(frame, false)
+	if err != nil || n == len(frame) {
+		return err
+	}
+	c.setTail(bytes.Clone(frame[n:]))
+	c.Conn.SetWriteDeadline(time.Now().Add(controlWait))
+	defer c.Conn.SetWriteDeadline(time.Time{})
+	return c.finishTail()
 }
 
 // Seal stops data frames before a close frame is written: nothing may

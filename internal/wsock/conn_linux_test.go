@@ -2,8 +2,10 @@ package wsock
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -170,4 +172,140 @@ func TestMuteInputKeepsAFewBytesFromWakingThePoller(t *testing.T) {
 	client.Close()
 	testkit.Eventually(t, 10*time.Second, "muted: the client's end makes the socket readable", readable)
 	rc.MuteInput(false)
+}
+
+// Any connection's read (no Hold) takes what has arrived, waits for what
+// has not, and reports the end, then net.ErrClosed once closed: the
+// read that does not wait leaves what it cannot tell to the poller's.
+func TestReadTakesWhatArrivedThenWaits(t *testing.T) {
+	leakcheck.Check(t)
+	server, client := pair(t)
+	rc := NewConn(server)
+	if _, err := client.Write([]byte("close")); err != nil {
+		t.Fatal(err)
+	}
+	awaitReadable(t, rc.sc, make([]byte, 1))
+	p := make([]byte, 8)
+	if n, err := rc.Read(p); err != nil || string(p[:n]) != "close" {
+		t.Fatalf("Read = %q, %v; want close", p[:n], err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		n, err := rc.Read(p)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(p[:n])
+	}()
+	if _, err := client.Write([]byte("xy")); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-got; s != "xy" {
+		t.Fatalf("Read after waiting = %q; want xy", s)
+	}
+	client.Close()
+	if n, err := rc.Read(p); n != 0 || err != io.EOF {
+		t.Fatalf("Read after the client closed = %d, %v; want 0, EOF", n, err)
+	}
+	rc.Close()
+	if _, err := rc.Read(p); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read after Close = %v; want net.ErrClosed", err)
+	}
+}
+
+// fillSocket writes to the non-blocking socket until it takes no more
+// (its peer does not read), a byte at a time so that it ends full.
+func fillSocket(t *testing.T, raw syscall.RawConn) {
+	t.Helper()
+	one := []byte{0}
+	for full := false; !full; {
+		if err := raw.Control(func(fd uintptr) {
+			var err error
+			_, full, err = WriteFD(fd, one)
+			if err != nil {
+				t.Error(err)
+				full = true
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// unixPair is a connected pair of Unix stream sockets, whose send buffer
+// stays full while the peer does not read (a TCP socket's may find room
+// again as the window moves).
+func unixPair(t *testing.T) (a, b net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]net.Conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		conns[i], err = net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return conns[0], conns[1]
+}
+
+// The answer to a client's close frame goes out whole and seals the
+// connection, whether the socket takes it at once or only once the
+// client reads again (what it did not take waits as the tail).
+func TestCloseAnswerGoesOutWholeFullSocketOrNot(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		t.Run(map[bool]string{false: "room", true: "full"}[full], func(t *testing.T) {
+			leakcheck.Check(t)
+			server, client := unixPair(t)
+			defer server.Close()
+			defer client.Close()
+			rc := NewConn(server)
+			answer := CloseFrame(1001, "going")
+			answered := make(chan error, 1)
+			if full {
+				fillSocket(t, rc.sc)
+				go func() { answered <- rc.answerClose(answer) }()
+				testkit.Eventually(t, 10*time.Second, "the answer waits as the tail", rc.Pending)
+			} else {
+				answered <- rc.answerClose(answer)
+			}
+			// The client reads the filler (zeros), then the answer.
+			var tail []byte
+			filler := 0
+			b := make([]byte, 512)
+			for len(tail) < len(answer) {
+				n, err := client.Read(b)
+				for _, x := range b[:n] {
+					if len(tail) == 0 && x == 0 {
+						filler++
+						continue
+					}
+					tail = append(tail, x)
+				}
+				if err != nil {
+					t.Fatalf("the client's read: %v after %q", err, tail)
+				}
+			}
+			if err := <-answered; err != nil {
+				t.Fatalf("answerClose = %v", err)
+			}
+			if string(tail) != string(answer) || full != (filler > 0) {
+				t.Fatalf("the client read %q after %d filler bytes; want %q", tail, filler, answer)
+			}
+			if !rc.closeSent || !rc.sealed || rc.Pending() {
+				t.Fatalf("closeSent %v, sealed %v, pending %v after the answer", rc.closeSent, rc.sealed, rc.Pending())
+			}
+			if err := rc.Send([]byte{0x81, 0}, time.Second); err != ErrSealed {
+				t.Fatalf("Send after the answer = %v; want ErrSealed", err)
+			}
+			if err := rc.answerClose(answer); err != nil {
+				t.Fatalf("a second answerClose = %v; want nil (nothing written)", err)
+			}
+		})
+	}
 }

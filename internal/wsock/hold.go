@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"sync"
 	"sync/atomic"
-	"syscall"
 )
 
 // A Flusher writes the frames held for a read goroutine (Hold).
@@ -12,19 +11,13 @@ type Flusher interface{ Flush() }
 
 // Hold is what a read goroutine keeps while it runs the input it has in
 // hand and frames it queues are held (its caller's Flusher knows which
-// connections hold them): the mark that some are held, the
-// read that takes what the socket has without waiting (a read that would
+// connections hold them): the mark that some are held (a read that would
 // wait flushes first: Conn.Read, AwaitInput), and the large read buffer
 // of a burst (Conn.GrowReader). Made on a connection's first publish;
 // most connections never have one.
 type Hold struct {
 	f    Flusher
 	held atomic.Bool // frames wait for f.Flush
-
-	// readNow's callback and its argument and result (read goroutine).
-	readFn func(fd uintptr)
-	rp     []byte
-	rn     int
 
 	// While a burst has the large read buffer (GrowReader): its husk,
 	// the small reader set aside, and what feeds the move.
@@ -57,23 +50,6 @@ func (c *Conn) Hold() *Hold { return c.hold.Load() }
 
 // SetHold gives the connection its Hold. Read goroutine only.
 func (c *Conn) SetHold(h *Hold) { c.hold.Store(h) }
-
-// readNow reads into p what the socket has now, without waiting: one
-// read(2) where asking first (TIOCINQ) and then reading would take two.
-func (h *Hold) readNow(sc syscall.RawConn, p []byte) int {
-	if h.readFn == nil {
-		h.readFn = h.readFD
-	}
-	h.rp, h.rn = p, 0
-	if sc.Control(h.readFn) != nil {
-		h.rn = 0
-	}
-	h.rp = nil
-	return h.rn
-}
-
-// readFD reads what the non-blocking descriptor has now into h.rp.
-func (h *Hold) readFD(fd uintptr) { h.rn = ReadFD(fd, h.rp) }
 
 // bigReadBuffer is the read buffer of a publisher while it has input in
 // hand: a window of 64 publishes of ~200 bytes fits in one read, where
