@@ -501,7 +501,7 @@ func (c *Conn) Heard() {
 // end, or an error) goes through the runtime's poller, which reports it.
 func (c *Conn) Read(p []byte) (int, error) {
 	if c.sc != nil {
-		if n := c.readNow(p); n > 0 {
+		if n := readNow(c.sc, p); n > 0 {
 			return n, nil
 		}
 		// Nothing yet (or the end, or an error: the read below reports
@@ -513,12 +513,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// readNow reads into p what the socket has now, without waiting: one
+// readNow reads into p what the socket sc has now, without waiting: one
 // read(2) where asking first (TIOCINQ) and then reading would take two.
-func (c *Conn) readNow(p []byte) int {
+func readNow(sc syscall.RawConn, p []byte) int {
 	r := nowReads.Get().(*nowRead)
 	r.p, r.n = p, 0
-	if c.sc.Control(r.fn) != nil {
+	if sc.Control(r.fn) != nil {
 		r.n = 0
 	}
 	n := r.n
@@ -591,11 +591,18 @@ func (c *Conn) GoAway(frame []byte) {
 // bound (its data comes before the close frame); one not yet begun gives
 // up. The library's own close frame, written next, is dropped (Write). It
 // returns ErrSealed when a hard stop came first, or the write's error.
+//
+// With nobody writing and nothing due before it (the rule, as for the
+// answer to a client's close), the frame goes out by a write that does not
+// wait, so with no deadline to set and clear; only what the socket did not
+// take then waits, within the same bound.
 func (c *Conn) WriteClose(frame []byte, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	c.closing.Store(true)
-	c.Conn.SetWriteDeadline(deadline) // the bound of a write under way, too
-	c.mu.Lock()
+	if c.sc == nil || !c.mu.TryLock() {
+		c.Conn.SetWriteDeadline(deadline) // the bound of a write under way, too
+		c.mu.Lock()
+	}
 	defer c.mu.Unlock()
 	c.sealed = true
 	if c.stopping.Load() {
@@ -603,48 +610,22 @@ func (c *Conn) WriteClose(frame []byte, wait time.Duration) error {
 	}
 	if c.closeSent {
 		return nil
+	}
+	c.closeSent = true
+	if c.sc != nil && len(c.tail) == 0 {
+		n, err := c.rawWrite(frame, false)
+		if err != nil || n == len(frame) {
+			return err
+		}
+		c.setTail(bytes.Clone(frame[n:])) // the rest of the close frame
+		frame = nil
 	}
 	c.Conn.SetWriteDeadline(deadline)
 	defer c.Conn.SetWriteDeadline(time.Time{})
-	c.closeSent = true
-	if err := c.finishTail(); err != nil {
+	if err := c.finishTail(); err != nil || frame == nil {
 		return err
 	}
 	return c.write(frame)
-}
-
-// answerClose is WriteClose(frame, controlWait) for the answer to the
-// client's close frame, which the socket takes at once unless something
-// holds it: with the lock free and no rest of a frame due, the frame is
-// written with a write that does not wait, and so with no deadline to set
-// and clear. Only what the socket did not take then waits, within
-// controlWait; any other case is WriteClose's.
-func (c *Conn) answerClose(frame []byte) error {
-	if c.sc == nil || !c.mu.TryLock() {
-		return c.WriteClose(frame, controlWait)
-	}
-	if len(c.tail) > 0 {
-		c.mu.Unlock()
-		return c.WriteClose(frame, controlWait)
-	}
-	defer c.mu.Unlock()
-	c.closing.Store(true)
-	c.sealed = true
-	if c.stopping.Load() {
-		return ErrSealed
-	}
-	if c.closeSent {
-		return nil
-	}
-	c.closeSent = true
-	n, err := c.rawWrite(frame, false)
-	if err != nil || n == len(frame) {
-		return err
-	}
-	c.setTail(bytes.Clone(frame[n:]))
-	c.Conn.SetWriteDeadline(time.Now().Add(controlWait))
-	defer c.Conn.SetWriteDeadline(time.Time{})
-	return c.finishTail()
 }
 
 // Seal stops data frames before a close frame is written: nothing may

@@ -269,10 +269,10 @@ func TestCloseAnswerGoesOutWholeFullSocketOrNot(t *testing.T) {
 			answered := make(chan error, 1)
 			if full {
 				fillSocket(t, rc.sc)
-				go func() { answered <- rc.answerClose(answer) }()
+				go func() { answered <- rc.WriteClose(answer, controlWait) }()
 				testkit.Eventually(t, 10*time.Second, "the answer waits as the tail", rc.Pending)
 			} else {
-				answered <- rc.answerClose(answer)
+				answered <- rc.WriteClose(answer, controlWait)
 			}
 			// The client reads the filler (zeros), then the answer.
 			var tail []byte
@@ -292,7 +292,7 @@ func TestCloseAnswerGoesOutWholeFullSocketOrNot(t *testing.T) {
 				}
 			}
 			if err := <-answered; err != nil {
-				t.Fatalf("answerClose = %v", err)
+				t.Fatalf("WriteClose = %v", err)
 			}
 			if string(tail) != string(answer) || full != (filler > 0) {
 				t.Fatalf("the client read %q after %d filler bytes; want %q", tail, filler, answer)
@@ -303,8 +303,8 @@ func TestCloseAnswerGoesOutWholeFullSocketOrNot(t *testing.T) {
 			if err := rc.Send([]byte{0x81, 0}, time.Second); err != ErrSealed {
 				t.Fatalf("Send after the answer = %v; want ErrSealed", err)
 			}
-			if err := rc.answerClose(answer); err != nil {
-				t.Fatalf("a second answerClose = %v; want nil (nothing written)", err)
+			if err := rc.WriteClose(answer, controlWait); err != nil {
+				t.Fatalf("a second WriteClose = %v; want nil (nothing written)", err)
 			}
 		})
 	}

@@ -48,9 +48,7 @@ func ReadNow(c net.Conn, p []byte) int {
 	if raw == nil {
 		return 0
 	}
-	n := 0
-	_ = raw.Control(func(fd uintptr) { n = ReadFD(fd, p) })
-	return n
+	return readNow(raw, p)
 }
 
 // WriteNow writes p to c: what the socket takes at once by a write(2)
