@@ -213,7 +213,7 @@ func (d *door) shedNow(c net.Conn, head []byte) bool {
 func (d *door) shed(c net.Conn, why reason, scratch []byte) {
 	g := d.g
 	g.rejected[why].Inc()
-	_, _ = wsock.WriteNow(c, appendDoor503(scratch, g.overloadHint(g.clock())))
+	_, _ = wsock.WriteLast(c, appendDoor503(scratch, g.overloadHint(g.clock())))
 	c.Close()
 	d.event("shed")
 }

@@ -136,3 +136,24 @@ func DeferAccept(ln net.Listener, wait time.Duration) bool {
 	}
 	return serr == nil
 }
+
+// WriteLast is WriteNow for the last bytes c sends: the caller closes c
+// right after, and what the socket takes at once leaves with the FIN, in
+// one segment (SendLastFD). The rest, if any, goes through c.Write.
+func WriteLast(c net.Conn, p []byte) (int, error) {
+	n := 0
+	if raw := Descriptor(c); raw != nil {
+		var err error
+		if cerr := raw.Control(func(fd uintptr) { n, err = SendLastFD(fd, p) }); cerr != nil {
+			return 0, cerr
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	if n == len(p) {
+		return n, nil
+	}
+	k, err := c.Write(p[n:])
+	return n + k, err
+}

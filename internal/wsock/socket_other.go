@@ -11,6 +11,9 @@ const native = false
 // WriteFD is never called here (Descriptor is nil): it writes nothing.
 func WriteFD(uintptr, []byte) (n int, full bool, err error) { return 0, true, nil }
 
+// SendLastFD is never called here: it writes nothing.
+func SendLastFD(uintptr, []byte) (int, error) { return 0, nil }
+
 // ReadFD is never called here: it reads nothing.
 func ReadFD(uintptr, []byte) int { return 0 }
 
