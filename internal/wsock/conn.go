@@ -33,6 +33,7 @@ type Conn struct {
 	sealed    bool        // a close frame is on its way: no more data frames
 	parkable  bool        // Conn is a Parkable (in memory): it parks and wsock reads it, without a descriptor
 	closeSent bool        // a close frame went to the socket (ours or the library's): nothing may follow it
+	last      bool        // tryFD's write is the socket's last, its close follows at once: it waits to leave with the FIN (SendLastFD)
 	rest      atomic.Bool // len(tail) > 0, read without mu (beside the bools: Conn stays in the 240-byte size class)
 	tail      []byte      // the unsent rest of a frame TryWrite began: written before anything else
 
@@ -597,6 +598,15 @@ func (c *Conn) GoAway(frame []byte) {
 // wait, so with no deadline to set and clear; only what the socket did not
 // take then waits, within the same bound.
 func (c *Conn) WriteClose(frame []byte, wait time.Duration) error {
+	return c.writeClose(frame, wait, false)
+}
+
+// writeClose is WriteClose; with last, the caller closes the socket at
+// once after it (the answer to a client's close frame): what the socket
+// takes at once then leaves with the FIN, in one segment instead of two
+// (SendLastFD). A rest the socket did not take goes as before, by a write
+// that pushes what was held.
+func (c *Conn) writeClose(frame []byte, wait time.Duration, last bool) error {
 	deadline := time.Now().Add(wait)
 	c.closing.Store(true)
 	if c.sc == nil || !c.mu.TryLock() {
@@ -613,7 +623,9 @@ func (c *Conn) WriteClose(frame []byte, wait time.Duration) error {
 	}
 	c.closeSent = true
 	if c.sc != nil && len(c.tail) == 0 {
+		c.last = last
 		n, err := c.rawWrite(frame, false)
+		c.last = false
 		if err != nil || n == len(frame) {
 			return err
 		}
@@ -655,8 +667,13 @@ func (c *Conn) writeFD(fd uintptr) bool {
 	return true
 }
 
-// tryFD writes what of c.pend the non-blocking descriptor takes now.
+// tryFD writes what of c.pend the non-blocking descriptor takes now
+// (held for the FIN when c.last).
 func (c *Conn) tryFD(fd uintptr) {
+	if c.last {
+		c.n, c.err = SendLastFD(fd, c.pend)
+		return
+	}
 	n, _, err := WriteFD(fd, c.pend)
 	c.n, c.err = n, err
 }

@@ -2,6 +2,7 @@ package wsock
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -307,5 +308,61 @@ func TestCloseAnswerGoesOutWholeFullSocketOrNot(t *testing.T) {
 				t.Fatalf("a second WriteClose = %v; want nil (nothing written)", err)
 			}
 		})
+	}
+}
+
+// closeWatch is a TCP socket that records, as it is closed, how many of
+// the bytes written to it were still unsent.
+type closeWatch struct {
+	*net.TCPConn
+	t        *testing.T
+	unsentAt int
+}
+
+func (w *closeWatch) Close() error {
+	w.unsentAt = unsentBytes(w.t, w.TCPConn)
+	return w.TCPConn.Close()
+}
+
+// The answer to a client's close frame is the socket's last write: it
+// waits in the socket for the close that follows at once, and leaves
+// with the FIN in one segment. The client reads the whole answer, then
+// the end.
+func TestCloseAnswerLeavesWithTheFIN(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	server, client := pair(t)
+	defer client.Close()
+	w := &closeWatch{TCPConn: server.(*net.TCPConn), t: t, unsentAt: -1}
+	rc := NewConn(w)
+	rc.SetReader(bufio.NewReaderSize(rc, 256))
+	if _, err := client.Write(clientFrame(0x88, CloseFrame(1000, "bye")[2:])); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	_, err := rc.ReadMessage(&buf, 1<<10, false)
+	var ce *CloseError
+	if !errors.As(err, &ce) || !ce.Received || ce.Code != 1000 {
+		t.Fatalf("ReadMessage = %v; want the client's close, received", err)
+	}
+	answer := CloseFrame(1000, "bye")
+	if w.unsentAt != len(answer) {
+		t.Fatalf("at the close %d bytes were unsent; want the %d of the answer, held for the FIN", w.unsentAt, len(answer))
+	}
+	got, err := io.ReadAll(client)
+	if err != nil || !bytes.Equal(got, answer) {
+		t.Fatalf("the client read %q, %v; want %q then the end", got, err, answer)
+	}
+	// A close frame written without the close right after (WriteClose)
+	// goes at once.
+	server2, client2 := pair(t)
+	defer client2.Close()
+	defer server2.Close()
+	rc2 := NewConn(server2)
+	if err := rc2.WriteClose(answer, controlWait); err != nil {
+		t.Fatal(err)
+	}
+	if n := unsentBytes(t, server2); n != 0 {
+		t.Fatalf("WriteClose left %d bytes unsent", n)
 	}
 }

@@ -313,7 +313,7 @@ func (c *Conn) closeReceived(b []byte) error {
 	if code != noStatus {
 		answer = CloseFrame(code, reason)
 	}
-	_ = c.WriteClose(answer, controlWait)
+	_ = c.writeClose(answer, controlWait, true) // the close follows at once
 	_ = c.Close()
 	return &CloseError{Code: code, Reason: reason, Received: true}
 }
