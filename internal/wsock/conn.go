@@ -86,6 +86,7 @@ type Conn struct {
 	wouldWait  bool                  // and it found nothing to read
 	quiet      bool                  // awaitFD waits at most QuietBeforePark (AwaitInput)
 	quietSet   bool                  // and has set the read deadline for it
+	noWait     bool                  // Read returns errWouldWait rather than wait (TakeClose)
 	peek       [1]byte               // awaitFD's peek
 	br         *bufio.Reader         // what frames are read from (ReadMessage; the WebSocket library's on the portable path)
 	unread     int64                 // what is left of the frame a read ended in (Drain skips it)
@@ -504,6 +505,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if c.sc != nil {
 		if n := readNow(c.sc, p); n > 0 {
 			return n, nil
+		}
+		if c.noWait {
+			return 0, errWouldWait
 		}
 		// Nothing yet (or the end, or an error: the read below reports
 		// it): flush before waiting.

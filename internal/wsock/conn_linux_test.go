@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -364,5 +365,115 @@ func TestCloseAnswerLeavesWithTheFIN(t *testing.T) {
 	}
 	if n := unsentBytes(t, server2); n != 0 {
 		t.Fatalf("WriteClose left %d bytes unsent", n)
+	}
+}
+
+// TakeClose, a woken connection's first read on the waker's goroutine,
+// takes the client's close frame when it is all that has arrived: it is
+// answered, the answer held for the FIN, and the socket closed. Anything
+// else stays in the read buffer, unread and unchanged, for ReadMessage.
+func TestTakeCloseTakesOnlyALoneCloseFrame(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	closeBye := clientFrame(0x88, CloseFrame(1000, "bye")[2:])
+	for _, tc := range []struct {
+		name   string
+		in     []byte
+		take   CloseTake
+		answer []byte // what the client reads then (taken), or after ReadMessage
+		err    string // ReadMessage's error when not taken
+	}{
+		{"close", closeBye, CloseTaken, CloseFrame(1000, "bye"), ""},
+		{"empty close", clientFrame(0x88, nil), CloseTaken, []byte{CloseHead, 0}, ""},
+		{"text", clientFrame(0x81, []byte("hi")), NoClose, nil, ""},
+		{"close then more", append(bytes.Clone(closeBye), clientFrame(0x81, []byte("hi"))...), NoClose, CloseFrame(1000, "bye"), "received close frame"},
+		{"close code 1005", clientFrame(0x88, CloseFrame(1005, "")[2:]), NoClose, nil, "invalid status code"},
+		{"reason not UTF-8", clientFrame(0x88, append(CloseFrame(1000, "")[2:], 0xff)), NoClose, CloseFrame(invalidPayload, badCloseReason), "close reason is not valid UTF-8"},
+		{"fragmented close", clientFrame(0x08, CloseFrame(1000, "")[2:]), NoClose, nil, "fragmented control frame"},
+		{"the end alone", nil, NoClose, nil, "EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server, client := pair(t)
+			defer client.Close()
+			w := &closeWatch{TCPConn: server.(*net.TCPConn), t: t, unsentAt: -1}
+			rc := NewConn(w)
+			defer rc.Close()
+			rc.SetReader(bufio.NewReaderSize(rc, 256))
+			if tc.in == nil {
+				_ = client.(*net.TCPConn).CloseWrite()
+			} else if _, err := client.Write(tc.in); err != nil {
+				t.Fatal(err)
+			}
+			var peek [512]byte
+			for awaitReadable(t, rc.sc, peek[:]) < len(tc.in) {
+			}
+			if got := rc.TakeClose(); got != tc.take {
+				t.Fatalf("TakeClose = %d; want %d", got, tc.take)
+			}
+			if tc.take == CloseTaken {
+				if w.unsentAt != len(tc.answer) {
+					t.Fatalf("at the close %d bytes were unsent; want the %d of the answer", w.unsentAt, len(tc.answer))
+				}
+				if got, err := io.ReadAll(client); err != nil || !bytes.Equal(got, tc.answer) {
+					t.Fatalf("the client read %q, %v; want %q then the end", got, err, tc.answer)
+				}
+				return
+			}
+			if n := rc.br.Buffered(); n != len(tc.in) {
+				t.Fatalf("after TakeClose %d bytes are in hand; want the %d that arrived", n, len(tc.in))
+			}
+			var buf bytes.Buffer
+			op, err := rc.ReadMessage(&buf, 1<<10, false)
+			if tc.err == "" {
+				if err != nil || op != OpText || buf.String() != "hi" {
+					t.Fatalf("ReadMessage = %d %q, %v; want the text", op, buf.String(), err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("ReadMessage = %v; want %q", err, tc.err)
+			}
+			if tc.answer != nil {
+				_ = rc.Close()
+				got, _ := io.ReadAll(client)
+				if !bytes.Equal(got, tc.answer) {
+					t.Fatalf("the client read %q; want %q", got, tc.answer)
+				}
+			}
+		})
+	}
+}
+
+// A socket that will not take the answer at once (its client stopped
+// reading): TakeClose leaves the rest to FinishClose, which sends it once
+// the client reads again, then closes.
+func TestTakeCloseToAFullSocket(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	server, client := unixPair(t)
+	defer client.Close()
+	rc := NewConn(server)
+	defer rc.Close()
+	rc.SetReader(bufio.NewReaderSize(rc, 256))
+	fillSocket(t, rc.sc)
+	in := clientFrame(0x88, CloseFrame(1001, "away")[2:])
+	if _, err := client.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	var peek [64]byte
+	for awaitReadable(t, rc.sc, peek[:]) < len(in) {
+	}
+	if got := rc.TakeClose(); got != CloseUnfinished {
+		t.Fatalf("TakeClose = %d; want CloseUnfinished", got)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rc.FinishClose()
+	}()
+	b, err := io.ReadAll(client)
+	<-done
+	if err != nil || !bytes.HasSuffix(b, CloseFrame(1001, "away")) || bytes.Count(b, []byte{CloseHead}) != 1 {
+		t.Fatalf("the client read %d bytes ending %q, %v; want the filler, the answer, then the end", len(b), b[max(0, len(b)-8):], err)
 	}
 }
