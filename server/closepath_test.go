@@ -18,9 +18,19 @@ import (
 // end of the stream (a FIN: not a reset), and its connection ends: it is
 // no longer counted, nor known to the poller. On the fast path the close
 // of a connection without subscriptions is taken on the poller's
-// goroutine (conn.Wake), any other by a read goroutine.
+// goroutine (conn.Wake), any other by a read goroutine. Both ways an
+// upgrade is made: by the door and wsock, and by net/http and the
+// WebSocket library.
 func TestParkedClientCloseIsAnsweredThenEnds(t *testing.T) {
 	leakcheck.Check(t)
+	t.Run("door", parkedClientCloseIsAnsweredThenEnds)
+	t.Run("net/http", func(t *testing.T) {
+		withNetHTTP(t)
+		parkedClientCloseIsAnsweredThenEnds(t)
+	})
+}
+
+func parkedClientCloseIsAnsweredThenEnds(t *testing.T) {
 	for _, tc := range []struct {
 		pings     int
 		subscribe bool
