@@ -33,7 +33,7 @@ type Conn struct {
 	sealed    bool        // a close frame is on its way: no more data frames
 	parkable  bool        // Conn is a Parkable (in memory): it parks and wsock reads it, without a descriptor
 	closeSent bool        // a close frame went to the socket (ours or the library's): nothing may follow it
-	last      bool        // tryFD's write is the socket's last, its close follows at once: it waits to leave with the FIN (SendLastFD)
+	last      bool        // the write under way is the socket's last, its close follows at once: it waits to leave with the FIN (SendLastFD)
 	rest      atomic.Bool // len(tail) > 0, read without mu (beside the bools: Conn stays in the 240-byte size class)
 	tail      []byte      // the unsent rest of a frame TryWrite began: written before anything else
 
@@ -583,7 +583,9 @@ func (c *Conn) GoAway(frame []byte) {
 		c.closeSent, c.sealed = true, true
 		c.Conn.SetWriteDeadline(time.Now().Add(goAwayWait))
 		if c.finishTail() == nil {
+			c.last = true // the close follows at once: the frame leaves with the FIN
 			_ = c.write(frame)
+			c.last = false
 		}
 	}
 	_ = c.Close()
@@ -652,13 +654,22 @@ func (c *Conn) Seal() {
 	c.mu.Unlock()
 }
 
-// writeFD writes c.pend to the non-blocking descriptor. It returns false
-// (wait until writable, then call again) while the socket is full.
+// writeFD writes c.pend to the non-blocking descriptor (held for the FIN
+// when c.last). It returns false (wait until writable, then call again)
+// while the socket is full.
 func (c *Conn) writeFD(fd uintptr) bool {
 	if c.stalled.Load() {
 		c.stalled.Store(false)
 	}
-	n, full, err := WriteFD(fd, c.pend)
+	var n int
+	var full bool
+	var err error
+	if c.last {
+		n, err = SendLastFD(fd, c.pend)
+		full = err == nil && n < len(c.pend)
+	} else {
+		n, full, err = WriteFD(fd, c.pend)
+	}
 	c.pend = c.pend[n:]
 	c.n += n
 	switch {

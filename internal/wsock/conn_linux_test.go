@@ -477,3 +477,27 @@ func TestTakeCloseToAFullSocket(t *testing.T) {
 		t.Fatalf("the client read %d bytes ending %q, %v; want the filler, the answer, then the end", len(b), b[max(0, len(b)-8):], err)
 	}
 }
+
+// A hard stop's close frame is the socket's last write too: it leaves
+// with the FIN, after the rest of a data frame begun.
+func TestGoAwayLeavesWithTheFIN(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	server, client := pair(t)
+	defer client.Close()
+	w := &closeWatch{TCPConn: server.(*net.TCPConn), t: t, unsentAt: -1}
+	rc := NewConn(w)
+	data := []byte{0x81, 3, 'a', 'b', 'c'}
+	if sent, rest, err := rc.TryWrite(data, false); !sent || rest || err != nil {
+		t.Fatalf("TryWrite = %v %v %v", sent, rest, err)
+	}
+	frame := CloseFrame(1001, "")
+	rc.GoAway(frame)
+	if w.unsentAt != len(frame) {
+		t.Fatalf("at the close %d bytes were unsent; want the %d of the close frame, held for the FIN", w.unsentAt, len(frame))
+	}
+	got, err := io.ReadAll(client)
+	if want := append(bytes.Clone(data), frame...); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the client read %q, %v; want %q then the end", got, err, want)
+	}
+}
