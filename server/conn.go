@@ -229,10 +229,51 @@ func (c *conn) park() bool {
 // poller), or was closed (wsock.Conn.Close). Exactly one of the wake-ups
 // that race for one park starts a read goroutine; the others, and any
 // while a read goroutine runs, do nothing (it sees for itself).
+//
+// The one that does first reads what has arrived, here: a client that
+// leaves (its close frame and nothing more) is answered and its
+// connection ends on this goroutine, the poller's as a rule, without
+// starting one (a goroutine started wakes an idle thread, a futex call
+// and a context switch each time), when that end is short work: no
+// subscriptions to drop, no calls in flight.
 func (c *conn) Wake() {
-	if c.raw.Resume() {
-		go c.readFrom(readFirst)
+	if !c.raw.Resume() {
+		return
 	}
+	if !c.endsShort() {
+		go c.readFrom(readFirst)
+		return
+	}
+	switch c.raw.TakeClose() {
+	case wsock.CloseTaken:
+		c.cleanup()
+	case wsock.CloseUnfinished: // the socket is full: the rest of the answer may wait
+		go func() {
+			c.raw.FinishClose()
+			c.cleanup()
+		}()
+	default:
+		go c.readFrom(readFirst) // what was read waits in the read buffer
+	}
+}
+
+// endsShort reports whether the connection's end (cleanup) is short
+// work: it has no subscriptions, no calls in flight and no history
+// calls' state.
+func (c *conn) endsShort() bool {
+	if c.calls.Load() != 0 || c.hist != nil || c.raw.Hold().Pending() {
+		return false
+	}
+	c.subsMu.Lock()
+	n := len(c.subs)
+	c.subsMu.Unlock()
+	if n != 0 {
+		return false
+	}
+	c.callsMu.Lock()
+	n = len(c.inflight)
+	c.callsMu.Unlock()
+	return n == 0
 }
 
 // holder is the holdSet for what is queued now: the read goroutine's

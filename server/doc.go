@@ -13,7 +13,10 @@
 // read goroutine parks the
 // connection in the server's readiness poller (wsock.Poller) and ends: an
 // idle connection has no goroutine. Input, or the close of its socket from
-// anywhere (rawConn.Close), starts the next one (conn.Wake); an in-memory
+// anywhere (rawConn.Close), starts the next one (conn.Wake), unless what
+// came is the client's close frame alone on a connection with nothing to
+// undo: the waker (the poller's goroutine) then answers it and ends the
+// connection itself, starting no goroutine; an in-memory
 // socket (an event stream's, wsock.Parkable) parks the same way, waking
 // its connection itself when it has input. Where there is no poller
 // (other systems, wsock.Portable) the goroutine waits on the socket
@@ -54,7 +57,8 @@
 //   - a connection has at most one read goroutine at a time, and a parked
 //     one is resumed exactly once however its wake-ups race (wsock.Parking:
 //     the poller's readiness, any close of its socket); its cleanup runs
-//     once, on the read goroutine that finds the socket ended; s.wg counts
+//     once, on the read goroutine that finds the socket ended (or on the
+//     waker that took the client's close frame in its stead); s.wg counts
 //     the connection, not its goroutines, from start to cleanup;
 //   - built-ins (and refresh) run only on the read goroutine: a batch that
 //     mixes them with application methods runs there too;

@@ -33,6 +33,7 @@ type Conn struct {
 	sealed    bool        // a close frame is on its way: no more data frames
 	parkable  bool        // Conn is a Parkable (in memory): it parks and wsock reads it, without a descriptor
 	closeSent bool        // a close frame went to the socket (ours or the library's): nothing may follow it
+	last      bool        // the write under way is the socket's last, its close follows at once: it waits to leave with the FIN (SendLastFD)
 	rest      atomic.Bool // len(tail) > 0, read without mu (beside the bools: Conn stays in the 240-byte size class)
 	tail      []byte      // the unsent rest of a frame TryWrite began: written before anything else
 
@@ -85,6 +86,7 @@ type Conn struct {
 	wouldWait  bool                  // and it found nothing to read
 	quiet      bool                  // awaitFD waits at most QuietBeforePark (AwaitInput)
 	quietSet   bool                  // and has set the read deadline for it
+	noWait     bool                  // Read returns errWouldWait rather than wait (TakeClose)
 	peek       [1]byte               // awaitFD's peek
 	br         *bufio.Reader         // what frames are read from (ReadMessage; the WebSocket library's on the portable path)
 	unread     int64                 // what is left of the frame a read ended in (Drain skips it)
@@ -504,6 +506,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if n := readNow(c.sc, p); n > 0 {
 			return n, nil
 		}
+		if c.noWait {
+			return 0, errWouldWait
+		}
 		// Nothing yet (or the end, or an error: the read below reports
 		// it): flush before waiting.
 		if h := c.hold.Load(); h.Pending() {
@@ -578,7 +583,9 @@ func (c *Conn) GoAway(frame []byte) {
 		c.closeSent, c.sealed = true, true
 		c.Conn.SetWriteDeadline(time.Now().Add(goAwayWait))
 		if c.finishTail() == nil {
+			c.last = true // the close follows at once: the frame leaves with the FIN
 			_ = c.write(frame)
+			c.last = false
 		}
 	}
 	_ = c.Close()
@@ -597,6 +604,15 @@ func (c *Conn) GoAway(frame []byte) {
 // wait, so with no deadline to set and clear; only what the socket did not
 // take then waits, within the same bound.
 func (c *Conn) WriteClose(frame []byte, wait time.Duration) error {
+	return c.writeClose(frame, wait, false)
+}
+
+// writeClose is WriteClose; with last, the caller closes the socket at
+// once after it (the answer to a client's close frame): what the socket
+// takes at once then leaves with the FIN, in one segment instead of two
+// (SendLastFD). A rest the socket did not take goes as before, by a write
+// that pushes what was held.
+func (c *Conn) writeClose(frame []byte, wait time.Duration, last bool) error {
 	deadline := time.Now().Add(wait)
 	c.closing.Store(true)
 	if c.sc == nil || !c.mu.TryLock() {
@@ -613,7 +629,9 @@ func (c *Conn) WriteClose(frame []byte, wait time.Duration) error {
 	}
 	c.closeSent = true
 	if c.sc != nil && len(c.tail) == 0 {
+		c.last = last
 		n, err := c.rawWrite(frame, false)
+		c.last = false
 		if err != nil || n == len(frame) {
 			return err
 		}
@@ -636,13 +654,22 @@ func (c *Conn) Seal() {
 	c.mu.Unlock()
 }
 
-// writeFD writes c.pend to the non-blocking descriptor. It returns false
-// (wait until writable, then call again) while the socket is full.
+// writeFD writes c.pend to the non-blocking descriptor (held for the FIN
+// when c.last). It returns false (wait until writable, then call again)
+// while the socket is full.
 func (c *Conn) writeFD(fd uintptr) bool {
 	if c.stalled.Load() {
 		c.stalled.Store(false)
 	}
-	n, full, err := WriteFD(fd, c.pend)
+	var n int
+	var full bool
+	var err error
+	if c.last {
+		n, err = SendLastFD(fd, c.pend)
+		full = err == nil && n < len(c.pend)
+	} else {
+		n, full, err = WriteFD(fd, c.pend)
+	}
 	c.pend = c.pend[n:]
 	c.n += n
 	switch {
@@ -655,8 +682,13 @@ func (c *Conn) writeFD(fd uintptr) bool {
 	return true
 }
 
-// tryFD writes what of c.pend the non-blocking descriptor takes now.
+// tryFD writes what of c.pend the non-blocking descriptor takes now
+// (held for the FIN when c.last).
 func (c *Conn) tryFD(fd uintptr) {
+	if c.last {
+		c.n, c.err = SendLastFD(fd, c.pend)
+		return
+	}
 	n, _, err := WriteFD(fd, c.pend)
 	c.n, c.err = n, err
 }

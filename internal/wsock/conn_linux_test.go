@@ -2,11 +2,13 @@ package wsock
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -307,5 +309,195 @@ func TestCloseAnswerGoesOutWholeFullSocketOrNot(t *testing.T) {
 				t.Fatalf("a second WriteClose = %v; want nil (nothing written)", err)
 			}
 		})
+	}
+}
+
+// closeWatch is a TCP socket that records, as it is closed, how many of
+// the bytes written to it were still unsent.
+type closeWatch struct {
+	*net.TCPConn
+	t        *testing.T
+	unsentAt int
+}
+
+func (w *closeWatch) Close() error {
+	w.unsentAt = unsentBytes(w.t, w.TCPConn)
+	return w.TCPConn.Close()
+}
+
+// The answer to a client's close frame is the socket's last write: it
+// waits in the socket for the close that follows at once, and leaves
+// with the FIN in one segment. The client reads the whole answer, then
+// the end.
+func TestCloseAnswerLeavesWithTheFIN(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	server, client := pair(t)
+	defer client.Close()
+	w := &closeWatch{TCPConn: server.(*net.TCPConn), t: t, unsentAt: -1}
+	rc := NewConn(w)
+	rc.SetReader(bufio.NewReaderSize(rc, 256))
+	if _, err := client.Write(clientFrame(0x88, CloseFrame(1000, "bye")[2:])); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	_, err := rc.ReadMessage(&buf, 1<<10, false)
+	var ce *CloseError
+	if !errors.As(err, &ce) || !ce.Received || ce.Code != 1000 {
+		t.Fatalf("ReadMessage = %v; want the client's close, received", err)
+	}
+	answer := CloseFrame(1000, "bye")
+	if w.unsentAt != len(answer) {
+		t.Fatalf("at the close %d bytes were unsent; want the %d of the answer, held for the FIN", w.unsentAt, len(answer))
+	}
+	got, err := io.ReadAll(client)
+	if err != nil || !bytes.Equal(got, answer) {
+		t.Fatalf("the client read %q, %v; want %q then the end", got, err, answer)
+	}
+	// A close frame written without the close right after (WriteClose)
+	// goes at once.
+	server2, client2 := pair(t)
+	defer client2.Close()
+	defer server2.Close()
+	rc2 := NewConn(server2)
+	if err := rc2.WriteClose(answer, controlWait); err != nil {
+		t.Fatal(err)
+	}
+	if n := unsentBytes(t, server2); n != 0 {
+		t.Fatalf("WriteClose left %d bytes unsent", n)
+	}
+}
+
+// TakeClose, a woken connection's first read on the waker's goroutine,
+// takes the client's close frame when it is all that has arrived: it is
+// answered, the answer held for the FIN, and the socket closed. Anything
+// else stays in the read buffer, unread and unchanged, for ReadMessage.
+func TestTakeCloseTakesOnlyALoneCloseFrame(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	closeBye := clientFrame(0x88, CloseFrame(1000, "bye")[2:])
+	for _, tc := range []struct {
+		name   string
+		in     []byte
+		take   CloseTake
+		answer []byte // what the client reads then (taken), or after ReadMessage
+		err    string // ReadMessage's error when not taken
+	}{
+		{"close", closeBye, CloseTaken, CloseFrame(1000, "bye"), ""},
+		{"empty close", clientFrame(0x88, nil), CloseTaken, []byte{CloseHead, 0}, ""},
+		{"text", clientFrame(0x81, []byte("hi")), NoClose, nil, ""},
+		{"close then more", append(bytes.Clone(closeBye), clientFrame(0x81, []byte("hi"))...), NoClose, CloseFrame(1000, "bye"), "received close frame"},
+		{"close code 1005", clientFrame(0x88, CloseFrame(1005, "")[2:]), NoClose, nil, "invalid status code"},
+		{"reason not UTF-8", clientFrame(0x88, append(CloseFrame(1000, "")[2:], 0xff)), NoClose, CloseFrame(invalidPayload, badCloseReason), "close reason is not valid UTF-8"},
+		{"fragmented close", clientFrame(0x08, CloseFrame(1000, "")[2:]), NoClose, nil, "fragmented control frame"},
+		{"the end alone", nil, NoClose, nil, "EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server, client := pair(t)
+			defer client.Close()
+			w := &closeWatch{TCPConn: server.(*net.TCPConn), t: t, unsentAt: -1}
+			rc := NewConn(w)
+			defer rc.Close()
+			rc.SetReader(bufio.NewReaderSize(rc, 256))
+			if tc.in == nil {
+				_ = client.(*net.TCPConn).CloseWrite()
+			} else if _, err := client.Write(tc.in); err != nil {
+				t.Fatal(err)
+			}
+			var peek [512]byte
+			for awaitReadable(t, rc.sc, peek[:]) < len(tc.in) {
+			}
+			if got := rc.TakeClose(); got != tc.take {
+				t.Fatalf("TakeClose = %d; want %d", got, tc.take)
+			}
+			if tc.take == CloseTaken {
+				if w.unsentAt != len(tc.answer) {
+					t.Fatalf("at the close %d bytes were unsent; want the %d of the answer", w.unsentAt, len(tc.answer))
+				}
+				if got, err := io.ReadAll(client); err != nil || !bytes.Equal(got, tc.answer) {
+					t.Fatalf("the client read %q, %v; want %q then the end", got, err, tc.answer)
+				}
+				return
+			}
+			if n := rc.br.Buffered(); n != len(tc.in) {
+				t.Fatalf("after TakeClose %d bytes are in hand; want the %d that arrived", n, len(tc.in))
+			}
+			var buf bytes.Buffer
+			op, err := rc.ReadMessage(&buf, 1<<10, false)
+			if tc.err == "" {
+				if err != nil || op != OpText || buf.String() != "hi" {
+					t.Fatalf("ReadMessage = %d %q, %v; want the text", op, buf.String(), err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("ReadMessage = %v; want %q", err, tc.err)
+			}
+			if tc.answer != nil {
+				_ = rc.Close()
+				got, _ := io.ReadAll(client)
+				if !bytes.Equal(got, tc.answer) {
+					t.Fatalf("the client read %q; want %q", got, tc.answer)
+				}
+			}
+		})
+	}
+}
+
+// A socket that will not take the answer at once (its client stopped
+// reading): TakeClose leaves the rest to FinishClose, which sends it once
+// the client reads again, then closes.
+func TestTakeCloseToAFullSocket(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	server, client := unixPair(t)
+	defer client.Close()
+	rc := NewConn(server)
+	defer rc.Close()
+	rc.SetReader(bufio.NewReaderSize(rc, 256))
+	fillSocket(t, rc.sc)
+	in := clientFrame(0x88, CloseFrame(1001, "away")[2:])
+	if _, err := client.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	var peek [64]byte
+	for awaitReadable(t, rc.sc, peek[:]) < len(in) {
+	}
+	if got := rc.TakeClose(); got != CloseUnfinished {
+		t.Fatalf("TakeClose = %d; want CloseUnfinished", got)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rc.FinishClose()
+	}()
+	b, err := io.ReadAll(client)
+	<-done
+	if err != nil || !bytes.HasSuffix(b, CloseFrame(1001, "away")) || bytes.Count(b, []byte{CloseHead}) != 1 {
+		t.Fatalf("the client read %d bytes ending %q, %v; want the filler, the answer, then the end", len(b), b[max(0, len(b)-8):], err)
+	}
+}
+
+// A hard stop's close frame is the socket's last write too: it leaves
+// with the FIN, after the rest of a data frame begun.
+func TestGoAwayLeavesWithTheFIN(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	server, client := pair(t)
+	defer client.Close()
+	w := &closeWatch{TCPConn: server.(*net.TCPConn), t: t, unsentAt: -1}
+	rc := NewConn(w)
+	data := []byte{0x81, 3, 'a', 'b', 'c'}
+	if sent, rest, err := rc.TryWrite(data, false); !sent || rest || err != nil {
+		t.Fatalf("TryWrite = %v %v %v", sent, rest, err)
+	}
+	frame := CloseFrame(1001, "")
+	rc.GoAway(frame)
+	if w.unsentAt != len(frame) {
+		t.Fatalf("at the close %d bytes were unsent; want the %d of the close frame, held for the FIN", w.unsentAt, len(frame))
+	}
+	got, err := io.ReadAll(client)
+	if want := append(bytes.Clone(data), frame...); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the client read %q, %v; want %q then the end", got, err, want)
 	}
 }

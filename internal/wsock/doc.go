@@ -41,7 +41,8 @@
 //     goroutine (Poller), the in-memory connections that park as a
 //     socket in it does (Parkable: an event stream's), and the state
 //     word that resumes its owner exactly once however wake-ups race
-//     (Parking).
+//     (Parking); and the first read of a woken connection, which may take
+//     the client's close frame on the waker's goroutine (TakeClose).
 //
 // It must never know about JSON-RPC, topics, the upgrade gate (when to
 // shed, caps, pacing) or connections' lifetimes, and never wait on a

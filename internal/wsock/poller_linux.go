@@ -37,6 +37,12 @@ type Poller struct {
 	failed  error   // a wait that failed (run's)
 	toWake  []Waker // run's, reused
 	waitSet func(fd uintptr) bool
+
+	// Arm's epoll_ctl (armFD): its arguments and result, under mu.
+	armFn         func(fd uintptr)
+	ev            syscall.EpollEvent
+	op, other     int
+	wrong, ctlErr syscall.Errno
 }
 
 // NewPoller makes a Poller and starts its goroutine; Close stops it.
@@ -61,6 +67,7 @@ func NewPoller() (*Poller, error) {
 	}
 	p := &Poller{file: file, set: set, epfd: epfd, wakers: map[uint64]Waker{}, done: make(chan struct{})}
 	p.waitSet = p.collect
+	p.armFn = p.armFD
 	go p.run()
 	return p, nil
 }
@@ -77,23 +84,19 @@ func (p *Poller) Arm(sc syscall.RawConn, key uint64, w Waker) error {
 	if p.closed {
 		return ErrPollerClosed
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT}
-	ev.Fd, ev.Pad = int32(uint32(key)), int32(uint32(key>>32))
-	var ctlErr error
+	p.ev = syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT}
+	p.ev.Fd, p.ev.Pad = int32(uint32(key)), int32(uint32(key>>32))
 	// A key armed before is in the set (unless its socket was closed,
 	// which fails Control): modify it; a new key's socket is added. Either
 	// guess that fails is corrected by the other call.
-	op, other, wrong := syscall.EPOLL_CTL_ADD, syscall.EPOLL_CTL_MOD, syscall.EEXIST
+	p.op, p.other, p.wrong = syscall.EPOLL_CTL_ADD, syscall.EPOLL_CTL_MOD, syscall.EEXIST
 	if _, armed := p.wakers[key]; armed {
-		op, other, wrong = other, op, syscall.ENOENT
+		p.op, p.other, p.wrong = p.other, p.op, syscall.ENOENT
 	}
-	err := sc.Control(func(fd uintptr) {
-		ctlErr = syscall.EpollCtl(p.epfd, op, int(fd), &ev)
-		if ctlErr == wrong {
-			ctlErr = syscall.EpollCtl(p.epfd, other, int(fd), &ev)
-		}
-	})
-	if err == nil && ctlErr != nil {
+	p.ctlErr = 0
+	err := sc.Control(p.armFn)
+	ctlErr := p.ctlErr
+	if err == nil && ctlErr != 0 {
 		err = os.NewSyscallError("epoll_ctl", ctlErr)
 	}
 	if err != nil {
@@ -101,6 +104,23 @@ func (p *Poller) Arm(sc syscall.RawConn, key uint64, w Waker) error {
 	}
 	p.wakers[key] = w
 	return nil
+}
+
+// armFD is Arm's epoll_ctl(2) on the socket fd, made without telling
+// the scheduler: it never waits (socket_linux.go says why that is
+// cheaper). Its arguments and result are the Poller's, under mu: made
+// once, the callback costs an Arm no allocation.
+func (p *Poller) armFD(fd uintptr) {
+	p.ctlErr = p.ctl(p.op, fd)
+	if p.ctlErr == p.wrong {
+		p.ctlErr = p.ctl(p.other, fd)
+	}
+}
+
+// ctl is epoll_ctl(2) of op on fd with p.ev.
+func (p *Poller) ctl(op int, fd uintptr) syscall.Errno {
+	_, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(p.epfd), uintptr(op), fd, uintptr(unsafe.Pointer(&p.ev)), 0, 0)
+	return errno
 }
 
 // Forget drops key's Waker: a report that comes for it later (a socket

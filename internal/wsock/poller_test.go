@@ -286,3 +286,36 @@ func TestPollerFirstArmReportsInputAlreadyIn(t *testing.T) {
 		t.Fatalf("woke key %d, want 9", k)
 	}
 }
+
+// Arming allocates nothing: a connection parks each time it goes quiet.
+// Re-arming a key is a modify; a forgotten key armed again is an add
+// that finds the socket in the set, then a modify.
+func TestPollerArmAllocatesNothing(t *testing.T) {
+	skipUnlessNative(t)
+	if raceBuild {
+		t.Skip("the race detector allocates")
+	}
+	leakcheck.Check(t)
+	p := newPoller(t)
+	server, _ := pair(t)
+	raw := descriptorOf(t, server)
+	var w Waker = keyedWaker{key: 5, ch: make(wakes, 1)}
+	if err := p.Arm(raw, 5, w); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := p.Arm(raw, 5, w); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("re-arming allocates %v times", n)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		p.Forget(5)
+		if err := p.Arm(raw, 5, w); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("arming a forgotten key allocates %v times", n)
+	}
+}

@@ -313,9 +313,125 @@ func (c *Conn) closeReceived(b []byte) error {
 	if code != noStatus {
 		answer = CloseFrame(code, reason)
 	}
-	_ = c.WriteClose(answer, controlWait)
+	_ = c.writeClose(answer, controlWait, true) // the close follows at once
 	_ = c.Close()
 	return &CloseError{Code: code, Reason: reason, Received: true}
+}
+
+// A CloseTake is what TakeClose did.
+type CloseTake uint8
+
+// What TakeClose did.
+const (
+	// NoClose: the input is not the client's close frame alone (or there
+	// is none yet, or the socket is in use): what was read waits in the
+	// read buffer, and the read goroutine reads as usual.
+	NoClose CloseTake = iota
+	// CloseTaken: the client's close frame was answered and the socket
+	// closed, as ReadMessage does (its *CloseError, Received).
+	CloseTaken
+	// CloseUnfinished: as CloseTaken, but the socket took only part of
+	// the answer: FinishClose, on a goroutine that may wait, sends the
+	// rest and closes the socket.
+	CloseUnfinished
+)
+
+// errWouldWait is Read's error while TakeClose reads: nothing has
+// arrived, and it must not wait.
+var errWouldWait = errors.New("wsock: read would wait")
+
+// TakeClose is the first read of a connection woken from its park
+// (Park), made on the waker's goroutine without waiting for anything:
+// when what has arrived is the client's close frame and nothing more, it
+// answers it (the answer left with the FIN) and closes the socket, so
+// that the close of a client that leaves starts no goroutine. Otherwise
+// what it read stays in the read buffer for the read goroutine (NoClose).
+// Only the owner of the read side (right after Resume said so) may call
+// it. It allocates nothing.
+func (c *Conn) TakeClose() CloseTake {
+	if c.sc == nil || c.br == nil || c.br.Buffered() > 0 {
+		return NoClose
+	}
+	c.noWait = true
+	_, _ = c.br.Peek(1) // one read(2) of what has arrived
+	c.noWait = false
+	b, _ := c.br.Peek(c.br.Buffered())
+	payload, ok := loneClose(b)
+	if !ok || !c.mu.TryLock() {
+		return NoClose
+	}
+	if c.stopping.Load() || len(c.tail) > 0 {
+		c.mu.Unlock()
+		return NoClose
+	}
+	take := CloseTaken
+	if !c.closeSent {
+		c.closing.Store(true)
+		c.sealed, c.closeSent = true, true
+		var answer []byte
+		if len(payload) == 0 {
+			answer = emptyClose
+		} else {
+			f := pongFrames.Get().(*[2 + maxControl]byte)
+			defer pongFrames.Put(f)
+			f[0], f[1] = CloseHead, byte(len(payload))
+			answer = f[:2+copy(f[2:], payload)]
+		}
+		c.last = true
+		n, err := c.rawWrite(answer, false)
+		c.last = false
+		if err == nil && n < len(answer) {
+			c.setTail(bytes.Clone(answer[n:]))
+			take = CloseUnfinished
+		}
+	}
+	c.mu.Unlock()
+	_, _ = c.br.Discard(len(b))
+	if take == CloseTaken {
+		_ = c.Close()
+	}
+	return take
+}
+
+// FinishClose sends the rest of the answer TakeClose began, within the
+// bound of an answer to a close frame, and closes the socket.
+func (c *Conn) FinishClose() {
+	c.mu.Lock()
+	c.Conn.SetWriteDeadline(time.Now().Add(controlWait))
+	_ = c.finishTail()
+	c.mu.Unlock()
+	_ = c.Close()
+}
+
+// loneClose reports whether b is one whole client close frame, masked,
+// with a valid payload (a code the client may send, a UTF-8 reason, or
+// none), and nothing more; payload is it, unmasked in place.
+func loneClose(b []byte) (payload []byte, ok bool) {
+	if len(b) < 6 || b[0] != 0x80|opClose || b[1]&0x80 == 0 {
+		return nil, false
+	}
+	n := int(b[1] & 0x7F)
+	if n > maxControl || len(b) != 6+n || n == 1 {
+		return nil, false
+	}
+	key := binary.LittleEndian.Uint32(b[2:])
+	payload = b[6:]
+	if n >= 2 {
+		// Checked on a copy of the head: b stays masked until it is known
+		// to be taken (the read goroutine reads it otherwise).
+		var head [2]byte
+		copy(head[:], payload)
+		mask(head[:], key)
+		if !validCloseCode(binary.BigEndian.Uint16(head[:])) {
+			return nil, false
+		}
+		mask(payload, key)
+		if !utf8.Valid(payload[2:]) {
+			mask(payload, key) // back as it was
+			return nil, false
+		}
+	}
+	return payload, true
 }
 
 // badCloseReason is the reason of the 1007 that answers a close reason
