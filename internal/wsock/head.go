@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -174,28 +175,64 @@ func validHead(h []byte, target int) bool {
 // leave to net/http after all (a '#' in the target, which ReadRequest and
 // url.Parse read differently). FuzzClassifyHead holds it to
 // http.ReadRequest.
+//
+// It allocates little, as an upgrade storm makes thousands of requests a
+// second: the header values are substrings of one copy of the header
+// lines (a value kept keeps those lines, at most MaxHead bytes), their
+// slices share one array (each with room for its values alone, so an
+// append copies), the WebSocket fields' names are constants, and a plain
+// target's URL is filled in without url.Parse.
 func ParseHead(ctx context.Context, head []byte) *http.Request {
 	line, rest := cutLine(head)
 	sp := bytes.LastIndexByte(line, ' ')
-	target, proto := string(line[len("GET "):sp]), string(line[sp+1:])
-	if strings.IndexByte(target, '#') >= 0 {
+	rawTarget := line[len("GET "):sp]
+	if bytes.IndexByte(rawTarget, '#') >= 0 {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	// The target is a string of its own: a name in the query (a display
+	// name) may be kept for the connection's life, and must not keep the
+	// header lines with it.
+	target := string(rawTarget)
+	u, plain := plainTarget(target)
+	parsed := target
+	if plain {
+		parsed = "" // url.Parse("") allocates the URL, and nothing else
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, parsed, nil)
 	if err != nil {
 		return nil
 	}
+	if plain {
+		*req.URL = u
+	}
 	req.RequestURI = target
-	req.Proto = proto
-	req.ProtoMajor, req.ProtoMinor = 1, int(proto[len(proto)-1]-'0')
-	for {
-		line, rest = cutLine(rest)
-		if len(line) == 0 {
+	req.Proto = "HTTP/1.1" // validHead allows 1.1 and 1.0 alone
+	if line[len(line)-1] == '0' {
+		req.Proto = "HTTP/1.0"
+	}
+	req.ProtoMajor, req.ProtoMinor = 1, int(line[len(line)-1]-'0')
+	fields := bytes.Count(rest, crlf) - 1 // the blank line ends the head
+	if fields > 8 {
+		req.Header = make(http.Header, fields)
+	}
+	lines := string(rest)
+	values := make([]string, max(fields, 0))
+	for i := 0; ; i++ {
+		end := strings.Index(lines, "\r\n")
+		if end <= 0 {
 			break
 		}
-		colon := bytes.IndexByte(line, ':')
-		key := http.CanonicalHeaderKey(string(line[:colon]))
-		req.Header[key] = append(req.Header[key], string(trimOWS(line[colon+1:])))
+		field := lines[:end]
+		lines = lines[end+2:]
+		colon := strings.IndexByte(field, ':')
+		key := canonicalKey(field[:colon])
+		v := trimOWSString(field[colon+1:])
+		if vs, ok := req.Header[key]; ok {
+			req.Header[key] = append(vs, v)
+			continue
+		}
+		values[i] = v
+		req.Header[key] = values[i : i+1 : i+1]
 	}
 	if hosts := req.Header["Host"]; len(hosts) > 0 {
 		req.Host = hosts[0]
@@ -211,13 +248,68 @@ func ParseHead(ctx context.Context, head []byte) *http.Request {
 	return req
 }
 
+var crlf = []byte("\r\n")
+
+// plainTarget is the URL of a request target that url.Parse would read
+// as a path of unreserved bytes and '/' (not starting "//", which it
+// reads as a host), then an optional query: the URL url.Parse would
+// return, built without it. ok false: leave the target to url.Parse.
+func plainTarget(target string) (u url.URL, ok bool) {
+	path, query, hasQuery := strings.Cut(target, "?")
+	if len(path) == 0 || path[0] != '/' || strings.HasPrefix(path, "//") {
+		return u, false
+	}
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '/', c == '-', c == '.', c == '_', c == '~':
+		default:
+			return u, false
+		}
+	}
+	u.Path = path
+	if hasQuery {
+		if query == "" {
+			u.ForceQuery = true // "path?": as url.Parse
+		} else {
+			u.RawQuery = query
+		}
+	}
+	return u, true
+}
+
+// canonicalKey is http.CanonicalHeaderKey(name) without allocating for
+// the fields of an upgrade: a name already canonical is returned as is,
+// and the WebSocket fields, never canonical as the RFC spells them
+// ("Sec-WebSocket-Key"), are constants.
+func canonicalKey(name string) string {
+	if len(name) > len("Sec-Websocket-") && strings.EqualFold(name[:len("Sec-Websocket-")], "Sec-Websocket-") {
+		for _, k := range websocketKeys {
+			if len(k) == len(name) && strings.EqualFold(name, k) {
+				return k
+			}
+		}
+	}
+	return http.CanonicalHeaderKey(name)
+}
+
+var websocketKeys = [...]string{
+	"Sec-Websocket-Key",
+	"Sec-Websocket-Version",
+	"Sec-Websocket-Protocol",
+	"Sec-Websocket-Extensions",
+}
+
 // closeAfter is net/http's reading of whether a request asks for its
 // connection to close: HTTP/1.0 unless "Connection: keep-alive", HTTP/1.1
 // when Connection lists "close".
 func closeAfter(r *http.Request) bool {
 	has := func(token string) bool {
 		for _, v := range r.Header["Connection"] {
-			for _, t := range strings.Split(v, ",") {
+			for v != "" {
+				var t string
+				t, v, _ = strings.Cut(v, ",")
 				if strings.EqualFold(strings.TrimSpace(t), token) {
 					return true
 				}
@@ -249,6 +341,16 @@ func trimOWS(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+func trimOWSString(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 func asciiEqualFold(b []byte, s string) bool {
