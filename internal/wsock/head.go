@@ -177,11 +177,10 @@ func validHead(h []byte, target int) bool {
 // http.ReadRequest.
 //
 // It allocates little, as an upgrade storm makes thousands of requests a
-// second: the header values are substrings of one copy of the header
-// lines (a value kept keeps those lines, at most MaxHead bytes), their
-// slices share one array (each with room for its values alone, so an
-// append copies), the WebSocket fields' names are constants, and a plain
-// target's URL is filled in without url.Parse.
+// second: the fields' value slices share one array (each with room for
+// its values alone, so an append copies), the usual fields' names and the
+// values every upgrade repeats are constants, and a plain target's URL is
+// filled in without url.Parse.
 func ParseHead(ctx context.Context, head []byte) *http.Request {
 	line, rest := cutLine(head)
 	sp := bytes.LastIndexByte(line, ' ')
@@ -189,9 +188,6 @@ func ParseHead(ctx context.Context, head []byte) *http.Request {
 	if bytes.IndexByte(rawTarget, '#') >= 0 {
 		return nil
 	}
-	// The target is a string of its own: a name in the query (a display
-	// name) may be kept for the connection's life, and must not keep the
-	// header lines with it.
 	target := string(rawTarget)
 	u, plain := plainTarget(target)
 	parsed := target
@@ -215,18 +211,15 @@ func ParseHead(ctx context.Context, head []byte) *http.Request {
 	if fields > 8 {
 		req.Header = make(http.Header, fields)
 	}
-	lines := string(rest)
 	values := make([]string, max(fields, 0))
 	for i := 0; ; i++ {
-		end := strings.Index(lines, "\r\n")
-		if end <= 0 {
+		line, rest = cutLine(rest)
+		if len(line) == 0 {
 			break
 		}
-		field := lines[:end]
-		lines = lines[end+2:]
-		colon := strings.IndexByte(field, ':')
-		key := canonicalKey(field[:colon])
-		v := trimOWSString(field[colon+1:])
+		colon := bytes.IndexByte(line, ':')
+		key := headerKey(line[:colon])
+		v := headerValue(trimOWS(line[colon+1:]))
 		if vs, ok := req.Header[key]; ok {
 			req.Header[key] = append(vs, v)
 			continue
@@ -279,26 +272,47 @@ func plainTarget(target string) (u url.URL, ok bool) {
 	return u, true
 }
 
-// canonicalKey is http.CanonicalHeaderKey(name) without allocating for
-// the fields of an upgrade: a name already canonical is returned as is,
-// and the WebSocket fields, never canonical as the RFC spells them
-// ("Sec-WebSocket-Key"), are constants.
-func canonicalKey(name string) string {
-	if len(name) > len("Sec-Websocket-") && strings.EqualFold(name[:len("Sec-Websocket-")], "Sec-Websocket-") {
-		for _, k := range websocketKeys {
-			if len(k) == len(name) && strings.EqualFold(name, k) {
-				return k
-			}
+// headerKey is http.CanonicalHeaderKey(string(name)), without an
+// allocation for the fields an upgrade usually has: their canonical
+// names are constants. (validHead let only token bytes through, for
+// which asciiEqualFold is exact.)
+func headerKey(name []byte) string {
+	for _, k := range commonKeys {
+		if len(k) == len(name) && asciiEqualFold(name, k) {
+			return k
 		}
 	}
-	return http.CanonicalHeaderKey(name)
+	return http.CanonicalHeaderKey(string(name))
 }
 
-var websocketKeys = [...]string{
-	"Sec-Websocket-Key",
-	"Sec-Websocket-Version",
-	"Sec-Websocket-Protocol",
-	"Sec-Websocket-Extensions",
+// commonKeys are canonical names (CanonicalHeaderKey's spelling: the
+// WebSocket fields are "Sec-Websocket-", not the RFC's "Sec-WebSocket-").
+var commonKeys = [...]string{
+	"Host", "Upgrade", "Connection", "Origin", "User-Agent",
+	"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Protocol", "Sec-Websocket-Extensions",
+	"Pragma", "Cache-Control", "Accept-Encoding", "Accept-Language", "Cookie", "Authorization",
+	"X-Forwarded-For",
+}
+
+// headerValue is string(v), without an allocation for the values every
+// upgrade repeats. Other values get strings of their own rather than
+// slices of one copy of the head: a value someone keeps for a
+// connection's life (a client address from X-Forwarded-For, an event
+// stream's Origin) must not keep the whole head with it.
+func headerValue(v []byte) string {
+	switch string(v) {
+	case "websocket":
+		return "websocket"
+	case "Upgrade":
+		return "Upgrade"
+	case "13":
+		return "13"
+	case "no-cache":
+		return "no-cache"
+	case "permessage-deflate; client_max_window_bits":
+		return "permessage-deflate; client_max_window_bits"
+	}
+	return string(v)
 }
 
 // closeAfter is net/http's reading of whether a request asks for its
@@ -341,16 +355,6 @@ func trimOWS(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-func trimOWSString(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 func asciiEqualFold(b []byte, s string) bool {
