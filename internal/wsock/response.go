@@ -298,6 +298,9 @@ func (x *goneContext) Gone() bool {
 		return false
 	}
 	x.once.Do(func() { x.done = make(chan struct{}) }) // nobody asked for Done: no watch
+	if x.done == nil {
+		return false // stop came first: the response is being handed on
+	}
 	x.end()
 	return true
 }
