@@ -35,6 +35,14 @@ const maxSteps = 16
 // token to give, or at the head's deadline if sooner, grants, and expires
 // waiters whose deadline passed.
 //
+// A waiter whose client goes away gives its place up. When its context
+// can be asked without waiting (a request the door serves: Gone), the
+// timer's goroutine asks, every probeEvery, for the waiters that have
+// waited one such period already (one peek each, outside the lock): a
+// storm's queue of hundreds then costs no goroutine per waiter, and
+// an upgrade granted within its first period is never asked. Any other
+// context's Done is waited on beside the grant, as before.
+//
 // The queue is bounded by the number of waiters that could be served
 // before their deadline (budget per tick × ticks in maxWait) and by
 // maxConcurrent (every waiter holds an in-flight slot anyway): a newcomer
@@ -60,7 +68,22 @@ type pacer struct {
 	draining bool
 	timer    *time.Timer
 	armed    bool
+
+	// Probing waiters whose client may have gone (goneProbe).
+	probes    int       // waiters in the queue with a probe
+	round     uint32    // probe rounds begun
+	nextProbe int64     // when the next round is due
+	probing   bool      // a round's peeks are under way, outside mu
+	scratch   []*waiter // the round's waiters, kept for the next round
 }
+
+// probeEvery is how often queued clients are looked at for having gone:
+// a client that leaves gives its slot up within two periods.
+const probeEvery = int64(20 * time.Millisecond)
+
+// goneProbe is a context that can tell, without waiting, that its client
+// has gone (and then ends).
+type goneProbe interface{ Gone() bool }
 
 type waitState uint8
 
@@ -77,6 +100,8 @@ type waiter struct {
 	done       chan struct{} // closed when state leaves waiting (by the pacer)
 	deadline   int64
 	state      waitState
+	probe      goneProbe // nil: the waiter watches its context's Done
+	round      uint32    // p.round when it arrived: probed from the next round on
 }
 
 func newPacer(cfg *Config, clock func() int64, m *metrics.Metrics) *pacer {
@@ -156,14 +181,19 @@ func (p *pacer) wait(ctx context.Context) string {
 		p.mu.Unlock()
 		return metrics.RejectQueueTimeout
 	}
-	w := &waiter{done: make(chan struct{}), deadline: now + p.maxWait}
+	w := &waiter{done: make(chan struct{}), deadline: now + p.maxWait, round: p.round}
+	w.probe, _ = ctx.(goneProbe)
 	p.push(w)
 	p.arm(now)
 	p.mu.Unlock()
 
-	select {
-	case <-w.done:
-	case <-ctx.Done():
+	if w.probe != nil {
+		<-w.done // the pacer finishes it as gone if its client leaves
+	} else {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+		}
 	}
 
 	p.mu.Lock()
@@ -211,11 +241,55 @@ func (p *pacer) pump(now int64) {
 // fire is the timer callback.
 func (p *pacer) fire() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.armed = false
 	now := p.clock()
 	p.pump(now)
+	ask := p.probeRound(now)
 	p.arm(now)
+	p.mu.Unlock()
+	if len(ask) > 0 {
+		p.askGone(ask)
+	}
+}
+
+// probeRound begins a round of probes if one is due and none is under
+// way: it returns the waiters to ask (those that arrived before the
+// previous round began). p.mu held.
+func (p *pacer) probeRound(now int64) []*waiter {
+	if p.probes == 0 || p.probing || now < p.nextProbe {
+		return nil
+	}
+	ask := p.scratch[:0]
+	for w := p.head; w != nil; w = w.next {
+		if w.probe != nil && w.round != p.round {
+			ask = append(ask, w)
+		}
+	}
+	p.round++
+	p.nextProbe = now + probeEvery
+	p.probing = len(ask) > 0
+	p.scratch = ask
+	return ask
+}
+
+// askGone asks each of ask whether its client has gone, without p.mu (a
+// peek each), then finishes those that have and still wait.
+func (p *pacer) askGone(ask []*waiter) {
+	left := ask[:0]
+	for _, w := range ask {
+		if w.probe.Gone() {
+			left = append(left, w)
+		}
+	}
+	p.mu.Lock()
+	for _, w := range left {
+		if w.state == waiting {
+			p.finish(w, gone)
+		}
+	}
+	clear(ask) // the waiters may go
+	p.probing = false
+	p.mu.Unlock()
 }
 
 // arm schedules fire for the next grant (or the head's deadline, if
@@ -224,7 +298,11 @@ func (p *pacer) arm(now int64) {
 	if p.armed || p.head == nil {
 		return
 	}
-	d := min(p.nextGrant(now), p.head.deadline) - now
+	at := min(p.nextGrant(now), p.head.deadline)
+	if p.probes > 0 {
+		at = min(at, p.nextProbe)
+	}
+	d := at - now
 	d = max(d, 1)
 	if p.timer == nil {
 		p.timer = time.AfterFunc(time.Duration(d), p.fire)
@@ -286,6 +364,9 @@ func (p *pacer) push(w *waiter) {
 		p.head = w
 	}
 	p.tail = w
+	if w.probe != nil {
+		p.probes++
+	}
 	p.n++
 	p.depth.Set(float64(p.n))
 	p.over.Store(p.maxQueue > 0 && p.n >= p.maxQueue)
@@ -303,6 +384,9 @@ func (p *pacer) remove(w *waiter) {
 		p.tail = w.prev
 	}
 	w.prev, w.next = nil, nil
+	if w.probe != nil {
+		p.probes--
+	}
 	p.n--
 	p.depth.Set(float64(p.n))
 	p.over.Store(p.maxQueue > 0 && p.n >= p.maxQueue)

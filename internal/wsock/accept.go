@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strings"
+
+	"github.com/rtserver/rtserver/internal/bufpool"
 )
 
 // The opening handshake without the WebSocket library.
@@ -50,19 +52,29 @@ func (w *Response) Accept(r *http.Request, subprotocols []string) (c *Conn, subp
 	subprotocol = selectSubprotocol(r.Header, subprotocols)
 	w.ctx.stop()
 	w.hijacked = true
-	var head [256]byte
-	b := append(head[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
+	buf := bufpool.Get()
+	defer bufpool.Put(buf)
+	buf.Grow(256) // the 101 fits: appending allocates nothing
+	b := append(buf.AvailableBuffer(), "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
 	b = appendAcceptKey(b, r.Header["Sec-Websocket-Key"][0])
 	if subprotocol != "" {
 		b = append(b, "\r\nSec-WebSocket-Protocol: "...)
 		b = append(b, subprotocol...)
 	}
 	b = append(b, "\r\n\r\n"...)
-	if _, err := WriteNow(w.c, b); err != nil {
+	// The connection is made first and writes the 101 with the write
+	// callback it has anyway (what the socket takes at once, as WriteNow,
+	// without WriteNow's closure and second descriptor). Nobody else has
+	// c yet.
+	c = newConn(w.c, sc)
+	n, err := c.rawWrite(b, false)
+	if err == nil && n < len(b) {
+		_, err = w.c.Write(b[n:])
+	}
+	if err != nil {
 		w.c.Close()
 		return nil, "", true
 	}
-	c = newConn(w.c, sc)
 	// Nothing was read past the head: frames are read from the socket
 	// through c (whose Read flushes held frames before it would wait).
 	c.br = bufio.NewReaderSize(c, ReadBufferSize)
@@ -98,7 +110,7 @@ func AcceptParkable(r *http.Request, subprotocols []string, open func() (Parkabl
 func acceptable(r *http.Request) bool {
 	if !r.ProtoAtLeast(1, 1) || r.Method != http.MethodGet ||
 		!hasToken(r.Header["Connection"], "upgrade") || !hasToken(r.Header["Upgrade"], "websocket") ||
-		r.Header.Get("Sec-WebSocket-Version") != "13" {
+		!firstIs(r.Header["Sec-Websocket-Version"], "13") {
 		return false
 	}
 	keys := r.Header["Sec-Websocket-Key"]
@@ -115,6 +127,10 @@ func acceptable(r *http.Request) bool {
 	n, err := base64.StdEncoding.Decode(dst[:], []byte(key))
 	return err == nil && n == 16
 }
+
+// firstIs is Header.Get(name) == v on name's values, without Get's
+// allocation for a name not spelled canonically.
+func firstIs(values []string, v string) bool { return len(values) > 0 && values[0] == v }
 
 // hasToken reports whether a comma-separated token of the values equals
 // token, ASCII case-insensitively (the library's headerTokens rule: each

@@ -101,7 +101,8 @@
 // # Other systems
 //
 // The calls on a descriptor exist on Linux. Elsewhere Descriptor reports
-// none, ReadNow reads nothing and AwaitGone never sees a client go: the
+// none, ReadNow reads nothing, and AwaitGone and a served request's
+// context (its Gone) never see a client go: the
 // callers then write through net.Conn from a writer goroutine, read a
 // request head from a goroutine, and do not notice a client that leaves a
 // queued upgrade; there is no Poller (NewPoller fails), so each idle

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -174,28 +175,57 @@ func validHead(h []byte, target int) bool {
 // leave to net/http after all (a '#' in the target, which ReadRequest and
 // url.Parse read differently). FuzzClassifyHead holds it to
 // http.ReadRequest.
+//
+// It allocates little, as an upgrade storm makes thousands of requests a
+// second: the fields' value slices share one array (each with room for
+// its values alone, so an append copies), the usual fields' names and the
+// values every upgrade repeats are constants, and a plain target's URL is
+// filled in without url.Parse.
 func ParseHead(ctx context.Context, head []byte) *http.Request {
 	line, rest := cutLine(head)
 	sp := bytes.LastIndexByte(line, ' ')
-	target, proto := string(line[len("GET "):sp]), string(line[sp+1:])
-	if strings.IndexByte(target, '#') >= 0 {
+	rawTarget := line[len("GET "):sp]
+	if bytes.IndexByte(rawTarget, '#') >= 0 {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	target := string(rawTarget)
+	u, plain := plainTarget(target)
+	parsed := target
+	if plain {
+		parsed = "" // url.Parse("") allocates the URL, and nothing else
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, parsed, nil)
 	if err != nil {
 		return nil
 	}
+	if plain {
+		*req.URL = u
+	}
 	req.RequestURI = target
-	req.Proto = proto
-	req.ProtoMajor, req.ProtoMinor = 1, int(proto[len(proto)-1]-'0')
-	for {
+	req.Proto = "HTTP/1.1" // validHead allows 1.1 and 1.0 alone
+	if line[len(line)-1] == '0' {
+		req.Proto = "HTTP/1.0"
+	}
+	req.ProtoMajor, req.ProtoMinor = 1, int(line[len(line)-1]-'0')
+	fields := bytes.Count(rest, crlf) - 1 // the blank line ends the head
+	if fields > 8 {
+		req.Header = make(http.Header, fields)
+	}
+	values := make([]string, max(fields, 0))
+	for i := 0; ; i++ {
 		line, rest = cutLine(rest)
 		if len(line) == 0 {
 			break
 		}
 		colon := bytes.IndexByte(line, ':')
-		key := http.CanonicalHeaderKey(string(line[:colon]))
-		req.Header[key] = append(req.Header[key], string(trimOWS(line[colon+1:])))
+		key := headerKey(line[:colon])
+		v := headerValue(trimOWS(line[colon+1:]))
+		if vs, ok := req.Header[key]; ok {
+			req.Header[key] = append(vs, v)
+			continue
+		}
+		values[i] = v
+		req.Header[key] = values[i : i+1 : i+1]
 	}
 	if hosts := req.Header["Host"]; len(hosts) > 0 {
 		req.Host = hosts[0]
@@ -211,13 +241,89 @@ func ParseHead(ctx context.Context, head []byte) *http.Request {
 	return req
 }
 
+var crlf = []byte("\r\n")
+
+// plainTarget is the URL of a request target that url.Parse would read
+// as a path of unreserved bytes and '/' (not starting "//", which it
+// reads as a host), then an optional query: the URL url.Parse would
+// return, built without it. ok false: leave the target to url.Parse.
+func plainTarget(target string) (u url.URL, ok bool) {
+	path, query, hasQuery := strings.Cut(target, "?")
+	if len(path) == 0 || path[0] != '/' || strings.HasPrefix(path, "//") {
+		return u, false
+	}
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '/', c == '-', c == '.', c == '_', c == '~':
+		default:
+			return u, false
+		}
+	}
+	u.Path = path
+	if hasQuery {
+		if query == "" {
+			u.ForceQuery = true // "path?": as url.Parse
+		} else {
+			u.RawQuery = query
+		}
+	}
+	return u, true
+}
+
+// headerKey is http.CanonicalHeaderKey(string(name)), without an
+// allocation for the fields an upgrade usually has: their canonical
+// names are constants. (validHead let only token bytes through, for
+// which asciiEqualFold is exact.)
+func headerKey(name []byte) string {
+	for _, k := range commonKeys {
+		if len(k) == len(name) && asciiEqualFold(name, k) {
+			return k
+		}
+	}
+	return http.CanonicalHeaderKey(string(name))
+}
+
+// commonKeys are canonical names (CanonicalHeaderKey's spelling: the
+// WebSocket fields are "Sec-Websocket-", not the RFC's "Sec-WebSocket-").
+var commonKeys = [...]string{
+	"Host", "Upgrade", "Connection", "Origin", "User-Agent",
+	"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Protocol", "Sec-Websocket-Extensions",
+	"Pragma", "Cache-Control", "Accept-Encoding", "Accept-Language", "Cookie", "Authorization",
+	"X-Forwarded-For",
+}
+
+// headerValue is string(v), without an allocation for the values every
+// upgrade repeats. Other values get strings of their own rather than
+// slices of one copy of the head: a value someone keeps for a
+// connection's life (a client address from X-Forwarded-For, an event
+// stream's Origin) must not keep the whole head with it.
+func headerValue(v []byte) string {
+	switch string(v) {
+	case "websocket":
+		return "websocket"
+	case "Upgrade":
+		return "Upgrade"
+	case "13":
+		return "13"
+	case "no-cache":
+		return "no-cache"
+	case "permessage-deflate; client_max_window_bits":
+		return "permessage-deflate; client_max_window_bits"
+	}
+	return string(v)
+}
+
 // closeAfter is net/http's reading of whether a request asks for its
 // connection to close: HTTP/1.0 unless "Connection: keep-alive", HTTP/1.1
 // when Connection lists "close".
 func closeAfter(r *http.Request) bool {
 	has := func(token string) bool {
 		for _, v := range r.Header["Connection"] {
-			for _, t := range strings.Split(v, ",") {
+			for v != "" {
+				var t string
+				t, v, _ = strings.Cut(v, ",")
 				if strings.EqualFold(strings.TrimSpace(t), token) {
 					return true
 				}

@@ -165,6 +165,10 @@ func FuzzClassifyHead(f *testing.F) {
 		"GET /ws HTTP/1.1\r\nHost: h\r\nX: \xff\xfe\r\n\r\n", "GET /ws HTTP/1.1\r\nHost:\r\n\r\n",
 		"GET /ws?#x HTTP/1.1\r\nHost: h\r\n\r\n", "GET /ws?%zz HTTP/1.1\r\nHost: h\r\n\r\n",
 		"GET /ws HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
+		"GET /ws? HTTP/1.1\r\nHost: h\r\n\r\n", "GET /ws?a?b HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /ws HTTP/1.1\r\nhost: h\r\nsec-websocket-key: k\r\nSEC-WEBSOCKET-PROTOCOL: a\r\nSec-WebSocket-Protocol: b\r\nSec-WebSocket-Keys: c\r\n\r\n",
+		"GET /ws HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nF: 6\r\nG: 7\r\nH: 8\r\nI: 9\r\nA: 10\r\n\r\n",
+		"GET /ws HTTP/1.0\r\nConnection: keep-alive, Upgrade\r\nPragma: no-cache\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -348,5 +352,22 @@ func TestSocketUnderReplay(t *testing.T) {
 	}
 	if got := Socket(a); got != a {
 		t.Fatalf("Socket(c) = %T, want c", got)
+	}
+}
+
+// An upgrade's request is built in a few allocations (ParseHead says
+// which): net/http's way took two or three per field.
+func TestParseHeadAllocations(t *testing.T) {
+	head := []byte("GET /ws HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: rtbench\r\nUpgrade: websocket\r\n" +
+		"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" +
+		"Sec-WebSocket-Protocol: rtserver.batch.v1\r\nOrigin: http://example.com\r\n\r\n")
+	if v, _ := ClassifyHead(head, "/ws", 0, MaxHead); v != HeadSimple {
+		t.Fatalf("verdict %v", v)
+	}
+	checkParseHead(t, head)
+	// The target, the five values no upgrade repeats, their slices, the
+	// request, its URL, and the header map (two).
+	if n := testing.AllocsPerRun(100, func() { ParseHead(context.Background(), head) }); n > 11 {
+		t.Fatalf("ParseHead allocates %v times, want at most 11", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/bufpool"
@@ -254,6 +255,10 @@ func validFieldName(k string) bool {
 // context; bytes (a client that did not wait for the 101) only end the
 // watch. stop ends the watch and waits for it, before the socket is
 // handed on or closed.
+//
+// A caller that can look now and then instead (the pacing queue, for all
+// its waiters from one goroutine) asks Gone, which costs a peek and no
+// goroutine.
 type goneContext struct {
 	c       net.Conn
 	once    sync.Once
@@ -261,6 +266,55 @@ type goneContext struct {
 	gone    atomic.Bool
 	watched chan struct{} // closed when the watch has ended; nil if none
 	stopped atomic.Bool
+
+	// Gone's state, made on its first call.
+	raw      syscall.RawConn
+	peekFn   func(fd uintptr)
+	peekGone bool
+	peekBuf  [1]byte
+}
+
+// Gone reports, without waiting, whether the client has gone: the end of
+// its stream, or an error (bytes it sent are peeked, not consumed, and
+// say it has not). If it has, the context ends as the watch would end it.
+// Once the response has begun to be handed on (Hijack, Accept, Finish)
+// it reports false. Calls must not overlap one another; they may overlap
+// anything else.
+func (x *goneContext) Gone() bool {
+	if x.gone.Load() {
+		return true
+	}
+	if x.stopped.Load() {
+		return false
+	}
+	if x.raw == nil {
+		if x.raw = Descriptor(x.c); x.raw == nil {
+			return false
+		}
+		x.peekFn = x.peekFD
+	}
+	x.peekGone = false
+	if err := x.raw.Control(x.peekFn); err != nil || !x.peekGone || x.stopped.Load() {
+		return false
+	}
+	x.once.Do(func() { x.done = make(chan struct{}) }) // nobody asked for Done: no watch
+	if x.done == nil {
+		return false // stop came first: the response is being handed on
+	}
+	x.end()
+	return true
+}
+
+func (x *goneContext) peekFD(fd uintptr) {
+	n, wait := PeekFD(fd, x.peekBuf[:])
+	x.peekGone = !wait && n == 0
+}
+
+// end ends the context, once. x.done exists.
+func (x *goneContext) end() {
+	if x.gone.CompareAndSwap(false, true) {
+		close(x.done)
+	}
 }
 
 func (x *goneContext) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -295,8 +349,7 @@ func (x *goneContext) start() {
 	go func() {
 		defer close(x.watched)
 		if AwaitGone(x.c) && !x.stopped.Load() {
-			x.gone.Store(true)
-			close(x.done)
+			x.end()
 		}
 	}()
 }

@@ -124,3 +124,61 @@ func TestResponseContextEndsWhenClientLeaves(t *testing.T) {
 	w.WriteHeader(http.StatusServiceUnavailable)
 	w.Finish()
 }
+
+// Gone tells, without waiting and without a goroutine, that the client
+// of a request not yet answered has gone, and ends its context; bytes the
+// client sent are not an end, and nothing is consumed. Once the response
+// is handed on (Hijack) it says no, whatever the client does.
+func TestResponseContextGone(t *testing.T) {
+	if !native {
+		t.Skip("no descriptor calls here")
+	}
+	leakcheck.Check(t)
+	server, client := pair(t)
+	w := NewResponse(server)
+	x := w.Context()
+	probe := x.(interface{ Gone() bool })
+	if probe.Gone() {
+		t.Fatal("gone while the client is there")
+	}
+	if _, err := client.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if probe.Gone() {
+		t.Fatal("gone after the client sent a byte")
+	}
+	client.Close()
+	if probe.Gone() {
+		t.Fatal("gone with a byte still unread before the end")
+	}
+	var b [1]byte
+	if n, err := server.Read(b[:]); n != 1 || err != nil {
+		t.Fatalf("the byte was consumed: %d, %v", n, err)
+	}
+	if n := awaitReadable(t, Descriptor(server), b[:]); n != 0 {
+		t.Fatalf("%d more bytes before the end", n)
+	}
+	if !probe.Gone() || x.Err() != context.Canceled {
+		t.Fatalf("after the client left: gone false or Err %v", x.Err())
+	}
+	select {
+	case <-x.Done():
+	default:
+		t.Fatal("Done is not closed")
+	}
+	w.Finish()
+
+	server, client = pair(t)
+	w = NewResponse(server)
+	probe = w.Context().(interface{ Gone() bool })
+	w.WriteHeader(http.StatusSwitchingProtocols)
+	nc, _, err := w.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client.Close()
+	if probe.Gone() || w.Context().Err() != nil {
+		t.Fatal("a hijacked response's context ended")
+	}
+}
