@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/retryhint"
@@ -24,6 +25,14 @@ import (
 // closes. Everything else goes on to net/http with the bytes already read
 // replayed first. When no cap is full (or in close mode) a connection is
 // returned exactly as the inner listener gave it.
+//
+// While it sheds, the door takes a TCP listener's connections itself, as
+// bare descriptors (wsock.AcceptFD): a shed costs accept4, read, send and
+// close, without the socket options net's accept sets on every
+// connection, its netpoller registration and removal, or a net.Conn. A
+// connection it does not shed after all becomes the one net's accept
+// would have returned, and goes on as above. When none is waiting, net's
+// accept waits for the next, as always.
 
 const (
 	// peekSize bounds the request head the door reads. A head that does not
@@ -86,10 +95,22 @@ type door struct {
 	peeking map[net.Conn]struct{} // woken by Close
 
 	trace func(event string) // tests: "peek", "shed", "pass", "gone", "serve"
+	// rawTrace, tests: acceptRaw "took" a connection, and "shed" it or
+	// made a "conn" of it.
+	rawTrace func(event string)
 
 	// headIn: inner hands over a connection only once its first bytes
 	// are in (wsock.DeferAccept), so Accept reads the head at once.
 	headIn bool
+
+	// lnRaw is inner's descriptor, from which Accept takes connections
+	// raw while the door sheds (acceptRaw); nil: always net's accept (not
+	// TCP, or no descriptor calls).
+	lnRaw syscall.RawConn
+	// ka is the keep-alive of the connections inner's accept returns,
+	// read off the first: a connection taken raw and not shed is given
+	// it. nil until then, and no raw accept before.
+	ka atomic.Pointer[net.KeepAliveConfig]
 }
 
 func newDoor(g *Gate, inner net.Listener, paths []string, timeout time.Duration, max int32) net.Listener {
@@ -108,7 +129,7 @@ func newDoor(g *Gate, inner net.Listener, paths []string, timeout time.Duration,
 		return inner
 	}
 	return &door{Listener: inner, g: g, dl: dl, paths: paths, timeout: timeout, max: max,
-		peeking: map[net.Conn]struct{}{}}
+		peeking: map[net.Conn]struct{}{}, lnRaw: wsock.ListenerDescriptor(inner)}
 }
 
 // aLongTimeAgo is a deadline in the past: it wakes a blocked call at once.
@@ -123,24 +144,45 @@ func (d *door) Accept() (net.Conn, error) {
 				return c, nil
 			}
 		}
-		c, err := d.Listener.Accept()
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// A hand-on woke us (only the door sets inner's deadline).
-				// Clear it before looking at the queue: a hand-on queued
-				// after the look sets it again and wakes the next Accept.
-				_ = d.dl.SetDeadline(time.Time{})
+		var c net.Conn
+		var bp *[peekSize]byte
+		n := 0
+		if d.lnRaw != nil && d.shedding() {
+			var shed bool
+			var err error
+			c, bp, n, shed, err = d.acceptRaw()
+			if err != nil {
+				return nil, err
+			}
+			if shed {
+				wsock.Yield() // let the served connections run between sheds
 				continue
 			}
-			return nil, err
+		}
+		if c == nil {
+			var err error
+			c, err = d.Listener.Accept()
+			if err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					// A hand-on woke us (only the door sets inner's deadline).
+					// Clear it before looking at the queue: a hand-on queued
+					// after the look sets it again and wakes the next Accept.
+					_ = d.dl.SetDeadline(time.Time{})
+					continue
+				}
+				return nil, err
+			}
+			d.learn(c)
 		}
 		shedding := d.shedding()
 		if d.h == nil && !shedding {
+			if bp != nil {
+				c = wsock.Replay(c, bp[:n])
+				peekBufs.Put(bp)
+			}
 			return c, nil
 		}
-		var bp *[peekSize]byte
-		n := 0
-		if shedding || d.headIn {
+		if bp == nil && (shedding || d.headIn) {
 			// In a storm the head is usually in by now (and always, but
 			// for a client that sent nothing for a second, when the
 			// kernel defers the accept): shed it here, without a
@@ -148,17 +190,17 @@ func (d *door) Accept() (net.Conn, error) {
 			// connections being served, however many dial.
 			bp = peekBufs.Get().(*[peekSize]byte)
 			n = wsock.ReadNow(c, bp[:])
-			if n > 0 && shedding && d.shedNow(c, bp[:n]) {
-				peekBufs.Put(bp)
-				wsock.Yield() // let the served connections run between sheds
-				continue
-			}
-			if n > 0 && d.h != nil && d.simple(bp[:n]) {
-				// The whole head is in: serve it without waiting for more,
-				// so without a read deadline or a place among the peekers.
-				go d.serveIn(c, bp, n)
-				continue
-			}
+		}
+		if n > 0 && shedding && d.shedNow(c, bp[:n]) {
+			peekBufs.Put(bp)
+			wsock.Yield() // let the served connections run between sheds
+			continue
+		}
+		if n > 0 && d.h != nil && d.simple(bp[:n]) {
+			// The whole head is in: serve it without waiting for more,
+			// so without a read deadline or a place among the peekers.
+			go d.serveIn(c, bp, n)
+			continue
 		}
 		if d.peekers.Add(1) > d.max {
 			d.peekers.Add(-1)
@@ -188,6 +230,74 @@ func (d *door) Accept() (net.Conn, error) {
 		d.peeking[c] = struct{}{}
 		d.mu.Unlock()
 		go d.peek(c, bp, n)
+	}
+}
+
+// acceptRaw takes inner's next waiting connection as a bare descriptor
+// (wsock.AcceptFD) and, when its head is in and is a sheddable upgrade
+// and a cap is still full, sheds it there: no net.Conn, no netpoller
+// registration, none of the socket options net's accept sets (shed
+// true). Any other connection becomes the one net's accept would have
+// returned, c, with the bytes read, bp[:n], for Accept to go on with as
+// usual. A nil c and no error: nothing is waiting, the listener is
+// closed, or the raw accept failed; net's accept then waits, or reports
+// what it finds, as it would have without the door. err is for net/http:
+// out of descriptors for the connection's net.Conn (which is lost).
+func (d *door) acceptRaw() (c net.Conn, bp *[peekSize]byte, n int, shed bool, err error) {
+	ka := d.ka.Load()
+	if ka == nil {
+		// No connection of inner's seen yet to make one like it.
+		return nil, nil, 0, false, nil
+	}
+	fd, err := wsock.AcceptFD(d.lnRaw)
+	if err != nil {
+		return nil, nil, 0, false, nil
+	}
+	d.rawEvent("took")
+	bp = peekBufs.Get().(*[peekSize]byte)
+	n = wsock.ReadFD(uintptr(fd), bp[:])
+	if n > 0 && d.simple(bp[:n]) {
+		if why, full := d.g.doorFull(); full {
+			d.event("peek")
+			g := d.g
+			g.rejected[why].Inc()
+			var b [256]byte
+			// A fresh socket takes the whole answer at once.
+			_, _ = wsock.SendLastFD(uintptr(fd), appendDoor503(b[:0], g.overloadHint(g.clock())))
+			wsock.CloseFD(fd)
+			d.event("shed")
+			d.rawEvent("shed")
+			peekBufs.Put(bp)
+			return nil, nil, 0, true, nil
+		}
+	}
+	c, err = wsock.ConnFromFD(fd, *ka)
+	if err != nil {
+		peekBufs.Put(bp)
+		if acceptFailed(err) {
+			return nil, nil, 0, false, err
+		}
+		return nil, nil, 0, false, nil
+	}
+	d.rawEvent("conn")
+	return c, bp, n, false, nil
+}
+
+// acceptFailed reports whether err, making a net.Conn of a connection
+// taken raw, is one net's accept could have returned and net/http
+// retries after a pause: the process or the system out of descriptors.
+func acceptFailed(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// learn records the keep-alive of c, the first connection inner's accept
+// returned, for the connections the door takes raw (acceptRaw).
+func (d *door) learn(c net.Conn) {
+	if d.lnRaw == nil || d.ka.Load() != nil {
+		return
+	}
+	if ka, ok := wsock.KeepAliveOf(c); ok {
+		d.ka.Store(&ka)
 	}
 }
 
@@ -422,6 +532,12 @@ func (d *door) handOn(c, hc net.Conn) {
 	d.mu.Unlock()
 	d.event("pass")
 	_ = d.dl.SetDeadline(aLongTimeAgo)
+}
+
+func (d *door) rawEvent(e string) {
+	if d.rawTrace != nil {
+		d.rawTrace(e)
+	}
 }
 
 func (d *door) event(e string) {
