@@ -31,8 +31,8 @@ import (
 // close, without the socket options net's accept sets on every
 // connection, its netpoller registration and removal, or a net.Conn. A
 // connection it does not shed after all becomes the one net's accept
-// would have returned, and goes on as above. When none is waiting, net's
-// accept waits for the next, as always.
+// would have returned, and goes on as above. When none is waiting, the
+// door waits for the next in the netpoller, as net's accept does.
 
 const (
 	// peekSize bounds the request head the door reads. A head that does not
@@ -103,10 +103,9 @@ type door struct {
 	// are in (wsock.DeferAccept), so Accept reads the head at once.
 	headIn bool
 
-	// lnRaw is inner's descriptor, from which Accept takes connections
-	// raw while the door sheds (acceptRaw); nil: always net's accept (not
-	// TCP, or no descriptor calls).
-	lnRaw syscall.RawConn
+	// rl takes inner's connections raw while the door sheds (acceptRaw);
+	// nil: always net's accept (not TCP, or no descriptor calls).
+	rl *wsock.RawListener
 	// ka is the keep-alive of the connections inner's accept returns,
 	// read off the first: a connection taken raw and not shed is given
 	// it. nil until then, and no raw accept before.
@@ -129,7 +128,7 @@ func newDoor(g *Gate, inner net.Listener, paths []string, timeout time.Duration,
 		return inner
 	}
 	return &door{Listener: inner, g: g, dl: dl, paths: paths, timeout: timeout, max: max,
-		peeking: map[net.Conn]struct{}{}, lnRaw: wsock.ListenerDescriptor(inner)}
+		peeking: map[net.Conn]struct{}{}, rl: wsock.NewRawListener(inner)}
 }
 
 // aLongTimeAgo is a deadline in the past: it wakes a blocked call at once.
@@ -147,15 +146,14 @@ func (d *door) Accept() (net.Conn, error) {
 		var c net.Conn
 		var bp *[peekSize]byte
 		n := 0
-		if d.lnRaw != nil && d.shedding() {
-			var shed bool
+		if d.rl != nil && d.shedding() {
+			var again bool
 			var err error
-			c, bp, n, shed, err = d.acceptRaw()
+			c, bp, n, again, err = d.acceptRaw()
 			if err != nil {
 				return nil, err
 			}
-			if shed {
-				wsock.Yield() // let the served connections run between sheds
+			if again {
 				continue
 			}
 		}
@@ -233,24 +231,37 @@ func (d *door) Accept() (net.Conn, error) {
 	}
 }
 
-// acceptRaw takes inner's next waiting connection as a bare descriptor
-// (wsock.AcceptFD) and, when its head is in and is a sheddable upgrade
+// acceptRaw takes inner's next connection as a bare descriptor
+// (wsock.RawListener: waiting in the netpoller, as net's accept does,
+// while none is waiting) and, when its head is in and is a sheddable upgrade
 // and a cap is still full, sheds it there: no net.Conn, no netpoller
-// registration, none of the socket options net's accept sets (shed
-// true). Any other connection becomes the one net's accept would have
-// returned, c, with the bytes read, bp[:n], for Accept to go on with as
-// usual. A nil c and no error: nothing is waiting, the listener is
-// closed, or the raw accept failed; net's accept then waits, or reports
-// what it finds, as it would have without the door. err is for net/http:
-// out of descriptors for the connection's net.Conn (which is lost).
-func (d *door) acceptRaw() (c net.Conn, bp *[peekSize]byte, n int, shed bool, err error) {
+// registration, none of the socket options net's accept sets. Any other
+// connection becomes the one net's accept would have returned, c, with
+// the bytes read, bp[:n], for Accept to go on with as usual.
+//
+// again: a connection was shed, or a hand-on woke the wait; Accept looks
+// again. A nil c otherwise: the door stopped shedding while it waited,
+// the listener is closed, or the raw accept failed; net's accept then
+// takes the connection, or reports what it finds, as it would have
+// without the door. err is for net/http: out of descriptors for the
+// connection's net.Conn (which is lost).
+func (d *door) acceptRaw() (c net.Conn, bp *[peekSize]byte, n int, again bool, err error) {
 	ka := d.ka.Load()
 	if ka == nil {
 		// No connection of inner's seen yet to make one like it.
 		return nil, nil, 0, false, nil
 	}
-	fd, err := wsock.AcceptFD(d.lnRaw)
+	fd, err := d.rl.Accept(d.shedding)
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A hand-on woke us: rearm before looking at the queue, as
+			// Accept does for inner.
+			d.rl.Rearm()
+			return nil, nil, 0, true, nil
+		}
+		return nil, nil, 0, false, nil
+	}
+	if fd < 0 {
 		return nil, nil, 0, false, nil
 	}
 	d.rawEvent("took")
@@ -268,6 +279,7 @@ func (d *door) acceptRaw() (c net.Conn, bp *[peekSize]byte, n int, shed bool, er
 			d.event("shed")
 			d.rawEvent("shed")
 			peekBufs.Put(bp)
+			wsock.Yield() // let the served connections run between sheds
 			return nil, nil, 0, true, nil
 		}
 	}
@@ -293,7 +305,7 @@ func acceptFailed(err error) bool {
 // learn records the keep-alive of c, the first connection inner's accept
 // returned, for the connections the door takes raw (acceptRaw).
 func (d *door) learn(c net.Conn) {
-	if d.lnRaw == nil || d.ka.Load() != nil {
+	if d.rl == nil || d.ka.Load() != nil {
 		return
 	}
 	if ka, ok := wsock.KeepAliveOf(c); ok {
@@ -365,7 +377,12 @@ func (d *door) Close() error {
 	for _, c := range ready {
 		c.Close()
 	}
-	return d.Listener.Close()
+	err := d.Listener.Close()
+	if d.rl != nil {
+		// The listening socket closes with its last descriptor.
+		d.rl.Close()
+	}
+	return err
 }
 
 func (d *door) pop() net.Conn {
@@ -532,6 +549,9 @@ func (d *door) handOn(c, hc net.Conn) {
 	d.mu.Unlock()
 	d.event("pass")
 	_ = d.dl.SetDeadline(aLongTimeAgo)
+	if d.rl != nil {
+		d.rl.Wake() // Accept may be waiting there instead
+	}
 }
 
 func (d *door) rawEvent(e string) {

@@ -65,7 +65,7 @@ func startRawDoor(t *testing.T, lc net.ListenConfig) *rawDoor {
 	r.addr = ln.Addr().String()
 	r.d = newDoor(r.g, ln, []string{"/ws"}, time.Hour, 0).(*door)
 	t.Cleanup(func() { r.d.Close() })
-	if r.d.lnRaw == nil {
+	if r.d.rl == nil {
 		t.Skip("no raw accept here")
 	}
 	r.d.rawTrace = func(ev string) {
@@ -222,6 +222,57 @@ func TestDoorRawAcceptAfterClose(t *testing.T) {
 	}
 }
 
+// The cap frees while the door waits for a connection to take raw: the
+// next connection is not taken raw but by net's accept, and returned
+// untouched.
+func TestDoorRawCapFreesWhileWaiting(t *testing.T) {
+	leakcheck.Check(t)
+	r := startRawDoor(t, net.ListenConfig{})
+	r.learn(t)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := r.d.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	r.held.Close()
+	c := r.dial(t, upgradeHead)
+	got := <-accepted
+	if got == nil {
+		t.FailNow()
+	}
+	defer got.Close()
+	if _, ok := got.(*net.TCPConn); !ok || got.RemoteAddr().String() != c.LocalAddr().String() {
+		t.Fatalf("Accept returned %T from %v, want net's connection from %v", got, got.RemoteAddr(), c.LocalAddr())
+	}
+	if r.count("took") != 0 {
+		t.Fatalf("raw: %v", r.raws)
+	}
+}
+
+// Closed while Accept waits to take a connection raw: Accept returns
+// net.ErrClosed, and the listening socket is closed (a dial is refused).
+func TestDoorRawCloseWhileWaiting(t *testing.T) {
+	leakcheck.Check(t)
+	r := startRawDoor(t, net.ListenConfig{})
+	r.learn(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.d.Accept()
+		done <- err
+	}()
+	r.d.Close()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept: %v, want net.ErrClosed", err)
+	}
+	if c, err := net.Dial("tcp", r.addr); err == nil {
+		c.Close()
+		t.Fatal("the listening socket is still open")
+	}
+}
+
 // Through net/http while a cap is full: connections queued on the
 // listener are taken raw; what the door does not shed (a health check, an
 // upgrade with bytes after its head, another method, a head still
@@ -232,19 +283,25 @@ func TestDoorRawServesWhatItDoesNotShed(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxConnections = 1
 	e := startDeferringDoor(t, cfg, time.Hour)
-	if e.d.lnRaw == nil {
+	if e.d.rl == nil {
 		t.Skip("no raw accept here")
 	}
 	release := e.dialHeld(t) // through net's accept: the door learns
 	e.event(t, "serve")
 
-	// The first shed comes through net's accept (the door waited in it)
-	// and holds the door's Accept while the others queue.
+	// The first shed holds the door's Accept while the others queue.
+	// (It comes through net's accept or raw: the door may still have
+	// been waiting in net's accept when the cap filled.)
 	stall := make(chan struct{})
 	e.stall.Store(&stall)
 	first := e.raw(t)
 	write(t, first, upgradeHead)
 	<-e.stalled
+	got := map[string]int{}
+	for len(e.raws) > 0 {
+		got[<-e.raws]++
+	}
+	firstRaw := got["took"] // its "shed" is still to come
 	sheds := []net.Conn{first}
 	for range 3 {
 		c := e.raw(t)
@@ -274,10 +331,9 @@ func TestDoorRawServesWhatItDoesNotShed(t *testing.T) {
 	if resp, body := readResp(t, post); resp.StatusCode != 200 || string(body) != "posted" {
 		t.Fatalf("POST /sse: %d %q", resp.StatusCode, body)
 	}
-	// 7 taken raw: 3 shed, 4 made connections. The split upgrade was
-	// taken with its first bytes only (its rest is sent once it was),
-	// and is shed by the door's peek when the rest comes.
-	got := map[string]int{}
+	// 7 more taken raw: 3 shed, 4 made connections. The split upgrade
+	// was taken with its first bytes only (its rest is sent once it
+	// was), and is shed by the door's peek when the rest comes.
 	rawEvent := func() {
 		select {
 		case ev := <-e.raws:
@@ -286,16 +342,16 @@ func TestDoorRawServesWhatItDoesNotShed(t *testing.T) {
 			t.Fatalf("raw events %v", got)
 		}
 	}
-	for got["took"] < 7 {
+	for got["took"] < 7+firstRaw {
 		rawEvent()
 	}
 	write(t, split, upgradeHead[20:])
 	resp, body = readResp(t, split)
 	checkShed(t, resp.StatusCode, resp.Header, body, http.StatusServiceUnavailable, "OVERLOADED")
-	for got["shed"]+got["conn"] < 7 {
+	for got["shed"]+got["conn"] < 7+firstRaw {
 		rawEvent()
 	}
-	if got["took"] != 7 || got["shed"] != 3 || got["conn"] != 4 {
+	if got["took"] != 7+firstRaw || got["shed"] != 3+firstRaw || got["conn"] != 4 {
 		t.Fatalf("raw events %v", got)
 	}
 	if h := e.handled.Load(); h != 2 { // the held one, trailing
@@ -317,7 +373,7 @@ func TestDoorRawCloseDuringSheds(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxConnections = 1
 	e := startDoor(t, cfg, time.Hour, maxPeekers)
-	if e.d.lnRaw == nil {
+	if e.d.rl == nil {
 		t.Skip("no raw accept here")
 	}
 	release := e.dialHeld(t)

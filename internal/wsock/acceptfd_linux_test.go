@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -23,46 +24,53 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
-// listenRaw is a TCP listener made by lc and its descriptor for AcceptFD.
-func listenRaw(t *testing.T, lc net.ListenConfig) (net.Listener, syscall.RawConn) {
+// listenRaw is a TCP listener made by lc and its RawListener.
+func listenRaw(t *testing.T, lc net.ListenConfig) (net.Listener, *RawListener) {
 	t.Helper()
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	raw := ListenerDescriptor(ln)
-	if raw == nil {
-		t.Fatal("no descriptor for a TCP listener")
+	rl := NewRawListener(ln)
+	if rl == nil {
+		t.Fatal("no RawListener for a TCP listener")
 	}
-	return ln, raw
+	t.Cleanup(func() { rl.Close() })
+	return ln, rl
 }
 
-// AcceptFD takes nothing when nothing waits, then the waiting connection
-// with the bytes its client sent readable without waiting; the 503-like
-// answer and the close reach the client; nothing is left open.
-func TestAcceptFDTakesAndAnswers(t *testing.T) {
+func always() bool { return true }
+
+// Accept waits for a connection, then takes it with the bytes its client
+// sent readable without waiting; the answer and the close reach the
+// client; nothing is left open.
+func TestRawListenerTakesAndAnswers(t *testing.T) {
 	skipUnlessNative(t)
 	leakcheck.Check(t)
-	ln, raw := listenRaw(t, net.ListenConfig{})
+	ln, rl := listenRaw(t, net.ListenConfig{})
 	before := openFDs(t)
-	if fd, err := AcceptFD(raw); !errors.Is(err, syscall.EAGAIN) || fd != -1 {
-		t.Fatalf("nothing waiting: %d, %v; want EAGAIN", fd, err)
-	}
-	client, err := net.Dial("tcp", ln.Addr().String())
+	const head = "GET /ws HTTP/1.1\r\n\r\n"
+	client := make(chan net.Conn, 1)
+	go func() {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Error(err)
+			close(client)
+			return
+		}
+		_, _ = io.WriteString(c, head)
+		client <- c
+	}()
+	fd, err := rl.Accept(always) // waits for the dial
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	if _, err := io.WriteString(client, "GET /ws HTTP/1.1\r\n\r\n"); err != nil {
-		t.Fatal(err)
+	c := <-client
+	if c == nil {
+		t.FailNow()
 	}
-	// The connection is in the accept queue once the dial returns, its
-	// bytes in its socket once the write does (loopback).
-	fd, err := AcceptFD(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer c.Close()
 	if fl, err := fcntl(fd, syscall.F_GETFL); err != nil || fl&syscall.O_NONBLOCK == 0 {
 		t.Fatalf("flags %#x, %v: not non-blocking", fl, err)
 	}
@@ -70,14 +78,22 @@ func TestAcceptFDTakesAndAnswers(t *testing.T) {
 		t.Fatalf("descriptor flags %#x, %v: not close-on-exec", fl, err)
 	}
 	buf := make([]byte, 64)
-	if n := ReadFD(uintptr(fd), buf); string(buf[:n]) != "GET /ws HTTP/1.1\r\n\r\n" {
+	n := 0
+	for n < len(head) { // the dial may return before the write is in
+		k := ReadFD(uintptr(fd), buf[n:])
+		n += k
+		if k == 0 {
+			runtime.Gosched()
+		}
+	}
+	if string(buf[:n]) != head {
 		t.Fatalf("read %q", buf[:n])
 	}
 	if n, err := SendLastFD(uintptr(fd), []byte("no")); n != 2 || err != nil {
 		t.Fatalf("send: %d, %v", n, err)
 	}
 	CloseFD(fd)
-	got, err := io.ReadAll(client)
+	got, err := io.ReadAll(c)
 	if err != nil || string(got) != "no" {
 		t.Fatalf("client read %q, %v; want the answer, then the end", got, err)
 	}
@@ -94,35 +110,88 @@ func fcntl(fd, cmd int) (int, error) {
 	return int(r), nil
 }
 
-// A closed listener gives net.ErrClosed, as net's accept does.
-func TestAcceptFDClosedListener(t *testing.T) {
+// take is asked after each wait: false returns without a connection,
+// which net's accept then takes.
+func TestRawListenerTakeAfterWait(t *testing.T) {
 	skipUnlessNative(t)
-	ln, raw := listenRaw(t, net.ListenConfig{})
-	ln.Close()
-	if fd, err := AcceptFD(raw); !errors.Is(err, net.ErrClosed) || fd != -1 {
-		t.Fatalf("closed listener: %d, %v; want net.ErrClosed", fd, err)
+	leakcheck.Check(t)
+	ln, rl := listenRaw(t, net.ListenConfig{})
+	for {
+		go func() {
+			if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+				defer c.Close()
+				_, _ = c.Read(make([]byte, 1))
+			}
+		}()
+		asked := 0
+		fd, err := rl.Accept(func() bool { asked++; return false })
+		if asked == 0 && err == nil {
+			// The dial was in before Accept looked: taken without a wait.
+			CloseFD(fd)
+			continue
+		}
+		if fd != -1 || err != nil || asked != 1 {
+			t.Fatalf("declined: %d, %v, asked %d", fd, err, asked)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		return
 	}
 }
 
-// ListenerDescriptor gives none for a Unix-socket listener (which keeps
-// net's accept) and none in Portable mode; AcceptFD refuses there too.
-func TestListenerDescriptorOnlyTCP(t *testing.T) {
+// Wake wakes a waiting Accept with os.ErrDeadlineExceeded until Rearm;
+// Close wakes it with an error, and the listening socket is closed once
+// the listener is too: a dial is refused.
+func TestRawListenerWakeAndClose(t *testing.T) {
+	skipUnlessNative(t)
+	leakcheck.Check(t)
+	ln, rl := listenRaw(t, net.ListenConfig{})
+	done := make(chan error, 1)
+	go func() { _, err := rl.Accept(always); done <- err }()
+	rl.Wake()
+	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("woken: %v", err)
+	}
+	if _, err := rl.Accept(always); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("before Rearm: %v", err)
+	}
+	rl.Rearm()
+	go func() { _, err := rl.Accept(always); done <- err }()
+	addr := ln.Addr().String()
+	ln.Close()
+	rl.Close()
+	if err := <-done; err == nil {
+		t.Fatal("Accept after Close: no error")
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("the listening socket is still open")
+	}
+}
+
+// NewRawListener makes none for a Unix-socket listener (which keeps net's
+// accept) and none in Portable mode.
+func TestRawListenerOnlyTCP(t *testing.T) {
 	skipUnlessNative(t)
 	uln, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer uln.Close()
-	if ListenerDescriptor(uln) != nil {
-		t.Fatal("a descriptor for a Unix-socket listener")
+	if NewRawListener(uln) != nil {
+		t.Fatal("a RawListener for a Unix-socket listener")
 	}
-	_, raw := listenRaw(t, net.ListenConfig{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
 	t.Cleanup(Portable(true))
-	if ListenerDescriptor(uln) != nil {
-		t.Fatal("a descriptor in Portable mode")
-	}
-	if _, err := AcceptFD(raw); err == nil || errors.Is(err, syscall.EAGAIN) {
-		t.Fatalf("AcceptFD in Portable mode: %v", err)
+	if NewRawListener(ln) != nil {
+		t.Fatal("a RawListener in Portable mode")
 	}
 }
 
@@ -163,7 +232,7 @@ func TestConnFromFDIsNetsConn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fd, err := AcceptFD(raw)
+		fd, err := raw.Accept(always)
 		if err != nil {
 			t.Fatal(err)
 		}

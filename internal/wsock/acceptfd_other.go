@@ -5,12 +5,25 @@ package wsock
 import (
 	"errors"
 	"net"
-	"syscall"
 )
 
-// AcceptFD is never reached here (ListenerDescriptor is nil): nothing is
-// taken.
-func AcceptFD(syscall.RawConn) (fd int, err error) { return -1, errors.ErrUnsupported }
+// RawListener is never made here (NewRawListener is nil).
+type RawListener struct{}
+
+// NewRawListener is nil here: net's accept takes every connection.
+func NewRawListener(net.Listener) *RawListener { return nil }
+
+// Accept is never reached here: nothing is taken.
+func (*RawListener) Accept(func() bool) (fd int, err error) { return -1, errors.ErrUnsupported }
+
+// Wake is never reached here.
+func (*RawListener) Wake() {}
+
+// Rearm is never reached here.
+func (*RawListener) Rearm() {}
+
+// Close is never reached here.
+func (*RawListener) Close() error { return nil }
 
 // CloseFD is never reached here.
 func CloseFD(int) {}

@@ -36,8 +36,8 @@
 //     subprotocol choice, held to the library's by a differential test;
 //     a request it does not take is left to the library, which answers
 //     every refusal);
-//   - a connection taken off a TCP listener as a bare descriptor (AcceptFD,
-//     acceptfd.go), for one the server answers at once and closes (ReadFD,
+//   - a connection taken off a TCP listener as a bare descriptor
+//     (RawListener, acceptfd_linux.go), for one the server answers at once and closes (ReadFD,
 //     SendLastFD, CloseFD) without net's socket options, the netpoller or
 //     a net.Conn, and made the net.Conn net's accept would have returned
 //     when it must be served after all (ConnFromFD);
@@ -104,8 +104,8 @@
 //
 // # Other systems
 //
-// The calls on a descriptor exist on Linux. Elsewhere Descriptor and
-// ListenerDescriptor report none, ReadNow reads nothing and AwaitGone never sees a client go: the
+// The calls on a descriptor exist on Linux. Elsewhere Descriptor reports
+// none, NewRawListener makes none, ReadNow reads nothing and AwaitGone never sees a client go: the
 // callers then write through net.Conn from a writer goroutine, read a
 // request head from a goroutine, and do not notice a client that leaves a
 // queued upgrade; there is no Poller (NewPoller fails), so each idle
