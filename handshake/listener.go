@@ -27,7 +27,7 @@ import (
 // returned exactly as the inner listener gave it.
 //
 // While it sheds, the door takes a TCP listener's connections itself, as
-// bare descriptors (wsock.AcceptFD): a shed costs accept4, read, send and
+// bare descriptors (wsock.RawListener): a shed costs accept4, read, send and
 // close, without the socket options net's accept sets on every
 // connection, its netpoller registration and removal, or a net.Conn. A
 // connection it does not shed after all becomes the one net's accept
@@ -70,7 +70,10 @@ const (
 // usual; a handed-on connection is returned by a later Accept, which is
 // woken through inner's SetDeadline. An inner listener without SetDeadline
 // (not TCP or Unix) is returned unchanged. path must start with '/' and
-// contain no space, '?' or control character.
+// contain no space, '?' or control character. Close the door, not inner:
+// on Linux the door holds a second descriptor of a TCP listener's socket
+// (it takes connections to shed from it), and the socket stops listening
+// once both are closed.
 func (g *Gate) Listener(inner net.Listener, path string) net.Listener {
 	return newDoor(g, inner, []string{path}, peekTimeout, maxPeekers)
 }
