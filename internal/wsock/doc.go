@@ -37,10 +37,11 @@
 //     a request it does not take is left to the library, which answers
 //     every refusal);
 //   - a connection taken off a TCP listener as a bare descriptor
-//     (RawListener, acceptfd_linux.go), for one the server answers at once and closes (ReadFD,
-//     SendLastFD, CloseFD) without net's socket options, the netpoller or
-//     a net.Conn, and made the net.Conn net's accept would have returned
-//     when it must be served after all (ConnFromFD);
+//     (RawListener, acceptfd_linux.go), for one the server answers at
+//     once and closes (ReadFD, SendLastFD, CloseFD) without net's socket
+//     options, the netpoller or a net.Conn, and made the net.Conn net's
+//     accept would have returned when it must be served after all
+//     (ConnFromFD);
 //   - the scheduling nudges of a read goroutine (Yield, GrowStack);
 //   - the readiness poller that lets an idle connection wait without a
 //     goroutine (Poller), the in-memory connections that park as a
@@ -105,7 +106,7 @@
 // # Other systems
 //
 // The calls on a descriptor exist on Linux. Elsewhere Descriptor reports
-// none, NewRawListener makes none, ReadNow reads nothing and AwaitGone never sees a client go: the
+// none, ReadNow reads nothing and AwaitGone never sees a client go: the
 // callers then write through net.Conn from a writer goroutine, read a
 // request head from a goroutine, and do not notice a client that leaves a
 // queued upgrade; there is no Poller (NewPoller fails), so each idle
@@ -113,4 +114,6 @@
 // behave the same, for tests of those paths; Upgrade.Portable does it for
 // the connections of one server (limits.portableSockets, the operator's
 // switch for a platform or kernel where the fast path misbehaves).
+// There, and for a listener that is not TCP, NewRawListener makes none:
+// net's accept takes every connection.
 package wsock
