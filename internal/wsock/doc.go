@@ -114,6 +114,6 @@
 // behave the same, for tests of those paths; Upgrade.Portable does it for
 // the connections of one server (limits.portableSockets, the operator's
 // switch for a platform or kernel where the fast path misbehaves).
-// There, and for a listener that is not TCP, NewRawListener makes none:
-// net's accept takes every connection.
+// Elsewhere, in Portable mode and for a listener that is not TCP,
+// NewRawListener makes none: net's accept takes every connection.
 package wsock
