@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/retryhint"
@@ -24,6 +25,14 @@ import (
 // closes. Everything else goes on to net/http with the bytes already read
 // replayed first. When no cap is full (or in close mode) a connection is
 // returned exactly as the inner listener gave it.
+//
+// While it sheds, the door takes a TCP listener's connections itself, as
+// bare descriptors (wsock.RawListener): a shed costs accept4, read, send and
+// close, without the socket options net's accept sets on every
+// connection, its netpoller registration and removal, or a net.Conn. A
+// connection it does not shed after all becomes the one net's accept
+// would have returned, and goes on as above. When none is waiting, the
+// door waits for the next in the netpoller, as net's accept does.
 
 const (
 	// peekSize bounds the request head the door reads. A head that does not
@@ -61,7 +70,10 @@ const (
 // usual; a handed-on connection is returned by a later Accept, which is
 // woken through inner's SetDeadline. An inner listener without SetDeadline
 // (not TCP or Unix) is returned unchanged. path must start with '/' and
-// contain no space, '?' or control character.
+// contain no space, '?' or control character. Close the door, not inner:
+// on Linux the door holds a second descriptor of a TCP listener's socket
+// (it takes connections to shed from it), and the socket stops listening
+// once both are closed.
 func (g *Gate) Listener(inner net.Listener, path string) net.Listener {
 	return newDoor(g, inner, []string{path}, peekTimeout, maxPeekers)
 }
@@ -86,10 +98,21 @@ type door struct {
 	peeking map[net.Conn]struct{} // woken by Close
 
 	trace func(event string) // tests: "peek", "shed", "pass", "gone", "serve"
+	// rawTrace, tests: acceptRaw "took" a connection, and "shed" it or
+	// made a "conn" of it.
+	rawTrace func(event string)
 
 	// headIn: inner hands over a connection only once its first bytes
 	// are in (wsock.DeferAccept), so Accept reads the head at once.
 	headIn bool
+
+	// rl takes inner's connections raw while the door sheds (acceptRaw);
+	// nil: always net's accept (not TCP, or no descriptor calls).
+	rl *wsock.RawListener
+	// ka is the keep-alive of the connections inner's accept returns,
+	// read off the first: a connection taken raw and not shed is given
+	// it. nil until then, and no raw accept before.
+	ka atomic.Pointer[net.KeepAliveConfig]
 }
 
 func newDoor(g *Gate, inner net.Listener, paths []string, timeout time.Duration, max int32) net.Listener {
@@ -108,7 +131,7 @@ func newDoor(g *Gate, inner net.Listener, paths []string, timeout time.Duration,
 		return inner
 	}
 	return &door{Listener: inner, g: g, dl: dl, paths: paths, timeout: timeout, max: max,
-		peeking: map[net.Conn]struct{}{}}
+		peeking: map[net.Conn]struct{}{}, rl: wsock.NewRawListener(inner)}
 }
 
 // aLongTimeAgo is a deadline in the past: it wakes a blocked call at once.
@@ -123,24 +146,44 @@ func (d *door) Accept() (net.Conn, error) {
 				return c, nil
 			}
 		}
-		c, err := d.Listener.Accept()
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// A hand-on woke us (only the door sets inner's deadline).
-				// Clear it before looking at the queue: a hand-on queued
-				// after the look sets it again and wakes the next Accept.
-				_ = d.dl.SetDeadline(time.Time{})
+		var c net.Conn
+		var bp *[peekSize]byte
+		n := 0
+		if d.rl != nil && d.shedding() {
+			var again bool
+			var err error
+			c, bp, n, again, err = d.acceptRaw()
+			if err != nil {
+				return nil, err
+			}
+			if again {
 				continue
 			}
-			return nil, err
+		}
+		if c == nil {
+			var err error
+			c, err = d.Listener.Accept()
+			if err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					// A hand-on woke us (only the door sets inner's deadline).
+					// Clear it before looking at the queue: a hand-on queued
+					// after the look sets it again and wakes the next Accept.
+					_ = d.dl.SetDeadline(time.Time{})
+					continue
+				}
+				return nil, err
+			}
+			d.learn(c)
 		}
 		shedding := d.shedding()
 		if d.h == nil && !shedding {
+			if bp != nil {
+				c = wsock.Replay(c, bp[:n])
+				peekBufs.Put(bp)
+			}
 			return c, nil
 		}
-		var bp *[peekSize]byte
-		n := 0
-		if shedding || d.headIn {
+		if bp == nil && (shedding || d.headIn) {
 			// In a storm the head is usually in by now (and always, but
 			// for a client that sent nothing for a second, when the
 			// kernel defers the accept): shed it here, without a
@@ -148,17 +191,17 @@ func (d *door) Accept() (net.Conn, error) {
 			// connections being served, however many dial.
 			bp = peekBufs.Get().(*[peekSize]byte)
 			n = wsock.ReadNow(c, bp[:])
-			if n > 0 && shedding && d.shedNow(c, bp[:n]) {
-				peekBufs.Put(bp)
-				wsock.Yield() // let the served connections run between sheds
-				continue
-			}
-			if n > 0 && d.h != nil && d.simple(bp[:n]) {
-				// The whole head is in: serve it without waiting for more,
-				// so without a read deadline or a place among the peekers.
-				go d.serveIn(c, bp, n)
-				continue
-			}
+		}
+		if n > 0 && shedding && d.shedNow(c, bp[:n]) {
+			peekBufs.Put(bp)
+			wsock.Yield() // let the served connections run between sheds
+			continue
+		}
+		if n > 0 && d.h != nil && d.simple(bp[:n]) {
+			// The whole head is in: serve it without waiting for more,
+			// so without a read deadline or a place among the peekers.
+			go d.serveIn(c, bp, n)
+			continue
 		}
 		if d.peekers.Add(1) > d.max {
 			d.peekers.Add(-1)
@@ -188,6 +231,88 @@ func (d *door) Accept() (net.Conn, error) {
 		d.peeking[c] = struct{}{}
 		d.mu.Unlock()
 		go d.peek(c, bp, n)
+	}
+}
+
+// acceptRaw takes inner's next connection as a bare descriptor
+// (wsock.RawListener: waiting in the netpoller, as net's accept does,
+// while none is waiting) and, when its head is in and is a sheddable upgrade
+// and a cap is still full, sheds it there: no net.Conn, no netpoller
+// registration, none of the socket options net's accept sets. Any other
+// connection becomes the one net's accept would have returned, c, with
+// the bytes read, bp[:n], for Accept to go on with as usual.
+//
+// again: a connection was shed, or a hand-on woke the wait; Accept looks
+// again. A nil c otherwise: the door stopped shedding while it waited,
+// the listener is closed, or the raw accept failed; net's accept then
+// takes the connection, or reports what it finds, as it would have
+// without the door. err is for net/http: out of descriptors for the
+// connection's net.Conn (which is lost).
+func (d *door) acceptRaw() (c net.Conn, bp *[peekSize]byte, n int, again bool, err error) {
+	ka := d.ka.Load()
+	if ka == nil {
+		// No connection of inner's seen yet to make one like it.
+		return nil, nil, 0, false, nil
+	}
+	fd, err := d.rl.Accept(d.shedding)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A hand-on woke us: rearm before looking at the queue, as
+			// Accept does for inner.
+			d.rl.Rearm()
+			return nil, nil, 0, true, nil
+		}
+		return nil, nil, 0, false, nil
+	}
+	if fd < 0 {
+		return nil, nil, 0, false, nil
+	}
+	d.rawEvent("took")
+	bp = peekBufs.Get().(*[peekSize]byte)
+	n = wsock.ReadFD(uintptr(fd), bp[:])
+	if n > 0 && d.simple(bp[:n]) {
+		if why, full := d.g.doorFull(); full {
+			d.event("peek")
+			g := d.g
+			g.rejected[why].Inc()
+			var b [256]byte
+			// A fresh socket takes the whole answer at once.
+			_, _ = wsock.SendLastFD(uintptr(fd), appendDoor503(b[:0], g.overloadHint(g.clock())))
+			wsock.CloseFD(fd)
+			d.event("shed")
+			d.rawEvent("shed")
+			peekBufs.Put(bp)
+			wsock.Yield() // let the served connections run between sheds
+			return nil, nil, 0, true, nil
+		}
+	}
+	c, err = wsock.ConnFromFD(fd, *ka)
+	if err != nil {
+		peekBufs.Put(bp)
+		if acceptFailed(err) {
+			return nil, nil, 0, false, err
+		}
+		return nil, nil, 0, false, nil
+	}
+	d.rawEvent("conn")
+	return c, bp, n, false, nil
+}
+
+// acceptFailed reports whether err, making a net.Conn of a connection
+// taken raw, is one net's accept could have returned and net/http
+// retries after a pause: the process or the system out of descriptors.
+func acceptFailed(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// learn records the keep-alive of c, the first connection inner's accept
+// returned, for the connections the door takes raw (acceptRaw).
+func (d *door) learn(c net.Conn) {
+	if d.rl == nil || d.ka.Load() != nil {
+		return
+	}
+	if ka, ok := wsock.KeepAliveOf(c); ok {
+		d.ka.Store(&ka)
 	}
 }
 
@@ -255,7 +380,12 @@ func (d *door) Close() error {
 	for _, c := range ready {
 		c.Close()
 	}
-	return d.Listener.Close()
+	err := d.Listener.Close()
+	if d.rl != nil {
+		// The listening socket closes with its last descriptor.
+		d.rl.Close()
+	}
+	return err
 }
 
 func (d *door) pop() net.Conn {
@@ -422,6 +552,15 @@ func (d *door) handOn(c, hc net.Conn) {
 	d.mu.Unlock()
 	d.event("pass")
 	_ = d.dl.SetDeadline(aLongTimeAgo)
+	if d.rl != nil {
+		d.rl.Wake() // Accept may be waiting there instead
+	}
+}
+
+func (d *door) rawEvent(e string) {
+	if d.rawTrace != nil {
+		d.rawTrace(e)
+	}
 }
 
 func (d *door) event(e string) {

@@ -33,6 +33,9 @@ type doorEnv struct {
 	handled atomic.Int64                  // /ws handler runs: a door shed leaves it alone
 	ended   chan struct{}                 // one per admitted connection whose handler ended
 	events  chan string                   // the door's trace
+	raws    chan string                   // the door's raw accepts (rawTrace)
+	stall   atomic.Pointer[chan struct{}] // when set, the next "shed" event waits for it to close
+	stalled chan struct{}                 // one when a "shed" event starts waiting (stall)
 	admitd  chan struct{}                 // one per admitted upgrade (before Accept)
 	hold    atomic.Pointer[chan struct{}] // when set, admitted upgrades wait for it to close
 
@@ -78,7 +81,7 @@ func startDeferringDoor(t *testing.T, cfg Config, timeout time.Duration) *doorEn
 // (startDeferringDoor).
 func startDoorEnv(t *testing.T, cfg Config, timeout time.Duration, max int32, serve bool, paths []string, deferAccept bool, log ...*slog.Logger) *doorEnv {
 	t.Helper()
-	e := &doorEnv{netHTTPNew: make(chan struct{}, 64), ended: make(chan struct{}, 64), events: make(chan string, 256), admitd: make(chan struct{}, 64)}
+	e := &doorEnv{netHTTPNew: make(chan struct{}, 64), ended: make(chan struct{}, 64), events: make(chan string, 256), raws: make(chan string, 1024), stalled: make(chan struct{}, 1), admitd: make(chan struct{}, 64)}
 	e.g, e.m = newGate(t, cfg, log...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -89,6 +92,18 @@ func startDoorEnv(t *testing.T, cfg Config, timeout time.Duration, max int32, se
 	e.d.trace = func(ev string) {
 		select {
 		case e.events <- ev:
+		default:
+		}
+		if ev == "shed" {
+			if p := e.stall.Swap(nil); p != nil {
+				e.stalled <- struct{}{}
+				<-*p
+			}
+		}
+	}
+	e.d.rawTrace = func(ev string) {
+		select {
+		case e.raws <- ev:
 		default:
 		}
 	}

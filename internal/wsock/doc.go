@@ -36,6 +36,12 @@
 //     subprotocol choice, held to the library's by a differential test;
 //     a request it does not take is left to the library, which answers
 //     every refusal);
+//   - a connection taken off a TCP listener as a bare descriptor
+//     (RawListener, acceptfd_linux.go), for one the server answers at
+//     once and closes (ReadFD, SendLastFD, CloseFD) without net's socket
+//     options, the netpoller or a net.Conn, and made the net.Conn net's
+//     accept would have returned when it must be served after all
+//     (ConnFromFD);
 //   - the scheduling nudges of a read goroutine (Yield, GrowStack);
 //   - the readiness poller that lets an idle connection wait without a
 //     goroutine (Poller), the in-memory connections that park as a
@@ -110,4 +116,6 @@
 // behave the same, for tests of those paths; Upgrade.Portable does it for
 // the connections of one server (limits.portableSockets, the operator's
 // switch for a platform or kernel where the fast path misbehaves).
+// Elsewhere, in Portable mode and for a listener that is not TCP,
+// NewRawListener makes none: net's accept takes every connection.
 package wsock
