@@ -55,11 +55,20 @@ func ReadNow(c net.Conn, p []byte) int {
 // the scheduler is not told about (socket_linux.go says why that is
 // cheaper), the rest, if any, through c.Write as usual. A small answer on
 // a fresh socket (an upgrade's 101, a refusal) always goes at once.
-func WriteNow(c net.Conn, p []byte) (int, error) {
+func WriteNow(c net.Conn, p []byte) (int, error) { return writeNow(c, p, false) }
+
+// writeNow is WriteNow, or WriteLast when last is set.
+func writeNow(c net.Conn, p []byte, last bool) (int, error) {
 	n := 0
 	if raw := Descriptor(c); raw != nil {
 		var err error
-		if cerr := raw.Control(func(fd uintptr) { n, _, err = WriteFD(fd, p) }); cerr != nil {
+		if cerr := raw.Control(func(fd uintptr) {
+			if last {
+				n, err = SendLastFD(fd, p)
+			} else {
+				n, _, err = WriteFD(fd, p)
+			}
+		}); cerr != nil {
 			return 0, cerr
 		}
 		if err != nil {
@@ -140,20 +149,4 @@ func DeferAccept(ln net.Listener, wait time.Duration) bool {
 // WriteLast is WriteNow for the last bytes c sends: the caller closes c
 // right after, and what the socket takes at once leaves with the FIN, in
 // one segment (SendLastFD). The rest, if any, goes through c.Write.
-func WriteLast(c net.Conn, p []byte) (int, error) {
-	n := 0
-	if raw := Descriptor(c); raw != nil {
-		var err error
-		if cerr := raw.Control(func(fd uintptr) { n, err = SendLastFD(fd, p) }); cerr != nil {
-			return 0, cerr
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-	if n == len(p) {
-		return n, nil
-	}
-	k, err := c.Write(p[n:])
-	return n + k, err
-}
+func WriteLast(c net.Conn, p []byte) (int, error) { return writeNow(c, p, true) }
