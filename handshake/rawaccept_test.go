@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 	"github.com/rtserver/rtserver/internal/wsock"
 	"github.com/rtserver/rtserver/metrics"
 )
@@ -22,16 +22,6 @@ import (
 // The door's raw accept: while it sheds, connections are taken off the
 // listener as bare descriptors (acceptRaw), shed without a net.Conn, or
 // made the connection net's accept would have returned.
-
-// openFDs counts the process's open descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd")
-	}
-	return len(ents)
-}
 
 // rawDoor is a door (not serving, no peekers: what it does not shed
 // Accept returns) on a TCP listener made by lc, over a gate whose one
@@ -139,7 +129,7 @@ func TestDoorRawShedsStormAndReturnsTheRest(t *testing.T) {
 	for _, keep := range []time.Duration{0, -1} {
 		r := startRawDoor(t, net.ListenConfig{KeepAlive: keep})
 		r.learn(t)
-		before := openFDs(t)
+		before := testkit.OpenFDs(t)
 		const n = 64
 		clients := make([]net.Conn, n)
 		for i := range clients {
@@ -180,7 +170,7 @@ func TestDoorRawShedsStormAndReturnsTheRest(t *testing.T) {
 			c.Close()
 		}
 		other.Close()
-		if after := openFDs(t); after != before {
+		if after := testkit.OpenFDs(t); after != before {
 			t.Fatalf("%d descriptors open, %d before the storm", after, before)
 		}
 	}

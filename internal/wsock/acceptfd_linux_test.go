@@ -12,17 +12,8 @@ import (
 	"time"
 
 	"github.com/rtserver/rtserver/internal/leakcheck"
+	"github.com/rtserver/rtserver/internal/testkit"
 )
-
-// openFDs counts the process's open descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd")
-	}
-	return len(ents)
-}
 
 // listenRaw is a TCP listener made by lc and its RawListener.
 func listenRaw(t *testing.T, lc net.ListenConfig) (net.Listener, *RawListener) {
@@ -49,7 +40,7 @@ func TestRawListenerTakesAndAnswers(t *testing.T) {
 	skipUnlessNative(t)
 	leakcheck.Check(t)
 	ln, rl := listenRaw(t, net.ListenConfig{})
-	before := openFDs(t)
+	before := testkit.OpenFDs(t)
 	const head = "GET /ws HTTP/1.1\r\n\r\n"
 	client := make(chan net.Conn, 1)
 	go func() {
@@ -97,7 +88,7 @@ func TestRawListenerTakesAndAnswers(t *testing.T) {
 	if err != nil || string(got) != "no" {
 		t.Fatalf("client read %q, %v; want the answer, then the end", got, err)
 	}
-	if after := openFDs(t); after != before+1 { // the client's
+	if after := testkit.OpenFDs(t); after != before+1 { // the client's
 		t.Fatalf("%d descriptors open, %d before and the client's", after, before)
 	}
 }
@@ -227,7 +218,7 @@ func TestConnFromFDIsNetsConn(t *testing.T) {
 		s0.Close()
 		c0.Close()
 
-		before := openFDs(t)
+		before := testkit.OpenFDs(t)
 		client, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -280,7 +271,7 @@ func TestConnFromFDIsNetsConn(t *testing.T) {
 			t.Fatalf("client read %q, %v", got, err)
 		}
 		client.Close()
-		if after := openFDs(t); after != before {
+		if after := testkit.OpenFDs(t); after != before {
 			t.Fatalf("%d descriptors open, %d before", after, before)
 		}
 	}
