@@ -273,11 +273,9 @@ func (d *door) acceptRaw() (c net.Conn, bp *[peekSize]byte, n int, again bool, e
 	if n > 0 && d.simple(bp[:n]) {
 		if why, full := d.g.doorFull(); full {
 			d.event("peek")
-			g := d.g
-			g.rejected[why].Inc()
 			var b [256]byte
 			// A fresh socket takes the whole answer at once.
-			_, _ = wsock.SendLastFD(uintptr(fd), appendDoor503(b[:0], g.overloadHint(g.clock())))
+			_, _ = wsock.SendLastFD(uintptr(fd), d.refusal(why, b[:0]))
 			wsock.CloseFD(fd)
 			d.event("shed")
 			d.rawEvent("shed")
@@ -336,11 +334,17 @@ func (d *door) shedNow(c net.Conn, head []byte) bool {
 // documented 503 under reason why (counted as Admit would), and closes it.
 // scratch is room for the answer.
 func (d *door) shed(c net.Conn, why reason, scratch []byte) {
-	g := d.g
-	g.rejected[why].Inc()
-	_, _ = wsock.WriteLast(c, appendDoor503(scratch, g.overloadHint(g.clock())))
+	_, _ = wsock.WriteLast(c, d.refusal(why, scratch))
 	c.Close()
 	d.event("shed")
+}
+
+// refusal counts a shed under reason why, as Admit would, and appends
+// the 503 that answers it to scratch.
+func (d *door) refusal(why reason, scratch []byte) []byte {
+	g := d.g
+	g.rejected[why].Inc()
+	return appendDoor503(scratch, g.overloadHint(g.clock()))
 }
 
 // simple reports whether head is a complete, well-formed GET of one of

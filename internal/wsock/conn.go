@@ -629,13 +629,9 @@ func (c *Conn) writeClose(frame []byte, wait time.Duration, last bool) error {
 	}
 	c.closeSent = true
 	if c.sc != nil && len(c.tail) == 0 {
-		c.last = last
-		n, err := c.rawWrite(frame, false)
-		c.last = false
-		if err != nil || n == len(frame) {
+		if kept, err := c.writeOrKeep(frame, last); err != nil || !kept {
 			return err
 		}
-		c.setTail(bytes.Clone(frame[n:])) // the rest of the close frame
 		frame = nil
 	}
 	c.Conn.SetWriteDeadline(deadline)
@@ -652,6 +648,20 @@ func (c *Conn) Seal() {
 	c.mu.Lock()
 	c.sealed = true
 	c.mu.Unlock()
+}
+
+// writeOrKeep writes what of frame the socket takes at once, without
+// waiting (held for the FIN when last), and keeps the rest as the tail:
+// kept reports that there is one. c.mu held, no tail before.
+func (c *Conn) writeOrKeep(frame []byte, last bool) (kept bool, err error) {
+	c.last = last
+	n, err := c.rawWrite(frame, false)
+	c.last = false
+	if err != nil || n == len(frame) {
+		return false, err
+	}
+	c.setTail(bytes.Clone(frame[n:]))
+	return true, nil
 }
 
 // writeFD writes c.pend to the non-blocking descriptor (held for the FIN

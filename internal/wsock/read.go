@@ -377,11 +377,7 @@ func (c *Conn) TakeClose() CloseTake {
 			f[0], f[1] = CloseHead, byte(len(payload))
 			answer = f[:2+copy(f[2:], payload)]
 		}
-		c.last = true
-		n, err := c.rawWrite(answer, false)
-		c.last = false
-		if err == nil && n < len(answer) {
-			c.setTail(bytes.Clone(answer[n:]))
+		if kept, err := c.writeOrKeep(answer, true); err == nil && kept {
 			take = CloseUnfinished
 		}
 	}
